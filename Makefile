@@ -1,0 +1,40 @@
+# The two commands of the README: `make demo` and `make test`. Both set up .venv themselves.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint typecheck unit bench venv clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# The whole suite: lint, types, tests.
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+demo: $(STAMP)
+	$(BIN)/llmfleet validate fleet-repo-example
+	$(BIN)/llmfleet show fleet-repo-example
+	@export LLMFLEET_VLLM_API_SALT=demo-salt-not-a-secret-0001 LLMFLEET_LEGACY_API_KEY=sk-legacy-demo-only; \
+	for box in $$($(BIN)/python -c "import yaml,sys; print(' '.join(yaml.safe_load(open('fleet-repo-example/placement.yaml'))['hosts']))"); do \
+	  echo "== GET /vllm/config for $$box"; $(BIN)/llmfleet render "$$box" --repo fleet-repo-example || exit 1; \
+	done
+
+bench: $(STAMP)
+	$(BIN)/python bench/validate_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

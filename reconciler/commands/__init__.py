@@ -1,0 +1,1 @@
+"""Subcommands of `llmfleet`: thin adapters between argparse and the pure core."""

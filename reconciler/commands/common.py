@@ -1,0 +1,65 @@
+"""Helpers shared by subcommands: loading a fleet from a directory or a commit, reporting errors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from reconciler.fleet.diagnostics import format_text
+from reconciler.fleet.source import SourceError, read_commit, read_directory
+from reconciler.fleet.validate import Validation, validate_snapshot
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class CommandError(Exception):
+    """A usage or I/O problem: printed as `llmfleet: message`, exit 2 unless `code` says otherwise."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def add_repo_arguments(parser: argparse.ArgumentParser, *, positional: bool = False) -> None:
+    if positional:
+        parser.add_argument("repo", nargs="?", default=".", metavar="DIR",
+                            help="the fleet repository (default: the current directory)")
+    else:
+        parser.add_argument("--repo", default=".", metavar="DIR",
+                            help="the fleet repository (default: the current directory)")
+    parser.add_argument("--rev", metavar="REV",
+                        help="read the files of this git commit instead of the working tree")
+
+
+def load_validation(repo: str, rev: str | None) -> Validation:
+    try:
+        snapshot = read_commit(repo, rev) if rev else read_directory(repo)
+    except SourceError as exc:
+        raise CommandError(str(exc)) from None
+    return validate_snapshot(snapshot)
+
+
+def eprint(*parts: Any) -> None:
+    print(*parts, file=sys.stderr)
+
+
+def require_valid(validation: Validation) -> None:
+    if validation.fleet is None:
+        eprint(format_text(validation.diagnostics))
+        raise CommandError(f"the fleet at {validation.revision} is not valid; run `llmfleet validate`",
+                           EXIT_INVALID)
+
+
+def handle_errors(run: Any) -> Any:
+    """Decorator: CommandError -> message on stderr and its exit code."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            code: int = run(args)
+        except CommandError as exc:
+            eprint(f"llmfleet {args.command}: {exc}")
+            return exc.code
+        return code
+
+    return wrapper

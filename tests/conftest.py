@@ -1,0 +1,39 @@
+"""Shared fixtures: a fleet repository built from the example, as a directory or a real git repo."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "fleet-repo-example"
+TEST_SALT = "test-salt-0123456789abcdef"
+TEST_LEGACY_KEY = "sk-legacy-test-key"
+
+
+def git(repo: Path, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                            env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                                 "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+                                 "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(repo)})
+    return result.stdout.strip()
+
+
+@pytest.fixture
+def fleet_dir(tmp_path: Path) -> Path:
+    """A writable copy of fleet-repo-example."""
+    target = tmp_path / "fleet"
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns(".github"))
+    return target
+
+
+@pytest.fixture
+def fleet_git(fleet_dir: Path) -> Path:
+    """fleet-repo-example as a real git repository with one commit on main."""
+    git(fleet_dir, "init", "-q", "-b", "main")
+    git(fleet_dir, "add", "-A")
+    git(fleet_dir, "commit", "-q", "-m", "initial fleet")
+    return fleet_dir
