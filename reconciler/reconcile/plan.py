@@ -28,7 +28,7 @@ from reconciler.reconcile.verdict import NOT_SERVING, SERVING, Judgement, Verdic
 class ActionKind(StrEnum):
     CREATE = "create"
     UPDATE = "update"
-    REPLACE = "replace"  # delete then create under the same id (model_name changed, or a param removed)
+    REPLACE = "replace"  # delete then create under the same id: PATCH merges, so a removed param needs it
     DELETE = "delete"
 
 
@@ -100,13 +100,12 @@ class Plan:
 
 
 def update_changes(before: Deployment, after: DeploymentSpec, revision: str) -> tuple[list[str], bool]:
-    """What differs, and whether PATCH can do it (it merges: a renamed route or a removed param needs a
-    replace)."""
+    """What differs, and whether PATCH can do it (it merges litellm_params: a removed param needs a
+    replace; a new model_name it does take)."""
     changes: list[str] = []
     replace = False
     if before.model_name != after.model_name:
         changes.append(f"model_name {before.model_name} -> {after.model_name}")
-        replace = True
     old_base = before.recorded_api_base
     if old_base != after.api_base:
         changes.append(f"api_base {old_base} -> {after.api_base} (public port remapped)")
