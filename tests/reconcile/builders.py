@@ -40,7 +40,8 @@ def server(box: str, port: int, model: str = "m", *, provider: Provider = Provid
         box=box, port=port, name=model, model=model, served_model_name=model, weights=f"org/{model}",
         max_model_len=max_model_len, digest=f"sha256:{box}:{port}:{model}", bearer=salt.derive(box, port),
         provider=provider, paused=paused, health_grace_s=SETTINGS.health_grace_s,
-        route=LitellmRoute(params=freeze_mapping(dict(params or {})), model_info=freeze_mapping({"context_window": 4096})))
+        route=LitellmRoute(params=freeze_mapping(dict(params or {})),  # type: ignore[arg-type]
+                           model_info=freeze_mapping({"context_window": 4096})))
 
 
 def intended(servers: Iterable[IntendedServer], settings: ReconcileSettings = SETTINGS,

@@ -53,7 +53,8 @@ def test_healthy_server_without_deployment_is_created() -> None:
     assert body["litellm_params"]["api_base"] == "http://127.0.0.2:8001/v1"  # type: ignore[index]
     assert body["litellm_params"]["api_key"] == A1.bearer  # type: ignore[index]
     info = body["model_info"]
-    assert info["id"] == "llmfleet:127.0.0.2:8001" and info["managed_by"] == "llmfleet"  # type: ignore[index]
+    assert info["id"] == "llmfleet:127.0.0.2:8001"
+    assert info["managed_by"] == "llmfleet"
     assert info["llmfleet_bearer_fingerprint"].startswith("sha256:")  # type: ignore[index]
     assert info["context_window"] == 4096  # type: ignore[index]
     assert "/" not in spec.id
@@ -61,7 +62,8 @@ def test_healthy_server_without_deployment_is_created() -> None:
 
 def test_converged_fleet_plans_nothing() -> None:
     plan = plan_of([A1, A2], {A1.key: ok(A1), A2.key: ok(A2)}, [deployment_for(A1), deployment_for(A2)])
-    assert plan.empty and plan.summary == (0, 0, 0)
+    assert plan.empty
+    assert plan.summary == (0, 0, 0)
     assert "No changes." in render_text(plan, intended([A1, A2]))
 
 
@@ -132,7 +134,8 @@ def test_move_creates_before_it_deletes() -> None:
 def test_removed_server_still_serving_is_kept_until_its_replacement_serves() -> None:
     plan = plan_of([B1], {B1.key: failed()}, [deployment_for(A1)], orphan_probes={A1.id: ok(A1)})
     assert plan.empty
-    assert plan.held[0].id == A1.id and "kept while it still serves" in plan.held[0].reason
+    assert plan.held[0].id == A1.id
+    assert "kept while it still serves" in plan.held[0].reason
     plan = plan_of([B1], {B1.key: failed()}, [deployment_for(A1)], orphan_probes={A1.id: failed()})
     assert kinds(plan) == [("delete", A1.id)]
 
@@ -152,12 +155,15 @@ def test_failed_listing_holds_every_delete() -> None:
     listings = {Provider.RUNPOD: ProviderListing(Provider.RUNPOD, error="RunPod GET /v2/pods: HTTP 502")}
     plan = plan_of([B1], {B1.key: ok(B1)}, [deployment_for(A1)], listings=listings)
     assert kinds(plan) == [("create", B1.id)]
-    assert plan.held[0].kind is ActionKind.DELETE and "observation failed" in plan.blocked[0]
+    assert plan.held[0].kind is ActionKind.DELETE
+    assert "observation failed" in plan.blocked[0]
 
 
 def test_failed_litellm_listing_plans_nothing() -> None:
     plan = plan_of([A1], {A1.key: ok(A1)}, None)
-    assert plan.empty and plan.blocked and plan.errors
+    assert plan.empty
+    assert plan.blocked
+    assert plan.errors
 
 
 def test_delete_budget_holds_all_deletes_and_says_why() -> None:
@@ -167,20 +173,24 @@ def test_delete_budget_holds_all_deletes_and_says_why() -> None:
     assert plan.empty
     assert "6 deletes exceed this pass's limit of 3" in plan.blocked[0]
     assert len(plan.held) == 6
-    assert delete_budget(10, 0.34, 1) == 1 and delete_budget(0, 1.0, 50) == 0
+    assert delete_budget(10, 0.34, 1) == 1
+    assert delete_budget(0, 1.0, 50) == 0
 
 
 def test_prune_off_and_paused() -> None:
     plan = plan_of([], {}, [deployment_for(A1)], settings=dataclasses.replace(SETTINGS, prune=False))
-    assert plan.empty and "prune is off" in plan.blocked[0]
+    assert plan.empty
+    assert "prune is off" in plan.blocked[0]
     paused = dataclasses.replace(A1, paused=True)
     plan = plan_of([paused], {paused.key: ok(paused)}, [])
-    assert plan.empty and plan.held[0].reason.startswith("reconcile: paused")
+    assert plan.empty
+    assert plan.held[0].reason.startswith("reconcile: paused")
 
 
 def test_pending_delete_is_marked_as_a_retry() -> None:
     pending = {A1.id: PendingDelete(A1.id, 2, "HTTP 503", NOW - 120)}
-    plan = plan_of([], {}, [deployment_for(A1), deployment_for(A2), deployment_for(B1)], pending=pending)
+    plan = plan_of([], {}, [deployment_for(A1), deployment_for(A2), deployment_for(B1)], pending=pending,
+                   settings=dataclasses.replace(SETTINGS, max_delete_fraction=1.0))
     delete = next(a for a in plan.actions if a.id == A1.id)
     assert "retry: 2 failed attempt(s)" in delete.reason
 
@@ -193,7 +203,8 @@ def test_json_plan_has_format_version_and_no_bearer() -> None:
     assert doc["summary"] == {"add": 1, "change": 0, "destroy": 1}
     assert [a["actions"] for a in doc["actions"]] == [["create"], ["delete"]]
     assert "api_key" not in doc["actions"][0]["after"]["litellm_params"]
-    assert A1.bearer not in text and B1.bearer not in text
+    assert A1.bearer not in text
+    assert B1.bearer not in text
     assert {s["verdict"] for s in doc["servers"]} == {"Healthy", "Loading"}
     assert doc["models"]["qwen"]["availability"] == "degraded"
     assert deployment_id("127.0.0.4", 8001) == doc["actions"][1]["id"]

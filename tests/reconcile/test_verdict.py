@@ -44,7 +44,7 @@ def after(history: ServerHistory, *outcomes: Outcome) -> ServerHistory:
     return history
 
 
-G, F, I = Outcome.GOOD, Outcome.FAILED, Outcome.INCONCLUSIVE
+G, F, INC = Outcome.GOOD, Outcome.FAILED, Outcome.INCONCLUSIVE
 
 CASES = [
     # (name, resolution, probe, history-after, facts, verdict, words in the reason)
@@ -106,7 +106,7 @@ def test_every_verdict_is_covered_by_the_table() -> None:
 
 def test_unknown_leaves_history_untouched() -> None:
     h = up_history()
-    assert advance(h, I, NOW, SETTINGS) == h
+    assert advance(h, INC, NOW, SETTINGS) == h
 
 
 def test_alternating_probes_go_down_and_stay_down() -> None:
@@ -123,7 +123,8 @@ def test_alternating_probes_go_down_and_stay_down() -> None:
 
 def test_down_recovers_only_after_m_consecutive_good_probes() -> None:
     h = after(up_history(), F, F, F)
-    assert not h.up and h.ever_up
+    assert not h.up
+    assert h.ever_up
     h = after(h, G, F, G)
     assert not h.up
     h = after(h, G)
