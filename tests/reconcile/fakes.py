@@ -47,6 +47,7 @@ class FakeVllm:
 
     servers: dict[int, FakeServer] = field(default_factory=dict)
     requests: int = 0
+    chats: list[tuple[int, str]] = field(default_factory=list)  # (port, model) of each chat completion
 
     def _server(self, request: web.Request) -> FakeServer:
         sock = request.transport.get_extra_info("sockname") if request.transport else None
@@ -71,10 +72,27 @@ class FakeVllm:
         return web.json_response({"object": "list",
                                   "data": [model_card(server.served_name, server.root, server.max_model_len)]})
 
+    async def chat(self, request: web.Request) -> web.Response:
+        server = self._server(request)
+        if request.headers.get("Authorization", "") != f"Bearer {server.bearer}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        body = await request.json()
+        port = int(request.transport.get_extra_info("sockname")[1]) if request.transport else 0
+        self.chats.append((port, str(body.get("model"))))
+        if body.get("model") != server.served_name:
+            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                                "type": "NotFoundError", "param": None, "code": 404}}, status=404)
+        text = f"served by {request.host} as {server.served_name}"
+        return web.json_response({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1764440000, "model": server.served_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}})
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/chat/completions", self.chat)
         return app
 
 

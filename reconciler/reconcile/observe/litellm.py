@@ -65,6 +65,7 @@ class LitellmClient:
     master_key: str
     timeout_s: float = 30.0
     read_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=3))
+    page_size: int = PAGE_SIZE
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.master_key}", "Accept": "application/json"}
@@ -89,7 +90,7 @@ class LitellmClient:
         while page <= pages:
             if page > MAX_PAGES:
                 raise LitellmError(f"LiteLLM GET /v2/model/info: more than {MAX_PAGES} pages")
-            rows, pages = await self._page({"size": str(PAGE_SIZE), "page": str(page)})
+            rows, pages = await self._page({"size": str(self.page_size), "page": str(page)})
             for row in rows:
                 found.setdefault(row.id, row)
             page += 1
