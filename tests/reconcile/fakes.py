@@ -43,15 +43,17 @@ def model_card(name: str, root: str, max_model_len: int) -> dict[str, Any]:
 
 @dataclass
 class FakeVllm:
-    """Many vLLM servers in one process: the listening port picks the server."""
+    """Many vLLM servers in one process: the listening address picks the server (key: port, or
+    (host, port) when several loopback addresses share port numbers)."""
 
-    servers: dict[int, FakeServer] = field(default_factory=dict)
+    servers: dict[int | tuple[str, int], FakeServer] = field(default_factory=dict)
     requests: int = 0
     chats: list[tuple[int, str]] = field(default_factory=list)  # (port, model) of each chat completion
 
     def _server(self, request: web.Request) -> FakeServer:
         sock = request.transport.get_extra_info("sockname") if request.transport else None
-        return self.servers[int(sock[1])]
+        assert sock is not None
+        return self.servers.get((str(sock[0]), int(sock[1]))) or self.servers[int(sock[1])]
 
     async def health(self, request: web.Request) -> web.Response:
         self.requests += 1
@@ -197,3 +199,79 @@ async def serve(app: web.Application, ports: Sequence[int] = (0,), host: str = "
         yield bound
     finally:
         await runner.cleanup()
+
+
+@dataclass
+class FakeLitellmHttp:
+    """LiteLLM's model API over HTTP, in memory, with the observed semantics: ids of our choosing,
+    duplicate id -> 500, PATCH merges litellm_params, delete of a missing id -> 400, paging with
+    total_pages, api_key never listed."""
+
+    master_key: str = "sk-fake-master"
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def _auth(self, request: web.Request) -> web.Response | None:
+        if request.headers.get("Authorization") != f"Bearer {self.master_key}":
+            return web.json_response({"error": {"message": "Authentication Error", "code": "401"}}, status=401)
+        return None
+
+    @staticmethod
+    def _listed(row: dict[str, Any]) -> dict[str, Any]:
+        params = {k: v for k, v in row["litellm_params"].items() if k != "api_key"}
+        return {"model_name": row["model_name"], "litellm_params": params,
+                "model_info": {**row["model_info"], "db_model": True}}
+
+    async def info(self, request: web.Request) -> web.Response:
+        if (denied := self._auth(request)) is not None:
+            return denied
+        rows = list(self.rows.values())
+        if "modelId" in request.query:
+            rows = [r for r in rows if r["model_info"]["id"] == request.query["modelId"]]
+        size = int(request.query.get("size", "50"))
+        page = int(request.query.get("page", "1"))
+        pages = (len(rows) + size - 1) // size
+        chunk = rows[(page - 1) * size:page * size]
+        return web.json_response({"data": [self._listed(r) for r in chunk], "total_count": len(rows),
+                                  "current_page": page, "total_pages": pages, "size": size})
+
+    async def new(self, request: web.Request) -> web.Response:
+        if (denied := self._auth(request)) is not None:
+            return denied
+        body = await request.json()
+        ident = body["model_info"]["id"]
+        if ident in self.rows:
+            return web.json_response({"error": {"message": "{'error': 'Failed to add model to db. Check your server "
+                                                           "logs for more details.'}", "code": "500"}}, status=500)
+        self.rows[ident] = body
+        return web.json_response({"model_id": ident, **body})
+
+    async def update(self, request: web.Request) -> web.Response:
+        if (denied := self._auth(request)) is not None:
+            return denied
+        ident = request.match_info["ident"]
+        body = await request.json()
+        row = self.rows.get(ident)
+        if row is None:
+            return web.json_response({"error": {"message": f"Model with id={ident} not found", "code": "400"}},
+                                     status=400)
+        row["litellm_params"] = {**row["litellm_params"], **body.get("litellm_params", {})}
+        row["model_info"] = body.get("model_info", row["model_info"])
+        row["model_name"] = body.get("model_name", row["model_name"])
+        return web.json_response({"model_id": ident, **row})
+
+    async def delete(self, request: web.Request) -> web.Response:
+        if (denied := self._auth(request)) is not None:
+            return denied
+        ident = (await request.json())["id"]
+        if self.rows.pop(ident, None) is None:
+            return web.json_response({"error": {"message": f"{{'error': 'Model with id={ident} not found in db'}}",
+                                                "type": "auth_error", "param": "None", "code": "400"}}, status=400)
+        return web.json_response({"message": f"Model: {ident} deleted successfully"})
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/v2/model/info", self.info)
+        app.router.add_post("/model/new", self.new)
+        app.router.add_patch("/model/{ident}/update", self.update)
+        app.router.add_post("/model/delete", self.delete)
+        return app
