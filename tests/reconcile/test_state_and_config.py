@@ -1,0 +1,163 @@
+"""The state store (memory and SQLite behave alike), the config-file reader, the single-flight lock
+across processes, metrics and the structured pass log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reconciler.reconcile.configfile import ConfigError, load_config
+from reconciler.reconcile.loop import LockHeld, next_delay, pass_lock
+from reconciler.reconcile.metrics import PassMetrics
+from reconciler.reconcile.observed import BoxReport
+from reconciler.reconcile.plan import PendingDelete
+from reconciler.reconcile.store import ActionRecord, MemoryStore, PassRecord, SqliteStore, StateStore, open_store
+from reconciler.reconcile.verdict import ServerHistory
+
+RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
+                    (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
+    return MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "state.db")
+
+
+def test_store_round_trips(store: StateStore) -> None:
+    store.record_fetch("b", 10.0)
+    store.record_fetch("b", 20.0)
+    store.record_report("c", BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False))
+    facts = store.box_facts()
+    assert facts["b"].fetched_at == 20.0
+    assert facts["c"].report == BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False)
+    history = {("b", 8001): ServerHistory(1.0, up=True, ever_up=True, recent="101", last_healthy=2.0)}
+    store.save_histories(history)
+    assert store.histories() == history
+    store.save_histories({})
+    assert store.histories() == {}
+    pending = {"x": PendingDelete("x", 2, "HTTP 503", 5.0)}
+    store.save_pending_deletes(pending)
+    assert store.pending_deletes() == pending
+    store.record_pass(RECORD)
+    store.record_pass(PassRecord(200.0, 0.5, "b" * 40, "apply", {}))
+    assert [p.started_at for p in store.recent_passes(5)] == [200.0, 100.0]
+    assert store.recent_passes(5)[1] == RECORD
+
+
+def test_sqlite_survives_reopen_and_open_store_urls(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    SqliteStore(path).record_pass(RECORD)
+    assert SqliteStore(path).recent_passes(1) == [RECORD]
+    assert isinstance(open_store(f"sqlite:///{path}"), SqliteStore)
+    assert isinstance(open_store(None), MemoryStore)
+    with pytest.raises(ValueError, match="unsupported state URL"):
+        open_store("postgresql://x/y")
+
+
+def write_config(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "cp.yaml"
+    path.write_text(body)
+    return path
+
+
+GOOD = """
+litellm: {url: "http://127.0.0.1:4000", master_key: "${env:MK}", write_concurrency: 4}
+providers:
+  vast: {api_key: "${file:%s}"}
+  static: {}
+vllm_api_salt: "${env:SALT}"
+repo: {path: fleet, branch: main}
+state: {url: "sqlite:///state.db"}
+unrelated_server_setting: 1
+"""
+
+
+def test_config_reads_references(tmp_path: Path) -> None:
+    (tmp_path / "vast.key").write_text("vast-secret\n")
+    path = write_config(tmp_path, GOOD % (tmp_path / "vast.key"))
+    config = load_config(path, {"MK": "sk-master", "SALT": "salt-0123456789abcdef"})
+    assert config.litellm_master_key == "sk-master"
+    assert config.write_concurrency == 4
+    assert config.providers[next(iter(config.providers))].api_key == "vast-secret"
+    assert config.repo_path == str(tmp_path / "fleet")
+    assert config.branch == "main"
+    assert "sk-master" not in repr(config)
+    assert "salt-0123" not in repr(config)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('litellm: {url: "http://x", master_key: "sk-literal"}\nvllm_api_salt: "${env:SALT}"\n', "literal value"),
+    ('litellm: {url: "http://x", master_key: "${env:NOPE}"}\nvllm_api_salt: "${env:SALT}"\n', 'env var "NOPE"'),
+    ('litellm: {url: "ftp://x", master_key: "${env:MK}"}\nvllm_api_salt: "${env:SALT}"\n', "litellm.url"),
+    ('litellm: {url: "http://x", master_key: "${env:MK}"}\n', "vllm_api_salt is missing"),
+    ('litellm: {url: "http://x", master_key: "${env:MK}"}\nvllm_api_salt: "${env:SALT}"\n'
+     'providers: {lambda: {}}\n', "unknown provider"),
+    ("- a list\n", "YAML mapping"),
+])
+def test_config_errors_name_the_key_and_never_the_secret(tmp_path: Path, body: str, message: str) -> None:
+    path = write_config(tmp_path, body)
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_config(path, {"MK": "sk-master-value", "SALT": "salt-0123456789abcdef"})
+    assert str(path) in str(caught.value)
+    assert "sk-master-value" not in str(caught.value)
+
+
+HOLDER = """
+import sys, time
+from reconciler.reconcile.loop import pass_lock
+with pass_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(30)
+"""
+
+
+def test_lock_holds_across_processes(tmp_path: Path) -> None:
+    lock = tmp_path / "reconcile.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockHeld), pass_lock(lock):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with pass_lock(lock):  # released when its holder died
+        pass
+
+
+def test_jitter_stays_within_ten_percent() -> None:
+    delays = [next_delay(60) for _ in range(200)]
+    assert all(60 <= d <= 66 for d in delays)
+    assert len({round(d, 3) for d in delays}) > 1
+
+
+def test_metrics_from_a_pass_record(tmp_path: Path) -> None:
+    metrics = PassMetrics()
+    metrics.observe(RECORD)
+    path = tmp_path / "reconcile.prom"
+    metrics.write_textfile(str(path))
+    text = path.read_text()
+    assert 'llmfleet_servers{verdict="Healthy"} 2.0' in text
+    assert 'llmfleet_servers{verdict="Stalled"} 0.0' in text
+    assert 'llmfleet_reconcile_actions_total{kind="delete",result="failed"} 1.0' in text
+    assert 'llmfleet_reconcile_passes_total{outcome="error"} 1.0' in text
+    assert "llmfleet_reconcile_last_pass_errors 1.0" in text
+
+
+def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from reconciler.reconcile.loop import log_pass
+
+    log_pass(RECORD)
+    line = json.loads(capsys.readouterr().err.strip())
+    assert line["event"] == "reconcile_pass"
+    assert line["ok"] is False
+    assert line["verdicts"] == {"Healthy": 2, "Down": 1}
+    assert line["actions"][0]["error"] == "HTTP 503"
+    assert time.time() - line["ts"] < 60
