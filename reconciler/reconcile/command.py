@@ -75,6 +75,9 @@ class PassRunner:
 
     async def run(self, fleet: Fleet, *, apply: bool) -> PassOutcome:
         reconciler = self.build(fleet)
+        knobs = fleet.settings.reconcile  # a new commit may change them
+        reconciler.observer.probe_timeout_s = knobs.probe_timeout_s
+        reconciler.observer.probe_concurrency = knobs.probe_concurrency
         try:
             return await reconciler.run_pass(fleet, apply=apply)
         except RenderError as exc:

@@ -156,3 +156,35 @@ def test_observer_probes_every_server_through_provider_ports() -> None:
     assert c.key not in obs.probes
     assert not obs.resolutions[c.key].listed
     assert obs.deployments == ()
+
+
+def test_litellm_errors_never_carry_a_bearer_or_the_master_key() -> None:
+    """FastAPI's 422 echoes its input; a proxy may echo the Authorization header."""
+    from aiohttp import web
+
+    from reconciler.reconcile.intended import desired_deployment
+    from reconciler.reconcile.observe.litellm import LitellmClient, LitellmError
+
+    async def echo(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"detail": [{"loc": ["body"], "msg": "bad", "input": body,
+                                              "auth": request.headers.get("Authorization")}]}, status=422)
+
+    app = web.Application()
+    app.router.add_post("/model/new", echo)
+    s = server("127.0.0.2", 8001, "qwen")
+    spec = desired_deployment(s, Endpoint("127.0.0.2", 8001), "a" * 40)
+
+    async def go() -> str:
+        async with serve(app) as (port,), aiohttp.ClientSession() as session:
+            client = LitellmClient(session, f"http://127.0.0.1:{port}", "sk-master-secret-value")
+            try:
+                await client.create(spec)
+            except LitellmError as exc:
+                return str(exc)
+            raise AssertionError("a 422 must fail")
+
+    message = run(go)
+    assert "422" in message
+    assert s.bearer not in message
+    assert "sk-master-secret-value" not in message

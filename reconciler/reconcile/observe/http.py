@@ -59,11 +59,21 @@ def _decode(text: str) -> JSON:
     return value
 
 
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """Error bodies may echo what we sent (a 422 repeats its input): never let a secret through."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "<redacted>")
+    return text
+
+
 async def request_json(session: aiohttp.ClientSession, method: str, url: str, *, what: str,
                        headers: Mapping[str, str] | None = None, params: Mapping[str, str] | None = None,
                        body: JSON = None, timeout_s: float = 10.0, retry: RetryPolicy = NO_RETRY,
-                       ok: frozenset[int] = frozenset({200})) -> tuple[int, JSON]:
-    """(status, decoded body) for an answer whose status is in `ok`; HttpError otherwise."""
+                       ok: frozenset[int] = frozenset({200}), secrets: tuple[str, ...] = ()) -> tuple[int, JSON]:
+    """(status, decoded body) for an answer whose status is in `ok`; HttpError otherwise. The error
+    message has every string of `secrets` (and the Authorization header's value) scrubbed."""
+    hidden = (*secrets, *(v.split(" ", 1)[-1] for k, v in (headers or {}).items() if k.lower() == "authorization"))
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     last: HttpError | None = None
     for attempt in range(retry.attempts):
@@ -78,7 +88,7 @@ async def request_json(session: aiohttp.ClientSession, method: str, url: str, *,
                 status = response.status
                 if status in ok:
                     return status, _decode(text)
-                decoded = _decode(text)
+                decoded = _decode(scrub(text, hidden))
                 last = HttpError(f"{what}: HTTP {status}: {_brief(decoded)}", status, decoded)
                 if status not in RETRY_STATUSES:
                     raise last
@@ -86,7 +96,7 @@ async def request_json(session: aiohttp.ClientSession, method: str, url: str, *,
         except TimeoutError:
             last = HttpError(f"{what}: no answer within {timeout_s:g}s")
         except aiohttp.ClientError as exc:
-            last = HttpError(f"{what}: {type(exc).__name__}: {_client_error_text(exc)}")
+            last = HttpError(scrub(f"{what}: {type(exc).__name__}: {_client_error_text(exc)}", hidden))
         if attempt + 1 < retry.attempts:
             await asyncio.sleep(retry.delay(attempt, retry_after))
     assert last is not None

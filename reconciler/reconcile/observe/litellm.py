@@ -103,7 +103,8 @@ class LitellmClient:
     async def create(self, spec: DeploymentSpec) -> None:
         try:
             await request_json(self.session, "POST", self._url("/model/new"), what=f"LiteLLM create {spec.id}",
-                               headers=self._headers(), body=spec.body(), timeout_s=self.timeout_s)
+                               headers=self._headers(), body=spec.body(), timeout_s=self.timeout_s,
+                               secrets=(str(spec.litellm_params.get("api_key", "")),))
         except HttpError as exc:
             if exc.status is None or exc.status >= 500:
                 # An opaque 500 is what a duplicate id gives; a timeout may have been applied anyway.
@@ -116,7 +117,7 @@ class LitellmClient:
         try:
             await request_json(self.session, "PATCH", self._url(f"/model/{spec.id}/update"),
                                what=f"LiteLLM update {spec.id}", headers=self._headers(), body=spec.body(),
-                               timeout_s=self.timeout_s)
+                               timeout_s=self.timeout_s, secrets=(str(spec.litellm_params.get("api_key", "")),))
         except HttpError as exc:
             raise LitellmError(str(exc)) from None
 
