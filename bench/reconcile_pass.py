@@ -124,7 +124,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             outcome = await reconciler.run_pass(fleet, apply=True)
             wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             results[name] = {"wall_s": round(wall, 2), "reconciler_cpu_s": round(cpu, 2),
-                             "verdicts": dict(outcome.record.verdicts),
+                             **outcome.observation.durations, "verdicts": dict(outcome.record.verdicts),
                              "actions": len(outcome.results), "failed": sum(1 for r in outcome.results if not r.ok)}
         return {"boxes": args.boxes, "servers": len(servers), "probe_concurrency": args.probe_concurrency,
                 "probe_timeout_s": args.probe_timeout, "passes": results, "load": os.getloadavg()}

@@ -20,6 +20,7 @@ from reconciler.reconcile.assess import assess
 from reconciler.reconcile.intended import Intended, intended_state
 from reconciler.reconcile.observe.litellm import LitellmApi
 from reconciler.reconcile.observe.observer import Observer
+from reconciler.reconcile.observed import Observation
 from reconciler.reconcile.plan import Plan, make_plan
 from reconciler.reconcile.store import ActionRecord, PassRecord, StateStore
 
@@ -32,6 +33,7 @@ class PassOutcome:
     plan: Plan
     results: tuple[ActionResult, ...]
     record: PassRecord
+    observation: Observation
 
 
 @dataclass
@@ -77,7 +79,7 @@ class Reconciler:
             errors=plan.errors, blocked=plan.blocked, held=len(plan.held), drift=len(plan.drift))
         if apply:
             self.store.record_pass(record)
-        return PassOutcome(intended, plan, results, record)
+        return PassOutcome(intended, plan, results, record, observation)
 
 
 __all__ = ["PassOutcome", "Reconciler", "RenderError"]

@@ -179,6 +179,7 @@ class Observation:
     litellm_error: str | None = None
     boxes: Mapping[str, BoxFacts] = field(default_factory=lambda: MappingProxyType({}))
     orphan_probes: Mapping[str, ProbeResult] = field(default_factory=lambda: MappingProxyType({}))
+    durations: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # seconds per phase
 
     @property
     def failed_listings(self) -> list[str]:

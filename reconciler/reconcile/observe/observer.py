@@ -41,11 +41,13 @@ class Observer:
     async def observe(self, session: aiohttp.ClientSession, intended: Intended, api: LitellmApi,
                       boxes: Mapping[str, BoxFacts], bearer_for: BearerFor | None = None) -> Observation:
         observed_at = self.clock()
+        started = time.perf_counter()
         used = {s.provider for s in intended.servers.values()} - {Provider.STATIC}
         listing_tasks = {p: asyncio.ensure_future(self._listing(session, p)) for p in sorted(used)}
         deployments_task = asyncio.ensure_future(self._deployments(api))
         listings = {p: await t for p, t in listing_tasks.items()}
         deployments, litellm_error = await deployments_task
+        listed = time.perf_counter()
 
         resolutions = {key: resolve_endpoint(s, listings) for key, s in intended.servers.items()}
         gate = asyncio.Semaphore(self.probe_concurrency)
@@ -55,8 +57,9 @@ class Observer:
                         for d in _orphans(intended, deployments) if bearer_for is not None}
         probes = {key: await t for key, t in probe_tasks.items()}
         orphans = {i: r for i, t in orphan_tasks.items() if (r := await t) is not None}
+        durations = {"listings_s": round(listed - started, 3), "probes_s": round(time.perf_counter() - listed, 3)}
         return Observation(observed_at, listings, resolutions, probes, deployments, litellm_error,
-                           dict(boxes), orphans)
+                           dict(boxes), orphans, durations)
 
     async def _listing(self, session: aiohttp.ClientSession, provider: Provider) -> ProviderListing:
         client = self.providers.get(provider)
