@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench venv clean
+.PHONY: demo test lint typecheck unit bench bench-reconcile venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/validate_bench.py
+
+# One reconcile pass over 1,000 boxes / 3,000 servers against local fakes (docs/benchmarks.md).
+bench-reconcile: $(STAMP)
+	$(BIN)/python bench/reconcile_pass.py --boxes 1000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -48,6 +48,8 @@ def repo_and_rev(args: argparse.Namespace, config: ReconcileConfig) -> tuple[str
 def load_fleet(args: argparse.Namespace, config: ReconcileConfig) -> Fleet:
     repo, rev = repo_and_rev(args, config)
     validation = load_validation(repo, rev)
+    if validation.fleet is not None and validation.diagnostics:  # warnings, e.g. a deprecated public port
+        eprint(format_text(validation.diagnostics))
     if validation.fleet is None:
         eprint(format_text(validation.diagnostics))
         raise CommandError(f"the fleet at {validation.revision} is not valid: nothing is planned or applied; "

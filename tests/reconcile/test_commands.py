@@ -1,0 +1,76 @@
+"""The plan/apply/reconcile commands' contract without a LiteLLM: errors are one clear line and exit 1,
+an invalid fleet is never planned, nothing secret is printed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .fakes import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SALT = "cmd-salt-0123456789abcdef"
+
+
+def llmfleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "reconciler", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **(env or {})}, timeout=120, check=False)
+
+
+def config(tmp_path: Path, litellm_url: str) -> Path:
+    path = tmp_path / "cp.yaml"
+    path.write_text(f"litellm: {{url: '{litellm_url}', master_key: '${{env:T_MK}}'}}\n"
+                    "vllm_api_salt: ${env:T_SALT}\n"
+                    f"state: {{url: 'sqlite:///{tmp_path}/state.db'}}\n")
+    return path
+
+
+ENV = {"T_MK": "sk-master-cmd-secret", "T_SALT": SALT, "LLMFLEET_LEGACY_API_KEY": "sk-legacy-cmd-secret"}
+
+
+def test_plan_needs_the_legacy_key_for_legacy_servers(fleet_dir: Path, tmp_path: Path) -> None:
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    assert result.returncode == 1
+    assert "legacy" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_output_names_the_failure_and_holds_everything(fleet_dir: Path, tmp_path: Path) -> None:
+    (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().replace(
+        "legacy_servers:\n  - host: 198.51.100.23\n    port: 8000\n    note: pre-salt box; retire after the migration\n",
+        ""))
+    (fleet_dir / "placement.yaml").write_text((fleet_dir / "placement.yaml").read_text().split(
+        "  # Legacy pair")[0])
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    cfg.write_text(cfg.read_text() + "providers: {vast: {api_key: '${env:T_VAST}', url: 'http://127.0.0.1:"
+                   f"{free_port()}', timeout_s: 1}}}}\n")
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env={**ENV, "T_VAST": "vast-secret"})
+    assert result.returncode == 1, result.stderr
+    out = result.stdout
+    assert "Observation errors:" in out
+    assert "LiteLLM listing" in out
+    assert "nothing can be planned" in out
+    assert out.rstrip().endswith("Plan: 0 to add, 0 to change, 0 to destroy.")
+    for secret in ("sk-master-cmd-secret", "vast-secret", SALT):
+        assert secret not in out + result.stderr
+
+
+def test_an_invalid_fleet_is_never_planned(fleet_dir: Path, tmp_path: Path) -> None:
+    (fleet_dir / "placement.yaml").write_text("hosts:\n  203.0.113.10:\n    - [no-such-model, 8001]\n")
+    cfg = config(tmp_path, "http://127.0.0.1:9")
+    result = llmfleet("apply", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    assert result.returncode == 1
+    assert "unknown model" in result.stderr
+    assert "is not valid" in result.stderr
+
+
+def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path, fleet_dir: Path) -> None:
+    cfg = tmp_path / "cp.yaml"
+    cfg.write_text("litellm: {url: 'http://127.0.0.1:9', master_key: sk-literal-master}\nvllm_api_salt: x\n")
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    assert result.returncode == 1
+    assert "literal value" in result.stderr
+    assert "sk-literal-master" not in result.stderr
