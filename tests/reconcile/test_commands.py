@@ -74,3 +74,50 @@ def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path, fleet_dir: Pa
     assert result.returncode == 1
     assert "literal value" in result.stderr
     assert "sk-literal-master" not in result.stderr
+
+
+def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fleet_dir: Path,
+                                                                                tmp_path: Path) -> None:
+    import json
+    import signal
+    import time
+
+    placement = (fleet_dir / "placement.yaml").read_text().split("  # Legacy pair")[0]
+    (fleet_dir / "placement.yaml").write_text(placement)
+    (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().split("legacy_servers:")[0])
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    lock = tmp_path / "pass.lock"
+    args = [sys.executable, "-m", "reconciler", "reconcile", "--config", str(cfg), "--repo", str(fleet_dir),
+            "--interval", "1", "--lock-file", str(lock)]
+    env = {**os.environ, **ENV}
+    first = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not lock.exists():
+            time.sleep(0.1)
+        time.sleep(3)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    passes = [e for e in events if e["event"] == "reconcile_pass"]
+    assert len(passes) >= 2
+    assert all(not p["ok"] and p["errors"] for p in passes)  # LiteLLM unreachable: failed, and nothing deleted
+    assert all(p["actions"] == [] for p in passes)
+    assert events[-1]["event"] == "reconcile_stopped"
+    assert "sk-master-cmd-secret" not in err
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom reconciler.reconcile.loop import "
+                               "pass_lock\nwith pass_lock(sys.argv[1]):\n print('held', flush=True)\n time.sleep(60)",
+                               str(lock)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        once = llmfleet("reconcile", "--once", "--config", str(cfg), "--repo", str(fleet_dir), "--lock-file",
+                        str(lock), env=ENV)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert once.returncode == 0
+    assert "reconcile_pass_skipped" in once.stderr
