@@ -1,0 +1,52 @@
+"""Field-by-field differences between two JSON documents, and how a value is shown in a report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+
+from reconciler.diff.report import ABSENT, Absent, FieldChange, Lifetime, Value
+from reconciler.fleet.jsonvalue import JSON
+
+LifetimeOf = Callable[[tuple[str, ...]], Lifetime]
+
+
+def diff_fields(before: Mapping[str, JSON], after: Mapping[str, JSON], lifetime: Lifetime | LifetimeOf,
+                prefix: tuple[str, ...] = ()) -> tuple[FieldChange, ...]:
+    """Changed leaves, in key order. Mappings are walked; lists and scalars compare whole."""
+    changes: list[FieldChange] = []
+    for key in sorted(set(before) | set(after)):
+        path = (*prefix, key)
+        old: Value = before.get(key, ABSENT)
+        new: Value = after.get(key, ABSENT)
+        if _same(old, new):
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes.extend(diff_fields(old, new, lifetime, path))
+        else:
+            changes.append(FieldChange(path, old, new, lifetime if isinstance(lifetime, Lifetime)
+                                       else lifetime(path)))
+    return tuple(changes)
+
+
+def _same(a: Value, b: Value) -> bool:
+    """Equality that tells 1 from 1.0 from True, as YAML and JSON readers do."""
+    if isinstance(a, Absent) or isinstance(b, Absent):
+        return a is b
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def show(value: Value) -> str:
+    """A value in a report line: JSON, or `(absent)`."""
+    if isinstance(value, Absent):
+        return "(absent)"
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def field_line(change: FieldChange) -> str:
+    return f"{change.field}: {show(change.before)} -> {show(change.after)}"
+
+
+def value_json(value: Value) -> dict[str, JSON]:
+    """`{"value": v}`, or `{}` when absent, so JSON readers can tell absent from null."""
+    return {} if isinstance(value, Absent) else {"value": value}
