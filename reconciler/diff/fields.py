@@ -33,6 +33,10 @@ def _same(a: Value, b: Value) -> bool:
     """Equality that tells 1 from 1.0 from True, as YAML and JSON readers do."""
     if isinstance(a, Absent) or isinstance(b, Absent):
         return a is b
+    if type(a) is not type(b):
+        return False
+    if not isinstance(a, (dict, list)):
+        return a == b
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 

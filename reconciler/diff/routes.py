@@ -17,15 +17,16 @@ Identity = tuple[str, int]
 
 
 def routes(fleet: Fleet) -> dict[Identity, Route]:
+    litellm = {name: (thaw(r.litellm.params), thaw(r.litellm.model_info)) for name, r in fleet.recipes.items()}
     found: dict[Identity, Route] = {}
     for box in fleet.boxes.values():
         for row in box.servers:
-            recipe = fleet.recipes[row.model]
+            params, model_info = litellm[row.model]
             found[(box.name, row.port)] = Route(
                 model_name=row.model,
-                served_model_name=recipe.vllm.served_model_name,
-                params=thaw(recipe.litellm.params),
-                model_info=thaw(recipe.litellm.model_info),
+                served_model_name=fleet.recipes[row.model].vllm.served_model_name,
+                params=params,
+                model_info=model_info,
                 bearer=bearer_source(fleet, box.name, row.port),
             )
     return found

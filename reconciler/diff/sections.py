@@ -79,21 +79,24 @@ def _server_lines(box: str, change: ServerChange) -> list[str]:
         head = f"~   :{after.port} {_label(after)} changed"
     lines = [head, *_fields(change.fields)]
     if change.bearer and change.action is ServerAction.CHANGE:
-        lines.append(f"{DETAIL}bearer: {change.bearer.before} -> {change.bearer.after}")
+        lines += _fields([FieldChange(("bearer",), change.bearer.before, change.bearer.after, Lifetime.BOOT)])
     return lines
 
 
 def boxes_section(report: Report) -> Section | None:
     if not report.boxes:
         return None
+    by_box: dict[str, list[ServerChange]] = {}
+    for change in report.servers:
+        for box_name in sorted({r.box for r in (change.before, change.after) if r}):
+            by_box.setdefault(box_name, []).append(change)
     lines = []
     sign = {BoxStatus.NEW: "+", BoxStatus.REMOVED: "-", BoxStatus.RESTART: "~", BoxStatus.CHANGED: "~"}
     for box in report.boxes:
         lines.append(f"{sign[box.status]} {box_verdict(box)}{PAUSED if box.paused else ''}")
         lines += _fields(box.details, tagged=True)
-        for change in report.servers:
-            if box.name in {r.box for r in (change.before, change.after) if r}:
-                lines += _server_lines(box.name, change)
+        for change in by_box.get(box.name, ()):
+            lines += _server_lines(box.name, change)
     parts = [f"{len(found)} {label}" for status, label in ((BoxStatus.RESTART, "to restart"),
                                                            (BoxStatus.NEW, "new"), (BoxStatus.REMOVED, "removed"),
                                                            (BoxStatus.CHANGED, "details only"))
