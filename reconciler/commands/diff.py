@@ -8,8 +8,9 @@ from typing import Any
 from reconciler.commands.common import EXIT_INVALID, EXIT_OK, CommandError, handle_errors
 from reconciler.diff import DEFAULT_MAX_CHARS, diff_fleets, render_json, render_markdown, render_text
 from reconciler.diff.invalid import render_invalid_json, render_invalid_markdown, render_invalid_text
-from reconciler.fleet.source import GitFleetRepo, SourceError
-from reconciler.fleet.validate import validate_snapshot
+from reconciler.fleet.model import Fleet, FleetSettings, frozen_map
+from reconciler.fleet.source import GitFleetRepo, Snapshot, SourceError
+from reconciler.fleet.validate import Validation, validate_snapshot
 
 EXIT_CHANGES = 2  # with --detailed-exitcode only
 DEFAULT_BASE_BRANCHES = ("origin/main", "main")
@@ -74,6 +75,15 @@ def base_revision(repo: GitFleetRepo, head: str, branch: str | None) -> str:
     raise CommandError("no BASE given and neither origin/main nor main exists: pass BASE or --base-branch")
 
 
+def validate_base(snapshot: Snapshot) -> Validation:
+    """A BASE without any fleet file is an empty fleet: the pull request that adds the fleet shows all of it
+    as new. A BASE with some of the files is validated as usual."""
+    if all(content is None for content in snapshot.files.values()):
+        return Validation(snapshot.revision, Fleet(snapshot.revision, FleetSettings(), frozen_map({}),
+                                                   frozen_map({})), ())
+    return validate_snapshot(snapshot)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         return compare(args)
@@ -88,7 +98,7 @@ def compare(args: argparse.Namespace) -> int:
         repo = GitFleetRepo(args.repo)
         head = repo.resolve(args.head)
         base = repo.resolve(args.base) if args.base else base_revision(repo, head, args.base_branch)
-        sides = [("BASE", validate_snapshot(repo.snapshot(base))), ("HEAD", validate_snapshot(repo.snapshot(head)))]
+        sides = [("BASE", validate_base(repo.snapshot(base))), ("HEAD", validate_snapshot(repo.snapshot(head)))]
     except SourceError as exc:
         raise CommandError(str(exc)) from None
     (_, old), (_, new) = sides

@@ -19,7 +19,7 @@ def diff_fields(before: Mapping[str, JSON], after: Mapping[str, JSON], lifetime:
         path = (*prefix, key)
         old: Value = before.get(key, ABSENT)
         new: Value = after.get(key, ABSENT)
-        if _same(old, new):
+        if same(old, new):
             continue
         if isinstance(old, dict) and isinstance(new, dict):
             changes.extend(diff_fields(old, new, lifetime, path))
@@ -29,15 +29,19 @@ def diff_fields(before: Mapping[str, JSON], after: Mapping[str, JSON], lifetime:
     return tuple(changes)
 
 
-def _same(a: Value, b: Value) -> bool:
-    """Equality that tells 1 from 1.0 from True, as YAML and JSON readers do."""
+def same(a: Value, b: Value) -> bool:
+    """Equality as JSON readers see it: 1 == 1.0 (as YAML writes either), but true != 1 and "1" != 1."""
     if isinstance(a, Absent) or isinstance(b, Absent):
         return a is b
-    if type(a) is not type(b):
-        return False
-    if not isinstance(a, (dict, list)):
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
 
 
 def show(value: Value) -> str:

@@ -7,10 +7,10 @@ api_base is left out: it comes from the provider's port mapping, which only a li
 
 from __future__ import annotations
 
-from reconciler.diff.fields import diff_fields
+from reconciler.diff.fields import diff_fields, same
 from reconciler.diff.report import DeploymentAction, DeploymentChange, Lifetime, Route
 from reconciler.diff.servers import bearer_source
-from reconciler.fleet.jsonvalue import canonical_json, thaw
+from reconciler.fleet.jsonvalue import thaw
 from reconciler.fleet.model import Fleet, ReconcileMode
 
 Identity = tuple[str, int]
@@ -51,7 +51,7 @@ def deployment_changes(base: Fleet, head: Fleet) -> tuple[DeploymentChange, ...]
         elif new is None:
             changes.append(DeploymentChange(DeploymentAction.DELETE, *identity, old, None,
                                             paused=paused(base, identity)))
-        elif canonical_json(old.as_json()) != canonical_json(new.as_json()):  # 1 != 1.0 != true
+        elif not same(old.as_json(), new.as_json()):
             action = DeploymentAction.UPDATE if old.model_name == new.model_name else DeploymentAction.REPLACE
             fields = diff_fields(old.as_json(), new.as_json(), Lifetime.LIVE)
             changes.append(DeploymentChange(action, *identity, old, new, fields,

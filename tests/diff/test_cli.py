@@ -147,3 +147,28 @@ def test_console_script_help_documents_exit_codes() -> None:
                             check=True)
     assert "--detailed-exitcode" in result.stdout and "0  no changes   1  any error   2  changes" in result.stdout
     assert "origin/main if it exists, else main" in result.stdout
+
+
+def test_the_pull_request_that_adds_the_fleet_shows_all_of_it_as_new(tmp_path: Path, fleet_dir: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "new-fleet"
+    repo.mkdir()
+    (repo / "README.md").write_text("fleet\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "empty repository")
+    git(repo, "checkout", "-q", "-b", "add-fleet")
+    for name in ("fleet.yaml", "models.yaml", "placement.yaml"):
+        (repo / name).write_text((fleet_dir / name).read_text())
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "the fleet")
+    code, out, _ = run(capsys, "diff", "--repo", str(repo), "--detailed-exitcode")
+    assert code == 2
+    assert out.splitlines()[1] == "4 new boxes to provision; LiteLLM: 7 to create."
+    # Only a BASE with no fleet file at all counts as empty; a partial one is invalid as usual.
+    git(repo, "checkout", "-q", "-b", "partial", "main")
+    (repo / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text())
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "partial")
+    code, _, err = run(capsys, "diff", "partial", "add-fleet", "--repo", str(repo))
+    assert code == 1 and "BASE" in err and "missing: a fleet repository needs models.yaml" in err
