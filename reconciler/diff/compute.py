@@ -20,6 +20,7 @@ from reconciler.diff.report import (
 )
 from reconciler.diff.routes import deployment_changes
 from reconciler.diff.servers import process_plans, server_changes
+from reconciler.diff.summary import plural
 from reconciler.fleet.jsonvalue import JSON, thaw
 from reconciler.fleet.model import Box, Fleet, FleetSettings, Recipe, ReconcileMode
 
@@ -52,8 +53,8 @@ def box_changes(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> 
     for name in sorted(set(base.boxes) | set(head.boxes)):
         old, new = base.box(name), head.box(name)
         plan = plans.get(name)
-        start, restart, stop = (tuple(sorted(s)) for s in ((plan.start, plan.restart, plan.stop) if plan
-                                                             else ((), (), ())))
+        start, restart, stop = ((tuple(sorted(plan.start)), tuple(sorted(plan.restart)), tuple(sorted(plan.stop)))
+                                if plan else ((), (), ()))
         if old is None:
             assert new is not None
             status = BoxStatus.NEW
@@ -67,8 +68,10 @@ def box_changes(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> 
             continue
         if status in (BoxStatus.NEW, BoxStatus.REMOVED):
             details = ()  # the whole box is new or gone; its details are not news
-        paused = (new or old).reconcile is ReconcileMode.PAUSED  # type: ignore[union-attr]
-        changes.append(BoxChange(name, status, start, restart, stop, details, paused))
+        box = new if new is not None else old
+        assert box is not None
+        changes.append(BoxChange(name, status, start, restart, stop, details,
+                                 box.reconcile is ReconcileMode.PAUSED))
     return tuple(changes)
 
 
@@ -167,8 +170,8 @@ def _prune_alerts(settings: FleetSettings, deployments: tuple[DeploymentChange, 
         return
     knobs = settings.reconcile
     if not knobs.prune:
-        yield Alert(Level.WARNING, "prune-off", f"{deletes} LiteLLM deployment(s) to delete, but prune is off in "
-                    "fleet.yaml: they stay in LiteLLM until deleted by hand", "reconcile.prune")
+        yield Alert(Level.WARNING, "prune-off", f"{plural(deletes, 'LiteLLM deployment')} to delete, but prune is off "
+                    "in fleet.yaml: they stay in LiteLLM until deleted by hand", "reconcile.prune")
     if deletes > knobs.max_deletes_per_pass:
         yield Alert(Level.WARNING, "delete-budget", f"{deletes} LiteLLM deployments to delete: more than one "
                     f"reconcile pass deletes (max_deletes_per_pass: {knobs.max_deletes_per_pass})",

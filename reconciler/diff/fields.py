@@ -53,8 +53,3 @@ def show(value: Value) -> str:
 
 def field_line(change: FieldChange) -> str:
     return f"{change.field}: {show(change.before)} -> {show(change.after)}"
-
-
-def value_json(value: Value) -> dict[str, JSON]:
-    """`{"value": v}`, or `{}` when absent, so JSON readers can tell absent from null."""
-    return {} if isinstance(value, Absent) else {"value": value}

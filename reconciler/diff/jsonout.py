@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 
 from reconciler.diff.report import (
-    ABSENT,
+    Absent,
     DeploymentChange,
     FieldChange,
     Report,
@@ -31,10 +31,10 @@ def fields_json(fields: Iterable[FieldChange]) -> list[JSON]:
     out: list[JSON] = []
     for f in fields:
         item: dict[str, JSON] = {"path": list(f.path), "lifetime": f.lifetime.value}
-        if f.before is not ABSENT:
-            item["before"] = f.before  # type: ignore[assignment]
-        if f.after is not ABSENT:
-            item["after"] = f.after  # type: ignore[assignment]
+        if not isinstance(f.before, Absent):
+            item["before"] = f.before
+        if not isinstance(f.after, Absent):
+            item["after"] = f.after
         out.append(item)
     return out
 
@@ -72,8 +72,8 @@ def report_json(report: Report, extra: Mapping[str, JSON] | None = None) -> dict
                    "details": fields_json(b.details), "paused": b.paused} for b in report.boxes],
         "servers": [server_json(s) for s in report.servers],
         "deployments": [deployment_json(d) for d in report.deployments],
-        "bearers": [{**ref_json(b.server), "before": b.before, "after": b.after}  # type: ignore[dict-item]
-                    for b in report.bearers],
+        "bearers": [{"box": b.server.box, "port": b.server.port, "name": b.server.name, "model": b.server.model,
+                     "before": b.before, "after": b.after} for b in report.bearers],
         "recipes": [{"model": r.model, "action": r.action, "servers": r.servers, "fields": fields_json(r.fields)}
                     for r in report.recipes],
         "settings": fields_json(report.settings),
