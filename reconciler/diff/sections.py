@@ -130,7 +130,8 @@ def bearers_section(report: Report) -> Section | None:
         return None
     lines = [f"~ {b.server.address} {b.server.name}: {b.before} -> {b.after}" for b in report.bearers]
     return Section("Bearers (a function of box and listen port; never printed)",
-                   f"Bearers: {plural(len(lines), 'server')} get a new one", tuple(lines))
+                   f"Bearers: {plural(len(lines), 'server')} {'gets' if len(lines) == 1 else 'get'} a new one",
+                   tuple(lines))
 
 
 def catalog_section(report: Report) -> Section | None:
