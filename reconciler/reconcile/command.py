@@ -4,6 +4,7 @@ valid fleet, running one pass, printing it, and the exit code."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -11,7 +12,7 @@ from reconciler.commands.common import CommandError, add_repo_arguments, eprint,
 from reconciler.fleet.diagnostics import format_text
 from reconciler.fleet.model import Fleet
 from reconciler.fleet.render import RenderError
-from reconciler.reconcile.configfile import ConfigError, ReconcileConfig, load_config
+from reconciler.reconcile.configfile import ConfigError, ReconcileConfig, config_from_env, load_config
 from reconciler.reconcile.engine import PassOutcome, Reconciler
 from reconciler.reconcile.loop import LockHeld, default_lock_path, log_event, log_pass, pass_lock
 from reconciler.reconcile.metrics import PassMetrics
@@ -22,8 +23,10 @@ EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
 
 def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="FILE",
-                        help="the control-plane config file (LiteLLM, providers, salt, state)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="the control-plane config file (LiteLLM, providers, salt, state); without it: "
+                             "LITELLM_URL, LITELLM_MASTER_KEY, LLMFLEET_VLLM_API_SALT, VAST_API_KEY, RUNPOD_API_KEY "
+                             "from the environment")
     add_repo_arguments(parser)
     parser.set_defaults(repo=None)
     parser.add_argument("--state", metavar="URL", help="state store (default: state.url of the config), "
@@ -35,7 +38,7 @@ def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_config_arg(args: argparse.Namespace) -> ReconcileConfig:
     try:
-        return load_config(args.config)
+        return load_config(args.config) if args.config else config_from_env(os.environ)
     except ConfigError as exc:
         raise CommandError(str(exc), EXIT_ERROR) from None
 

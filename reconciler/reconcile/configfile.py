@@ -122,6 +122,29 @@ def parse_config(doc: Any, env: Mapping[str, str] | None = None, base: Path | No
         branch=str(branch) if branch else None, state_url=str(state_url) if state_url else None)
 
 
+ENV_CONFIG: dict[str, Any] = {  # without --config: the same settings from the environment (a CI job's secrets)
+    "litellm": {"url": "${env:LITELLM_URL}", "master_key": "${env:LITELLM_MASTER_KEY}"},
+    "vllm_api_salt": "${env:LLMFLEET_VLLM_API_SALT}",
+}
+
+
+def config_from_env(env: Mapping[str, str]) -> ReconcileConfig:
+    """LITELLM_URL, LITELLM_MASTER_KEY, LLMFLEET_VLLM_API_SALT, optional LLMFLEET_LEGACY_API_KEY,
+    VAST_API_KEY, RUNPOD_API_KEY. No state store: the probe history starts from LiteLLM each run."""
+    missing = [n for n in ("LITELLM_URL", "LITELLM_MASTER_KEY", "LLMFLEET_VLLM_API_SALT") if not env.get(n)]
+    if missing:
+        raise ConfigError("no --config given and " + ", ".join(missing) + " not set: pass --config FILE, or set "
+                          "LITELLM_URL, LITELLM_MASTER_KEY and LLMFLEET_VLLM_API_SALT")
+    doc: dict[str, Any] = {**ENV_CONFIG, "litellm": {**ENV_CONFIG["litellm"], "url": env["LITELLM_URL"]}}
+    if env.get("LLMFLEET_LEGACY_API_KEY"):
+        doc["legacy_api_key"] = "${env:LLMFLEET_LEGACY_API_KEY}"
+    providers = {name: {"api_key": f"${{env:{var}}}"}
+                 for name, var in (("vast", "VAST_API_KEY"), ("runpod", "RUNPOD_API_KEY")) if env.get(var)}
+    if providers:
+        doc["providers"] = providers
+    return parse_config(doc, env)
+
+
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> ReconcileConfig:
     try:
         text = Path(path).read_text(encoding="utf-8")

@@ -161,3 +161,17 @@ def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert line["verdicts"] == {"Healthy": 2, "Down": 1}
     assert line["actions"][0]["error"] == "HTTP 503"
     assert time.time() - line["ts"] < 60
+
+
+def test_config_from_the_environment_for_ci_jobs() -> None:
+    from reconciler.fleet.model import Provider
+    from reconciler.reconcile.configfile import config_from_env
+
+    env = {"LITELLM_URL": "http://127.0.0.1:4000", "LITELLM_MASTER_KEY": "sk-m", "LLMFLEET_VLLM_API_SALT":
+           "salt-0123456789abcdef", "VAST_API_KEY": "vk"}
+    config = config_from_env(env)
+    assert config.litellm_master_key == "sk-m"
+    assert set(config.providers) == {Provider.VAST}
+    assert config.state_url is None
+    with pytest.raises(ConfigError, match="LITELLM_MASTER_KEY"):
+        config_from_env({"LITELLM_URL": "http://x"})
