@@ -6,8 +6,8 @@ references (installer.secretref); a literal secret is refused so it never sits i
 
     litellm: {url, master_key, timeout_s: 30, write_concurrency: 8}
     providers: {vast: {api_key, url}, runpod: {api_key, url}, static: {}}
-    vllm_api_salt: ${env:LLMFLEET_VLLM_API_SALT}
-    legacy_api_key: ${env:LLMFLEET_LEGACY_API_KEY}      # optional
+    secrets: {vllm_api_salt: ${env:LLMFLEET_VLLM_API_SALT},
+              legacy_api_key: ${env:LLMFLEET_LEGACY_API_KEY}}   # optional; also accepted at the top level
     repo: {path: /srv/fleet, branch: main}              # or a plain path
     state: {url: sqlite:///var/lib/llmfleet/state.db}
 """
@@ -87,7 +87,9 @@ def parse_config(doc: Any, env: Mapping[str, str] | None = None, base: Path | No
         raise ConfigError("litellm.url must be the proxy's http(s) URL, e.g. http://127.0.0.1:4000")
     master_key = _secret(litellm, "master_key", "litellm", env)
     assert master_key is not None
-    salt_value = _secret(doc, "vllm_api_salt", "config", env)
+    secrets = _mapping(doc, "secrets", "") if "secrets" in doc else doc
+    where = "secrets" if "secrets" in doc else "config"
+    salt_value = _secret(secrets, "vllm_api_salt", where, env)
     assert salt_value is not None
     try:
         salt = Salt(salt_value)
@@ -113,9 +115,12 @@ def parse_config(doc: Any, env: Mapping[str, str] | None = None, base: Path | No
         repo_path = str((base / str(repo_path)).resolve()) if not Path(str(repo_path)).is_absolute() else repo_path
     state = doc.get("state")
     state_url = state.get("url") if isinstance(state, dict) else state
+    if isinstance(state_url, str) and state_url.startswith("sqlite:///") and base is not None:
+        path = Path(state_url[len("sqlite:///"):])
+        state_url = "sqlite:///" + str(path if path.is_absolute() else (base / path).resolve())
     return ReconcileConfig(
         litellm_url=url, litellm_master_key=master_key, salt=salt,
-        legacy_key=_secret(doc, "legacy_api_key", "config", env, required=False),
+        legacy_key=_secret(secrets, "legacy_api_key", where, env, required=False),
         litellm_timeout_s=_number(litellm, "timeout_s", "litellm", 30, 0.1),
         write_concurrency=int(_number(litellm, "write_concurrency", "litellm", 8, 1)),
         providers=providers, repo_path=str(repo_path) if repo_path else None,

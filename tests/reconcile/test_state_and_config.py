@@ -163,6 +163,17 @@ def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert time.time() - line["ts"] < 60
 
 
+def test_config_in_the_control_plane_layout(tmp_path: Path) -> None:
+    """examples/control-plane.yaml keeps the salt under `secrets:` and relative state paths."""
+    path = write_config(tmp_path, 'repo: {path: ../fleet, branch: main}\n'
+                        'secrets: {fleet_key: "${env:FK}", vllm_api_salt: "${env:SALT}", legacy_api_key: "${env:LK}"}\n'
+                        'state: {url: "sqlite:///../.state/cp.sqlite3"}\n'
+                        'litellm: {url: "http://127.0.0.1:4000", master_key: "${env:MK}"}\n')
+    config = load_config(path, {"FK": "f", "SALT": "salt-0123456789abcdef", "LK": "sk-legacy", "MK": "sk-m"})
+    assert config.legacy_key == "sk-legacy"
+    assert config.state_url == f"sqlite:///{tmp_path.parent / '.state' / 'cp.sqlite3'}"
+
+
 def test_config_from_the_environment_for_ci_jobs() -> None:
     from reconciler.fleet.model import Provider
     from reconciler.reconcile.configfile import config_from_env
