@@ -17,6 +17,7 @@ from reconciler.reconcile.engine import PassOutcome, Reconciler
 from reconciler.reconcile.loop import LockHeld, default_lock_path, log_event, log_pass, pass_lock
 from reconciler.reconcile.metrics import PassMetrics
 from reconciler.reconcile.render import render_json, render_text
+from reconciler.reconcile.saved import SavedPlan, StalePlan
 from reconciler.reconcile.wiring import build_reconciler
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
@@ -78,23 +79,23 @@ class PassRunner:
             self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, store)
         return self.reconciler
 
-    async def run(self, fleet: Fleet, *, apply: bool) -> PassOutcome:
+    async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None) -> PassOutcome:
         reconciler = self.build(fleet)
         knobs = fleet.settings.reconcile  # a new commit may change them
         reconciler.observer.probe_timeout_s = knobs.probe_timeout_s
         reconciler.observer.probe_concurrency = knobs.probe_concurrency
         try:
-            return await reconciler.run_pass(fleet, apply=apply)
-        except RenderError as exc:
+            return await reconciler.run_pass(fleet, apply=apply, saved=saved)
+        except (RenderError, StalePlan) as exc:
             raise CommandError(str(exc), EXIT_ERROR) from None
 
     def lock_path(self) -> str:
         return self.args.lock_file or default_lock_path(self.args.state or self.config.state_url)
 
-    async def locked_apply(self, fleet: Fleet) -> PassOutcome | None:
+    async def locked_apply(self, fleet: Fleet, saved: SavedPlan | None = None) -> PassOutcome | None:
         try:
             with pass_lock(self.lock_path()):
-                outcome = await self.run(fleet, apply=True)
+                outcome = await self.run(fleet, apply=True, saved=saved)
         except LockHeld as exc:
             log_event("reconcile_pass_skipped", reason=str(exc))
             self.metrics.skipped.inc()

@@ -22,6 +22,7 @@ from reconciler.reconcile.observe.litellm import LitellmApi
 from reconciler.reconcile.observe.observer import Observer
 from reconciler.reconcile.observed import Observation
 from reconciler.reconcile.plan import Plan, make_plan
+from reconciler.reconcile.saved import SavedPlan
 from reconciler.reconcile.store import ActionRecord, PassRecord, StateStore
 
 ApiFactory = Callable[[aiohttp.ClientSession], LitellmApi]
@@ -52,7 +53,9 @@ class Reconciler:
             return self.bearers.salt.derive(box, port)
         return bearer
 
-    async def run_pass(self, fleet: Fleet, *, apply: bool) -> PassOutcome:
+    async def run_pass(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None) -> PassOutcome:
+        """With `saved` (a plan file), apply only if this pass plans exactly the same actions: StalePlan
+        otherwise, before any write and before any state is saved."""
         started = self.clock()
         intended = intended_state(fleet, self.bearers)  # RenderError: the pass does not run at all
         connector = aiohttp.TCPConnector(limit=max(self.observer.probe_concurrency, self.write_concurrency) + 8,
@@ -64,6 +67,8 @@ class Reconciler:
             assessment = assess(intended, observation, self.store.histories())
             pending = self.store.pending_deletes()
             plan = make_plan(intended, observation, assessment, pending)
+            if saved is not None:
+                saved.check(plan)
             results: tuple[ActionResult, ...] = ()
             if apply:
                 results = await apply_plan(plan, api, self.write_concurrency)

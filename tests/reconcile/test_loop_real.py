@@ -111,7 +111,11 @@ async def scenario(proxy: LitellmProxy, tmp: Path) -> None:
         assert "Plan: 2 to add, 0 to change, 0 to destroy." in out
         assert salt.derive("127.0.0.2", p1) not in out
 
-        code, out = await cli("apply")
+        saved = tmp / "first.plan.json"
+        code, out = await cli("plan", "--out", str(saved))
+        assert code == 0, out
+        assert salt.derive("127.0.0.2", p1) not in saved.read_text()
+        code, out = await cli("apply", str(saved))  # applies exactly the saved plan
         assert code == 0, out
         assert managed(proxy) == {ida1: "tiny-a", idb2: "tiny-b"}
         code, out = await cli("plan", "--detailed-exitcode")
@@ -122,9 +126,16 @@ async def scenario(proxy: LitellmProxy, tmp: Path) -> None:
         assert status == 200, body
         assert body["choices"][0]["message"]["content"] == f"served by 127.0.0.2:{p1} as tiny-a"
 
-        # Move tiny-a to 127.0.0.3:p3 in a new commit; its new server comes up there.
+        # Move tiny-a to 127.0.0.3:p3 in a new commit; its new server comes up there. A plan saved
+        # before the commit is stale now: applying it writes nothing.
+        code, out = await cli("plan", "--out", str(saved))
+        assert code == 0, out
         write_fleet(repo, ports, {"127.0.0.3": [("tiny-b", p2), ("tiny-a", p3)]})
         commit(repo, "move tiny-a")
+        code, out = await cli("apply", str(saved))
+        assert code == 1, out
+        assert "run llmfleet plan again" in out
+        assert managed(proxy) == {ida1: "tiny-a", idb2: "tiny-b"}
         await stack.enter_async_context(serve(vllm.app(), [p3], host="127.0.0.3"))
         code, out = await cli("apply")
         assert code == 0, out

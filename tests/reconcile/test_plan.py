@@ -208,3 +208,23 @@ def test_json_plan_has_format_version_and_no_bearer() -> None:
     assert {s["verdict"] for s in doc["servers"]} == {"Healthy", "Loading"}
     assert doc["models"]["qwen"]["availability"] == "degraded"
     assert deployment_id("127.0.0.4", 8001) == doc["actions"][1]["id"]
+
+
+def test_saved_plan_applies_only_when_the_fleet_plans_the_same(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from reconciler.reconcile.saved import PlanFileError, SavedPlan, StalePlan
+
+    plan = plan_of([A1, B1], {A1.key: ok(A1), B1.key: ok(B1)}, [])
+    path = tmp_path / "plan.json"
+    path.write_text(render_json(plan, intended([A1, B1])))
+    saved = SavedPlan.load(path)
+    saved.check(plan)  # same plan: fine
+    with pytest.raises(StalePlan, match="1 planned action"):
+        saved.check(plan_of([A1, B1], {A1.key: ok(A1), B1.key: failed()}, []))
+    moved = dataclasses.replace(plan, revision="c" * 40)
+    with pytest.raises(StalePlan, match="revision"):
+        saved.check(moved)
+    path.write_text('{"format_version": "2.0"}')
+    with pytest.raises(PlanFileError):
+        SavedPlan.load(path)
