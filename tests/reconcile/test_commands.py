@@ -87,8 +87,9 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
     (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().split("legacy_servers:")[0])
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     lock = tmp_path / "pass.lock"
+    metrics_port = free_port()
     args = [sys.executable, "-m", "reconciler", "reconcile", "--config", str(cfg), "--repo", str(fleet_dir),
-            "--interval", "1", "--lock-file", str(lock)]
+            "--interval", "1", "--lock-file", str(lock), "--metrics-listen", f"127.0.0.1:{metrics_port}"]
     env = {**os.environ, **ENV}
     first = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -96,6 +97,10 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
         while time.monotonic() < deadline and not lock.exists():
             time.sleep(0.1)
         time.sleep(3)
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
+            exposition = response.read().decode()
     finally:
         first.send_signal(signal.SIGTERM)
         _, err = first.communicate(timeout=60)
@@ -106,6 +111,8 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
     assert all(not p["ok"] and p["errors"] for p in passes)  # LiteLLM unreachable: failed, and nothing deleted
     assert all(p["actions"] == [] for p in passes)
     assert events[-1]["event"] == "reconcile_stopped"
+    assert 'llmfleet_reconcile_passes_total{outcome="error"}' in exposition
+    assert "llmfleet_reconcile_last_pass_errors 3.0" in exposition  # vast, runpod (not configured), LiteLLM
     assert "sk-master-cmd-secret" not in err
 
     holder = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom reconciler.reconcile.loop import "
