@@ -1,0 +1,72 @@
+"""The body of POST /vllm/report, as agreed with the control plane. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+from installer.boxjson import ServerSpec
+from installer.fit import FitResult
+from installer.units import program_name
+
+
+class Outcome(StrEnum):
+    INSTALLED = "installed"
+    FIT_FAILED = "fit_failed"
+    FAILED = "failed"
+    DRY_RUN = "dry_run"
+
+
+class ServerState(StrEnum):
+    WRITTEN = "written"
+    STARTED = "started"
+    FAILED = "failed"
+
+
+# Supervisor states that mean "supervisord has it and is running or starting it".
+STARTED_STATES = frozenset({"RUNNING", "STARTING"})
+FAILED_STATES = frozenset({"FATAL", "BACKOFF", "EXITED", "UNKNOWN"})
+
+
+def server_state(supervisor_state: str | None, written: bool) -> ServerState:
+    if supervisor_state in STARTED_STATES:
+        return ServerState.STARTED
+    if supervisor_state in FAILED_STATES or not written:
+        return ServerState.FAILED
+    return ServerState.WRITTEN
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def fit_json(fit: FitResult | None) -> dict[str, Any]:
+    if fit is None:
+        return {"ok": False, "gpus": [], "vram_needed_gb": 0, "vram_total_gb": 0, "disk_needed_gb": 0,
+                "disk_free_gb": 0, "problems": ["the fit check did not run"]}
+    return {
+        "ok": fit.ok,
+        "gpus": [{"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib,
+                  "memory_free_mib": g.memory_free_mib} for g in fit.gpus],
+        "vram_needed_gb": _round(fit.vram_needed_gb),
+        "vram_total_gb": _round(fit.vram_total_gb),
+        "disk_needed_gb": _round(fit.disk_needed_gb),
+        "disk_free_gb": _round(fit.disk_free_gb) if fit.disk_free_gb is not None else 0,
+        "problems": list(fit.problems),
+    }
+
+
+def build_report(*, revision: str, installer_version: str, outcome: Outcome, message: str,
+                 fit: FitResult | None, servers: Sequence[ServerSpec], states: Mapping[str, ServerState],
+                 units_removed: Sequence[str]) -> dict[str, Any]:
+    return {
+        "revision": revision,
+        "installer_version": installer_version,
+        "outcome": str(outcome),
+        "message": message,
+        "fit": fit_json(fit),
+        "servers": [{"name": s.name, "port": s.port, "digest": s.digest, "unit": program_name(s.name),
+                     "state": str(states.get(s.name, ServerState.FAILED))} for s in servers],
+        "units_removed": list(units_removed),
+    }
