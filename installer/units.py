@@ -57,6 +57,8 @@ def quote_token(token: str) -> str:
     """One argv element, escaped for Supervisor's `command=` (configparser, then POSIX shlex)."""
     if any(ord(ch) < 32 or ch in "\x7f\u2028\u2029\x85" for ch in token):
         raise UnitError(f"argument {token!r} holds a control character or line break")
+    if not token.isascii():  # supervisord reads its files in the locale's encoding, which may not be UTF-8
+        raise UnitError(f"argument {token!r} holds a non-ASCII character")
     if token == "":
         return "''"
     out = []
