@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from supervisor.datatypes import RestartUnconditionally
 from supervisor.options import ServerOptions, UnhosedConfigParser
 
 from installer.boxjson import parse_box
@@ -102,7 +103,7 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
     assert config.stopasgroup and config.killasgroup
     assert config.stopwaitsecs >= 30
     assert config.startsecs == 60
-    assert config.autorestart is True
+    assert config.autorestart is RestartUnconditionally
     assert config.redirect_stderr
     assert config.stdout_logfile == str(tmp_path / "data/llmfleet/logs/small.log")
     assert config.stdout_logfile_maxbytes == 50 * 1024 * 1024
