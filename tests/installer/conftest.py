@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import sys
 import threading
 from collections.abc import Iterator
@@ -93,14 +94,19 @@ class FakeControlPlane:
     script: list[int] = field(default_factory=list)
     report_status: int = 200
     raw_config: bytes | None = None
+    redirect_to: str = ""
+    port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
 
+    tls: ssl.SSLContext | None = None
+
     @property
     def url(self) -> str:
         assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         plane = self
@@ -109,16 +115,20 @@ class FakeControlPlane:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-            def answer(self, status: int, document: Any, raw: bytes | None = None) -> None:
+            def answer(self, status: int, document: Any, raw: bytes | None = None,
+                       headers: dict[str, str] | None = None) -> None:
                 body = raw if raw is not None else json.dumps(document).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
 
             def box(self) -> tuple[int, str | None]:
-                plane.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers)})
+                plane.requests.append({"method": self.command, "path": self.path,
+                                       "headers": {k.lower(): v for k, v in self.headers.items()}})
                 if self.headers.get("Authorization") != f"Bearer {FLEET_KEY}":
                     return 403, None
                 host = self.headers.get("X-LLMAO-Host") or self.client_address[0]
@@ -129,7 +139,15 @@ class FakeControlPlane:
                 if self.path != "/vllm/config":
                     self.answer(404, {"error": "not found"})
                 elif plane.script:
-                    self.answer(plane.script.pop(0), {"error": "scripted"})
+                    forced = plane.script.pop(0)
+                    if forced in (301, 302, 307):
+                        self.send_response(forced)
+                        self.send_header("Location", plane.redirect_to)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                    self.answer(forced, {"error": "scripted"},
+                                headers={"Retry-After": "7"} if forced == 429 else None)
                 elif status != 200:
                     self.answer(status, {"error": "forbidden" if status == 403 else "unknown host"})
                 elif plane.raw_config is not None:
@@ -153,8 +171,10 @@ class FakeControlPlane:
         return Handler
 
     def start(self) -> FakeControlPlane:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler())
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self.handler())
+        if self.tls is not None:
+            self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def stop(self) -> None:
