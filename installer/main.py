@@ -37,6 +37,7 @@ from installer.units import Unit, UnitError, render_unit
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 HANDOVERS = ("update", "exec", "none")
+REPORT_DEADLINE_S = 60.0  # retries of POST /vllm/report, never longer than the fetch deadline
 
 
 def log(message: str) -> None:
@@ -135,7 +136,7 @@ class Installer:
                             servers=self.box.servers if self.box else (), states=self.states,
                             units_removed=self.removed)
         try:
-            self.client.send_report(body)
+            self.client.send_report(body, deadline_s=min(REPORT_DEADLINE_S, self.settings.fetch_deadline_s))
             log(f"reported {outcome} to the control plane")
         except FetchError as exc:
             log(f"could not report to the control plane (the install stands): {exc}")

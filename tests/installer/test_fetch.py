@@ -116,7 +116,7 @@ def test_redirect_is_not_followed_and_the_key_stays_home(control_plane: FakeCont
     try:
         control_plane.redirect_to = elsewhere.url + "/vllm/config"
         control_plane.script = [302]
-        with pytest.raises(FetchError, match="redirected .302."):
+        with pytest.raises(FetchError, match=r"redirected .302."):
             client(control_plane.url, FakeTime()).fetch_config()
         assert elsewhere.requests == []
     finally:
@@ -168,6 +168,6 @@ def test_https_with_a_private_ca_bundle(tls_plane: Any, box_json: dict[str, Any]
 def test_untrusted_certificate_fails_at_once(tls_plane: Any) -> None:
     plane, _ = tls_plane
     time = FakeTime()
-    with pytest.raises(FetchError, match="TLS certificate .* not trusted.*LLMFLEET_CA_BUNDLE"):
+    with pytest.raises(FetchError, match=r"TLS certificate .* not trusted.*LLMFLEET_CA_BUNDLE"):
         client(plane.url, time).fetch_config()
     assert time.sleeps == []

@@ -44,7 +44,7 @@ def test_probe_through_the_fake_nvidia_smi(box_env: Path, monkeypatch: pytest.Mo
 
 def test_probe_driver_unreachable(box_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_NVIDIA_SMI_EXIT", "9")
-    with pytest.raises(ProbeError, match="exit code 9.*couldn't communicate with the NVIDIA driver"):
+    with pytest.raises(ProbeError, match=r"exit code 9.*couldn't communicate with the NVIDIA driver"):
         probe_gpus()
 
 

@@ -19,7 +19,7 @@ def test_missing_variable_is_named(missing: str) -> None:
 
 
 def test_blank_counts_as_missing() -> None:
-    with pytest.raises(SettingsError, match="LLMFLEET_FLEET_KEY .or the legacy FLEET_KEY. is not set"):
+    with pytest.raises(SettingsError, match=r"LLMFLEET_FLEET_KEY .or the legacy FLEET_KEY. is not set"):
         load({**BASE, "LLMFLEET_FLEET_KEY": "  "})
 
 

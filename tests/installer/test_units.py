@@ -92,7 +92,7 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
     vllm = argv[argv.index("--") + 1:]
     assert argv[:2] == ["/usr/bin/python3", str(tmp_path / "data/llmfleet/bin/llmfleet-launch")]
     assert argv[argv.index("--after") + 1] == f"large={ports['large']}"
-    assert vllm == ["vllm", "serve", "org/small-model", "--host", "0.0.0.0", "--port", str(small.port),
+    assert vllm == ["vllm", "serve", "org/small-model", "--host", "0.0.0.0", "--port", str(small.port),  # noqa: S104
                     "--served-model-name", "small", "--max-model-len", "4096", "--gpu-memory-utilization", "0.42",
                     "--enable-prefix-caching", "--limit-mm-per-prompt", '{"image": 4}']
     assert small.api_key not in config.command
@@ -100,7 +100,8 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
     assert config.environment["HF_HOME"] == str(tmp_path / "data/hf-cache")
     assert config.environment["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert config.environment["LLMFLEET_DIGEST"] == small.digest
-    assert config.stopasgroup and config.killasgroup
+    assert config.stopasgroup
+    assert config.killasgroup
     assert config.stopwaitsecs >= 30
     assert config.startsecs == 60
     assert config.autorestart is RestartUnconditionally
