@@ -1,0 +1,223 @@
+"""The installer against a real supervisord (from PyPI) with the stub vLLM on PATH as `vllm`, on loopback.
+
+One supervisord per test, in a temp dir with its own unix socket; every process is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from installer.main import main
+from tests.installer.conftest import BOX, FakeControlPlane, render, write_fleet
+
+pytestmark = pytest.mark.slow
+SUPERVISORD = Path(sys.executable).parent / "supervisord"
+LOAD_S = "1.5"
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def http_status(url: str, bearer: str | None = None) -> int | None:
+    request = urllib.request.Request(url)
+    if bearer:
+        request.add_header("Authorization", f"Bearer {bearer}")
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return None
+
+
+@dataclass
+class Supervisor:
+    config: Path
+    process: subprocess.Popen[bytes]
+    events: Path
+
+    def ctl(self, *args: str) -> str:
+        done = subprocess.run([str(SUPERVISORD.parent / "supervisorctl"), "-c", str(self.config), *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+        return done.stdout
+
+    def states(self) -> dict[str, str]:
+        return {line.split()[0]: line.split()[1] for line in self.ctl("status").splitlines() if line.strip()}
+
+    def read_events(self) -> list[dict[str, Any]]:
+        if not self.events.exists():
+            return []
+        return [json.loads(line) for line in self.events.read_text().splitlines() if line.strip()]
+
+    def pids(self, port: int) -> list[int]:
+        """The stub processes started on `port`, oldest first."""
+        return [e["pid"] for e in self.read_events() if e["event"] == "start" and e["port"] == port]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+@pytest.fixture
+def supervisor(box_env: Path, tool_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Supervisor]:
+    short = Path(tempfile.mkdtemp(prefix="llmf-sv-", dir="/tmp"))  # unix socket paths are limited to ~100 bytes
+    conf_dir = tmp_path / "conf.d"
+    conf_dir.mkdir()
+    config = tmp_path / "supervisord.conf"
+    config.write_text(f"""\
+[unix_http_server]
+file={short}/supervisor.sock
+chmod=0700
+
+[supervisord]
+nodaemon=true
+logfile={tmp_path}/supervisord.log
+pidfile={short}/supervisord.pid
+childlogdir={tmp_path}
+
+[rpcinterface:supervisor]
+supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
+
+[supervisorctl]
+serverurl=unix://{short}/supervisor.sock
+
+[include]
+files = {conf_dir}/*.conf
+""")
+    events = tmp_path / "stub-events.jsonl"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "STUB_VLLM_LOAD_S": LOAD_S,
+           "STUB_VLLM_EVENTS": str(events)}
+    process = subprocess.Popen([str(SUPERVISORD), "-n", "-c", str(config)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sv = Supervisor(config, process, events)
+    monkeypatch.setenv("LLMFLEET_SUPERVISOR_CONFIG", str(config))
+    monkeypatch.setenv("LLMFLEET_STARTSECS", "1")
+    monkeypatch.setenv("LLMFLEET_START_TIMEOUT_S", "60")
+    wait_until("supervisord's socket", lambda: (short / "supervisor.sock").exists(), 30)
+    try:
+        yield sv
+    finally:
+        process.send_signal(signal.SIGTERM)  # supervisord stops its programs (stopasgroup) on the way out
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for event in sv.read_events():
+            if event["event"] == "start" and pid_alive(event["pid"]):
+                os.kill(event["pid"], signal.SIGKILL)
+        shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture
+def plane(control_plane: FakeControlPlane, monkeypatch: pytest.MonkeyPatch) -> FakeControlPlane:
+    monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
+    return control_plane
+
+
+def servers_by_name(box_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in box_json["servers"]}
+
+
+def healthy(server: dict[str, Any]) -> bool:
+    return http_status(f"http://127.0.0.1:{server['port']}/health") == 200
+
+
+def test_units_start_in_order_serve_with_the_bearer_and_restart(supervisor: Supervisor, plane: FakeControlPlane,
+                                                                box_json: dict[str, Any]) -> None:
+    assert main(["--handover", "update"]) == 0
+    servers = servers_by_name(box_json)
+    wait_until("both servers healthy", lambda: all(healthy(s) for s in servers.values()))
+    wait_until("both programs RUNNING", lambda: set(supervisor.states().values()) == {"RUNNING"})
+    assert set(supervisor.states()) == {"llmfleet-large", "llmfleet-small"}
+    (report,) = plane.reports
+    assert report["outcome"] == "installed"
+    assert {s["state"] for s in report["servers"]} == {"started"}
+
+    # Start-up ordering: "large" sorts first; "small" shares the card and execs vLLM only once large serves.
+    events = supervisor.read_events()
+    large_serving = next(e["time"] for e in events if e["event"] == "serving" and e["served_model_name"] == "large")
+    small_start = next(e["time"] for e in events if e["event"] == "start" and e["served_model_name"] == "small")
+    assert small_start >= large_serving
+    small_log = (Path(os.environ["LLMFLEET_DATA_DIR"]) / "llmfleet" / "logs" / "small.log").read_text()
+    assert "small: waiting for large to answer /health" in small_log
+    assert "small: large healthy" in small_log
+
+    # The bearer reached vLLM through the environment: /v1/models needs it.
+    for server in servers.values():
+        models = f"http://127.0.0.1:{server['port']}/v1/models"
+        assert http_status(models) == 401
+        assert http_status(models, server["api_key"]) == 200
+        assert next(e for e in events if e["event"] == "start" and e["port"] == server["port"])["api_key_set"]
+
+    # ... and never through any command line.
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes()
+        except OSError:
+            continue
+        for server in servers.values():
+            assert server["api_key"].encode() not in text, f"bearer in {cmdline}"
+
+    # A killed server is restarted by Supervisor.
+    small_port = servers["small"]["port"]
+    (first_pid,) = supervisor.pids(small_port)
+    os.kill(first_pid, signal.SIGKILL)
+    wait_until("a second small process", lambda: len(supervisor.pids(small_port)) == 2)
+    wait_until("small healthy again", lambda: healthy(servers["small"]))
+    assert supervisor.pids(small_port)[1] != first_pid
+
+
+def test_second_run_replaces_changed_and_removes_dropped_units(supervisor: Supervisor, plane: FakeControlPlane,
+                                                               box_json: dict[str, Any], ports: list[int],
+                                                               tmp_path: Path) -> None:
+    assert main(["--handover", "update"]) == 0
+    old = servers_by_name(box_json)
+    wait_until("both servers healthy", lambda: all(healthy(s) for s in old.values()))
+    (large_pid,) = supervisor.pids(old["large"]["port"])
+    (small_pid,) = supervisor.pids(old["small"]["port"])
+
+    # New revision: "large" leaves the box, a second process of "small" arrives on the third port.
+    fleet = write_fleet(tmp_path / "fleet2", ports, [("small", ports[0], None), ("small", ports[2], "small-b")])
+    plane.boxes[BOX] = render(fleet)
+    assert main(["--handover", "update"]) == 0
+    new = servers_by_name(plane.boxes[BOX])
+
+    wait_until("llmfleet-large gone", lambda: "llmfleet-large" not in supervisor.states())
+    wait_until("large's process stopped", lambda: not pid_alive(large_pid))
+    conf_files = sorted(p.name for p in (tmp_path / "conf.d").iterdir())
+    assert conf_files == ["llmfleet-small-b.conf", "llmfleet-small.conf"]
+    wait_until("small-b healthy", lambda: healthy(new["small-b"]))
+    assert http_status(f"http://127.0.0.1:{new['small-b']['port']}/v1/models", new["small-b"]["api_key"]) == 200
+    assert plane.reports[-1]["units_removed"] == ["llmfleet-large"]
+    # small's card division changed (large's share went to small-b), so Supervisor restarted it.
+    wait_until("small restarted", lambda: len(supervisor.pids(old["small"]["port"])) == 2)
+    assert not pid_alive(small_pid)
+    assert set(supervisor.states()) == {"llmfleet-small", "llmfleet-small-b"}
