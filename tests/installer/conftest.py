@@ -4,6 +4,7 @@ environment pointed at temp dirs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -95,6 +96,7 @@ class FakeControlPlane:
     report_status: int = 200
     raw_config: bytes | None = None
     redirect_to: str = ""
+    installer: bytes | None = None  # GET /vllm/installer, with its X-Installer-SHA256
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
@@ -136,7 +138,10 @@ class FakeControlPlane:
 
             def do_GET(self) -> None:
                 status, host = self.box()
-                if self.path != "/vllm/config":
+                if self.path == "/vllm/installer" and status != 403 and plane.installer is not None:
+                    digest = hashlib.sha256(plane.installer).hexdigest()
+                    self.answer(200, None, plane.installer, headers={"X-Installer-SHA256": digest})
+                elif self.path != "/vllm/config":
                     self.answer(404, {"error": "not found"})
                 elif plane.script:
                     forced = plane.script.pop(0)

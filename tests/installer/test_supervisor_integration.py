@@ -12,10 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,33 +21,11 @@ import pytest
 
 from installer.main import main
 from tests.installer.conftest import BOX, FakeControlPlane, render, write_fleet
+from tests.installer.realprocs import http_status, pid_alive, wait_until, write_supervisord_conf
 
 pytestmark = pytest.mark.slow
 SUPERVISORD = Path(sys.executable).parent / "supervisord"
 LOAD_S = "1.5"
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def http_status(url: str, bearer: str | None = None) -> int | None:
-    request = urllib.request.Request(url)
-    if bearer:
-        request.add_header("Authorization", f"Bearer {bearer}")
-    try:
-        with urllib.request.urlopen(request, timeout=2) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except OSError:
-        return None
 
 
 @dataclass
@@ -77,40 +52,12 @@ class Supervisor:
         return [e["pid"] for e in self.read_events() if e["event"] == "start" and e["port"] == port]
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
-
-
 @pytest.fixture
 def supervisor(box_env: Path, tool_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Supervisor]:
     short = Path(tempfile.mkdtemp(prefix="llmf-sv-", dir="/tmp"))  # unix socket paths are limited to ~100 bytes
     conf_dir = tmp_path / "conf.d"
     conf_dir.mkdir()
-    config = tmp_path / "supervisord.conf"
-    config.write_text(f"""\
-[unix_http_server]
-file={short}/supervisor.sock
-chmod=0700
-
-[supervisord]
-nodaemon=true
-logfile={tmp_path}/supervisord.log
-pidfile={short}/supervisord.pid
-childlogdir={tmp_path}
-
-[rpcinterface:supervisor]
-supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
-
-[supervisorctl]
-serverurl=unix://{short}/supervisor.sock
-
-[include]
-files = {conf_dir}/*.conf
-""")
+    config = write_supervisord_conf(tmp_path, short, conf_dir)
     events = tmp_path / "stub-events.jsonl"
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "STUB_VLLM_LOAD_S": LOAD_S,
            "STUB_VLLM_EVENTS": str(events)}

@@ -1,0 +1,69 @@
+"""Helpers for tests that run real processes: waiting, HTTP probes, a supervisord config in a temp dir."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def http_status(url: str, bearer: str | None = None) -> int | None:
+    request = urllib.request.Request(url)
+    if bearer:
+        request.add_header("Authorization", f"Bearer {bearer}")
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+
+def write_supervisord_conf(tmp_path: Path, short: Path, conf_dir: Path) -> Path:
+    """A supervisord config with its socket under `short` (unix socket paths are limited to ~100 bytes)."""
+    config = tmp_path / "supervisord.conf"
+    config.write_text(f"""\
+[unix_http_server]
+file={short}/supervisor.sock
+chmod=0700
+
+[supervisord]
+nodaemon=true
+logfile={tmp_path}/supervisord.log
+pidfile={short}/supervisord.pid
+childlogdir={tmp_path}
+
+[rpcinterface:supervisor]
+supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
+
+[supervisorctl]
+serverurl=unix://{short}/supervisor.sock
+
+[include]
+files = {conf_dir}/*.conf
+""")
+    return config
