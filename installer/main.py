@@ -211,7 +211,7 @@ class Installer:
                 states = program_states(self.settings, [u.program for u in units])
             except HandoverError as exc:
                 return self.fail(Outcome.FAILED, str(exc))
-            self.states = {u.server: server_state(states.get(u.program), written=True) for u in units}
+            self.states = {u.server: server_state(states.get(u.program)) for u in units}
         message = f"{len(units)} server(s) handed to supervisord ({handover})"
         self.report(Outcome.INSTALLED, message)
         if handover == "exec":

@@ -26,15 +26,12 @@ class ServerState(StrEnum):
 
 # Supervisor states that mean "supervisord has it and is running or starting it".
 STARTED_STATES = frozenset({"RUNNING", "STARTING"})
-FAILED_STATES = frozenset({"FATAL", "BACKOFF", "EXITED", "UNKNOWN"})
 
 
-def server_state(supervisor_state: str | None, written: bool) -> ServerState:
-    if supervisor_state in STARTED_STATES:
-        return ServerState.STARTED
-    if supervisor_state in FAILED_STATES or not written:
-        return ServerState.FAILED
-    return ServerState.WRITTEN
+def server_state(supervisor_state: str | None) -> ServerState:
+    """After `supervisorctl update`: started when supervisord runs or starts it; failed otherwise
+    (FATAL, BACKOFF, or not known to supervisord at all)."""
+    return ServerState.STARTED if supervisor_state in STARTED_STATES else ServerState.FAILED
 
 
 def _round(value: float | None) -> float | None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from installer.boxjson import ServerSpec
 from installer.fit import Placement
-from installer.settings import Settings
+from installer.settings import SECRET_VARS, Settings
 
 PREFIX = "llmfleet-"  # program and file namespace; see MARKER
 MARKER = "; llmfleet-installer: managed file, rewritten or removed on every install; do not edit"
@@ -130,6 +130,9 @@ def environment(server: ServerSpec, placement: Placement, settings: Settings, gp
         # restarts exactly the servers whose boot config changed.
         "LLMFLEET_DIGEST": server.digest,
     }
+    # supervisord passes its own environment on; where it inherited the fleet key (a Vast template
+    # sets it for the whole container), blank it for vLLM, which has no use for it.
+    env.update({name: "" for name in SECRET_VARS})
     if gpu_count > 1 and placement.gpus:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs like nvidia-smi
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in placement.gpus)

@@ -237,3 +237,15 @@ def test_zipapp_installs_the_launcher_from_inside_the_archive(tmp_path: Path, bo
     launcher = tmp_path / "data" / "llmfleet" / "bin" / "llmfleet-launch"
     assert launcher.read_text() == (ROOT / "installer" / "launcher.py").read_text()
     assert os.access(launcher, os.X_OK)
+
+
+def test_update_without_a_running_supervisord_fails_and_is_reported(env: Path, control_plane: FakeControlPlane,
+                                                                    tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "supervisord.conf"
+    config.write_text(f"[supervisorctl]\nserverurl=unix://{tmp_path}/no.sock\n")
+    monkeypatch.setenv("LLMFLEET_SUPERVISOR_CONFIG", str(config))
+    assert main(["--handover", "update"]) == 1
+    (report,) = control_plane.reports
+    assert report["outcome"] == "failed"
+    assert "is supervisord running?" in report["message"]

@@ -100,6 +100,8 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
     assert config.environment["HF_HOME"] == str(tmp_path / "data/hf-cache")
     assert config.environment["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert config.environment["LLMFLEET_DIGEST"] == small.digest
+    assert config.environment["FLEET_KEY"] == ""  # blanked: supervisord may have inherited it
+    assert config.environment["LLMFLEET_FLEET_KEY"] == ""
     assert config.stopasgroup
     assert config.killasgroup
     assert config.stopwaitsecs >= 30
