@@ -132,7 +132,7 @@ def environment(server: ServerSpec, placement: Placement, settings: Settings, gp
     }
     # supervisord passes its own environment on; where it inherited the fleet key (a Vast template
     # sets it for the whole container), blank it for vLLM, which has no use for it.
-    env.update({name: "" for name in SECRET_VARS})
+    env.update(dict.fromkeys(SECRET_VARS, ""))
     if gpu_count > 1 and placement.gpus:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs like nvidia-smi
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in placement.gpus)
