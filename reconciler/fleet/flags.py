@@ -1,6 +1,6 @@
 """vLLM command-line flags: rendering a recipe's `settings`, and the flags llmfleet manages.
 
-Rendering follows LLMhop's rules for vLLM (../shared/reference/llmhop.md §10): keys in alphabetical
+Rendering follows LLMhop's rules for vLLM (../shared/reference/llmhop.md §10): flags in alphabetical
 order; `true` -> `--key`; `false` -> `--no-key` (and `no-key: false` -> `--key`); `null` and `[]`
 dropped; a list -> one flag followed by every element; numbers as JSON; mappings as compact JSON;
 strings verbatim.
@@ -28,23 +28,25 @@ def _scalar(value: Frozen) -> str:
 
 
 def render_settings(settings: Mapping[str, Frozen]) -> tuple[str, ...]:
-    """Render a settings mapping into vLLM argv, by the rules above. Pure and deterministic."""
-    argv: list[str] = []
-    for key in sorted(settings):
-        value = settings[key]
+    """Render a settings mapping into vLLM argv, by the rules above. Pure and deterministic.
+
+    Flags are ordered by the name they are emitted under, so `enable-x: false` sorts as `no-enable-x`
+    (LLMhop's worked example pins this order).
+    """
+    rendered: list[tuple[str, list[str]]] = []
+    for key, value in settings.items():
         if value is None or (isinstance(value, tuple) and not value):
             continue
-        if value is True:
-            argv.append(f"--{key}")
-        elif value is False:
-            argv.append(f"--{key[3:]}" if key.startswith("no-") else f"--no-{key}")
+        if value is False:
+            flag = key[3:] if key.startswith("no-") else f"no-{key}"
+            rendered.append((flag, [f"--{flag}"]))
+        elif value is True:
+            rendered.append((key, [f"--{key}"]))
         elif isinstance(value, tuple):
-            argv.append(f"--{key}")
-            argv.extend(_scalar(v) for v in value)
+            rendered.append((key, [f"--{key}", *(_scalar(v) for v in value)]))
         else:
-            argv.append(f"--{key}")
-            argv.append(_scalar(value))
-    return tuple(argv)
+            rendered.append((key, [f"--{key}", _scalar(value)]))
+    return tuple(token for _, tokens in sorted(rendered) for token in tokens)
 
 
 def split_args(args: str | Iterable[str]) -> tuple[str, ...]:

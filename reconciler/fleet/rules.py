@@ -53,7 +53,7 @@ def box_name_problem(name: str, provider: Provider | None) -> str | None:
         if str(address) != name:
             return f"write the address in its canonical form {address}"
         return None
-    if re.fullmatch(r"[0-9.]+", name):
+    if re.fullmatch(r"[0-9]+(?:\.[0-9]*)+", name):
         return f"{name!r} looks like an IPv4 address but is not a valid one"
     if provider is Provider.VAST:
         return "a Vast box is named by its public IP address (PUBLIC_IPADDR)"

@@ -1,0 +1,140 @@
+"""The CLI contract: exit codes 0/1/2, output formats, --rev from git objects."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reconciler.cli import main
+from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT, git
+from tests.fleet.test_bearer import GOLDEN
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LLMFLEET_VLLM_API_SALT", "LLMFLEET_LEGACY_API_KEY", "GITHUB_ACTIONS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def break_placement(repo: Path) -> None:
+    path = repo / "placement.yaml"
+    path.write_text(path.read_text().replace("[llama3.1-8b, 8002]", "[llama3.1-8b, 8009]"))
+
+
+def test_validate_example_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "validate", str(EXAMPLE))
+    assert code == 0 and "valid at working-tree (4 boxes, 7 servers, 4 models)" in out
+
+
+def test_validate_invalid_exits_1_with_positioned_errors(capsys: pytest.CaptureFixture[str], fleet_dir: Path) -> None:
+    break_placement(fleet_dir)
+    code, out, _ = run(capsys, "validate", str(fleet_dir))
+    assert code == 1
+    assert f"{fleet_dir}/placement.yaml:10:21: /hosts/203.0.113.10/1/1: port 8009 is not a listen port" in out
+    assert "[port-not-listen]" in out and "1 error, 0 warnings" in out
+
+
+def test_validate_missing_directory_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "validate", str(tmp_path / "nope"))
+    assert code == 2 and "not a directory" in err
+
+
+def test_validate_json_and_github_formats(capsys: pytest.CaptureFixture[str], fleet_dir: Path) -> None:
+    break_placement(fleet_dir)
+    code, out, _ = run(capsys, "validate", str(fleet_dir), "--format", "json")
+    data = json.loads(out)
+    assert code == 1 and data["valid"] is False and data["diagnostics"][0]["line"] == 10
+    code, out, _ = run(capsys, "validate", str(fleet_dir), "--format", "github")
+    assert code == 1
+    assert out.splitlines()[0].startswith(f"::error file={fleet_dir}/placement.yaml,line=10,col=21,"
+                                          "title=port-not-listen::")
+
+
+def test_validate_rev_reads_git_objects_not_the_tree(capsys: pytest.CaptureFixture[str], fleet_git: Path) -> None:
+    break_placement(fleet_git)  # uncommitted breakage
+    assert run(capsys, "validate", str(fleet_git))[0] == 1
+    code, out, _ = run(capsys, "validate", str(fleet_git), "--rev", "HEAD")
+    assert code == 0 and git(fleet_git, "rev-parse", "HEAD") in out
+    git(fleet_git, "commit", "-qam", "break it")
+    assert run(capsys, "validate", str(fleet_git), "--rev", "HEAD")[0] == 1
+    assert run(capsys, "validate", str(fleet_git), "--rev", "HEAD~1")[0] == 0
+    code, _, err = run(capsys, "validate", str(fleet_git), "--rev", "no-such-branch")
+    assert code == 2 and "no such revision" in err
+
+
+def test_validate_rev_in_a_subdirectory_of_the_repo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import shutil
+
+    repo = tmp_path / "project"
+    shutil.copytree(EXAMPLE, repo / "fleet", ignore=shutil.ignore_patterns(".github"))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "x")
+    assert run(capsys, "validate", str(repo / "fleet"), "--rev", "HEAD")[0] == 0
+
+
+def test_validate_outside_git_with_rev_exits_2(capsys: pytest.CaptureFixture[str], fleet_dir: Path) -> None:
+    code, _, err = run(capsys, "validate", str(fleet_dir), "--rev", "HEAD")
+    assert code == 2 and "not inside a git repository" in err
+
+
+def test_render_prints_the_box_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    salt = tmp_path / "salt"
+    salt.write_text(TEST_SALT + "\n")
+    code, out, _ = run(capsys, "render", "203.0.113.10", "--repo", str(EXAMPLE), "--salt-file", str(salt))
+    doc = json.loads(out)
+    assert code == 0 and [s["port"] for s in doc["servers"]] == [8001, 8002, 8003]
+    assert TEST_SALT not in out
+
+
+def test_render_errors(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, err = run(capsys, "render", "203.0.113.10", "--repo", str(EXAMPLE))
+    assert code == 2 and "LLMFLEET_VLLM_API_SALT" in err
+    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", TEST_SALT)
+    code, _, err = run(capsys, "render", "10.1.1.1", "--repo", str(EXAMPLE))
+    assert code == 1 and "'10.1.1.1' is not in the placement" in err
+    code, _, err = run(capsys, "render", "198.51.100.23", "--repo", str(EXAMPLE))
+    assert code == 1 and "legacy pair" in err and "LLMFLEET_LEGACY_API_KEY" in err
+    monkeypatch.setenv("LLMFLEET_LEGACY_API_KEY", TEST_LEGACY_KEY)
+    assert run(capsys, "render", "198.51.100.23", "--repo", str(EXAMPLE))[0] == 0
+
+
+def test_render_refuses_an_invalid_fleet(capsys: pytest.CaptureFixture[str], fleet_dir: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", TEST_SALT)
+    break_placement(fleet_dir)
+    code, _, err = run(capsys, "render", "203.0.113.10", "--repo", str(fleet_dir))
+    assert code == 1 and "[port-not-listen]" in err
+
+
+def test_api_key(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    salt, host, port, expected = GOLDEN[0]
+    path = tmp_path / "salt"
+    path.write_text(salt + "\n")
+    code, out, _ = run(capsys, "api-key", "--host", host, "--port", str(port), "--salt-file", str(path))
+    assert code == 0 and out.strip() == expected
+    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", salt)
+    assert run(capsys, "api-key", "--host", host, "--port", str(port))[1].strip() == expected
+    with pytest.raises(SystemExit) as exit_info:
+        main(["api-key", "--host", host, "--port", "70000"])
+    assert exit_info.value.code == 2
+    monkeypatch.delenv("LLMFLEET_VLLM_API_SALT")
+    assert run(capsys, "api-key", "--host", host, "--port", "8001")[0] == 2
+
+
+def test_console_script_runs(tmp_path: Path) -> None:
+    env = {**os.environ, "LLMFLEET_VLLM_API_SALT": TEST_SALT}
+    result = subprocess.run([sys.executable, "-m", "reconciler", "validate", str(EXAMPLE)], capture_output=True,
+                            text=True, env=env, check=False)
+    assert result.returncode == 0, result.stderr
