@@ -1,4 +1,8 @@
-"""The body of POST /vllm/report, as agreed with the control plane. Pure."""
+"""The body of POST /vllm/report, as agreed with the control plane. Pure.
+
+Lengths are capped at the control plane's limits (schemas/box-report.schema.json there), so a long
+error never turns the report itself into a 400.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +30,14 @@ class ServerState(StrEnum):
 
 # Supervisor states that mean "supervisord has it and is running or starting it".
 STARTED_STATES = frozenset({"RUNNING", "STARTING"})
+MAX_MESSAGE = 8192
+MAX_PROBLEM = 1024
+MAX_PROBLEMS = 64
+MAX_REVISION = 128
+
+
+def _cap(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def server_state(supervisor_state: str | None) -> ServerState:
@@ -50,7 +62,7 @@ def fit_json(fit: FitResult | None) -> dict[str, Any]:
         "vram_total_gb": _round(fit.vram_total_gb),
         "disk_needed_gb": _round(fit.disk_needed_gb),
         "disk_free_gb": _round(fit.disk_free_gb) if fit.disk_free_gb is not None else 0,
-        "problems": list(fit.problems),
+        "problems": [_cap(p, MAX_PROBLEM) for p in fit.problems[:MAX_PROBLEMS]],
     }
 
 
@@ -58,10 +70,10 @@ def build_report(*, revision: str, installer_version: str, outcome: Outcome, mes
                  fit: FitResult | None, servers: Sequence[ServerSpec], states: Mapping[str, ServerState],
                  units_removed: Sequence[str]) -> dict[str, Any]:
     return {
-        "revision": revision,
+        "revision": _cap(revision, MAX_REVISION),
         "installer_version": installer_version,
         "outcome": str(outcome),
-        "message": message,
+        "message": _cap(message, MAX_MESSAGE),
         "fit": fit_json(fit),
         "servers": [{"name": s.name, "port": s.port, "digest": s.digest, "unit": program_name(s.name),
                      "state": str(states.get(s.name, ServerState.FAILED))} for s in servers],
