@@ -151,6 +151,12 @@ def test_second_run_replaces_changed_and_removes_dropped_units(supervisor: Super
     (large_pid,) = supervisor.pids(old["large"]["port"])
     (small_pid,) = supervisor.pids(old["small"]["port"])
 
+    # The same JSON again (a re-provisioned box): nothing is restarted (`update` stops synchronously).
+    assert main(["--handover", "update"]) == 0
+    assert pid_alive(large_pid)
+    assert pid_alive(small_pid)
+    assert plane.reports[-1]["units_removed"] == []
+
     # New revision: "large" leaves the box, a second process of "small" arrives on the third port.
     fleet = write_fleet(tmp_path / "fleet2", ports, [("small", ports[0], None), ("small", ports[2], "small-b")])
     plane.boxes[BOX] = render(fleet)
