@@ -13,7 +13,9 @@ environment.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -92,6 +94,15 @@ def measure_fit(box: BoxConfig, settings: Settings, assume: str | None) -> FitRe
     disk = free_disk_gb(settings.hf_home)
     cached = {s.name: cached_weights_gb(settings.hf_home, s.model) for s in box.servers}
     return check_fit(box.servers, gpus, disk, cached, tuple(problems))
+
+
+def resolve_vllm(settings: Settings) -> Settings:
+    """Write `vllm` as the absolute path this environment finds: supervisord's PATH may lack the
+    image's virtualenv (Vast's images activate theirs only in login shells)."""
+    found = shutil.which(settings.vllm_bin)
+    if found and SAFE_PATH.match(found):
+        return dataclasses.replace(settings, vllm_bin=found)
+    return settings
 
 
 def render_units(box: BoxConfig, fit: FitResult, settings: Settings) -> list[Unit]:
@@ -232,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         log(str(exc))
         return EXIT_USAGE
-    return Installer(args, settings).run()
+    return Installer(args, resolve_vllm(settings)).run()
 
 
 if __name__ == "__main__":

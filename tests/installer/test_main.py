@@ -115,11 +115,13 @@ def test_no_nvidia_smi_is_a_fit_failure(env: Path, control_plane: FakeControlPla
     assert any("nvidia-smi is not on PATH" in p for p in report["fit"]["problems"])
 
 
-def test_install_writes_private_files_and_reports(env: Path, control_plane: FakeControlPlane,
+def test_install_writes_private_files_and_reports(env: Path, control_plane: FakeControlPlane, tool_bin: Path,
                                                   box_json: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--handover", "none"]) == 0
     files = sorted(p.name for p in conf_dir(env).iterdir())
     assert files == ["llmfleet-large.conf", "llmfleet-small.conf"]
+    # `vllm` is written as the absolute path found on the installer's PATH, not left to supervisord's PATH.
+    assert f" -- {tool_bin}/vllm serve org/small-model " in (conf_dir(env) / "llmfleet-small.conf").read_text()
     for name in files:
         assert stat.S_IMODE((conf_dir(env) / name).stat().st_mode) == 0o600
     launcher = env / "llmfleet" / "bin" / "llmfleet-launch"
