@@ -1,7 +1,7 @@
 """Opt-in: the real vLLM CLI parser (from PyPI) accepts every command line the installer writes.
 
-Skipped unless LLMFLEET_TEST_REAL_VLLM=1 in an environment with `vllm` installed (pip install vllm; the CPU
-build is enough, nothing is loaded). Renders the example fleet's boxes through the real installer path
+Skipped unless LLMFLEET_TEST_REAL_VLLM=1 in an environment with `vllm` installed (pip install vllm; nothing is
+loaded and no GPU is needed). Renders the example fleet's boxes through the real installer path
 (box JSON -> fit -> Supervisor program), takes the vllm argv back out of the program's command with
 shlex (as Supervisor does), and parses it with vLLM's own `serve` argument parser.
 """
@@ -30,13 +30,17 @@ pytestmark = pytest.mark.skipif(os.environ.get("LLMFLEET_TEST_REAL_VLLM") != "1"
                                 reason="set LLMFLEET_TEST_REAL_VLLM=1 with vllm installed to run")
 
 
-def vllm_parser() -> Any:
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
+def vllm_serve() -> tuple[Any, Any]:
+    """vLLM's own top-level parser with its `serve` subcommand, built as `vllm` builds it."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
     try:
-        from vllm.utils import FlexibleArgumentParser
-    except ImportError:  # newer vLLM moved it
-        from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[no-redef]
-    return make_arg_parser(FlexibleArgumentParser())
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # older vLLM
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[no-redef,attr-defined]
+    parser = FlexibleArgumentParser(prog="vllm")
+    serve = ServeSubcommand()
+    serve.subparser_init(parser.add_subparsers(required=False, dest="subparser"))
+    return parser, serve
 
 
 def rendered_argvs(tmp_path: Path) -> list[list[str]]:
@@ -58,14 +62,21 @@ def rendered_argvs(tmp_path: Path) -> list[list[str]]:
     return argvs
 
 
-def test_every_rendered_command_line_parses(tmp_path: Path) -> None:
-    parser = vllm_parser()
+def test_every_rendered_command_line_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not os.environ.get("VLLM_TARGET_DEVICE"):
+        monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")  # no GPU here: building the parser needs a platform
+    parser, serve = vllm_serve()
     argvs = rendered_argvs(tmp_path)
     assert len(argvs) == 7
     for argv in argvs:
-        assert argv[1] == "serve"
-        args = parser.parse_args(["--model", argv[2], *argv[3:]])
-        assert args.model == argv[2]
+        args = parser.parse_args(argv[1:])  # what `vllm` parses: everything after the program name
+        serve.validate(args)
+        assert args.subparser == "serve"
+        assert args.model_tag == argv[2]
         assert args.port == int(argv[argv.index("--port") + 1])
+        assert args.host == argv[argv.index("--host") + 1]
         assert args.served_model_name == [argv[argv.index("--served-model-name") + 1]]
+        assert args.max_model_len == int(argv[argv.index("--max-model-len") + 1])
+        if "--gpu-memory-utilization" in argv:
+            assert args.gpu_memory_utilization == float(argv[argv.index("--gpu-memory-utilization") + 1])
         assert args.api_key is None  # the bearer comes from VLLM_API_KEY, never the command line
