@@ -7,9 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import signal
 import socket
 import ssl
+import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from reconciler.fleet.render import Bearers, render_box
 from reconciler.fleet.source import read_directory
 from reconciler.fleet.validate import validate_snapshot
 from tests.conftest import TEST_SALT
+from tests.installer.realprocs import SUPERVISORD, Supervisor, pid_alive, wait_until, write_supervisord_conf
 
 SUPPORT = Path(__file__).resolve().parent.parent / "support"
 STUB_VLLM = SUPPORT / "stub_vllm.py"
@@ -236,3 +241,35 @@ def box_env(tmp_path: Path, tool_bin: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("FAKE_NVIDIA_SMI_GPUS", "NVIDIA H100 80GB HBM3:81559:81080")
     monkeypatch.delenv("FAKE_NVIDIA_SMI_EXIT", raising=False)
     return data
+
+
+@pytest.fixture
+def supervisor(box_env: Path, tool_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Supervisor]:
+    """A real supervisord in tmp_path with its own socket, the stub vLLM (1.5 s load) as `vllm`."""
+    short = Path(tempfile.mkdtemp(prefix="llmf-sv-", dir="/tmp"))  # unix socket paths are limited to ~100 bytes
+    conf_dir = tmp_path / "conf.d"
+    conf_dir.mkdir()
+    config = write_supervisord_conf(tmp_path, short, conf_dir)
+    events = tmp_path / "stub-events.jsonl"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "STUB_VLLM_LOAD_S": "1.5",
+           "STUB_VLLM_EVENTS": str(events)}
+    process = subprocess.Popen([str(SUPERVISORD), "-n", "-c", str(config)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sv = Supervisor(config, process, events)
+    monkeypatch.setenv("LLMFLEET_SUPERVISOR_CONFIG", str(config))
+    monkeypatch.setenv("LLMFLEET_STARTSECS", "1")
+    monkeypatch.setenv("LLMFLEET_START_TIMEOUT_S", "60")
+    wait_until("supervisord's socket", lambda: (short / "supervisor.sock").exists(), 30)
+    try:
+        yield sv
+    finally:
+        process.send_signal(signal.SIGTERM)  # supervisord stops its programs (stopasgroup) on the way out
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for event in sv.read_events():
+            if event["event"] == "start" and pid_alive(event["pid"]):
+                os.kill(event["pid"], signal.SIGKILL)
+        shutil.rmtree(short, ignore_errors=True)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +71,31 @@ serverurl=unix://{short}/supervisor.sock
 files = {conf_dir}/*.conf
 """)
     return config
+
+
+SUPERVISORD = Path(sys.executable).parent / "supervisord"
+
+
+
+@dataclass
+class Supervisor:
+    config: Path
+    process: subprocess.Popen[bytes]
+    events: Path
+
+    def ctl(self, *args: str) -> str:
+        done = subprocess.run([str(SUPERVISORD.parent / "supervisorctl"), "-c", str(self.config), *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+        return done.stdout
+
+    def states(self) -> dict[str, str]:
+        return {line.split()[0]: line.split()[1] for line in self.ctl("status").splitlines() if line.strip()}
+
+    def read_events(self) -> list[dict[str, Any]]:
+        if not self.events.exists():
+            return []
+        return [json.loads(line) for line in self.events.read_text().splitlines() if line.strip()]
+
+    def pids(self, port: int) -> list[int]:
+        """The stub processes started on `port`, oldest first."""
+        return [e["pid"] for e in self.read_events() if e["event"] == "start" and e["port"] == port]

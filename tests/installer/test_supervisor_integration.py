@@ -5,15 +5,8 @@ One supervisord per test, in a temp dir with its own unix socket; every process 
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,68 +14,9 @@ import pytest
 
 from installer.main import main
 from tests.installer.conftest import BOX, FakeControlPlane, render, write_fleet
-from tests.installer.realprocs import http_status, pid_alive, wait_until, write_supervisord_conf
+from tests.installer.realprocs import Supervisor, http_status, pid_alive, wait_until
 
 pytestmark = pytest.mark.slow
-SUPERVISORD = Path(sys.executable).parent / "supervisord"
-LOAD_S = "1.5"
-
-
-@dataclass
-class Supervisor:
-    config: Path
-    process: subprocess.Popen[bytes]
-    events: Path
-
-    def ctl(self, *args: str) -> str:
-        done = subprocess.run([str(SUPERVISORD.parent / "supervisorctl"), "-c", str(self.config), *args],
-                              capture_output=True, text=True, timeout=60, check=False)
-        return done.stdout
-
-    def states(self) -> dict[str, str]:
-        return {line.split()[0]: line.split()[1] for line in self.ctl("status").splitlines() if line.strip()}
-
-    def read_events(self) -> list[dict[str, Any]]:
-        if not self.events.exists():
-            return []
-        return [json.loads(line) for line in self.events.read_text().splitlines() if line.strip()]
-
-    def pids(self, port: int) -> list[int]:
-        """The stub processes started on `port`, oldest first."""
-        return [e["pid"] for e in self.read_events() if e["event"] == "start" and e["port"] == port]
-
-
-@pytest.fixture
-def supervisor(box_env: Path, tool_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Supervisor]:
-    short = Path(tempfile.mkdtemp(prefix="llmf-sv-", dir="/tmp"))  # unix socket paths are limited to ~100 bytes
-    conf_dir = tmp_path / "conf.d"
-    conf_dir.mkdir()
-    config = write_supervisord_conf(tmp_path, short, conf_dir)
-    events = tmp_path / "stub-events.jsonl"
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "STUB_VLLM_LOAD_S": LOAD_S,
-           "STUB_VLLM_EVENTS": str(events)}
-    process = subprocess.Popen([str(SUPERVISORD), "-n", "-c", str(config)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    sv = Supervisor(config, process, events)
-    monkeypatch.setenv("LLMFLEET_SUPERVISOR_CONFIG", str(config))
-    monkeypatch.setenv("LLMFLEET_STARTSECS", "1")
-    monkeypatch.setenv("LLMFLEET_START_TIMEOUT_S", "60")
-    wait_until("supervisord's socket", lambda: (short / "supervisor.sock").exists(), 30)
-    try:
-        yield sv
-    finally:
-        process.send_signal(signal.SIGTERM)  # supervisord stops its programs (stopasgroup) on the way out
-        try:
-            process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        for event in sv.read_events():
-            if event["event"] == "start" and pid_alive(event["pid"]):
-                os.kill(event["pid"], signal.SIGKILL)
-        shutil.rmtree(short, ignore_errors=True)
-
-
 @pytest.fixture
 def plane(control_plane: FakeControlPlane, monkeypatch: pytest.MonkeyPatch) -> FakeControlPlane:
     monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
