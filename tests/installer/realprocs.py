@@ -76,9 +76,10 @@ files = {conf_dir}/*.conf
 SUPERVISORD = Path(sys.executable).parent / "supervisord"
 
 
-
 @dataclass
 class Supervisor:
+    """A running supervisord (see the `supervisor` fixture) and the stub vLLM's event log."""
+
     config: Path
     process: subprocess.Popen[bytes]
     events: Path
