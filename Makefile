@@ -16,8 +16,12 @@ venv: $(STAMP)
 # The whole suite: lint, types, tests.
 test: lint typecheck unit
 
+# Every GitHub workflow: the project's own and the example fleet repository's.
+WORKFLOWS := $(wildcard .github/workflows/*.yml fleet-repo-example/.github/workflows/*.yml)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/actionlint -shellcheck=$(BIN)/shellcheck $(WORKFLOWS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
