@@ -9,6 +9,7 @@ removed: other programs in the include directory are not ours.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -63,9 +64,10 @@ def owned_units(conf_dir: Path) -> dict[str, Path]:
     return owned
 
 
-def foreign_vllm_units(conf_dir: Path) -> list[str]:
-    """Program files not written by us that run vLLM (e.g. llmao's vllm-*.conf): reported, never removed."""
-    found: list[str] = []
+def foreign_vllm_units(conf_dir: Path) -> dict[str, frozenset[int]]:
+    """Program files not written by us that run vLLM (e.g. llmao's vllm-*.conf), with the ports their
+    commands name: reported, never removed."""
+    found: dict[str, frozenset[int]] = {}
     if not conf_dir.is_dir():
         return found
     for path in sorted(conf_dir.glob("*.conf")):
@@ -76,7 +78,7 @@ def foreign_vllm_units(conf_dir: Path) -> list[str]:
         except OSError:
             continue
         if "vllm serve" in text or "vllm.entrypoints" in text:
-            found.append(path.name)
+            found[path.name] = frozenset(int(p) for p in re.findall(r"--port[= ]+([0-9]{1,5})\b", text))
     return found
 
 

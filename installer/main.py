@@ -194,15 +194,27 @@ class Installer:
             units = render_units(box, fit, self.settings)
         except UnitError as exc:
             return self.fail(Outcome.FAILED, f"cannot write a Supervisor program: {exc}")
-        for name in foreign_vllm_units(self.settings.conf_dir):
-            log(f"warning: {self.settings.conf_dir / name} runs vLLM but was not written by llmfleet; left in place")
+        ours = {s.port for s in box.servers}
+        clashes = []
+        for name, ports in foreign_vllm_units(self.settings.conf_dir).items():
+            path = self.settings.conf_dir / name
+            if ports & ours:
+                clashes.append(f"{path} (not written by llmfleet, so left in place) runs vLLM on port "
+                               f"{', '.join(map(str, sorted(ports & ours)))}, which this box's servers use: "
+                               "remove it and run the installer again")
+            else:
+                log(f"warning: {path} runs vLLM but was not written by llmfleet; left in place")
         if self.args.dry_run:
+            for clash in clashes:
+                log("would fail: " + clash)
             show_dry_run(units, fit, self.settings)
             self.states = {s.name: ServerState.WRITTEN for s in box.servers}
             self.report(Outcome.DRY_RUN, "dry run: nothing written")
             return EXIT_OK
         if not fit.ok:
             return self.fail(Outcome.FIT_FAILED, "will not fit: " + "; ".join(fit.problems))
+        if clashes:
+            return self.fail(Outcome.FAILED, "; ".join(clashes))
         return self.install(units)
 
     def install(self, units: list[Unit]) -> int:

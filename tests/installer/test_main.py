@@ -251,3 +251,16 @@ def test_update_without_a_running_supervisord_fails_and_is_reported(env: Path, c
     (report,) = control_plane.reports
     assert report["outcome"] == "failed"
     assert "is supervisord running?" in report["message"]
+
+
+def test_a_foreign_vllm_unit_on_one_of_our_ports_stops_the_install(env: Path, control_plane: FakeControlPlane,
+                                                                   box_json: dict[str, Any]) -> None:
+    conf = conf_dir(env)
+    conf.mkdir()
+    port = box_json["servers"][0]["port"]
+    (conf / "vllm-qwen.conf").write_text(f"[program:vllm-qwen]\ncommand=/usr/local/bin/vllm serve m --port {port}\n")
+    assert main(["--handover", "none"]) == 1
+    assert sorted(p.name for p in conf.iterdir()) == ["vllm-qwen.conf"]
+    (report,) = control_plane.reports
+    assert report["outcome"] == "failed"
+    assert f"vllm-qwen.conf (not written by llmfleet, so left in place) runs vLLM on port {port}" in report["message"]
