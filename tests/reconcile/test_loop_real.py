@@ -1,14 +1,18 @@
 """The whole loop with real parts: a fleet git repository, `llmfleet plan`/`apply` processes, the real
-LiteLLM proxy, and vLLM stand-ins on loopback addresses (127.0.0.x) behind the static provider. A chat
-completion sent through LiteLLM reaches the right server; moving a model moves its deployment; a
-server that dies is Down and loses its deployment; restored, it gets it back."""
+LiteLLM proxy, and stub vLLM processes (tests/support/stub_vllm.py, the bearer from VLLM_API_KEY) on
+loopback addresses (127.0.0.x) behind the static provider. A chat completion sent through LiteLLM
+reaches the right server; moving a model moves its deployment; a server that dies is Down and loses
+its deployment; restored, it gets it back. (Started directly here; the installer-and-control-plane
+version of this loop is test_full_loop_real.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ from reconciler.fleet.bearer import Salt
 from tests.conftest import git
 from tests.support.litellm import LitellmProxy
 
-from .fakes import FakeServer, FakeVllm, free_port, serve
+from .fakes import free_port
 
 SALT = "e2e-salt-0123456789abcdef"
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +49,33 @@ def write_fleet(repo: Path, ports: list[int], placement: dict[str, list[tuple[st
 def commit(repo: Path, message: str) -> None:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message)
+
+
+STUB = ROOT / "tests" / "support" / "stub_vllm.py"
+
+
+class Stub:
+    """One stub vLLM process: `vllm serve` as the installer's Supervisor unit would run it."""
+
+    def __init__(self, host: str, port: int, model: str, served: str, bearer: str) -> None:
+        self.host, self.port = host, port
+        self.process = subprocess.Popen(
+            [sys.executable, str(STUB), "serve", model, "--host", host, "--port", str(port),
+             "--served-model-name", served, "--max-model-len", "4096"],
+            env={**os.environ, "VLLM_API_KEY": bearer}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.kill()
+        raise AssertionError(f"stub vLLM on {host}:{port} did not come up")
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=10)
 
 
 class Cli:
@@ -93,82 +124,83 @@ async def scenario(proxy: LitellmProxy, tmp: Path) -> None:
     env = {**os.environ, "E2E_LITELLM_KEY": proxy.master_key, "E2E_SALT": SALT}
     cli = Cli(config, env)
     salt = Salt(SALT)
-    vllm = FakeVllm()
-    a1 = FakeServer("tiny-a", salt.derive("127.0.0.2", p1), "org/tiny-a")
-    b2 = FakeServer("tiny-b", salt.derive("127.0.0.3", p2), "org/tiny-b")
-    a3 = FakeServer("tiny-a", salt.derive("127.0.0.3", p3), "org/tiny-a")
     ida1, idb2, ida3 = f"llmfleet:127.0.0.2:{p1}", f"llmfleet:127.0.0.3:{p2}", f"llmfleet:127.0.0.3:{p3}"
+    stubs = [Stub("127.0.0.2", p1, "org/tiny-a", "tiny-a", salt.derive("127.0.0.2", p1)),
+             Stub("127.0.0.3", p2, "org/tiny-b", "tiny-b", salt.derive("127.0.0.3", p2))]
+    try:
+        await story(proxy, tmp, repo, ports, cli, salt, stubs, (ida1, idb2, ida3))
+    finally:
+        for stub in stubs:
+            stub.kill()
 
-    async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(serve(vllm.app(), [p1], host="127.0.0.2"))
-        stub_b = contextlib.AsyncExitStack()
-        await stub_b.enter_async_context(serve(vllm.app(), [p2], host="127.0.0.3"))
-        vllm.servers.update({p1: a1, p2: b2, p3: a3})
 
-        code, out = await cli("plan", "--detailed-exitcode")
-        assert code == 2, out
-        assert f"+ deployment {ida1}  tiny-a  will be created" in out
-        assert "Plan: 2 to add, 0 to change, 0 to destroy." in out
-        assert salt.derive("127.0.0.2", p1) not in out
+async def story(proxy: LitellmProxy, tmp: Path, repo: Path, ports: list[int], cli: Cli, salt: Salt,
+                stubs: list[Stub], ids: tuple[str, str, str]) -> None:
+    p1, p2, p3 = ports
+    ida1, idb2, ida3 = ids
+    code, out = await cli("plan", "--detailed-exitcode")
+    assert code == 2, out
+    assert f"+ deployment {ida1}  tiny-a  will be created" in out
+    assert "Plan: 2 to add, 0 to change, 0 to destroy." in out
+    assert salt.derive("127.0.0.2", p1) not in out
 
-        saved = tmp / "first.plan.json"
-        code, out = await cli("plan", "--out", str(saved))
-        assert code == 0, out
-        assert salt.derive("127.0.0.2", p1) not in saved.read_text()
-        code, out = await cli("apply", str(saved))  # applies exactly the saved plan
-        assert code == 0, out
-        assert managed(proxy) == {ida1: "tiny-a", idb2: "tiny-b"}
-        code, out = await cli("plan", "--detailed-exitcode")
-        assert code == 0, out
-        assert "No changes." in out
+    saved = tmp / "first.plan.json"
+    code, out = await cli("plan", "--out", str(saved))
+    assert code == 0, out
+    assert salt.derive("127.0.0.2", p1) not in saved.read_text()
+    code, out = await cli("apply", str(saved))  # applies exactly the saved plan
+    assert code == 0, out
+    assert managed(proxy) == {ida1: "tiny-a", idb2: "tiny-b"}
+    code, out = await cli("plan", "--detailed-exitcode")
+    assert code == 0, out
+    assert "No changes." in out
 
-        status, body = await chat(proxy, "tiny-a")
-        assert status == 200, body
-        assert body["choices"][0]["message"]["content"] == f"served by 127.0.0.2:{p1} as tiny-a"
+    status, body = await chat(proxy, "tiny-a")
+    assert status == 200, body
+    assert body["choices"][0]["message"]["content"].startswith(f"stub-vllm tiny-a port {p1}:")
 
-        # Move tiny-a to 127.0.0.3:p3 in a new commit; its new server comes up there. A plan saved
-        # before the commit is stale now: applying it writes nothing.
-        code, out = await cli("plan", "--out", str(saved))
-        assert code == 0, out
-        write_fleet(repo, ports, {"127.0.0.3": [("tiny-b", p2), ("tiny-a", p3)]})
-        commit(repo, "move tiny-a")
-        code, out = await cli("apply", str(saved))
-        assert code == 1, out
-        assert "run llmfleet plan again" in out
-        assert managed(proxy) == {ida1: "tiny-a", idb2: "tiny-b"}
-        await stack.enter_async_context(serve(vllm.app(), [p3], host="127.0.0.3"))
-        code, out = await cli("apply")
-        assert code == 0, out
-        assert out.index(f"+ deployment {ida3}") < out.index(f"- deployment {ida1}")
-        assert managed(proxy) == {ida3: "tiny-a", idb2: "tiny-b"}
-        vllm.chats.clear()
-        status, body = await chat(proxy, "tiny-a")
-        assert status == 200, body
-        assert vllm.chats == [(p3, "tiny-a")]
+    # Move tiny-a to 127.0.0.3:p3 in a new commit; its new server comes up there. A plan saved
+    # before the commit is stale now: applying it writes nothing.
+    code, out = await cli("plan", "--out", str(saved))
+    assert code == 0, out
+    write_fleet(repo, ports, {"127.0.0.3": [("tiny-b", p2), ("tiny-a", p3)]})
+    commit(repo, "move tiny-a")
+    code, out = await cli("apply", str(saved))
+    assert code == 1, out
+    assert "run llmfleet plan again" in out
+    assert managed(proxy) == {ida1: "tiny-a", idb2: "tiny-b"}
+    stubs.append(Stub("127.0.0.3", p3, "org/tiny-a", "tiny-a", salt.derive("127.0.0.3", p3)))
+    code, out = await cli("apply")
+    assert code == 0, out
+    assert out.index(f"+ deployment {ida3}") < out.index(f"- deployment {ida1}")
+    assert managed(proxy) == {ida3: "tiny-a", idb2: "tiny-b"}
+    status, body = await chat(proxy, "tiny-a")
+    assert status == 200, body
+    assert body["choices"][0]["message"]["content"].startswith(f"stub-vllm tiny-a port {p3}:")
 
-        # Kill tiny-b's server: one failed probe keeps it (hysteresis), the second makes it Down.
-        await stub_b.aclose()
-        code, out = await cli("apply")
-        assert code == 0, out
-        assert idb2 in managed(proxy)
-        assert "1 failed probe(s) in a row" in out
-        code, out = await cli("apply")
-        assert code == 0, out
-        assert f"- deployment {idb2}" in out
-        assert "Down:" in out
-        assert managed(proxy) == {ida3: "tiny-a"}
+    # Kill tiny-b's server: one failed probe keeps it (hysteresis), the second makes it Down.
+    stubs[1].kill()
+    code, out = await cli("apply")
+    assert code == 0, out
+    assert idb2 in managed(proxy)
+    assert "1 failed probe(s) in a row" in out
+    code, out = await cli("apply")
+    assert code == 0, out
+    assert f"- deployment {idb2}" in out
+    assert "Down:" in out
+    assert managed(proxy) == {ida3: "tiny-a"}
 
-        # Restore it: Down recovers only after two good probes in a row.
-        await stub_b.enter_async_context(serve(vllm.app(), [p2], host="127.0.0.3"))
-        code, out = await cli("apply")
-        assert code == 0, out
-        assert "recovering: 1 of 2" in out
-        assert idb2 not in managed(proxy)
-        code, out = await cli("apply")
-        assert code == 0, out
-        assert managed(proxy) == {ida3: "tiny-a", idb2: "tiny-b"}
-        status, body = await chat(proxy, "tiny-b")
-        assert status == 200, body
-        code, out = await cli("plan", "--detailed-exitcode", "--format", "json")
-        assert code == 0, out
-        await stub_b.aclose()
+    # Restore it: Down recovers only after two good probes in a row.
+    stubs[1] = Stub("127.0.0.3", p2, "org/tiny-b", "tiny-b", salt.derive("127.0.0.3", p2))
+    code, out = await cli("apply")
+    assert code == 0, out
+    assert "recovering: 1 of 2" in out
+    assert idb2 not in managed(proxy)
+    code, out = await cli("apply")
+    assert code == 0, out
+    assert managed(proxy) == {ida3: "tiny-a", idb2: "tiny-b"}
+    status, body = await chat(proxy, "tiny-b")
+    assert status == 200, body
+    assert body["choices"][0]["message"]["content"].startswith(f"stub-vllm tiny-b port {p2}:")
+    code, out = await cli("plan", "--detailed-exitcode", "--format", "json")
+    assert code == 0, out
