@@ -105,12 +105,17 @@ class EchoHandler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _handle  # noqa: N815
 
 
-class TCPEcho(ThreadingHTTPServer):
+class _QuietAboutClosedClients:
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """The gateway closing an upstream connection (a client went away) is expected here."""
+
+
+class TCPEcho(_QuietAboutClosedClients, ThreadingHTTPServer):
     daemon_threads = True
     server_name_tag = "tcp"
 
 
-class UnixEcho(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class UnixEcho(_QuietAboutClosedClients, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     server_name_tag = "unix"
 
