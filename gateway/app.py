@@ -45,6 +45,7 @@ from gateway.metrics import Metrics, ModelStats
 log = logging.getLogger("gateway")
 
 BUFFER_RESPONSES_UP_TO = 1024 * 1024  # known-length bodies up to this size are relayed in one write
+BUFFER_REQUESTS_UP_TO = 64 * 1024  # path-routed bodies declared this small are read before forwarding
 _JSON = "application/json"
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -166,8 +167,15 @@ class Gateway:
             return self._unrouted(errors.unknown_model(route.model))
         target = model.route.target.request_target(route.rest, query)
         body: bytes | AsyncIterator[bytes] | None = None
-        if request.content_length == 0:
-            body = b""  # keep the client's `Content-Length: 0`
+        length = request.content_length
+        if length is not None and length <= BUFFER_REQUESTS_UP_TO:
+            # Small declared bodies are read first: one write upstream, and a retry stays possible.
+            try:
+                body = b"".join([chunk async for chunk in self._body_chunks(request)])
+            except _BodyTooLargeError:
+                return self._unrouted(errors.BODY_TOO_LARGE)
+            except _BodyUnreadableError:
+                return self._unrouted(errors.BODY_UNREADABLE)
         elif request.body_exists:
             body = self._body_chunks(request)
         return await self._proxy(request, model, target, body, chunked=request.content_length is None)
