@@ -170,7 +170,7 @@ class Pool:
                 opening = loop.create_connection(_Connection, target.host, target.port, ssl=self._ssl,
                                                  server_hostname=target.host if self._ssl else None)
             _, conn = await asyncio.wait_for(opening, self.connect_timeout)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # noqa: UP041 - distinct classes before Python 3.11
             raise UpstreamError(f"connect timed out after {self.connect_timeout:g} s") from None
         except OSError as exc:
             raise UpstreamError(f"connect failed: {exc.strerror or type(exc).__name__}") from None

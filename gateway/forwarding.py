@@ -33,10 +33,11 @@ class BodyError(Exception):
 
 def bearer_ok(authorization: str | None, tokens: Sequence[bytes]) -> bool:
     """`Bearer <token>`: scheme case-insensitive, split at the first space, token compared exactly
-    and in constant time against every configured token."""
+    and in constant time against every configured token. Whitespace around the field value is not
+    part of it (RFC 9110 §5.5); some aiohttp versions strip it and some do not, so strip it here."""
     if authorization is None:
         return False
-    scheme, space, presented = authorization.partition(" ")
+    scheme, space, presented = authorization.strip(" \t").partition(" ")
     if not space or scheme.lower() != "bearer":
         return False
     candidate = presented.encode("utf-8", "surrogateescape")

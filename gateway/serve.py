@@ -30,7 +30,10 @@ def serve_forever(coro: Coroutine[Any, Any, int]) -> int:
         import uvloop
     except ImportError:
         return asyncio.run(coro)
-    return uvloop.run(coro)
+    if hasattr(uvloop, "run"):  # uvloop >= 0.18
+        return int(uvloop.run(coro))
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return asyncio.run(coro)
 
 
 async def serve(config: GatewayConfig) -> int:

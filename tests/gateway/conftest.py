@@ -28,6 +28,9 @@ import pytest
 from tests.gateway.upstreams import Running, start_tcp_echo, start_unix_echo
 
 ROOT = Path(__file__).resolve().parents[2]
+# The interpreter that runs the gateway; point it at another one (say a vLLM image's Python with its
+# aiohttp) to run the suite against that.
+GATEWAY_PYTHON = os.environ.get("LLMFLEET_GATEWAY_PYTHON", sys.executable)
 TOKEN = "tok"
 READY_TIMEOUT = 30.0
 
@@ -137,7 +140,7 @@ class GatewayProcess:
         notify.bind(notify_path)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": notify_path, **self.env}
         with open(self.stderr_path, "wb") as stderr:
-            self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(self.config_path)],
+            self.proc = subprocess.Popen([GATEWAY_PYTHON, "-m", "gateway", "--config", str(self.config_path)],
                                          env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=self.directory)
         try:
             while True:

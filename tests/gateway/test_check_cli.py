@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from installer.zipapp import build_zipapp
-from tests.gateway.conftest import ROOT, GatewayProcess, Upstreams, reference_config, running_gateway
+from tests.gateway.conftest import GATEWAY_PYTHON, ROOT, GatewayProcess, Upstreams, reference_config, running_gateway
 
 EXAMPLE = Path(__file__).with_name("llmhop_example.json")
 SPEC_CANDIDATES = (ROOT.parent / "shared" / "spec" / "llmhop.txt", Path("/work/shared/spec/llmhop.txt"))
 
 
 def _run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([GATEWAY_PYTHON, "-m", "gateway", *args], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=cwd or ROOT)
 
 

@@ -45,7 +45,8 @@ def test_bearer() -> None:
     tokens = [b"tok", b"other"]
     assert bearer_ok("Bearer tok", tokens)
     assert bearer_ok("bEaReR other", tokens)
-    for bad in (None, "Bearer", "Bearer  tok", "Bearer tok ", "Basic tok", "tok", "Bearer to"):
+    assert bearer_ok("Bearer tok \t", tokens)  # surrounding whitespace is not part of a field value
+    for bad in (None, "Bearer", "Bearer  tok", "Bearer tok x", "Basic tok", "tok", "Bearer to"):
         assert not bearer_ok(bad, tokens), bad
 
 
