@@ -111,6 +111,8 @@ class Gateway:
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         raw_path, _, query = request.raw_path.partition("?")
+        if not raw_path.startswith("/") and "://" in raw_path:  # absolute-form target: keep its path
+            raw_path = "/" + raw_path.split("://", 1)[1].partition("/")[2]
         method = request.method
         local = method in ("GET", "HEAD")
         if local and raw_path == "/health":

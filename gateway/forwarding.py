@@ -21,6 +21,8 @@ HOP_BY_HOP = frozenset({"connection", "proxy-connection", "keep-alive", "proxy-a
 _REQUEST_DROP = HOP_BY_HOP | {"content-length", "expect", "host", "forwarded", "x-forwarded-for",
                               "x-forwarded-host", "x-forwarded-proto"}
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
+# The gateway frames the upstream request itself; Go's transport likewise ignores these in a header map.
+_NOT_INJECTABLE = frozenset({"content-length", "transfer-encoding", "trailer"})
 
 
 class BodyError(Exception):
@@ -141,6 +143,8 @@ def upstream_headers(client: Sequence[tuple[str, str]], *, client_ip: str, clien
         replaced = {name.lower() for name, _ in injected}
         out = [(name, value) for name, value in out if name.lower() not in replaced]
         for name, value in injected:
+            if name.lower() in _NOT_INJECTABLE:
+                continue
             if name.lower() == "host":
                 host = value
             else:

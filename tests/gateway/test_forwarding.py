@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 import socket
+import subprocess
 import time
+from pathlib import Path
 
-from tests.gateway.conftest import GatewayProcess
-from tests.gateway.upstreams import BIG_SIZE
+from tests.gateway.conftest import GatewayProcess, Upstreams, reference_config, running_gateway
+from tests.gateway.upstreams import BIG_SIZE, start_tls_echo
 
 BODY = '{"model":"echo",  "messages":[{"role":"user","content":"héllo \\u00e9"}] , "n":1}'.encode()
 
@@ -145,3 +147,29 @@ def test_client_disconnect_releases_the_slot_and_the_upstream(gw: GatewayProcess
     while line not in gw.request("GET", "/metrics").body.decode():
         assert time.monotonic() - left < 0.8, "slot still held after the client left"
         time.sleep(0.01)
+
+
+def test_https_upstream_is_verified_against_the_trust_store(upstreams: Upstreams, tmp_path: Path) -> None:
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    server, port = start_tls_echo(cert, key)
+    try:
+        config = reference_config(upstreams, models={"tls": {"url": f"https://localhost:{port}/base"}})
+        with running_gateway(config, env={"SSL_CERT_FILE": cert}) as gateway:
+            reply = gateway.request("POST", "/v1/x", body=b'{"model":"tls"}')
+            assert (reply.status, reply.json()["path"]) == (200, "/base/v1/x")
+        with running_gateway(config) as untrusting:  # the system trust store does not know this certificate
+            reply = untrusting.request("POST", "/v1/x", body=b'{"model":"tls"}')
+            assert reply.status == 502
+            assert "certificate" in reply.json()["error"]["message"].lower()
+    finally:
+        server.stop()
+
+
+def test_absolute_form_request_target_keeps_only_its_path(gw: GatewayProcess) -> None:
+    raw = gw.raw(b"POST http://elsewhere.example/v1/x?q=1 HTTP/1.1\r\nHost: elsewhere.example\r\n"
+                 b"Authorization: Bearer tok\r\nContent-Length: 16\r\nConnection: close\r\n\r\n{\"model\":\"echo\"}")
+    assert raw.startswith(b"HTTP/1.1 200")
+    assert b'"path": "/base/v1/x?backend=1&q=1"' in raw

@@ -55,7 +55,7 @@ def test_upstream_headers_order_and_overrides() -> None:
         [("Host", "front"), ("Connection", "close, X-Hop"), ("X-Hop", "1"), ("Authorization", "Bearer c"),
          ("X-Forwarded-For", "9.9.9.9"), ("Content-Length", "5"), ("x-keep", "a"), ("X-Keep", "b")],
         client_ip="10.0.0.1", client_host="front", strip_authorization=True,
-        injected=[("X-Keep", "injected"), ("Host", "back")], default_host="h:1")
+        injected=[("X-Keep", "injected"), ("Host", "back"), ("Content-Length", "1")], default_host="h:1")
     assert host == "back"
     assert headers == [("X-Forwarded-For", "10.0.0.1"), ("X-Forwarded-Host", "front"),
                        ("X-Forwarded-Proto", "http"), ("X-Keep", "injected")]

@@ -147,3 +147,14 @@ def start_unix_echo(path: str) -> Running:
     if os.path.exists(path):
         os.unlink(path)
     return Running(UnixEcho(path, EchoHandler))
+
+
+def start_tls_echo(cert: str, key: str) -> tuple[Running, int]:
+    """The TCP echo behind TLS (a certificate for `localhost`)."""
+    import ssl
+
+    server = TCPEcho(("127.0.0.1", 0), EchoHandler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return Running(server), server.server_address[1]
