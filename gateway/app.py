@@ -149,7 +149,7 @@ class Gateway:
 
     async def _body_routed(self, request: web.BaseRequest, raw_path: str, query: str) -> web.StreamResponse:
         try:
-            body = b"".join([chunk async for chunk in self._body_chunks(request)])
+            body = await self._whole_body(request)
             name = select_model(body)
         except _BodyTooLargeError:
             return self._unrouted(errors.BODY_TOO_LARGE)
@@ -173,7 +173,7 @@ class Gateway:
         if length is not None and length <= BUFFER_REQUESTS_UP_TO:
             # Small declared bodies are read first: one write upstream, and a retry stays possible.
             try:
-                body = b"".join([chunk async for chunk in self._body_chunks(request)])
+                body = await self._whole_body(request)
             except _BodyTooLargeError:
                 return self._unrouted(errors.BODY_TOO_LARGE)
             except _BodyUnreadableError:
@@ -181,6 +181,16 @@ class Gateway:
         elif request.body_exists:
             body = self._body_chunks(request)
         return await self._proxy(request, model, target, body, chunked=request.content_length is None)
+
+    async def _whole_body(self, request: web.BaseRequest) -> bytes:
+        """The request body in memory, refused past maxBodyBytes (a declared excess was refused earlier)."""
+        length = request.content_length
+        if not length:
+            return b"" if length == 0 else b"".join([chunk async for chunk in self._body_chunks(request)])
+        try:
+            return await request.content.readexactly(length)
+        except (HttpProcessingError, ConnectionError, asyncio.IncompleteReadError):
+            raise _BodyUnreadableError() from None
 
     async def _body_chunks(self, request: web.BaseRequest) -> AsyncIterator[bytes]:
         """The request body as it arrives, cut off past maxBodyBytes."""
