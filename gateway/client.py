@@ -230,15 +230,15 @@ async def _read_response(pool: Pool, conn: _Connection, head_request: bool, *, m
             if may_be_stale and not conn.received:
                 raise _StaleError() from None
             raise
-        status, reason, headers = _parse_head(head)
+        version, status, reason, headers = _parse_head(head)
         if status == 101:
             raise UpstreamError("upstream switched protocols, which the gateway does not support")
         if status >= 200:
-            return Response(pool, conn, status, reason, headers, head_request)
+            return Response(pool, conn, status, reason, headers, head_request, http10=version == "HTTP/1.0")
         # 1xx interim responses (100 Continue, 103 Early Hints) are consumed here
 
 
-def _parse_head(head: bytes) -> tuple[int, str, list[tuple[str, str]]]:
+def _parse_head(head: bytes) -> tuple[str, int, str, list[tuple[str, str]]]:
     lines = head.decode("latin-1").split("\r\n")
     version, _, rest = lines[0].partition(" ")
     code, _, reason = rest.partition(" ")
@@ -250,7 +250,7 @@ def _parse_head(head: bytes) -> tuple[int, str, list[tuple[str, str]]]:
         if not colon or not name or name != name.strip() or line[0] in " \t":
             raise UpstreamError("upstream sent a malformed header line")
         headers.append((name, value.strip(" \t")))
-    return int(code), reason, headers
+    return version, int(code), reason, headers
 
 
 class Response:
@@ -258,13 +258,13 @@ class Response:
     `release()` the connection (it goes back to the pool only if the body was read to the end)."""
 
     def __init__(self, pool: Pool, conn: _Connection, status: int, reason: str,
-                 headers: list[tuple[str, str]], head_request: bool) -> None:
+                 headers: list[tuple[str, str]], head_request: bool, *, http10: bool = False) -> None:
         self.status = status
         self.reason = reason
         self.headers = headers
         self._pool = pool
         self._conn: _Connection | None = conn
-        self._keep_alive = True
+        self._keep_alive = not http10  # HTTP/1.0 keeps a connection only when it says keep-alive
         self.content_length: int | None = None  # bytes of body that follow (None: unknown up front)
         self.declared_length: int | None = None  # a HEAD response's Content-Length, to relay as is
         self._chunked = False
@@ -281,8 +281,9 @@ class Response:
                 transfer_encoding += [t.strip().lower() for t in value.split(",") if t.strip()]
             elif lower == "content-length":
                 lengths.update(v.strip() for v in value.split(","))
-            elif lower == "connection" and "close" in value.lower():
-                self._keep_alive = False
+            elif lower == "connection":
+                tokens = {t.strip().lower() for t in value.split(",")}
+                self._keep_alive = "close" not in tokens and (self._keep_alive or "keep-alive" in tokens)
         if head_request or self.status in _NO_BODY_STATUS:
             self._complete = True  # no body follows, whatever the headers say
             self.content_length = 0

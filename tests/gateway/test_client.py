@@ -186,3 +186,25 @@ def test_refused_and_unreachable() -> None:
             await pool.send(HEAD, b"", chunked=False, head_request=False)
 
     asyncio.run(test())
+
+
+@pytest.mark.parametrize(("status_line", "connection", "connections"), [
+    (b"HTTP/1.0 200 OK", b"", 3),  # HTTP/1.0: one request per connection...
+    (b"HTTP/1.0 200 OK", b"Connection: keep-alive\r\n", 1),  # ...unless it says keep-alive
+    (b"HTTP/1.1 200 OK", b"Connection: close\r\n", 3),
+])
+def test_connection_reuse_follows_the_response(status_line: bytes, connection: bytes, connections: int) -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_request(reader)
+            # The upstream itself would go on serving: only the client's reading of the answer decides.
+            writer.write(status_line + b"\r\nContent-Length: 2\r\n" + connection + b"\r\nok")
+            await writer.drain()
+
+    async def test(pool: Pool) -> None:
+        for _ in range(3):
+            response = await pool.send(HEAD, b"", chunked=False, head_request=False)
+            assert await response.read_all() == b"ok"
+            response.release()
+
+    assert _run(script, test) == connections
