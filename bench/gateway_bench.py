@@ -12,8 +12,9 @@ uvloop when installed), then measures, like llmhop.md §13 (77-byte POST, 110-by
   added median over the direct one;
 - SSE time to first event (sequential requests on one keep-alive connection), direct vs gateway.
 
-Every figure depends on the machine and what else runs on it: the load average is printed before
-and after. Not part of CI.
+Other work on the machine skews single runs, so every row is measured in `--rounds` rounds taken in
+turn (row 1, row 2, ..., row 1, ...) and the table shows the median round and the best one. The load
+average is printed before and after. Not part of CI.
 """
 
 from __future__ import annotations
@@ -156,6 +157,7 @@ def first_event_ms(port: int, request: bytes, rounds: int) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sse-rounds", type=int, default=200)
     parser.add_argument("--out", type=Path, help="also write the markdown to this file")
     args = parser.parse_args(argv)
@@ -177,20 +179,28 @@ def main(argv: list[str] | None = None) -> int:
                 ("gateway, body routing", f"{gateway}/v1/chat/completions", post_m, 8),
                 ("gateway, GET /v1/models", f"{gateway}/v1/models", None, 32),
             ]
-            lines += ["| Target | C | req/s | mean latency | non-2xx |", "|---|---|---|---|---|"]
-            for name, url, script, connections in rows:
-                result = wrk(url, connections=connections, threads=2, duration=args.duration, script=script)
-                lines.append(f"| {name} | {connections} | {result.requests_per_second:,.0f} | "
-                             f"{result.mean_ms:.2f} ms | {result.non_2xx} {result.errors} |")
+            throughput = [[wrk(url, connections=c, threads=2, duration=args.duration, script=script)
+                           for name, url, script, c in rows] for _ in range(args.rounds)]
+            lines += ["| Target | C | req/s, median round | req/s, best round | mean latency (median round) | "
+                      "non-2xx |", "|---|---|---|---|---|---|"]
+            for index, (name, _url, _script, connections) in enumerate(rows):
+                runs = sorted((r[index] for r in throughput), key=lambda r: r.requests_per_second)
+                middle = runs[len(runs) // 2]
+                lines.append(f"| {name} | {connections} | {middle.requests_per_second:,.0f} | "
+                             f"{runs[-1].requests_per_second:,.0f} | {middle.mean_ms:.2f} ms | "
+                             f"{sum(r.non_2xx for r in runs)} {middle.errors} |")
                 print(lines[-1], flush=True)
-            lines += ["", "| Target (1 connection) | median latency | added over direct |", "|---|---|---|"]
-            base: float | None = None
-            for name, url, script, _ in rows[:4]:
-                result = wrk(url, connections=1, threads=1, duration=max(3, args.duration // 2), script=script)
-                median = result.median_ms or result.mean_ms
-                base = median if base is None else base
-                lines.append(f"| {name} | {median * 1000:.0f} µs | "
-                             f"{'–' if median is base else f'{(median - base) * 1000:+.0f} µs'} |")
+            latency_rows = rows[:4]
+            medians = [[wrk(url, connections=1, threads=1, duration=max(3, args.duration // 2), script=script)
+                        for _name, url, script, _c in latency_rows] for _ in range(args.rounds)]
+            lines += ["", "| Target (1 connection) | median latency (median round) | added over direct |",
+                      "|---|---|---|"]
+            base = 0.0
+            for index, (name, _url, _script, _c) in enumerate(latency_rows):
+                median = statistics.median((r[index].median_ms or r[index].mean_ms) for r in medians)
+                base = median if index == 0 else base
+                added = "–" if index == 0 else f"{(median - base) * 1000:+.0f} µs"
+                lines.append(f"| {name} | {median * 1000:.0f} µs | {added} |")
                 print(lines[-1], flush=True)
             sse = b"GET /v1/sse HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer %b\r\n\r\n" % TOKEN.encode()
             path_sse = sse.replace(b"/v1/sse", b"/route/m/v1/sse")
