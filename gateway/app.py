@@ -45,6 +45,7 @@ from gateway.metrics import Metrics, ModelStats
 log = logging.getLogger("gateway")
 
 BUFFER_RESPONSES_UP_TO = 1024 * 1024  # known-length bodies up to this size are relayed in one write
+LOG_INTERVAL = 10.0  # seconds between two upstream-failure log lines of one model
 BUFFER_REQUESTS_UP_TO = 64 * 1024  # path-routed bodies declared this small are read before forwarding
 _JSON = "application/json"
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -59,13 +60,26 @@ class _BodyUnreadableError(Exception):
 
 
 class _Model:
-    __slots__ = ("limiter", "pool", "route", "stats")
+    __slots__ = ("last_logged", "limiter", "pool", "route", "stats", "unlogged")
 
     def __init__(self, route: ModelRoute, pool: Pool, limiter: Limiter, stats: ModelStats) -> None:
         self.route = route
         self.pool = pool
         self.limiter = limiter
         self.stats = stats
+        self.last_logged = -LOG_INTERVAL
+        self.unlogged = 0
+
+    def log_failure(self, what: str, reason: str) -> None:
+        """Log an upstream failure, at most once per LOG_INTERVAL per model (a dead upstream under load
+        would otherwise write a line per request); the metrics count every one."""
+        now = time.monotonic()
+        if now - self.last_logged < LOG_INTERVAL:
+            self.unlogged += 1
+            return
+        more = f" ({self.unlogged} more since the last report)" if self.unlogged else ""
+        log.warning("model %s: upstream failed%s: %s%s", self.route.name, what, reason, more)
+        self.last_logged, self.unlogged = now, 0
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -258,7 +272,7 @@ class Gateway:
 
     def _upstream_failed(self, model: _Model, exc: BaseException) -> web.Response:
         reason = describe(exc)
-        log.warning("model %s: upstream failed: %s", model.route.name, reason)
+        model.log_failure("", reason)
         model.stats.upstream_errors += 1
         model.stats.count(502)
         return error_response(errors.upstream_failed(model.route.name, reason))
@@ -286,7 +300,7 @@ class Gateway:
                 await response.write(chunk)
         except UpstreamError as exc:
             # Too late for a 502: cut the client's connection so it sees a truncated response.
-            log.warning("model %s: upstream failed mid-response: %s", model.route.name, describe(exc))
+            model.log_failure(" mid-response", describe(exc))
             model.stats.upstream_errors += 1
             if request.transport is not None:
                 request.transport.abort()

@@ -248,7 +248,8 @@ class _Reader:
                 self.problems.append(f"{where}: {exc}")
         unlisted = doc.get("unlisted", False)
         self._typed(f"{where}.unlisted", unlisted, lambda v: isinstance(v, bool), "a boolean")
-        headers = self._headers(where, doc.get("headers") or {})
+        headers_doc = doc.get("headers")
+        headers = self._headers(where, {} if headers_doc is None else headers_doc)
         limit = self._int(doc, "maxConcurrentRequests", max_concurrent, f"{where}.")
         queued = self._int(doc, "maxQueuedRequests", max_queued, f"{where}.")
         if target is None:

@@ -60,6 +60,8 @@ def _load(text: str, *, expand: bool = True, env: dict[str, str] | None = None) 
     (_config(port=80.5), "config: port: expected an integer, got a number"),
     (_config(authTokens="tok"), "config: authTokens: expected an array of strings, got a string"),
     (_model(unlisted="yes"), "config: models.m.unlisted: expected a boolean, got a string"),
+    (_model(headers=[]), "config: models.m.headers: expected an object, got an array"),
+    (_model(headers={"X-Key": 1}), "config: models.m.headers.X-Key: expected a string, got a number"),
     (f'{{"port": 1, "port": 2, "models": {{"m": {{"url": "{URL}"}}}}}}', 'config: duplicate key "port"'),
     ("", "config: empty file: expected a JSON object"),
     ("{", "config: invalid JSON at line 1 column 2"),

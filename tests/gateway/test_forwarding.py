@@ -173,3 +173,13 @@ def test_absolute_form_request_target_keeps_only_its_path(gw: GatewayProcess) ->
                  b"Authorization: Bearer tok\r\nContent-Length: 16\r\nConnection: close\r\n\r\n{\"model\":\"echo\"}")
     assert raw.startswith(b"HTTP/1.1 200")
     assert b'"path": "/base/v1/x?backend=1&q=1"' in raw
+
+
+def test_upstream_failures_are_logged_sparingly(upstreams: Upstreams) -> None:
+    with running_gateway(reference_config(upstreams)) as gateway:
+        for _ in range(5):
+            assert gateway.request("POST", "/v1/x", body=b'{"model":"dead"}').status == 502
+        lines = [line for line in gateway.stderr().splitlines() if "upstream failed" in line]
+        assert lines == ['llmfleet-gateway: model dead: upstream failed: connect failed: Connection refused']
+        metrics = gateway.request("GET", "/metrics").body.decode()
+        assert 'llmfleet_gateway_upstream_errors_total{model="dead"} 5' in metrics
