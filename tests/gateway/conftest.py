@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,6 +186,15 @@ class GatewayProcess:
             return Reply(response.status, response.getheaders(), response.read())
         finally:
             conn.close()
+
+    def wait_in_flight(self, model: str, count: int, timeout: float = 10.0) -> None:
+        """Poll /metrics until `model` holds `count` slots."""
+        line = f'llmfleet_gateway_requests_in_flight{{model="{model}"}} {count}'
+        deadline = time.monotonic() + timeout
+        while line not in self.request("GET", "/metrics").body.decode():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{model} never had {count} requests in flight")
+            time.sleep(0.01)
 
     def raw(self, data: bytes, timeout: float = 20.0) -> bytes:
         """Send raw bytes (which should ask for `Connection: close`) and read until the gateway closes."""

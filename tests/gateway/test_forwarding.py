@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.gateway.conftest import GatewayProcess, Upstreams, reference_config, running_gateway
 from tests.gateway.upstreams import BIG_SIZE, start_tls_echo
@@ -149,6 +152,7 @@ def test_client_disconnect_releases_the_slot_and_the_upstream(gw: GatewayProcess
         time.sleep(0.01)
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_https_upstream_is_verified_against_the_trust_store(upstreams: Upstreams, tmp_path: Path) -> None:
     cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",

@@ -71,7 +71,7 @@ def test_n_plus_two_slow_requests_without_queue(gw: GatewayProcess) -> None:
 def test_limits_are_per_model(gw: GatewayProcess) -> None:
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         busy = pool.submit(_slow_requests, gw, 2, "echo")
-        time.sleep(0.2)
+        gw.wait_in_flight("echo", 2)
         # echo is saturated; sock has its own slots.
         assert gw.request("POST", "/v1/x", body=b'{"model":"sock"}').status == 200
         assert sorted(s for s, _ in busy.result()) == [200, 200]

@@ -70,18 +70,9 @@ def test_models_api_takes_no_slot(gw: GatewayProcess) -> None:
     # Both slots held by slow requests; the models API still answers at once.
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         slow = [pool.submit(gw.request, "POST", "/slow", b'{"model":"echo"}') for _ in range(2)]
-        _wait_in_flight(gw, "echo", 2)
+        gw.wait_in_flight("echo", 2)
         assert gw.request("GET", "/v1/models").status == 200
         assert gw.request("GET", "/v1/models/echo").status == 200
         assert gw.request("POST", "/slow", body=b'{"model":"echo"}').status == 503
         assert [f.result().status for f in slow] == [200, 200]
 
-
-def _wait_in_flight(gw: GatewayProcess, model: str, count: int) -> None:
-    """Poll /metrics until `model` holds `count` slots (no sleeping on a guess)."""
-    line = f'llmfleet_gateway_requests_in_flight{{model="{model}"}} {count}'
-    for _ in range(200):
-        if line in gw.request("GET", "/metrics").body.decode():
-            return
-        concurrent.futures.wait([], timeout=0.01)
-    raise AssertionError(f"{model} never reached {count} in flight")
