@@ -112,3 +112,21 @@ def test_per_model_override(upstreams: Upstreams) -> None:
         metrics = gateway.request("GET", "/metrics").body.decode()
         assert 'llmfleet_gateway_concurrency_limit{model="echo"} 3' in metrics
         assert 'llmfleet_gateway_concurrency_limit{model="sock"} 1' in metrics
+
+
+def test_large_bodies_stream_both_ways(upstreams: Upstreams) -> None:
+    import base64
+    import hashlib
+
+    config = reference_config(upstreams, maxBodyBytes=8 * 1024 * 1024)
+    with running_gateway(config) as gateway:
+        payload = bytes(range(256)) * (6 * 1024 * 1024 // 256)  # 6 MiB, streamed to the upstream
+        for path in ("/route/echo/upload", "/route/sock/upload"):
+            reply = gateway.request("POST", path, body=payload, timeout=60)
+            assert reply.status == 200
+            echoed = base64.b64decode(reply.json()["body"])  # an ~8 MiB answer, relayed as it streams
+            assert hashlib.sha256(echoed).digest() == hashlib.sha256(payload).digest()
+        body = b'{"model":"echo","blob":"' + b"a" * (7 * 1024 * 1024) + b'"}'  # buffered, then forwarded
+        reply = gateway.request("POST", "/v1/x", body=body, timeout=60)
+        assert base64.b64decode(reply.json()["body"]) == body
+        assert gateway.request("POST", "/route/echo/upload", body=payload + payload).status == 413
