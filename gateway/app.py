@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -41,6 +41,7 @@ from gateway.forwarding import (
 )
 from gateway.limiter import Admission, Limiter
 from gateway.metrics import Metrics, ModelStats
+from gateway.proxyenv import proxy_for
 
 log = logging.getLogger("gateway")
 
@@ -100,12 +101,16 @@ def _reason(reason: str) -> str | None:
 class Gateway:
     """Routes for one configuration. Building it touches no socket, so `--check` builds it too."""
 
-    def __init__(self, config: GatewayConfig, *, created: int | None = None) -> None:
+    def __init__(self, config: GatewayConfig, *, environ: Mapping[str, str] | None = None,
+                 created: int | None = None) -> None:
+        """`environ` supplies the proxy variables (none when omitted, as under --check); a proxy the
+        gateway cannot use raises ProxyError."""
         self.config = config
         self.tokens = tuple(token.encode() for token in config.auth_tokens)
         self.metrics = Metrics((m.name, m.max_concurrent) for m in config.models)
         self.models = {
-            m.name: _Model(m, Pool(m.target, max_idle=m.max_concurrent or 64, connect_timeout=config.connect_timeout),
+            m.name: _Model(m, Pool(m.target, max_idle=m.max_concurrent or 64, connect_timeout=config.connect_timeout,
+                                   proxy=proxy_for(m.target, environ or {})),
                            Limiter(m.max_concurrent, m.max_queued, config.queue_timeout), self.metrics.models[m.name])
             for m in config.models}
         created = int(time.time()) if created is None else created
@@ -248,9 +253,10 @@ class Gateway:
             framing = ""
         else:
             framing = "Transfer-Encoding: chunked\r\n" if chunked else f"Content-Length: {request.content_length}\r\n"
-        lines = [f"{request.method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
+        pool = model.pool
+        lines = [f"{request.method} {pool.absolute_form}{target} HTTP/1.1\r\nHost: {host}\r\n"]
         lines.extend(f"{name}: {value}\r\n" for name, value in headers)
-        lines.append(framing + "\r\n")
+        lines.append(framing + pool.proxy_header + "\r\n")
         head = "".join(lines).encode("utf-8", "surrogateescape")
         loop = asyncio.get_running_loop()
         sent = loop.time()

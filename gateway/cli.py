@@ -44,6 +44,7 @@ def run(config_path: Path, *, check: bool) -> int:
         return 1
     # Imported here so `--check` on a config error needs no aiohttp import time.
     from gateway.app import Gateway
+    from gateway.proxyenv import ProxyError
     from gateway.serve import BindError, serve, serve_forever
 
     if check:
@@ -52,6 +53,6 @@ def run(config_path: Path, *, check: bool) -> int:
         return 0
     try:
         return serve_forever(serve(config))
-    except BindError as exc:
+    except (BindError, ProxyError) as exc:
         print(f"llmfleet-gateway: {exc}", file=sys.stderr)
         return 1

@@ -20,7 +20,8 @@ import time
 from collections.abc import AsyncIterable
 
 from gateway.connection import Connection, UpstreamError
-from gateway.response import Response, StaleError, read_response
+from gateway.proxyenv import Proxy
+from gateway.response import MAX_HEAD_BYTES, Response, StaleError, read_response
 from gateway.target import Target
 
 __all__ = ["IDLE_TIMEOUT", "Pool", "Response", "UpstreamError", "describe"]
@@ -31,10 +32,15 @@ IDLE_TIMEOUT = 4.0
 class Pool:
     """Keep-alive connections to one target; `max_idle` is sized to the model's concurrency limit."""
 
-    def __init__(self, target: Target, *, max_idle: int, connect_timeout: float) -> None:
+    def __init__(self, target: Target, *, max_idle: int, connect_timeout: float, proxy: Proxy | None = None) -> None:
         self.target = target
         self.max_idle = max_idle
         self.connect_timeout = connect_timeout
+        self.proxy = proxy
+        # Through a proxy, plain-http requests name their target in absolute form and carry the proxy's
+        # credentials; https ones go through a CONNECT tunnel and look like direct ones.
+        self.absolute_form = f"http://{target.authority}" if proxy and target.scheme == "http" else ""
+        self.proxy_header = proxy.header if proxy and target.scheme == "http" else ""
         self._idle: list[Connection] = []
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if target.scheme == "https" else None
 
@@ -50,19 +56,39 @@ class Pool:
 
     async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()
-        target = self.target
         try:
-            if target.is_unix:
-                opening = loop.create_unix_connection(Connection, target.socket_path)
-            else:
-                opening = loop.create_connection(Connection, target.host, target.port, ssl=self._ssl,
-                                                 server_hostname=target.host if self._ssl else None)
-            _, conn = await asyncio.wait_for(opening, self.connect_timeout)
+            _, conn = await asyncio.wait_for(self._open(loop), self.connect_timeout)
         except (TimeoutError, asyncio.TimeoutError):  # noqa: UP041 - distinct classes before Python 3.11
             raise UpstreamError(f"connect timed out after {self.connect_timeout:g} s") from None
         except OSError as exc:
             raise UpstreamError(f"connect failed: {exc.strerror or type(exc).__name__}") from None
         return conn
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> tuple[object, Connection]:
+        target, proxy = self.target, self.proxy
+        if target.is_unix:
+            return await loop.create_unix_connection(Connection, target.socket_path)
+        if proxy is None:
+            return await loop.create_connection(Connection, target.host, target.port, ssl=self._ssl,
+                                                server_hostname=target.host if self._ssl else None)
+        transport, conn = await loop.create_connection(Connection, proxy.host, proxy.port)
+        if self._ssl is None:
+            return transport, conn
+        try:
+            conn.write(f"CONNECT {target.authority_with_port} HTTP/1.1\r\nHost: {target.authority_with_port}\r\n"
+                       f"{proxy.header}\r\n".encode())
+            head = await conn.read_until(b"\r\n\r\n", MAX_HEAD_BYTES)
+            status = [*head.split(b" ", 2), b""][1]
+            if status != b"200":
+                raise UpstreamError(f"proxy answered CONNECT with {status.decode('latin-1')[:3] or 'garbage'}")
+            tls = await loop.start_tls(transport, conn, self._ssl, server_hostname=target.host)
+        except BaseException:
+            conn.abort()
+            raise
+        if tls is None:
+            raise UpstreamError("TLS through the proxy failed")
+        conn.transport = tls
+        return tls, conn
 
     def release(self, conn: Connection) -> None:
         if conn.closed or len(self._idle) >= self.max_idle:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Coroutine
 from typing import Any
@@ -37,7 +38,7 @@ def serve_forever(coro: Coroutine[Any, Any, int]) -> int:
 
 
 async def serve(config: GatewayConfig) -> int:
-    gateway = Gateway(config)
+    gateway = Gateway(config, environ=os.environ)
     server = web.Server(gateway.handle, handler_cancellation=True, access_log=None, auto_decompress=False)
     try:
         runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_GRACE)

@@ -38,6 +38,11 @@ class Target:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port == _DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
 
+    @property
+    def authority_with_port(self) -> str:
+        """`host:port` with the port always written (a CONNECT request's target)."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
     def request_target(self, raw_path: str, raw_query: str) -> str:
         """Base path joined with the request's path (one slash between), then base query `&` request query."""
         path = _join_path(self.base_path, raw_path) or "/"

@@ -15,8 +15,10 @@ so they work under any base path):
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import socket
 import socketserver
 import threading
 import time
@@ -158,3 +160,58 @@ def start_tls_echo(cert: str, key: str) -> tuple[Running, int]:
     context.load_cert_chain(cert, key)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     return Running(server), server.server_address[1]
+
+
+class ForwardProxy(_QuietAboutClosedClients, socketserver.ThreadingTCPServer):
+    """A forward proxy for the tests: CONNECT tunnels and absolute-form requests, each sent to
+    127.0.0.1 at the requested port whatever host was named (so `echo.test:PORT` reaches the echo).
+    `seen` records each connection's first line and its Proxy-Authorization."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+        self.seen: list[tuple[str, str | None]] = []
+
+
+class _ProxyHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        client = self.request
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = client.recv(65536)
+            if not chunk:
+                return
+            head += chunk
+        first, _, rest = head.partition(b"\r\n")
+        method, target, _ = first.decode("latin-1").split(" ", 2)
+        authorization = next((line.split(":", 1)[1].strip() for line in rest.decode("latin-1").split("\r\n")
+                              if line.lower().startswith("proxy-authorization:")), None)
+        self.server.seen.append((first.decode("latin-1"), authorization))  # type: ignore[attr-defined]
+        authority = target if method == "CONNECT" else target.split("://", 1)[1].split("/", 1)[0]
+        upstream = socket.create_connection(("127.0.0.1", int(authority.rsplit(":", 1)[1])))
+        if method == "CONNECT":
+            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:
+            upstream.sendall(head)
+        pump = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
+        pump.start()
+        _pipe(client, upstream)
+        pump.join(timeout=5)
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def start_proxy() -> tuple[Running, ForwardProxy, int]:
+    proxy = ForwardProxy()
+    return Running(proxy), proxy, proxy.server_address[1]
