@@ -7,6 +7,7 @@ raw (escaped) form from end to end, so `%2F` in a request reaches the upstream a
 from __future__ import annotations
 
 import posixpath
+import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -60,16 +61,21 @@ def _join_path(base: str, path: str) -> str:
     return base + path
 
 
+def _shown(url: str) -> str:
+    """The url for an error message, any `user:password@` masked."""
+    return re.sub(r"//[^/?#@]*@", "//***@", url)
+
+
 def parse_target(url: str) -> Target:
     """Parse a model url as LLMhop does; the TargetError message is LLMhop's (`url "x" must be ...`)."""
     if any(ch <= " " or ch == "\x7f" for ch in url):
         # urlsplit would silently drop tabs and newlines; Go's url.Parse rejects control characters.
-        raise TargetError(f'url "{url}" must be an absolute http(s) or unix URL')
+        raise TargetError(f'url "{_shown(url)}" must be an absolute http(s) or unix URL')
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        raise TargetError(f'url "{url}" must be an absolute http(s) or unix URL') from None
+        raise TargetError(f'url "{_shown(url)}" must be an absolute http(s) or unix URL') from None
     if parts.scheme in _DEFAULT_PORTS:
         if parts.username is not None or parts.password is not None or parts.fragment:
             raise TargetError("http(s) backend URL must not contain credentials or a fragment")
@@ -78,6 +84,6 @@ def parse_target(url: str) -> Target:
                           parts.path, parts.query)
     elif parts.scheme == "unix":
         if parts.netloc or not posixpath.isabs(parts.path) or parts.query or parts.fragment or "?" in url:
-            raise TargetError(f'url "{url}" must be unix:///<absolute socket path>')
+            raise TargetError(f'url "{_shown(url)}" must be unix:///<absolute socket path>')
         return Target("unix", socket_path=unquote(parts.path))
-    raise TargetError(f'url "{url}" must be an absolute http(s) or unix URL')
+    raise TargetError(f'url "{_shown(url)}" must be an absolute http(s) or unix URL')

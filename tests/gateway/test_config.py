@@ -86,6 +86,7 @@ def test_invalid_configs_name_the_problem(text: str, message: str) -> None:
     ("http://x/#f", "http(s) backend URL must not contain credentials or a fragment"),
     ("unix://relative.sock", 'url "unix://relative.sock" must be unix:///<absolute socket path>'),
     ("unix:///a.sock?x=1", 'url "unix:///a.sock?x=1" must be unix:///<absolute socket path>'),
+    ("ftp://user:s3cret@x/", 'url "ftp://***@x/" must be an absolute http(s) or unix URL'),
 ])
 def test_model_urls(url: str, message: str) -> None:
     assert _problems(_model(url=url)) == [f"config: models.m: {message}"]
