@@ -193,10 +193,10 @@ class Gateway:
             # Small declared bodies are read first: one write upstream, and a retry stays possible.
             try:
                 body = await self._whole_body(request)
-            except _BodyTooLargeError:
-                return self._unrouted(errors.BODY_TOO_LARGE)
-            except _BodyUnreadableError:
-                return self._unrouted(errors.BODY_UNREADABLE)
+            except (_BodyTooLargeError, _BodyUnreadableError) as exc:
+                error = errors.BODY_TOO_LARGE if isinstance(exc, _BodyTooLargeError) else errors.BODY_UNREADABLE
+                model.stats.count(error.status)
+                return error_response(error)
         elif request.body_exists:
             body = self._body_chunks(request)
         return await self._proxy(request, model, target, body, chunked=request.content_length is None)
