@@ -15,6 +15,7 @@ be closed before any response byte arrived.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 import time
 from collections.abc import AsyncIterable
@@ -61,7 +62,7 @@ class Pool:
         except (TimeoutError, asyncio.TimeoutError):  # noqa: UP041 - distinct classes before Python 3.11
             raise UpstreamError(f"connect timed out after {self.connect_timeout:g} s") from None
         except OSError as exc:
-            raise UpstreamError(f"connect failed: {exc.strerror or type(exc).__name__}") from None
+            raise UpstreamError(f"connect failed: {_os_reason(exc)}") from None
         return conn
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> tuple[object, Connection]:
@@ -141,8 +142,15 @@ def describe(exc: BaseException) -> str:
     """A short, secret-free reason for logs and 502 bodies."""
     if isinstance(exc, UpstreamError):
         return str(exc)
+    if isinstance(exc, OSError):
+        return _os_reason(exc)
+    return type(exc).__name__
+
+
+def _os_reason(exc: OSError) -> str:
+    """`Connection refused`, whichever loop raised it (asyncio's own message names the address)."""
     if isinstance(exc, ssl.SSLError):
         return f"TLS error: {exc.reason or type(exc).__name__}"
-    if isinstance(exc, OSError):
-        return exc.strerror or type(exc).__name__
-    return type(exc).__name__
+    if exc.errno:
+        return os.strerror(exc.errno)
+    return exc.strerror or type(exc).__name__
