@@ -46,3 +46,8 @@ bench-reconcile: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# The gateway's wrk benchmark (needs `apt-get install -y wrk`); figures go to docs/benchmarks.md.
+.PHONY: bench-gateway
+bench-gateway: $(STAMP)
+	$(BIN)/python bench/gateway_bench.py
