@@ -20,7 +20,15 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from reconciler.reconcile.assess import Assessment
-from reconciler.reconcile.intended import ID_PREFIX, DeploymentSpec, Intended, IntendedServer, ServerKey
+from reconciler.reconcile.intended import (
+    ID_PREFIX,
+    INFO_BEARER,
+    INFO_PARAMS,
+    DeploymentSpec,
+    Intended,
+    IntendedServer,
+    ServerKey,
+)
 from reconciler.reconcile.observed import Deployment, Observation, ProbeStatus
 from reconciler.reconcile.verdict import NOT_SERVING, SERVING, Judgement, Verdict
 
@@ -109,9 +117,10 @@ def update_changes(before: Deployment, after: DeploymentSpec, revision: str) -> 
     old_base = before.recorded_api_base
     if old_base != after.api_base:
         changes.append(f"api_base {old_base} -> {after.api_base} (public port remapped)")
-    if before.recorded_bearer != after.model_info.get("llmfleet_bearer_fingerprint"):
+    if before.recorded_bearer != after.model_info.get(INFO_BEARER):
         changes.append("bearer changed (salt rotated or legacy key changed)")
-    removed = before.recorded_params - set(after.model_info.get("llmfleet_params") or ())  # type: ignore[arg-type]
+    written = after.model_info.get(INFO_PARAMS)
+    removed = before.recorded_params - set(written if isinstance(written, tuple) else ())
     if removed:
         changes.append("litellm_params removed: " + ", ".join(sorted(removed)))
         replace = True
@@ -152,8 +161,8 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
     held: list[Held] = []
     drift: list[Drift] = []
 
-    def propose(action: Action, server: IntendedServer | None) -> None:
-        if server is not None and server.paused:
+    def propose(action: Action, server: IntendedServer) -> None:
+        if server.paused:
             held.append(Held(action.kind, action.id, action.model_name, "reconcile: paused (box or model)"))
         else:
             actions.append(action)
