@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from reconciler.fleet.model import Fleet
-from reconciler.fleet.render import Bearers, RenderError
+from reconciler.fleet.render import Bearers
 from reconciler.reconcile.apply import ActionResult, apply_plan, next_pending
 from reconciler.reconcile.assess import assess
 from reconciler.reconcile.intended import Intended, intended_state
@@ -87,4 +87,3 @@ class Reconciler:
         return PassOutcome(intended, plan, results, record, observation)
 
 
-__all__ = ["PassOutcome", "Reconciler", "RenderError"]

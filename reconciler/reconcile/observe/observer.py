@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from reconciler.fleet.model import Provider
-from reconciler.reconcile.intended import Endpoint, Intended, IntendedServer, ServerKey
+from reconciler.reconcile.intended import Endpoint, Intended, IntendedServer
 from reconciler.reconcile.observe.http import HttpError
 from reconciler.reconcile.observe.litellm import LitellmApi, LitellmError
 from reconciler.reconcile.observe.probe import probe
@@ -108,4 +108,3 @@ def _endpoint_of(api_base: str | None) -> Endpoint | None:
     return Endpoint(parts.hostname, parts.port)
 
 
-__all__ = ["BearerFor", "Observer", "ServerKey"]
