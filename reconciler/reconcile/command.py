@@ -45,8 +45,10 @@ def load_config_arg(args: argparse.Namespace) -> ReconcileConfig:
 
 
 def repo_and_rev(args: argparse.Namespace, config: ReconcileConfig) -> tuple[str, str | None]:
-    repo = args.repo or config.repo_path or "."
-    return repo, args.rev or config.branch
+    """--repo DIR [--rev REV] as given; else the config's repository at its tracked branch."""
+    if args.repo:
+        return args.repo, args.rev
+    return config.repo_path or ".", args.rev or config.branch
 
 
 def load_fleet(args: argparse.Namespace, config: ReconcileConfig) -> Fleet:
