@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 from reconciler.reconcile.intended import DeploymentSpec, Intended, ServerKey, desired_deployment
 from reconciler.reconcile.observed import BoxFacts, Observation
-from reconciler.reconcile.verdict import Judgement, ServerHistory, advance, judge, outcome_of, seeded_history
+from reconciler.reconcile.verdict import (
+    Judgement,
+    ServerHistory,
+    advance,
+    judge,
+    note_fetch,
+    outcome_of,
+    seeded_history,
+)
 
 
 @dataclass(frozen=True)
@@ -31,10 +39,10 @@ def assess(intended: Intended, observation: Observation, histories: Mapping[Serv
         resolution = observation.resolutions[key]
         probe = observation.probes.get(key)
         history = histories.get(key) or seeded_history(now, serving=server.id in managed_ids)
+        facts = observation.boxes.get(server.box, NO_FACTS)
         history = advance(history, outcome_of(resolution, probe), now, intended.settings)
-        advanced[key] = history
-        judgements[key] = judge(server, resolution, probe, history, observation.boxes.get(server.box, NO_FACTS),
-                                intended.settings, now)
+        advanced[key] = note_fetch(history, facts.fetched_at)
+        judgements[key] = judge(server, resolution, probe, history, facts, intended.settings, now)
         if resolution.endpoint is not None:
             desired[key] = desired_deployment(server, resolution.endpoint, intended.revision)
     return Assessment(judgements, advanced, desired)

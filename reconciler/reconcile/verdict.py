@@ -61,6 +61,7 @@ class ServerHistory:
     recent: str = ""  # last probe outcomes, oldest first: "1" good, "0" failed
     last_healthy: float | None = None
     down_since: float | None = None
+    loading_since: float | None = None  # the box's config fetch this (not serving) server's load started at
 
 
 class Outcome(StrEnum):
@@ -101,6 +102,20 @@ def advance(history: ServerHistory, outcome: Outcome, now: float, settings: Reco
     return dataclasses.replace(
         history, up=history.up and not goes_down, ok_streak=0, fail_streak=fails, recent=recent,
         down_since=now if goes_down else history.down_since)
+
+
+def note_fetch(history: ServerHistory, fetched_at: float | None) -> ServerHistory:
+    """Pin when a server that is not serving started loading: the first config fetch seen for it, or a
+    fetch after it went Down (the box restarted). Later fetches do not move it, so a box that keeps
+    re-fetching (a crash loop re-provisioning) still reaches Stalled."""
+    if history.up or fetched_at is None:
+        return dataclasses.replace(history, loading_since=None) if history.loading_since is not None else history
+    since = history.loading_since
+    restarted = history.down_since is not None and fetched_at > history.down_since and (
+        since is None or since <= history.down_since)
+    if since is None or restarted:
+        return dataclasses.replace(history, loading_since=fetched_at)
+    return history
 
 
 def _ago(now: float, then: float) -> str:
@@ -157,13 +172,14 @@ def judge(server: IntendedServer, resolution: Resolution, probe: ProbeResult | N
     if history.up:
         return Judgement(Verdict.HEALTHY, f"{detail}; {history.fail_streak} failed probe(s) in a row, Down after "
                                           f"{settings.down_after_failures}")
-    fetched = facts.fetched_at
-    refetched = fetched is not None and history.down_since is not None and fetched > history.down_since
+    loading = note_fetch(history, facts.fetched_at).loading_since
+    refetched = loading is not None and history.down_since is not None and loading > history.down_since
     if history.ever_up and not refetched:
         since = f" since {_ago(now, history.down_since)}" if history.down_since is not None else ""
         return Judgement(Verdict.DOWN, f"was healthy; down{since}: {detail}")
-    if fetched is None:
+    if loading is None:
         return Judgement(Verdict.PENDING, f"the box never fetched its config; {detail}")
+    fetched = loading
     grace = server.health_grace_s
     if now - fetched < grace:
         return Judgement(Verdict.LOADING, f"fetched its config {_ago(now, fetched)}, not serving yet "

@@ -55,6 +55,8 @@ CASES = [
      Verdict.LOADING, "no public port"),
     ("stalled: past grace", HERE, failed(ProbeStatus.TIMEOUT), FRESH, FETCHED_LONG_AGO, Verdict.STALLED,
      "never healthy within 600s"),
+    ("stalled: re-fetching does not restart the grace", HERE, failed(),
+     dataclasses.replace(FRESH, loading_since=NOW - 3600), FETCHED_RECENTLY, Verdict.STALLED, "60m ago"),
     ("healthy: first good probe", HERE, ok(S), after(FRESH, G), FETCHED_RECENTLY, Verdict.HEALTHY, "serves m"),
     ("healthy: one failure is not down", HERE, failed(), after(up_history(), F), FETCHED_LONG_AGO,
      Verdict.HEALTHY, "1 failed probe"),
@@ -102,6 +104,18 @@ def test_verdict_table(name: str, resolution: Resolution, probe: ProbeResult | N
 
 def test_every_verdict_is_covered_by_the_table() -> None:
     assert {c[5] for c in CASES} == set(Verdict)
+
+
+def test_loading_since_is_pinned_until_up_or_a_restart_after_down() -> None:
+    from reconciler.reconcile.verdict import note_fetch
+
+    h = note_fetch(FRESH, 100.0)
+    assert h.loading_since == 100.0
+    assert note_fetch(h, 200.0).loading_since == 100.0
+    assert note_fetch(dataclasses.replace(h, up=True), 300.0).loading_since is None
+    down = dataclasses.replace(DOWN, loading_since=None)
+    assert note_fetch(down, NOW - 400).loading_since == NOW - 400  # fetched before it went down: first seen
+    assert note_fetch(note_fetch(down, NOW - 400), NOW - 10).loading_since == NOW - 10  # restarted after down
 
 
 def test_unknown_leaves_history_untouched() -> None:
