@@ -27,6 +27,9 @@ def register(subparsers: Any) -> None:
         description="Observe providers, servers and LiteLLM; judge every server; print the plan. Writes nothing.")
     add_pass_arguments(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--against", dest="rev", metavar="REV",
+                        help="plan the fleet at REV (e.g. a pull request's head) against the live observation: "
+                             "what the reconciler would do if REV were merged")
     parser.add_argument("--out", metavar="FILE",
                         help="also save the plan (JSON, no secret) for `llmfleet apply FILE` to apply exactly")
     parser.add_argument("--detailed-exitcode", action="store_true",

@@ -19,10 +19,12 @@ def llmfleet(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
                           env={**os.environ, **(env or {})}, timeout=120, check=False)
 
 
-def config(tmp_path: Path, litellm_url: str) -> Path:
+def config(tmp_path: Path, litellm_url: str, legacy: bool = True) -> Path:
     path = tmp_path / "cp.yaml"
+    legacy_ref = ", legacy_api_key: '${env:LLMFLEET_LEGACY_API_KEY}'" if legacy else ""
     path.write_text(f"litellm: {{url: '{litellm_url}', master_key: '${{env:T_MK}}'}}\n"
-                    "vllm_api_salt: ${env:T_SALT}\n"
+                    f"secrets: {{vllm_api_salt: '${{env:T_SALT}}'{legacy_ref}}}\n"
+                    f"repo: {{path: '{tmp_path}'}}\n"
                     f"state: {{url: 'sqlite:///{tmp_path}/state.db'}}\n")
     return path
 
@@ -31,7 +33,7 @@ ENV = {"T_MK": "sk-master-cmd-secret", "T_SALT": SALT, "LLMFLEET_LEGACY_API_KEY"
 
 
 def test_plan_needs_the_legacy_key_for_legacy_servers(fleet_dir: Path, tmp_path: Path) -> None:
-    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}", legacy=False)
     result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
     assert result.returncode == 1
     assert "legacy" in result.stderr
@@ -46,7 +48,7 @@ def test_plan_output_names_the_failure_and_holds_everything(fleet_dir: Path, tmp
         "  # Legacy pair")[0])
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     cfg.write_text(cfg.read_text() + "providers: {vast: {api_key: '${env:T_VAST}', url: 'http://127.0.0.1:"
-                   f"{free_port()}', timeout_s: 1}}}}\n")
+                   f"{free_port()}'}}}}\n")
     result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env={**ENV, "T_VAST": "vast-secret"})
     assert result.returncode == 1, result.stderr
     out = result.stdout
@@ -128,3 +130,18 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
         holder.wait()
     assert once.returncode == 0
     assert "reconcile_pass_skipped" in once.stderr
+
+
+def test_plan_against_a_revision_reads_that_commit(fleet_git: Path, tmp_path: Path) -> None:
+    from tests.conftest import git
+
+    base = git(fleet_git, "rev-parse", "HEAD")
+    (fleet_git / "placement.yaml").write_text("hosts:\n  203.0.113.10:\n    - [qwen3-8b, 8001]\n")
+    git(fleet_git, "commit", "-qam", "one box")
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--against", "HEAD", env=ENV)
+    assert f"revision {git(fleet_git, 'rev-parse', 'HEAD')[:12]}" in result.stdout
+    assert "203.0.113.24" not in result.stdout
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--against", base, env=ENV)
+    assert f"revision {base[:12]}" in result.stdout
+    assert "203.0.113.24:8002" in result.stdout
