@@ -18,6 +18,7 @@ from reconciler.reconcile.loop import LockHeld, default_lock_path, log_event, lo
 from reconciler.reconcile.metrics import PassMetrics
 from reconciler.reconcile.render import render_json, render_text
 from reconciler.reconcile.saved import SavedPlan, StalePlan
+from reconciler.reconcile.store import open_store
 from reconciler.reconcile.wiring import build_reconciler
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
@@ -54,10 +55,9 @@ def repo_and_rev(args: argparse.Namespace, config: ReconcileConfig) -> tuple[str
 def load_fleet(args: argparse.Namespace, config: ReconcileConfig) -> Fleet:
     repo, rev = repo_and_rev(args, config)
     validation = load_validation(repo, rev)
-    if validation.fleet is not None and validation.diagnostics:  # warnings, e.g. a deprecated public port
+    if validation.diagnostics:  # errors, or warnings such as a deprecated public port
         eprint(format_text(validation.diagnostics))
     if validation.fleet is None:
-        eprint(format_text(validation.diagnostics))
         raise CommandError(f"the fleet at {validation.revision} is not valid: nothing is planned or applied; "
                            "fix it (llmfleet validate) or revert the commit", EXIT_ERROR)
     return validation.fleet
@@ -72,8 +72,6 @@ class PassRunner:
 
     def build(self, fleet: Fleet) -> Reconciler:
         if self.reconciler is None:
-            from reconciler.reconcile.store import open_store
-
             try:
                 store = open_store(self.args.state or self.config.state_url)
             except (ValueError, OSError) as exc:
