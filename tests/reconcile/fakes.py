@@ -209,6 +209,7 @@ class FakeLitellmHttp:
 
     master_key: str = "sk-fake-master"
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fail_deletes: int = 0  # answer the next N deletes with a 503
 
     def _auth(self, request: web.Request) -> web.Response | None:
         if request.headers.get("Authorization") != f"Bearer {self.master_key}":
@@ -263,6 +264,9 @@ class FakeLitellmHttp:
         if (denied := self._auth(request)) is not None:
             return denied
         ident = (await request.json())["id"]
+        if self.fail_deletes > 0:
+            self.fail_deletes -= 1
+            return web.json_response({"error": {"message": "database is unavailable", "code": "503"}}, status=503)
         if self.rows.pop(ident, None) is None:
             return web.json_response({"error": {"message": f"{{'error': 'Model with id={ident} not found in db'}}",
                                                 "type": "auth_error", "param": "None", "code": "400"}}, status=400)
