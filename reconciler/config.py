@@ -24,7 +24,7 @@ from reconciler.fleet.schema import validate_document
 
 SCHEMA = "control-plane"
 DEFAULT_LISTEN = "127.0.0.1:8080"
-SECRET_HINT = (  # noqa: S105 - a message, not a password
+HOW_TO_REFER = (
     "write it as one reference: ${env:NAME}, ${file:/absolute/path} or ${cred:NAME}, never the value")
 _SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/admin_tokens", "/viewer_tokens", "/litellm/master_key",
                     "/providers/vast/api_key", "/providers/runpod/api_key")
@@ -174,7 +174,7 @@ def _redacted(diagnostic: Diagnostic) -> Diagnostic:
     secret = any(where == p or where.startswith(p + "/") for p in _SECRET_POINTERS)
     if not secret or diagnostic.rule in _NAMING_RULES:
         return diagnostic
-    message = f"not a secret reference: {SECRET_HINT}"
+    message = f"not a secret reference: {HOW_TO_REFER}"
     return Diagnostic(diagnostic.file, diagnostic.line, diagnostic.column, diagnostic.pointer, message,
                       diagnostic.rule, diagnostic.severity)
 
@@ -205,7 +205,7 @@ class _Builder:
         if value is None:
             return None
         candidate = Path(os.path.expanduser(value))
-        return candidate if candidate.is_absolute() else self.base / candidate
+        return Path(os.path.normpath(candidate if candidate.is_absolute() else self.base / candidate))
 
     def repo(self, raw: dict[str, Any]) -> RepoConfig:
         url, path = raw.get("url"), raw.get("path")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
     def __init__(self) -> None:
+        disable_created_metrics()  # the *_created series only add noise to every scrape
         self.registry = CollectorRegistry()
         r = self.registry
         self.box_requests = Counter("llmfleet_box_requests", "Box requests by endpoint and HTTP status.",

@@ -26,7 +26,7 @@ def _no_constants(name: str) -> None:
 
 def parse_report(body: bytes, box: str, peer: str, received_at: float) -> BoxReport:
     try:
-        document: Any = json.loads(body, parse_constant=_no_constants)
+        document: Any = json.loads(body.decode("utf-8"), parse_constant=_no_constants)
     except UnicodeDecodeError:
         raise ReportError("the body is not UTF-8 text") from None
     except json.JSONDecodeError as exc:

@@ -145,8 +145,8 @@ class SQLiteStateStore:
     # FetchLog
     def record_fetch(self, fetch: FetchRecord) -> None:
         with self._lock:
-            self._db.execute("INSERT INTO fetches (at, endpoint, status, peer, claimed_host, forwarded_for, box, revision) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            self._db.execute("INSERT INTO fetches (at, endpoint, status, peer, claimed_host, forwarded_for, box, "
+                             "revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                              (fetch.at, fetch.endpoint.value, fetch.status, fetch.peer, fetch.claimed_host,
                               fetch.forwarded_for, fetch.box, fetch.revision))
 
