@@ -9,7 +9,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 class Metrics:
     def __init__(self) -> None:
-        disable_created_metrics()  # the *_created series only add noise to every scrape
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series only add noise
         self.registry = CollectorRegistry()
         r = self.registry
         self.box_requests = Counter("llmfleet_box_requests", "Box requests by endpoint and HTTP status.",

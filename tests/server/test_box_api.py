@@ -35,7 +35,8 @@ def test_known_box_gets_its_json_with_headers(client: FlaskClient, runtime: Runt
     assert body["servers"][0]["api_key"] == Salt(TEST_SALT).derive(KNOWN_BOX, 8001)
     assert response.headers["Cache-Control"] == "no-store"
     assert response.headers["X-Fleet-Revision"] == served.revision
-    assert response.headers["ETag"].startswith('"') and len(response.headers["ETag"]) > 10
+    assert response.headers["ETag"].startswith('"')
+    assert len(response.headers["ETag"]) > 10
     assert response.mimetype == "application/json"
     assert TEST_SALT not in response.get_data(as_text=True)
 
@@ -140,7 +141,8 @@ def test_every_fetch_recorded_and_logged_without_secrets(client: FlaskClient, ru
     assert records[2].revision == runtime.tracker.served.revision  # type: ignore[union-attr]
     lines = logs.events("box request")
     assert [line["status"] for line in lines] == [200, 403, 404]
-    assert lines[2]["forwarded_for"] == "198.51.100.7" and lines[2]["claimed_host"] == "unknown.example"
+    assert lines[2]["forwarded_for"] == "198.51.100.7"
+    assert lines[2]["claimed_host"] == "unknown.example"
     assert lines[0]["revision"] == records[2].revision
     bearer = Salt(TEST_SALT).derive(KNOWN_BOX, 8001)
     for secret in (*SECRETS, bearer, "wrong-key-wrong-key"):
@@ -148,7 +150,7 @@ def test_every_fetch_recorded_and_logged_without_secrets(client: FlaskClient, ru
 
 
 def test_unknown_box_enters_attention_list_capped(client: FlaskClient, runtime: Runtime) -> None:
-    for i in range(3):
+    for _ in range(3):
         get_config(client, box_headers("new-box.example"), peer="198.51.100.8")
     entry = runtime.store.attention()[0]
     assert (entry.box, entry.count, entry.peer, entry.claimed_host) == ("new-box.example", 3, "198.51.100.8",

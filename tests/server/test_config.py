@@ -27,10 +27,12 @@ def test_example_config_loads() -> None:
     config = load_config(ROOT / "examples" / "control-plane.yaml", env=EXAMPLE_ENV)
     assert config.repo.path == ROOT / "fleet-repo-example"
     assert config.repo.branch == "main"
-    assert config.secrets.fleet_key is not None and config.secrets.fleet_key.reveal() == "example-fleet-key-0123"
+    assert config.secrets.fleet_key is not None
+    assert config.secrets.fleet_key.reveal() == "example-fleet-key-0123"
     assert config.secrets.fleet_key.reference == "${env:LLMFLEET_FLEET_KEY}"
     assert config.state.url.startswith("sqlite:///")
-    assert config.listen.is_loopback and config.tls is None
+    assert config.listen.is_loopback
+    assert config.tls is None
 
 
 def test_full_config(tmp_path: Path) -> None:
@@ -48,14 +50,21 @@ def test_full_config(tmp_path: Path) -> None:
         "repo": {**document["repo"], "approve": {"target": "tracked"}},
     })
     config = load_config(write_config(tmp_path / "cp.yaml", document), env=ENV)
-    assert config.listen.host == "::" and config.listen.port == 8443 and config.listen.bind == "[::]:8443"
-    assert config.tls is not None and config.tls.cert == tmp_path / "c.pem"
+    assert config.listen.host == "::"
+    assert config.listen.port == 8443
+    assert config.listen.bind == "[::]:8443"
+    assert config.tls is not None
+    assert config.tls.cert == tmp_path / "c.pem"
     assert [str(n) for n in config.trusted_proxies] == ["10.0.0.0/8", "::1/128"]
-    assert config.litellm is not None and config.litellm.master_key is not None
+    assert config.litellm is not None
+    assert config.litellm.master_key is not None
     assert config.litellm.master_key.reveal() == "sk-master-from-file"
-    assert config.providers.vast is not None and config.providers.vast.api_key.reveal() == FLEET_KEY
-    assert config.providers.static and config.providers.runpod is None
-    assert config.reconcile.dry_run and config.reconcile.enabled
+    assert config.providers.vast is not None
+    assert config.providers.vast.api_key.reveal() == FLEET_KEY
+    assert config.providers.static
+    assert config.providers.runpod is None
+    assert config.reconcile.dry_run
+    assert config.reconcile.enabled
     assert config.repo.approve_target is ApproveTarget.TRACKED
     assert FLEET_KEY not in repr(config)
 
@@ -90,8 +99,10 @@ def test_weak_salt_and_short_token(tmp_path: Path) -> None:
     message = problems(tmp_path, "repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:S}'}\n"
                                  "state: {url: 'sqlite:///s.db'}\nadmin_tokens: ['${env:T}']\n",
                        env={"S": "CHANGE_ME_salt_value", "T": "short"})
-    assert "CHANGE_ME" in message and "shorter than 16" in message
-    assert "CHANGE_ME_salt_value" not in message and "'short'" not in message
+    assert "CHANGE_ME" in message
+    assert "shorter than 16" in message
+    assert "CHANGE_ME_salt_value" not in message
+    assert "'short'" not in message
 
 
 def test_repo_needs_exactly_one_source(tmp_path: Path) -> None:
@@ -107,7 +118,8 @@ def test_bad_values(tmp_path: Path) -> None:
     message = problems(tmp_path, "repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:SALT}'}\n"
                                  "state: {url: 'postgres://x'}\nlisten: nowhere\ntrusted_proxies: [10.0.0.0/33]\n"
                                  "tls: {cert: /no/cert, key: /no/key}\n")
-    assert "/state/url" in message and "/listen" in message
+    assert "/state/url" in message
+    assert "/listen" in message
     assert "not an address range" not in message  # schema errors stop before the typed build
     message = problems(tmp_path, "repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:SALT}'}\n"
                                  "state: {url: 'sqlite:///s.db'}\ntrusted_proxies: [10.0.0.0/33]\n"
@@ -127,4 +139,5 @@ def test_env_defaults_to_process_environment(tmp_path: Path, monkeypatch: pytest
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)
     config = load_config(write_config(tmp_path / "cp.yaml", base_config(tmp_path, tmp_path / "s.db")))
-    assert config.secrets.fleet_key is not None and config.secrets.fleet_key.reveal() == os.environ["FLEET_KEY"]
+    assert config.secrets.fleet_key is not None
+    assert config.secrets.fleet_key.reveal() == os.environ["FLEET_KEY"]

@@ -47,7 +47,7 @@ def test_trusted_proxy_chain() -> None:
 
 # Header values as a box, a proxy or an attacker might send them (printable ASCII, no CR/LF).
 names = st.one_of(st.sampled_from(BOXES), st.from_regex(r"[ -~]{0,40}", fullmatch=True))
-addresses = st.one_of(st.sampled_from(BOXES[:2] + ["192.0.2.1", "::ffff:203.0.113.10", "2001:db8::5"]),
+addresses = st.one_of(st.sampled_from([*BOXES[:2], "192.0.2.1", "::ffff:203.0.113.10", "2001:db8::5"]),
                       st.ip_addresses().map(str))
 forwarded = st.lists(addresses, max_size=4).map(", ".join)
 keys = st.one_of(st.none(), st.just(FLEET_KEY), st.from_regex(r"[!-~]{1,40}", fullmatch=True))
@@ -63,7 +63,7 @@ def expected_name(claimed: str | None, xff: str | None, peer: str) -> str:
 
 @pytest.fixture
 def property_app(runtime: Runtime) -> Iterator[Flask]:
-    yield create_app(runtime)
+    return create_app(runtime)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

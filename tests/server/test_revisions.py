@@ -91,8 +91,10 @@ def test_force_push_local(runtime: Runtime, fleet_git: Path) -> None:
     replacement = add_box(fleet_git, "203.0.113.77")
     runtime.tracker.refresh()
     served = runtime.tracker.served
-    assert served is not None and served.revision == replacement
-    assert NEW_BOX not in served.fleet.boxes and "203.0.113.77" in served.fleet.boxes
+    assert served is not None
+    assert served.revision == replacement
+    assert NEW_BOX not in served.fleet.boxes
+    assert "203.0.113.77" in served.fleet.boxes
 
 
 def test_force_push_to_invalid_history_serves_its_newest_valid_commit(runtime: Runtime, fleet_git: Path) -> None:
@@ -150,7 +152,8 @@ def test_remote_url_cloned_fetched_and_force_pushed(tmp_path: Path, fleet_git: P
     git(fleet_git, "push", "-q", "--force", "origin", "main")
     assert runtime.tracker.refresh() is True
     served = runtime.tracker.served
-    assert served is not None and served.revision == rewritten
+    assert served is not None
+    assert served.revision == rewritten
     assert NEW_BOX not in served.fleet.boxes
 
 
@@ -164,7 +167,8 @@ def test_remote_unreachable_keeps_serving(tmp_path: Path, fleet_git: Path,
     assert runtime.tracker.served is served
     assert runtime.tracker.refresh_status.error is not None
     health = create_app(runtime).test_client().get("/health").get_json()
-    assert health["status"] == "ok" and health["last_refresh"]["error"]
+    assert health["status"] == "ok"
+    assert health["last_refresh"]["error"]
 
 
 def sign(body: bytes, secret: str = WEBHOOK_SECRET) -> str:
