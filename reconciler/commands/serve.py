@@ -106,9 +106,11 @@ def serve(config: ControlPlaneConfig, listen: Listen) -> None:
 
     from reconciler.server.app import create_app
     from reconciler.server.gunicorn_app import ControlPlaneServer
+    from reconciler.server.logs import setup_logging
     from reconciler.server.runtime import start_up
 
-    def load_app() -> Flask:
+    def load_app() -> Flask:  # runs in the worker, after the fork
+        setup_logging(queued=True)
         runtime = start_up(config)
         runtime.start_background()
         return create_app(runtime)

@@ -28,6 +28,8 @@ from reconciler.state.records import Approval
 
 log = get_logger("admin")
 MAX_LIMIT = 1000
+MAX_HOOK_BYTES = 5 * 1024 * 1024  # a push event for a fleet repository is a few KiB
+MAX_APPROVE_BYTES = 64 * 1024
 
 
 def register(app: Flask, rt: Runtime) -> None:
@@ -48,6 +50,7 @@ def register(app: Flask, rt: Runtime) -> None:
         secret = cfg.repo.webhook_secret
         if secret is None:
             return error(404, "webhooks are off: set repo.webhook_secret")
+        request.max_content_length = MAX_HOOK_BYTES
         body = request.get_data(cache=False)
         if not webhook_signature_ok(secret, body, request.headers.get("X-Hub-Signature-256")):
             log_event(log, "webhook signature rejected", logging.WARNING, peer=request.remote_addr)
@@ -110,6 +113,7 @@ def register(app: Flask, rt: Runtime) -> None:
     def approve_box() -> Response:
         if (no := denied(admin=True)) is not None:
             return no
+        request.max_content_length = MAX_APPROVE_BYTES
         payload = request.get_json(silent=True)
         host = payload.get("host") if isinstance(payload, dict) else None
         models = payload.get("models") if isinstance(payload, dict) else None

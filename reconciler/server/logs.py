@@ -6,8 +6,11 @@ line implicitly, which is how secrets stay out: no field ever carries a key, tok
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import logging.handlers
+import queue
 import sys
 import time
 from typing import IO, Any
@@ -45,15 +48,37 @@ def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **f
     logger.log(level, event, extra={"fields": fields})
 
 
-def setup_logging(stream: IO[str] | None = None, level: int = logging.INFO) -> None:
-    """Route the `llmfleet` loggers to `stream` (stderr) as JSON lines. Safe to call twice."""
+_listener: logging.handlers.QueueListener | None = None
+
+
+def _stop_listener() -> None:
+    global _listener
+    if _listener is not None:
+        _listener.stop()  # writes out what is queued
+        _listener = None
+
+
+def setup_logging(stream: IO[str] | None = None, level: int = logging.INFO, *, queued: bool = False) -> None:
+    """Route the `llmfleet` loggers to `stream` (stderr) as JSON lines. Safe to call again.
+
+    `queued`: request threads only enqueue records; one thread formats and writes them (the server
+    does this so that no request waits on a write to its log)."""
+    _stop_listener()
     root = logging.getLogger(LOGGER)
     root.setLevel(level)
     root.propagate = False
-    for handler in list(root.handlers):
-        if getattr(handler, "_llmfleet", False):
-            root.removeHandler(handler)
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    for old in list(root.handlers):
+        if getattr(old, "_llmfleet", False):
+            root.removeHandler(old)
+    output = logging.StreamHandler(stream or sys.stderr)
+    output.setFormatter(JsonFormatter())
+    handler: logging.Handler = output
+    if queued:
+        records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        handler = logging.handlers.QueueHandler(records)
+        global _listener
+        _listener = logging.handlers.QueueListener(records, output)
+        _listener.start()
+        atexit.register(_stop_listener)
     handler._llmfleet = True  # type: ignore[attr-defined]
     root.addHandler(handler)

@@ -1,7 +1,9 @@
 """The embedded StateStore: one SQLite file in WAL mode, schema migrated by the application.
 
-One connection shared by the server's threads behind a lock: writes are single-row and short, and
-SQLite serialises writers anyway. Other processes (the CLI) can read concurrently thanks to WAL.
+One connection shared by the server's threads behind a lock; other processes (the CLI) can read
+concurrently thanks to WAL. Fetch records, the one write on every box request, are buffered and
+written in batches (one transaction per batch, at most FLUSH_INTERVAL_S later, and before any read
+of the fetch log), so a thousand boxes fetching at once cost a few transactions, not a thousand.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from reconciler.state.records import (
     Sighting,
 )
 from reconciler.state.store import StateError
+
+FLUSH_INTERVAL_S = 0.5
+FLUSH_AT = 512  # pending fetch records that trigger an immediate write
+_INSERT_FETCH = ("INSERT INTO fetches (at, endpoint, status, peer, claimed_host, forwarded_for, box, revision) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+FetchRow = tuple[float, str, int, str, str | None, str | None, str | None, str | None]
 
 # Append only: migration N (1-based) takes the schema from version N-1 to N. Never edit a released one.
 MIGRATIONS: tuple[str, ...] = (
@@ -94,6 +102,10 @@ class SQLiteStateStore:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._pending: list[FetchRow] = []
+        self._pending_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._flusher: threading.Thread | None = None
         try:
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,13 +156,34 @@ class SQLiteStateStore:
 
     # FetchLog
     def record_fetch(self, fetch: FetchRecord) -> None:
-        with self._lock:
-            self._db.execute("INSERT INTO fetches (at, endpoint, status, peer, claimed_host, forwarded_for, box, "
-                             "revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                             (fetch.at, fetch.endpoint.value, fetch.status, fetch.peer, fetch.claimed_host,
-                              fetch.forwarded_for, fetch.box, fetch.revision))
+        row: FetchRow = (fetch.at, fetch.endpoint.value, fetch.status, fetch.peer, fetch.claimed_host,
+                         fetch.forwarded_for, fetch.box, fetch.revision)
+        with self._pending_lock:
+            self._pending.append(row)
+            full = len(self._pending) >= FLUSH_AT
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_loop, name="llmfleet-fetch-log", daemon=True)
+                self._flusher.start()
+        if full:
+            self.flush()
+
+    def _flush_loop(self) -> None:
+        while not self._closed.wait(FLUSH_INTERVAL_S):
+            try:
+                self.flush()
+            except sqlite3.Error:  # the database went away (closed under us): retried next round
+                continue
+
+    def flush(self) -> None:
+        """Write the buffered fetch records now."""
+        with self._pending_lock:
+            rows, self._pending = self._pending, []
+        if rows:
+            with self._transaction() as db:
+                db.executemany(_INSERT_FETCH, rows)
 
     def recent_fetches(self, *, box: str | None = None, limit: int = 100) -> list[FetchRecord]:
+        self.flush()
         if box is None:
             rows = self._query("SELECT * FROM fetches ORDER BY id DESC LIMIT ?", (limit,))
         else:
@@ -159,6 +192,7 @@ class SQLiteStateStore:
         return [_fetch(r) for r in rows]
 
     def last_config_served(self) -> dict[str, FetchRecord]:
+        self.flush()
         rows = self._query("SELECT * FROM fetches WHERE id IN (SELECT MAX(id) FROM fetches "
                            "WHERE endpoint = 'config' AND status = 200 GROUP BY box)")
         return {r["box"]: _fetch(r) for r in rows}
@@ -230,11 +264,18 @@ class SQLiteStateStore:
 
     # Housekeeping
     def prune(self, *, keep_fetches: int) -> int:
+        self.flush()
         with self._lock:
             cursor = self._db.execute("DELETE FROM fetches WHERE id <= (SELECT MAX(id) FROM fetches) - ?",
                                       (keep_fetches,))
             return cursor.rowcount
 
     def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=5)
+        self.flush()
         with self._lock:
             self._db.close()

@@ -1,0 +1,247 @@
+"""Load test of GET /vllm/config: 1,000 boxes fetching at once, cached path vs a naive handler.
+
+    .venv/bin/python bench/config_server_load.py [--boxes 1000] [--concurrency 64] [--rounds 5]
+
+Builds a fleet repository with `--boxes` generated boxes (plus the example's four) in a temp git
+repo, then for each variant starts a real gunicorn process on a free loopback port and drives it with
+an asyncio (aiohttp) client holding `--concurrency` connections, every box fetching its own JSON:
+
+- cached: `llmfleet serve` as shipped (one gthread worker; the commit is rendered once at start-up,
+  every request still authenticates, resolves the host, writes the fetch log and a JSON log line);
+- naive: the same gunicorn settings and the same auth and host rules, but each request opens the
+  repository, reads the commit, validates it and renders the box (what a handler without the
+  per-commit cache does).
+
+Prints requests/s and latency percentiles per variant, and the machine's load average. Bounded: at
+most `--rounds` x boxes requests (cached) and `--naive-seconds` of load (naive), loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+FLEET_KEY = "bench-fleet-key-0123456789"
+ENV = {"BENCH_FLEET_KEY": FLEET_KEY, "BENCH_SALT": "bench-salt-0123456789abcdef", "BENCH_LEGACY": "sk-legacy-bench"}
+MODELS = ["qwen3-8b", "llama3.1-8b", "qwen2.5-coder-7b"]
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def box_names(count: int) -> list[str]:
+    """Benchmark-range addresses (198.18.0.0/15): names only, nothing is ever sent to them."""
+    return [f"198.{18 + i // 65536}.{(i // 256) % 256}.{i % 256}" for i in range(1, count + 1)]
+
+
+def make_fleet(directory: Path, boxes: list[str]) -> Path:
+    repo = directory / "fleet"
+    shutil.copytree(ROOT / "fleet-repo-example", repo)
+    rng = random.Random(7)
+    lines = [(ROOT / "fleet-repo-example" / "placement.yaml").read_text().rstrip("\n"), ""]
+    for name in boxes:
+        lines.append(f"  {name}:")
+        for port, model in zip((8001, 8002, 8003), rng.sample(MODELS, rng.randint(1, 3)), strict=False):
+            lines.append(f"    - [{model}, {port}]")
+    (repo / "placement.yaml").write_text("\n".join(lines) + "\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", f"bench fleet with {len(boxes)} generated boxes")
+    return repo
+
+
+def write_config(directory: Path, repo: Path) -> Path:
+    config = directory / "control-plane.yaml"
+    config.write_text(json.dumps({
+        "repo": {"path": str(repo), "branch": "main", "refresh_interval_s": 3600},
+        "secrets": {"fleet_key": "${env:BENCH_FLEET_KEY}", "vllm_api_salt": "${env:BENCH_SALT}",
+                    "legacy_api_key": "${env:BENCH_LEGACY}"},
+        "state": {"url": f"sqlite:///{directory / 'state.sqlite3'}"},
+    }))
+    return config
+
+
+def naive_app(config_path: str) -> Any:
+    """The strawman: the same rules, but the repository is re-read and re-rendered on every request."""
+    from flask import Flask, Response, jsonify, request
+
+    from reconciler.config import load_config
+    from reconciler.fleet.render import Bearers, render_box
+    from reconciler.fleet.source import GitFleetRepo
+    from reconciler.fleet.validate import validate_snapshot
+    from reconciler.server.auth import bearer_token, matches
+    from reconciler.server.hosts import resolve_host
+
+    config = load_config(config_path)
+    key = config.secrets.fleet_key
+    assert key is not None
+    legacy = config.secrets.legacy_api_key.reveal() if config.secrets.legacy_api_key else None
+    bearers = Bearers(config.secrets.vllm_api_salt, legacy)
+    app = Flask("naive")
+
+    @app.get("/vllm/config")
+    def config_route() -> Any:
+        if not matches(bearer_token(request.headers.get("Authorization")), key):
+            return jsonify({"error": "wrong fleet key"}), 403
+        name = resolve_host(request.headers.get("X-LLMAO-Host"), request.headers.get("X-Forwarded-For"),
+                            request.remote_addr or "").name
+        assert config.repo.path is not None
+        fleet = validate_snapshot(GitFleetRepo(config.repo.path).snapshot("refs/heads/main")).fleet
+        if fleet is None:
+            return jsonify({"error": "invalid"}), 503
+        if name not in fleet.boxes:
+            return jsonify({"error": "unknown box"}), 404
+        body = json.dumps(render_box(fleet, name, bearers), separators=(",", ":"))
+        return Response(body, mimetype="application/json", headers={"Cache-Control": "no-store"})
+
+    return app
+
+
+def serve_naive(config_path: str, listen: str) -> None:
+    from reconciler.config import load_config
+    from reconciler.server.gunicorn_app import ControlPlaneServer
+
+    ControlPlaneServer(load_config(config_path), listen, lambda: naive_app(config_path)).run()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start(variant: str, config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    listen = f"127.0.0.1:{port}"
+    if variant == "cached":
+        command = [sys.executable, "-m", "reconciler", "serve", "--config", str(config), "--listen", listen]
+    else:
+        command = [sys.executable, __file__, "serve-naive", str(config), listen]
+    env = {**os.environ, **ENV, "PYTHONPATH": str(ROOT)}
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"{variant} server exited:\n{log.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return process
+        except OSError:
+            time.sleep(0.2)
+    stop(process)
+    raise SystemExit(f"{variant} server did not start within 60 s")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+async def load(base: str, boxes: list[str], concurrency: int, max_requests: int, max_seconds: float) -> dict[str, Any]:
+    import aiohttp
+
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for i in range(max_requests):
+        queue.put_nowait(boxes[i % len(boxes)])
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    deadline = time.monotonic() + max_seconds
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while time.monotonic() < deadline:
+            try:
+                box = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            started = time.perf_counter()
+            async with session.get(f"{base}/vllm/config", headers={"Authorization": f"Bearer {FLEET_KEY}",
+                                                                    "X-LLMAO-Host": box}) as response:
+                await response.read()
+                statuses[response.status] = statuses.get(response.status, 0) + 1
+            latencies.append(time.perf_counter() - started)
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - began
+    ordered = sorted(latencies)
+
+    def pct(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
+
+    return {"requests": len(latencies), "seconds": round(elapsed, 2), "rps": round(len(latencies) / elapsed, 1),
+            "p50_ms": round(pct(0.50), 2), "p99_ms": round(pct(0.99), 2), "max_ms": round(ordered[-1] * 1000, 2),
+            "mean_ms": round(statistics.fmean(ordered) * 1000, 2), "statuses": statuses}
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run(args: argparse.Namespace) -> None:
+    boxes = box_names(args.boxes)
+    with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as tmp:
+        directory = Path(tmp)
+        repo = make_fleet(directory, boxes)
+        config = write_config(directory, repo)
+        results: dict[str, Any] = {"boxes": args.boxes, "concurrency": args.concurrency, "cpus": os.cpu_count(),
+                                   "loadavg_before": loadavg()}
+        plan = {"cached": (args.rounds * len(boxes), args.cached_seconds),
+                "naive": (args.rounds * len(boxes), args.naive_seconds)}
+        for variant, (requests, seconds) in plan.items():
+            port = free_port()
+            process = start(variant, config, port, directory / f"{variant}.log")
+            try:
+                base = f"http://127.0.0.1:{port}"
+                asyncio.run(load(base, boxes, args.concurrency, min(len(boxes), 200), 30))  # warm-up
+                results[variant] = asyncio.run(load(base, boxes, args.concurrency, requests, seconds))
+            finally:
+                stop(process)
+            print(f"{variant:7} {json.dumps(results[variant])}", flush=True)
+        results["loadavg_after"] = loadavg()
+        results["speedup"] = round(results["cached"]["rps"] / results["naive"]["rps"], 1)
+    print(json.dumps(results, indent=2))
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "serve-naive":
+        sys.path.insert(0, str(ROOT))
+        serve_naive(sys.argv[2], sys.argv[3])
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--boxes", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5, help="fetches per box on the cached path")
+    parser.add_argument("--cached-seconds", type=float, default=60)
+    parser.add_argument("--naive-seconds", type=float, default=30)
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
