@@ -12,8 +12,11 @@ an asyncio (aiohttp) client holding `--concurrency` connections, every box fetch
   repository, reads the commit, validates it and renders the box (what a handler without the
   per-commit cache does).
 
-Prints requests/s and latency percentiles per variant, and the machine's load average. Bounded: at
-most `--rounds` x boxes requests (cached) and `--naive-seconds` of load (naive), loopback only.
+`--client wrk` drives the same requests with wrk (Debian's `wrk` package, a Lua script cycling
+through the boxes) instead: a C load generator leaves the second core to the server, where the
+Python client takes most of it. Prints requests/s and latency percentiles per variant, and the
+machine's load average. Bounded: at most `--rounds` x boxes requests or `--cached-seconds` (cached)
+and `--naive-seconds` (naive) of load, loopback only.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -200,6 +204,36 @@ async def load(base: str, boxes: list[str], concurrency: int, max_requests: int,
             "mean_ms": round(statistics.fmean(ordered) * 1000, 2), "statuses": statuses}
 
 
+WRK_SCRIPT = """
+local boxes = {%s}
+local n = 0
+request = function()
+  n = n + 1
+  local headers = {["Authorization"] = "Bearer %s", ["X-LLMAO-Host"] = boxes[n %% #boxes + 1]}
+  return wrk.format("GET", "/vllm/config", headers)
+end
+"""
+_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def wrk_load(base: str, boxes: list[str], concurrency: int, seconds: float, directory: Path) -> dict[str, Any]:
+    script = directory / "boxes.lua"
+    script.write_text(WRK_SCRIPT % (", ".join(f'"{b}"' for b in boxes), FLEET_KEY))
+    out = subprocess.run(["wrk", "-t2", f"-c{concurrency}", f"-d{int(seconds)}s", "--timeout", "120s", "--latency",
+                          "-s", str(script), f"{base}/vllm/config"], capture_output=True, text=True, check=True,
+                         timeout=seconds + 180).stdout
+
+    def latency(label: str) -> float:
+        match = re.search(rf"^\s*{label}\s+([0-9.]+)(us|ms|s)\s*$", out, re.MULTILINE)
+        return round(float(match.group(1)) * _UNITS[match.group(2)], 2) if match else float("nan")
+
+    requests = re.search(r"([0-9]+) requests in ([0-9.]+)(m?s)", out)
+    rps = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    non_2xx = re.search(r"Non-2xx or 3xx responses: ([0-9]+)", out)
+    return {"requests": int(requests.group(1)) if requests else 0, "rps": float(rps.group(1)) if rps else 0.0,
+            "p50_ms": latency("50%"), "p99_ms": latency("99%"), "non_2xx": int(non_2xx.group(1)) if non_2xx else 0}
+
+
 def loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -210,8 +244,8 @@ def run(args: argparse.Namespace) -> None:
         directory = Path(tmp)
         repo = make_fleet(directory, boxes)
         config = write_config(directory, repo)
-        results: dict[str, Any] = {"boxes": args.boxes, "concurrency": args.concurrency, "cpus": os.cpu_count(),
-                                   "loadavg_before": loadavg()}
+        results: dict[str, Any] = {"boxes": args.boxes, "concurrency": args.concurrency, "client": args.client,
+                                   "cpus": os.cpu_count(), "loadavg_before": loadavg()}
         plan = {"cached": (args.rounds * len(boxes), args.cached_seconds),
                 "naive": (args.rounds * len(boxes), args.naive_seconds)}
         for variant, (requests, seconds) in plan.items():
@@ -220,7 +254,10 @@ def run(args: argparse.Namespace) -> None:
             try:
                 base = f"http://127.0.0.1:{port}"
                 asyncio.run(load(base, boxes, args.concurrency, min(len(boxes), 200), 30))  # warm-up
-                results[variant] = asyncio.run(load(base, boxes, args.concurrency, requests, seconds))
+                if args.client == "wrk":
+                    results[variant] = wrk_load(base, boxes, args.concurrency, seconds, directory)
+                else:
+                    results[variant] = asyncio.run(load(base, boxes, args.concurrency, requests, seconds))
             finally:
                 stop(process)
             print(f"{variant:7} {json.dumps(results[variant])}", flush=True)
@@ -238,7 +275,8 @@ def main() -> None:
     parser.add_argument("--boxes", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5, help="fetches per box on the cached path")
-    parser.add_argument("--cached-seconds", type=float, default=60)
+    parser.add_argument("--client", choices=("aiohttp", "wrk"), default="aiohttp")
+    parser.add_argument("--cached-seconds", type=float, default=60, help="cap (aiohttp) or duration (wrk)")
     parser.add_argument("--naive-seconds", type=float, default=30)
     run(parser.parse_args())
 

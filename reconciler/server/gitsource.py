@@ -110,6 +110,12 @@ class TrackedRepo:
     def snapshot(self, revision: str) -> Snapshot:
         return self.fleet_repo.snapshot(revision)
 
+    def close(self) -> None:
+        """Stop GitPython's persistent `git cat-file` helpers."""
+        if self._repo is not None:
+            self._repo.repo.close()
+            self._repo = None
+
     def first_parent(self, revision: str) -> str | None:
         parents = self.fleet_repo.repo.commit(revision).parents
         return str(parents[0].hexsha) if parents else None

@@ -81,6 +81,8 @@ class Runtime:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        with self.tracker.git_lock:
+            self.repo.close()
         self.store.close()
 
 
@@ -105,5 +107,7 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
         runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock)
     except BaseException:
         store.close()
+        if "repo" in locals():
+            repo.close()
         raise
     return runtime
