@@ -132,12 +132,12 @@ class RevisionTracker:
                 self.repo.update()
                 head = self.repo.head()
                 changed = self._advance(state, head)
-            except SourceError as exc:
-                now = self.clock()
-                state.refresh = RefreshStatus(state.refresh.ok_at, str(exc), now)
+            except Exception as exc:  # whatever git or the repository throws: keep serving what we have
+                message = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
+                state.refresh = RefreshStatus(state.refresh.ok_at, message, self.clock())
                 self.metrics.refresh_errors.inc()
                 log_event(log, "git refresh failed", logging.ERROR, repo=self.repo.where, branch=self.repo.branch,
-                          error=str(exc))
+                          error=message)
                 self._state = state
                 return False
             state.refresh = RefreshStatus(self.clock())

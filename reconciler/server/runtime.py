@@ -96,8 +96,8 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
     """Build the runtime; raises StateError, SourceError or OSError with a clear message on failure."""
     metrics = Metrics()
     store = open_store(config.state.url, config.state.base)
+    repo = TrackedRepo(config.repo, default_clone_dir(config))  # opens nothing yet
     try:
-        repo = TrackedRepo(config.repo, default_clone_dir(config))
         legacy = config.secrets.legacy_api_key.reveal() if config.secrets.legacy_api_key else None
         tracker = RevisionTracker(repo, Bearers(config.secrets.vllm_api_salt, legacy), metrics, clock)
         tracker.refresh()
@@ -106,8 +106,7 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
         metrics.attention_entries.set(store.attention_size())
         runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock)
     except BaseException:
+        repo.close()
         store.close()
-        if "repo" in locals():
-            repo.close()
         raise
     return runtime
