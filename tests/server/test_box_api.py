@@ -249,3 +249,30 @@ def test_unknown_route_and_method_are_json(client: FlaskClient) -> None:
     assert client.get("/nope").status_code == 404
     assert client.get("/nope").get_json()["error"]
     assert client.post("/vllm/config").status_code == 405
+
+
+def test_metrics_count_requests_by_status(client: FlaskClient, runtime: Runtime) -> None:
+    get_config(client, box_headers())
+    get_config(client, box_headers(key=None))
+    get_config(client, box_headers(key=None))
+    metrics = client.get("/metrics")
+    assert metrics.content_type.startswith("text/plain")
+    text = metrics.get_data(as_text=True)
+    assert 'llmfleet_box_requests_total{endpoint="config",status="200"} 1.0' in text
+    assert 'llmfleet_box_requests_total{endpoint="config",status="403"} 2.0' in text
+    assert "llmfleet_served_boxes 4.0" in text and "llmfleet_served_servers 7.0" in text
+    assert "llmfleet_git_last_successful_refresh_timestamp_seconds 1.8e+09" in text
+
+
+def test_box_that_cannot_render_gets_503_others_served(make_runtime: Callable[..., Runtime],
+                                                      logs: LogCapture) -> None:
+    # No legacy key configured: the legacy pair cannot get its bearer; every other box is unaffected.
+    runtime = make_runtime(secrets={"legacy_api_key": None})
+    client = create_app(runtime).test_client()
+    response = get_config(client, box_headers("198.51.100.23"))
+    assert response.status_code == 503
+    assert "cannot render box" in response.get_json()["error"]
+    assert get_config(client, box_headers()).status_code == 200
+    health = client.get("/health").get_json()
+    assert "198.51.100.23" in health["render_errors"]
+    assert len(logs.events("box cannot be rendered")) == 1

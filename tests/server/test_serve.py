@@ -209,3 +209,11 @@ def test_real_server_over_https(https_server: tuple[str, ssl.SSLContext, Path]) 
     assert body["servers"][0]["api_key"] not in text
     for secret in SECRETS:
         assert secret not in text
+
+
+def test_check_fails_when_a_box_cannot_render(tmp_path: Path, fleet_git: Path, env_secrets: None,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    document = base_config(fleet_git, tmp_path / "state.db")
+    del document["secrets"]["legacy_api_key"]
+    assert main(["serve", "--config", str(write_config(tmp_path / "cp.yaml", document)), "--check"]) == 1
+    assert "box 198.51.100.23: server llama3.1-8b on 198.51.100.23:8000 is a legacy pair" in capsys.readouterr().err
