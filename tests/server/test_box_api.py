@@ -260,7 +260,8 @@ def test_metrics_count_requests_by_status(client: FlaskClient, runtime: Runtime)
     text = metrics.get_data(as_text=True)
     assert 'llmfleet_box_requests_total{endpoint="config",status="200"} 1.0' in text
     assert 'llmfleet_box_requests_total{endpoint="config",status="403"} 2.0' in text
-    assert "llmfleet_served_boxes 4.0" in text and "llmfleet_served_servers 7.0" in text
+    assert "llmfleet_served_boxes 4.0" in text
+    assert "llmfleet_served_servers 7.0" in text
     assert "llmfleet_git_last_successful_refresh_timestamp_seconds 1.8e+09" in text
 
 
