@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/config_server_load.py [--boxes 1000] [--concurrency 64] [--rounds 5]
 
-Builds a fleet repository with `--boxes` generated boxes (plus the example's four) in a temp git
-repo, then for each variant starts a real gunicorn process on a free loopback port and drives it with
-an asyncio (aiohttp) client holding `--concurrency` connections, every box fetching its own JSON:
+Builds bench/fleetgen's repository of `--boxes` boxes (3 servers each) in a temp git repo, then
+for each variant starts a real gunicorn process on a free loopback port and drives it with an
+asyncio (aiohttp) client holding `--concurrency` connections, every box fetching its own JSON:
 
 - cached: `llmfleet serve` as shipped (one gthread worker; the commit is rendered once at start-up,
   every request still authenticates, resolves the host, writes the fetch log and a JSON log line);
@@ -25,9 +25,7 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import re
-import shutil
 import signal
 import socket
 import statistics
@@ -39,9 +37,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.fleetgen import box_name, write_fleet
+
 FLEET_KEY = "bench-fleet-key-0123456789"
-ENV = {"BENCH_FLEET_KEY": FLEET_KEY, "BENCH_SALT": "bench-salt-0123456789abcdef", "BENCH_LEGACY": "sk-legacy-bench"}
-MODELS = ["qwen3-8b", "llama3.1-8b", "qwen2.5-coder-7b"]
+ENV = {"BENCH_FLEET_KEY": FLEET_KEY, "BENCH_SALT": "bench-salt-0123456789abcdef"}
 
 
 def git(repo: Path, *args: str) -> str:
@@ -51,24 +52,12 @@ def git(repo: Path, *args: str) -> str:
                           env=env).stdout.strip()
 
 
-def box_names(count: int) -> list[str]:
-    """Benchmark-range addresses (198.18.0.0/15): names only, nothing is ever sent to them."""
-    return [f"198.{18 + i // 65536}.{(i // 256) % 256}.{i % 256}" for i in range(1, count + 1)]
-
-
-def make_fleet(directory: Path, boxes: list[str]) -> Path:
-    repo = directory / "fleet"
-    shutil.copytree(ROOT / "fleet-repo-example", repo)
-    rng = random.Random(7)
-    lines = [(ROOT / "fleet-repo-example" / "placement.yaml").read_text().rstrip("\n"), ""]
-    for name in boxes:
-        lines.append(f"  {name}:")
-        for port, model in zip((8001, 8002, 8003), rng.sample(MODELS, rng.randint(1, 3)), strict=False):
-            lines.append(f"    - [{model}, {port}]")
-    (repo / "placement.yaml").write_text("\n".join(lines) + "\n")
+def make_fleet(directory: Path, boxes: int) -> Path:
+    """bench/fleetgen's repository (3 servers per box) committed to a fresh git repo."""
+    repo = write_fleet(directory / "fleet", boxes)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
-    git(repo, "commit", "-qm", f"bench fleet with {len(boxes)} generated boxes")
+    git(repo, "commit", "-qm", f"bench fleet with {boxes} boxes")
     return repo
 
 
@@ -76,8 +65,7 @@ def write_config(directory: Path, repo: Path) -> Path:
     config = directory / "control-plane.yaml"
     config.write_text(json.dumps({
         "repo": {"path": str(repo), "branch": "main", "refresh_interval_s": 3600},
-        "secrets": {"fleet_key": "${env:BENCH_FLEET_KEY}", "vllm_api_salt": "${env:BENCH_SALT}",
-                    "legacy_api_key": "${env:BENCH_LEGACY}"},
+        "secrets": {"fleet_key": "${env:BENCH_FLEET_KEY}", "vllm_api_salt": "${env:BENCH_SALT}"},
         "state": {"url": f"sqlite:///{directory / 'state.sqlite3'}"},
     }))
     return config
@@ -239,10 +227,10 @@ def loadavg() -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    boxes = box_names(args.boxes)
+    boxes = [box_name(i) for i in range(args.boxes)]
     with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as tmp:
         directory = Path(tmp)
-        repo = make_fleet(directory, boxes)
+        repo = make_fleet(directory, args.boxes)
         config = write_config(directory, repo)
         results: dict[str, Any] = {"boxes": args.boxes, "concurrency": args.concurrency, "client": args.client,
                                    "cpus": os.cpu_count(), "loadavg_before": loadavg()}
@@ -268,7 +256,6 @@ def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "serve-naive":
-        sys.path.insert(0, str(ROOT))
         serve_naive(sys.argv[2], sys.argv[3])
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
