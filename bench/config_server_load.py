@@ -10,7 +10,9 @@ asyncio (aiohttp) client holding `--concurrency` connections, every box fetching
   every request still authenticates, resolves the host, writes the fetch log and a JSON log line);
 - naive: the same gunicorn settings and the same auth and host rules, but each request opens the
   repository, reads the commit, validates it and renders the box (what a handler without the
-  per-commit cache does).
+  per-commit cache does);
+- constant (with `--floor`): the same gunicorn settings and a handler that returns fixed bytes,
+  i.e. what the WSGI server itself costs on this machine at that moment.
 
 `--client wrk` drives the same requests with wrk (Debian's `wrk` package, a Lua script cycling
 through the boxes) instead: a C load generator leaves the second core to the server, where the
@@ -107,11 +109,25 @@ def naive_app(config_path: str) -> Any:
     return app
 
 
-def serve_naive(config_path: str, listen: str) -> None:
+def constant_app() -> Any:
+    from flask import Flask, Response
+
+    app = Flask("constant")
+    body = b'{"host":"x","revision":"r","servers":[]}'
+
+    @app.get("/vllm/config")
+    def config_route() -> Response:
+        return Response(body, mimetype="application/json")
+
+    return app
+
+
+def serve_variant(variant: str, config_path: str, listen: str) -> None:
     from reconciler.config import load_config
     from reconciler.server.gunicorn_app import ControlPlaneServer
 
-    ControlPlaneServer(load_config(config_path), listen, lambda: naive_app(config_path)).run()
+    load_app = (lambda: naive_app(config_path)) if variant == "naive" else constant_app
+    ControlPlaneServer(load_config(config_path), listen, load_app).run()
 
 
 def free_port() -> int:
@@ -126,7 +142,7 @@ def start(variant: str, config: Path, port: int, log: Path) -> subprocess.Popen[
     if variant == "cached":
         command = [sys.executable, "-m", "reconciler", "serve", "--config", str(config), "--listen", listen]
     else:
-        command = [sys.executable, __file__, "serve-naive", str(config), listen]
+        command = [sys.executable, __file__, "serve-variant", variant, str(config), listen]
     env = {**os.environ, **ENV, "PYTHONPATH": str(ROOT)}
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -236,6 +252,8 @@ def run(args: argparse.Namespace) -> None:
                                    "cpus": os.cpu_count(), "loadavg_before": loadavg()}
         plan = {"cached": (args.rounds * len(boxes), args.cached_seconds),
                 "naive": (args.rounds * len(boxes), args.naive_seconds)}
+        if args.floor:
+            plan["constant"] = plan["cached"]
         for variant, (requests, seconds) in plan.items():
             port = free_port()
             process = start(variant, config, port, directory / f"{variant}.log")
@@ -255,8 +273,8 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "serve-naive":
-        serve_naive(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 5 and sys.argv[1] == "serve-variant":
+        serve_variant(sys.argv[2], sys.argv[3], sys.argv[4])
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--boxes", type=int, default=1000)
@@ -265,6 +283,7 @@ def main() -> None:
     parser.add_argument("--client", choices=("aiohttp", "wrk"), default="aiohttp")
     parser.add_argument("--cached-seconds", type=float, default=60, help="cap (aiohttp) or duration (wrk)")
     parser.add_argument("--naive-seconds", type=float, default=30)
+    parser.add_argument("--floor", action="store_true", help="also measure a constant handler (the server's floor)")
     run(parser.parse_args())
 
 
