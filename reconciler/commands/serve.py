@@ -110,7 +110,7 @@ def serve(config: ControlPlaneConfig, listen: Listen) -> None:
     from reconciler.server.runtime import start_up
 
     def load_app() -> Flask:  # runs in the worker, after the fork
-        setup_logging(queued=True)
+        setup_logging(buffered=True)
         runtime = start_up(config)
         runtime.start_background()
         return create_app(runtime)

@@ -6,12 +6,10 @@ line implicitly, which is how secrets stay out: no field ever carries a key, tok
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
-import logging.handlers
-import queue
 import sys
+import threading
 import time
 from typing import IO, Any
 
@@ -48,37 +46,67 @@ def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **f
     logger.log(level, event, extra={"fields": fields})
 
 
-_listener: logging.handlers.QueueListener | None = None
+class BufferedStreamHandler(logging.Handler):
+    """Formats in the caller's thread and writes from one background thread, a batch of lines per
+    write: a request never waits on its log stream. Lines are at most FLUSH_INTERVAL_S late and are
+    written out at exit (logging.shutdown closes every handler)."""
+
+    FLUSH_INTERVAL_S = 0.2
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__()
+        self.stream = stream
+        self._lines: list[str] = []
+        self._lines_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._writer: threading.Thread | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        with self._lines_lock:
+            self._lines.append(line)
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, name="llmfleet-log", daemon=True)
+                self._writer.start()
+
+    def _write_loop(self) -> None:
+        while not self._stop.wait(self.FLUSH_INTERVAL_S):
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lines_lock:
+            lines, self._lines = self._lines, []
+        if lines:
+            try:
+                self.stream.write("\n".join(lines) + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):  # the stream is gone (closed at exit): nothing left to tell
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+        super().close()
 
 
-def _stop_listener() -> None:
-    global _listener
-    if _listener is not None:
-        _listener.stop()  # writes out what is queued
-        _listener = None
-
-
-def setup_logging(stream: IO[str] | None = None, level: int = logging.INFO, *, queued: bool = False) -> None:
+def setup_logging(stream: IO[str] | None = None, level: int = logging.INFO, *, buffered: bool = False) -> None:
     """Route the `llmfleet` loggers to `stream` (stderr) as JSON lines. Safe to call again.
 
-    `queued`: request threads only enqueue records; one thread formats and writes them (the server
-    does this so that no request waits on a write to its log)."""
-    _stop_listener()
+    `buffered`: lines are written in batches by a background thread (the server, so that no request
+    waits on a write); otherwise each line is written at once (commands, tests)."""
     root = logging.getLogger(LOGGER)
     root.setLevel(level)
     root.propagate = False
     for old in list(root.handlers):
         if getattr(old, "_llmfleet", False):
             root.removeHandler(old)
-    output = logging.StreamHandler(stream or sys.stderr)
-    output.setFormatter(JsonFormatter())
-    handler: logging.Handler = output
-    if queued:
-        records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-        handler = logging.handlers.QueueHandler(records)
-        global _listener
-        _listener = logging.handlers.QueueListener(records, output)
-        _listener.start()
-        atexit.register(_stop_listener)
+            old.close()
+    target = stream or sys.stderr
+    handler: logging.Handler = BufferedStreamHandler(target) if buffered else logging.StreamHandler(target)
+    handler.setFormatter(JsonFormatter())
     handler._llmfleet = True  # type: ignore[attr-defined]
     root.addHandler(handler)
