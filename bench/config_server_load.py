@@ -63,12 +63,13 @@ def make_fleet(directory: Path, boxes: int) -> Path:
     return repo
 
 
-def write_config(directory: Path, repo: Path) -> Path:
+def write_config(directory: Path, repo: Path, threads: int = 8) -> Path:
     config = directory / "control-plane.yaml"
     config.write_text(json.dumps({
         "repo": {"path": str(repo), "branch": "main", "refresh_interval_s": 3600},
         "secrets": {"fleet_key": "${env:BENCH_FLEET_KEY}", "vllm_api_salt": "${env:BENCH_SALT}"},
         "state": {"url": f"sqlite:///{directory / 'state.sqlite3'}"},
+        "server": {"threads": threads},
     }))
     return config
 
@@ -247,8 +248,9 @@ def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as tmp:
         directory = Path(tmp)
         repo = make_fleet(directory, args.boxes)
-        config = write_config(directory, repo)
+        config = write_config(directory, repo, args.threads)
         results: dict[str, Any] = {"boxes": args.boxes, "concurrency": args.concurrency, "client": args.client,
+                                   "threads": args.threads,
                                    "cpus": os.cpu_count(), "loadavg_before": loadavg()}
         plan = {"cached": (args.rounds * len(boxes), args.cached_seconds),
                 "naive": (args.rounds * len(boxes), args.naive_seconds)}
@@ -283,6 +285,7 @@ def main() -> None:
     parser.add_argument("--client", choices=("aiohttp", "wrk"), default="aiohttp")
     parser.add_argument("--cached-seconds", type=float, default=60, help="cap (aiohttp) or duration (wrk)")
     parser.add_argument("--naive-seconds", type=float, default=30)
+    parser.add_argument("--threads", type=int, default=8, help="gunicorn request threads (server.threads)")
     parser.add_argument("--floor", action="store_true", help="also measure a constant handler (the server's floor)")
     run(parser.parse_args())
 

@@ -161,7 +161,7 @@ class ControlPlaneConfig:
     admin_tokens: tuple[Secret, ...] = ()
     viewer_tokens: tuple[Secret, ...] = ()
     attention_max_entries: int = 200
-    threads: int = 16
+    threads: int = 8
     timeout_s: int = 60
     litellm: LitellmConfig | None = None
     providers: ProvidersConfig = field(default_factory=ProvidersConfig)
@@ -299,7 +299,7 @@ class _Builder:
             admin_tokens=self.tokens(raw.get("admin_tokens", []), "admin_tokens"),
             viewer_tokens=self.tokens(raw.get("viewer_tokens", []), "viewer_tokens"),
             attention_max_entries=raw.get("attention", {}).get("max_entries", 200),
-            threads=server.get("threads", 16), timeout_s=server.get("timeout_s", 60), litellm=litellm,
+            threads=server.get("threads", 8), timeout_s=server.get("timeout_s", 60), litellm=litellm,
             providers=self.providers(raw.get("providers", {})),
             reconcile=ReconcileConfig(reconcile_raw.get("enabled", True), reconcile_raw.get("dry_run", False)))
         return None if self.problems or secrets is None else config
