@@ -121,8 +121,8 @@ def register(app: Flask, rt: Runtime) -> None:
                 or not all(isinstance(m, str) for m in models):
             return error(400, 'send JSON {"host": "<box name>", "models": ["<model>", ...]}')
         sighting = next((e for e in rt.store.attention() if e.box == host), None)
-        note = f"Approved through the control plane; fleet key first presented from {sighting.peer}" \
-            if sighting else "Approved through the control plane"
+        note = (f"Approved through the control plane; fleet key presented {sighting.count} time(s), last from "
+                f"{sighting.peer}") if sighting else "Approved through the control plane"
         onto_tracked = cfg.repo.approve_target is ApproveTarget.TRACKED
         try:
             with rt.tracker.git_lock:
@@ -138,4 +138,4 @@ def register(app: Flask, rt: Runtime) -> None:
         if onto_tracked:
             rt.tracker.refresh()
         return jsonify({"host": done.host, "branch": done.branch, "commit": done.commit, "base": done.base,
-                        "servers": [asdict(r) for r in done.rows]})
+                        "repository": str(rt.repo.git_dir), "servers": [asdict(r) for r in done.rows]})
