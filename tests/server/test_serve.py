@@ -201,9 +201,12 @@ def test_real_server_over_https(https_server: tuple[str, ssl.SSLContext, Path]) 
     assert health["hosts"] == 4
     with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):  # TLS with our certificate
         get(f"{base}/health", ssl.create_default_context(), {})
-    time.sleep(0.2)
-    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
-    requests = [line for line in lines if line["event"] == "box request"]
+    deadline = time.monotonic() + 10  # the server writes its log lines in batches
+    requests: list[dict[str, Any]] = []
+    while len(requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
+        requests = [line for line in lines if line["event"] == "box request"]
     assert [line["status"] for line in requests] == [200, 403]
     text = log_path.read_text()
     assert body["servers"][0]["api_key"] not in text
