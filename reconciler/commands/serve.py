@@ -107,12 +107,19 @@ def serve(config: ControlPlaneConfig, listen: Listen) -> None:
     from reconciler.server.app import create_app
     from reconciler.server.gunicorn_app import ControlPlaneServer
     from reconciler.server.logs import setup_logging
-    from reconciler.server.runtime import start_up
+    from reconciler.server.runtime import Runtime, start_up
+
+    runtimes: list[Runtime] = []
 
     def load_app() -> Flask:  # runs in the worker, after the fork
         setup_logging(buffered=True)
         runtime = start_up(config)
+        runtimes.append(runtime)
         runtime.start_background()
         return create_app(runtime)
 
-    ControlPlaneServer(config, listen.bind, load_app).run()
+    def worker_exit() -> None:  # write out buffered fetch records, close the database
+        for runtime in runtimes:
+            runtime.stop()
+
+    ControlPlaneServer(config, listen.bind, load_app, worker_exit).run()

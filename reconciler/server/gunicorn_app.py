@@ -18,7 +18,8 @@ from reconciler.config import ControlPlaneConfig
 
 
 class ControlPlaneServer(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
-    def __init__(self, config: ControlPlaneConfig, bind: str, load_app: Callable[[], Flask]) -> None:
+    def __init__(self, config: ControlPlaneConfig, bind: str, load_app: Callable[[], Flask],
+                 on_worker_exit: Callable[[], None] | None = None) -> None:
         self.options = {
             "bind": [bind],
             "workers": 1,
@@ -33,6 +34,8 @@ class ControlPlaneServer(BaseApplication):  # type: ignore[misc]  # gunicorn shi
             "proc_name": "llmfleet-serve",
             "preload_app": False,
         }
+        if on_worker_exit is not None:  # gunicorn calls it as worker_exit(server, worker)
+            self.options["worker_exit"] = lambda _server, _worker: on_worker_exit()
         if config.tls is not None:
             self.options["certfile"] = str(config.tls.cert)
             self.options["keyfile"] = str(config.tls.key)

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from reconciler.cli import main
+from reconciler.state import open_store
 from tests.conftest import ROOT, git
 from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config, write_config
 
@@ -141,7 +142,8 @@ def test_example_config_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.fixture
-def https_server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, ssl.SSLContext, Path]]:
+def https_server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, ssl.SSLContext, Path,
+                                                                   subprocess.Popen[bytes]]]:
     cert, key = self_signed(tmp_path)
     document = base_config(fleet_git, tmp_path / "state.db")
     document["tls"] = {"cert": str(cert), "key": str(key)}
@@ -164,7 +166,7 @@ def https_server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, ssl.SSL
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError((tmp_path / "serve.log").read_text()) from None
                 time.sleep(0.2)
-        yield base, context, tmp_path / "serve.log"
+        yield base, context, tmp_path / "serve.log", process
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
@@ -185,8 +187,9 @@ def get(url: str, context: ssl.SSLContext, headers: dict[str, str]) -> tuple[int
         return exc.code, dict(exc.headers), json.loads(exc.read())
 
 
-def test_real_server_over_https(https_server: tuple[str, ssl.SSLContext, Path]) -> None:
-    base, context, log_path = https_server
+def test_real_server_over_https(https_server: tuple[str, ssl.SSLContext, Path, subprocess.Popen[bytes]],
+                                tmp_path: Path) -> None:
+    base, context, log_path, process = https_server
     status, headers, body = get(f"{base}/vllm/config", context, {"Authorization": f"Bearer {FLEET_KEY}",
                                                                   "X-LLMAO-Host": KNOWN_BOX})
     assert status == 200
@@ -212,6 +215,14 @@ def test_real_server_over_https(https_server: tuple[str, ssl.SSLContext, Path]) 
     assert body["servers"][0]["api_key"] not in text
     for secret in SECRETS:
         assert secret not in text
+    os.killpg(process.pid, signal.SIGTERM)  # a graceful stop writes out what is buffered
+    assert process.wait(timeout=15) == 0
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        fetches = [(f.status, f.box, f.claimed_host) for f in store.recent_fetches()]
+        assert fetches == [(403, None, KNOWN_BOX), (200, KNOWN_BOX, KNOWN_BOX)]
+    finally:
+        store.close()
 
 
 def test_check_fails_when_a_box_cannot_render(tmp_path: Path, fleet_git: Path, env_secrets: None,
