@@ -16,8 +16,12 @@ venv: $(STAMP)
 # The whole suite: lint, types, tests.
 test: lint typecheck unit
 
+# Every GitHub workflow: the project's own and the example fleet repository's.
+WORKFLOWS := $(wildcard .github/workflows/*.yml fleet-repo-example/.github/workflows/*.yml)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/actionlint -shellcheck=$(BIN)/shellcheck $(WORKFLOWS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -42,3 +46,8 @@ bench-config-server: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# The gateway's wrk benchmark (needs `apt-get install -y wrk`); figures go to docs/benchmarks.md.
+.PHONY: bench-gateway
+bench-gateway: $(STAMP)
+	$(BIN)/python bench/gateway_bench.py

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import os
 import signal
@@ -19,10 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+import trustme
 
 from reconciler.cli import main
 from reconciler.state import open_store
@@ -30,24 +25,15 @@ from tests.conftest import ROOT, git
 from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config, write_config
 
 
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+def tls_files(directory: Path) -> tuple[Path, Path, trustme.CA]:
+    """A throwaway CA and a certificate for 127.0.0.1 (trustme, built on the cryptography package)."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
     cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    issued.cert_chain_pems[0].write_to_path(str(cert_path))
+    issued.private_key_pem.write_to_path(str(key_path))
     key_path.chmod(0o600)
-    return cert_path, key_path
+    return cert_path, key_path, ca
 
 
 def free_port() -> int:
@@ -144,7 +130,7 @@ def test_example_config_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 @pytest.fixture
 def https_server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, ssl.SSLContext, Path,
                                                                    subprocess.Popen[bytes]]]:
-    cert, key = self_signed(tmp_path)
+    cert, key, ca = tls_files(tmp_path)
     document = base_config(fleet_git, tmp_path / "state.db")
     document["tls"] = {"cert": str(cert), "key": str(key)}
     config = write_config(tmp_path / "cp.yaml", document)
@@ -154,7 +140,8 @@ def https_server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, ssl.SSL
     process = subprocess.Popen([sys.executable, "-m", "reconciler", "serve", "--config", str(config), "--listen",
                                 f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
-    context = ssl.create_default_context(cafile=str(cert))
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
     base = f"https://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -202,7 +189,7 @@ def test_real_server_over_https(https_server: tuple[str, ssl.SSLContext, Path, s
     status, _, health = get(f"{base}/health", context, {})
     assert status == 200
     assert health["hosts"] == 4
-    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):  # TLS with our certificate
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):  # TLS, with a certificate from our CA only
         get(f"{base}/health", ssl.create_default_context(), {})
     deadline = time.monotonic() + 10  # the server writes its log lines in batches
     requests: list[dict[str, Any]] = []

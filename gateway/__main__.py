@@ -1,0 +1,5 @@
+"""`python -m gateway ARGS` = `llmfleet-gateway ARGS`."""
+
+from gateway.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""A per-model concurrency limit with a short, bounded, first-come-first-served queue.
+
+LLMhop has one router-wide limit (8) and answers 503 at once when it is full. Here each model has
+`limit` slots; a request that finds them taken waits in a queue of at most `max_queued` entries for at
+most `timeout` seconds, and gets 503 only when the queue is full or its wait runs out. `max_queued=0`
+gives LLMhop's immediate 503; `limit=0` disables the limit. A released slot passes straight to the
+oldest waiter, so a later arrival never overtakes the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+
+
+class Admission(enum.Enum):
+    ADMITTED = "admitted"
+    QUEUE_FULL = "queue_full"
+    TIMED_OUT = "timed_out"
+
+
+class Limiter:
+    __slots__ = ("_waiters", "active", "limit", "max_queued", "timeout")
+
+    def __init__(self, limit: int, max_queued: int, timeout: float) -> None:
+        self.limit = limit
+        self.max_queued = max_queued
+        self.timeout = timeout  # 0: wait as long as it takes
+        self.active = 0
+        self._waiters: deque[asyncio.Future[bool]] = deque()
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> Admission:
+        if self.limit == 0 or (self.active < self.limit and not self._waiters):
+            self.active += 1
+            return Admission.ADMITTED
+        if len(self._waiters) >= self.max_queued:
+            return Admission.QUEUE_FULL
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = loop.call_later(self.timeout, self._expire, waiter) if self.timeout > 0 else None
+        try:
+            granted = await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.release()  # the slot arrived as we were cancelled: hand it on
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        return Admission.ADMITTED if granted else Admission.TIMED_OUT
+
+    def _expire(self, waiter: asyncio.Future[bool]) -> None:
+        if not waiter.done():
+            self._waiters.remove(waiter)
+            waiter.set_result(False)
+
+    def release(self) -> None:
+        """Give the slot to the oldest waiter (the active count stays) or free it."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+                return
+        self.active -= 1

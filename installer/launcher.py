@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""llmfleet-launch: boot one vLLM server after the servers before it on its card, then become it.
+
+    llmfleet-launch --name NAME [--after NAME=PORT ...] [--health-host H] [--wait-timeout S] -- vllm serve ...
+
+Supervisor runs this as the program's command. It waits until every `--after` server answers
+GET /health with 200 (or --wait-timeout seconds pass), then execs the command, so the Supervisor
+process *is* vLLM from then on: signals, stopasgroup/killasgroup and exit codes work as if
+Supervisor had started vLLM itself. Because the wait lives in the program, ordering survives
+Supervisor's own restarts and a box reboot: a restarted server waits only while an earlier one on
+its card is not yet healthy (two vLLMs profiling GPU memory at once can run out of memory).
+
+The installer copies this file to $DATA/llmfleet/bin/llmfleet-launch. Standard library only, and it
+imports nothing from the installer package. The bearer reaches vLLM through the environment
+(VLLM_API_KEY), which this script passes on untouched and never reads or prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import sys
+import time
+
+POLL_S = 2.0
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    print(f"{stamp} llmfleet-launch: {message}", flush=True)
+
+
+def healthy(host: str, port: int, timeout_s: float = 3.0) -> bool:
+    """GET /health answered 200. Refused, reset, timeout or any other status: not (yet) healthy."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        connection.request("GET", "/health")
+        return connection.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+
+
+def wait_for(earlier: list[tuple[str, int]], host: str, timeout_s: float, poll_s: float = POLL_S) -> bool:
+    """Wait until every earlier server is healthy; False when the timeout passed first."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(earlier)
+    while pending:
+        pending = [(name, port) for name, port in pending if not healthy(host, port)]
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            names = ", ".join(f"{name} (port {port})" for name, port in pending)
+            log(f"gave up waiting after {timeout_s:g} s for {names}; starting anyway")
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def _after(value: str) -> tuple[str, int]:
+    name, sep, port = value.rpartition("=")
+    if not sep or not name or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=PORT, got {value!r}")
+    return name, int(port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llmfleet-launch", description=__doc__.split("\n")[1])
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--after", type=_after, action="append", default=[], metavar="NAME=PORT")
+    parser.add_argument("--health-host", default="127.0.0.1")
+    parser.add_argument("--wait-timeout", type=float, default=1800.0)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command after --")
+    if args.after:
+        names = ", ".join(name for name, _ in args.after)
+        log(f"{args.name}: waiting for {names} to answer /health")
+        if wait_for(args.after, args.health_host, args.wait_timeout):
+            log(f"{args.name}: {names} healthy")
+    log(f"{args.name}: starting {command[0]} {' '.join(command[1:3])}")
+    try:
+        os.execvp(command[0], command)  # noqa: S606 - becoming vLLM is the point
+    except OSError as exc:
+        log(f"{args.name}: cannot run {command[0]}: {exc.strerror}")
+    return 127  # execvp returns only by raising
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""The box installer: from the box JSON to vLLM servers under Supervisor, run once at boot.
+
+1. settings from the environment (installer.settings);  2. GET /vllm/config with retries, or
+--config-file (installer.fetch, installer.boxjson);  3. fit check over every GPU and the disk and
+4. card division (installer.fit);  5. one Supervisor program per server, stale ones removed
+(installer.units, installer.handover);  6. start-up ordering by the launcher each program runs
+(installer.launcher);  7. hand-over to supervisord, then POST /vllm/report (never fails the box).
+
+Exit codes: 0 installed (or dry run shown), 1 failed (fetch, JSON, fit, Supervisor), 2 usage or
+environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from installer import __version__
+from installer.boxjson import BoxConfig, BoxJsonError, parse_text
+from installer.fetch import Client, FetchError, check_url
+from installer.fit import FitResult, check_fit
+from installer.handover import (
+    HandoverError,
+    exec_supervisord,
+    foreign_vllm_units,
+    owned_units,
+    program_states,
+    reread_and_update,
+    write_units,
+)
+from installer.hardware import Gpu, ProbeError, cached_weights_gb, free_disk_gb, probe_gpus
+from installer.report import Outcome, ServerState, build_report, server_state
+from installer.settings import SAFE_PATH, Settings, SettingsError, load
+from installer.units import Unit, UnitError, render_unit
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+HANDOVERS = ("update", "exec", "none")
+REPORT_DEADLINE_S = 60.0  # retries of POST /vllm/report, never longer than the fetch deadline
+
+
+def log(message: str) -> None:
+    print(f"llmfleet-installer: {message}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="llmfleet-installer",
+        description="Fetch this box's servers from the control plane and run them under Supervisor.",
+        epilog="Environment: LLMAO_HOST, LLMFLEET_URL (or ASFQUART_URL), LLMFLEET_FLEET_KEY (or FLEET_KEY), "
+               "optional LLMFLEET_CA_BUNDLE, LLMFLEET_DATA_DIR (or DATA_DIRECTORY), LLMFLEET_SUPERVISOR_CONF_DIR, "
+               "LLMFLEET_SUPERVISOR_CONFIG, LLMFLEET_VLLM_BIN, LLMFLEET_HF_HOME, LLMFLEET_LISTEN_HOST, "
+               "LLMFLEET_START_TIMEOUT_S, LLMFLEET_STARTSECS, LLMFLEET_FETCH_DEADLINE_S.")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the Supervisor files that would be written; change nothing")
+    parser.add_argument("--config-file", metavar="FILE", type=Path,
+                        help="read the box JSON from FILE instead of GET /vllm/config (no report is sent)")
+    parser.add_argument("--handover", choices=HANDOVERS, default="update",
+                        help="update: supervisorctl reread + update (supervisord already runs, as on Vast); "
+                             "exec: become `supervisord -n` (a container's main process, as on RunPod); "
+                             "none: only write the files (default: update)")
+    parser.add_argument("--assume-gpus", metavar="COUNTxGB",
+                        help="with --dry-run on a machine without GPUs: divide COUNT cards of GB each (e.g. 1x80)")
+    parser.add_argument("--version", action="version", version=f"llmfleet-installer {__version__}")
+    args = parser.parse_args(argv)
+    if args.assume_gpus and not args.dry_run:
+        parser.error("--assume-gpus is only for --dry-run")
+    if args.assume_gpus and not re.match(r"^[1-9][0-9]?x[0-9]+(\.[0-9]+)?$", args.assume_gpus):
+        parser.error(f"--assume-gpus {args.assume_gpus!r}: expected COUNTxGB, e.g. 1x80 or 2x24")
+    return args
+
+
+def assumed_gpus(spec: str) -> tuple[Gpu, ...]:
+    count, gb = spec.split("x")
+    mib = int(float(gb) * 1024)
+    return tuple(Gpu(index=i, uuid=f"assumed-{i}", name="assumed", memory_total_mib=mib, memory_free_mib=mib)
+                 for i in range(int(count)))
+
+
+def measure_fit(box: BoxConfig, settings: Settings, assume: str | None) -> FitResult:
+    problems: list[str] = []
+    gpus: tuple[Gpu, ...] | None
+    if assume:
+        gpus = assumed_gpus(assume)
+    else:
+        try:
+            gpus = probe_gpus()
+        except ProbeError as exc:
+            gpus = None
+            problems.append(str(exc))
+    disk = free_disk_gb(settings.hf_home)
+    cached = {s.name: cached_weights_gb(settings.hf_home, s.model) for s in box.servers}
+    return check_fit(box.servers, gpus, disk, cached, tuple(problems))
+
+
+def resolve_vllm(settings: Settings) -> Settings:
+    """Write `vllm` as the absolute path this environment finds: supervisord's PATH may lack the
+    image's virtualenv (Vast's images activate theirs only in login shells)."""
+    found = shutil.which(settings.vllm_bin)
+    if found and SAFE_PATH.match(found):
+        return dataclasses.replace(settings, vllm_bin=found)
+    return settings
+
+
+def render_units(box: BoxConfig, fit: FitResult, settings: Settings) -> list[Unit]:
+    python = sys.executable if sys.executable and SAFE_PATH.match(sys.executable) else "python3"
+    ports = {s.name: s.port for s in box.servers}
+    return [render_unit(s, fit.placements[s.name], order=i, ports=ports, settings=settings, python=python,
+                        revision=box.revision, gpu_count=len(fit.gpus))
+            for i, s in enumerate(box.servers)]
+
+
+def show_dry_run(units: list[Unit], fit: FitResult, settings: Settings) -> None:
+    keep = {u.path.name for u in units}
+    for unit in units:
+        print(f"# ==> {unit.path} (mode 0600) <==")
+        print(unit.shown)
+    print(f"# launcher: {settings.launcher_path} (mode 0700); logs: {settings.log_dir}; HF_HOME: {settings.hf_home}")
+    for name in owned_units(settings.conf_dir):
+        if name not in keep:
+            print(f"# would remove {settings.conf_dir / name} (written by an earlier install, no longer named)")
+    for problem in fit.problems:
+        print(f"# fit problem: {problem}")
+
+
+class Installer:
+    """One run. Holds what the report needs as the steps go."""
+
+    def __init__(self, args: argparse.Namespace, settings: Settings) -> None:
+        self.args = args
+        self.settings = settings
+        self.client: Client | None = None
+        self.box: BoxConfig | None = None
+        self.fit: FitResult | None = None
+        self.states: dict[str, ServerState] = {}
+        self.removed: tuple[str, ...] = ()
+
+    def report(self, outcome: Outcome, message: str) -> None:
+        """POST /vllm/report. A failed report is logged and never changes the exit code."""
+        if self.client is None:
+            return
+        body = build_report(revision=self.box.revision if self.box else "unknown", installer_version=__version__,
+                            outcome=outcome, message=message, fit=self.fit,
+                            servers=self.box.servers if self.box else (), states=self.states,
+                            units_removed=self.removed)
+        try:
+            self.client.send_report(body, deadline_s=min(REPORT_DEADLINE_S, self.settings.fetch_deadline_s))
+            log(f"reported {outcome} to the control plane")
+        except FetchError as exc:
+            log(f"could not report to the control plane (the install stands): {exc}")
+
+    def fail(self, outcome: Outcome, message: str) -> int:
+        log(message)
+        self.report(outcome, message)
+        return EXIT_FAILED
+
+    def load_box(self) -> BoxConfig:
+        settings = self.settings
+        if self.args.config_file is not None:
+            try:
+                text = self.args.config_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise BoxJsonError([f"cannot read {self.args.config_file}: {exc.strerror}"]) from None
+            return parse_text(text, settings.host, source=str(self.args.config_file))
+        if not (settings.url and settings.fleet_key and settings.host):
+            raise FetchError("no control plane settings")  # load() requires them without --config-file
+        check_url(settings.url)
+        self.client = Client(settings.url, settings.fleet_key, settings.host, settings.ca_bundle,
+                             deadline_s=settings.fetch_deadline_s, user_agent=f"llmfleet-installer/{__version__}",
+                             log=log)
+        data = self.client.fetch_config()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BoxJsonError(["GET /vllm/config answered bytes that are not UTF-8"]) from None
+        return parse_text(text, settings.host, source="GET /vllm/config")
+
+    def run(self) -> int:
+        try:
+            self.box = self.load_box()
+        except FetchError as exc:
+            log(str(exc))  # the control plane is unusable, so there is no report to send
+            return EXIT_FAILED
+        except BoxJsonError as exc:
+            return self.fail(Outcome.FAILED, "the box JSON is not usable: " + "; ".join(exc.problems))
+        box = self.box
+        log(f"box {box.host} at revision {box.revision}: {len(box.servers)} server(s) "
+            + ", ".join(f"{s.name}:{s.port}" for s in box.servers))
+        self.fit = fit = measure_fit(box, self.settings, self.args.assume_gpus)
+        try:
+            units = render_units(box, fit, self.settings)
+        except UnitError as exc:
+            return self.fail(Outcome.FAILED, f"cannot write a Supervisor program: {exc}")
+        ours = {s.port for s in box.servers}
+        clashes = []
+        for name, ports in foreign_vllm_units(self.settings.conf_dir).items():
+            path = self.settings.conf_dir / name
+            if ports & ours:
+                clashes.append(f"{path} (not written by llmfleet, so left in place) runs vLLM on port "
+                               f"{', '.join(map(str, sorted(ports & ours)))}, which this box's servers use: "
+                               "remove it and run the installer again")
+            else:
+                log(f"warning: {path} runs vLLM but was not written by llmfleet; left in place")
+        if self.args.dry_run:
+            for clash in clashes:
+                log("would fail: " + clash)
+            show_dry_run(units, fit, self.settings)
+            self.states = {s.name: ServerState.WRITTEN for s in box.servers}
+            self.report(Outcome.DRY_RUN, "dry run: nothing written")
+            return EXIT_OK
+        if not fit.ok:
+            return self.fail(Outcome.FIT_FAILED, "will not fit: " + "; ".join(fit.problems))
+        if clashes:
+            return self.fail(Outcome.FAILED, "; ".join(clashes))
+        return self.install(units)
+
+    def install(self, units: list[Unit]) -> int:
+        assert self.box is not None
+        try:
+            written = write_units(self.settings, units)
+        except HandoverError as exc:
+            return self.fail(Outcome.FAILED, str(exc))
+        self.removed = written.removed
+        self.states = {s.name: ServerState.WRITTEN for s in self.box.servers}
+        log(f"wrote {len(units)} program(s) in {self.settings.conf_dir}"
+            + (f"; removed {', '.join(written.removed)}" if written.removed else ""))
+        handover = self.args.handover
+        if handover == "update":
+            try:
+                reread_and_update(self.settings)
+                states = program_states(self.settings, [u.program for u in units])
+            except HandoverError as exc:
+                return self.fail(Outcome.FAILED, str(exc))
+            self.states = {u.server: server_state(states.get(u.program)) for u in units}
+        message = f"{len(units)} server(s) handed to supervisord ({handover})"
+        self.report(Outcome.INSTALLED, message)
+        if handover == "exec":
+            log("exec supervisord -n")
+            try:
+                exec_supervisord(self.settings)
+            except HandoverError as exc:
+                log(str(exc))
+                return EXIT_FAILED
+        log(message)
+        return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings = load(need_control_plane=args.config_file is None)
+    except SettingsError as exc:
+        log(str(exc))
+        return EXIT_USAGE
+    return Installer(args, resolve_vllm(settings)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

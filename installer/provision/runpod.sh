@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# llmfleet box provisioning for RunPod: the entrypoint of the llmfleet RunPod image (Dockerfile beside
+# this file). Fetches the installer from the control plane, runs it, and becomes `supervisord -n`, the
+# container's main process, which runs the vLLM servers and restarts them. (The installer's own
+# `--handover exec` does the same for an image whose entrypoint is the installer itself; this script
+# execs supervisord itself so that a failed install still leaves the container up.)
+#
+# Pod environment: LLMFLEET_URL and LLMFLEET_FLEET_KEY (or the legacy ASFQUART_URL and FLEET_KEY);
+# optional LLMFLEET_INSTALLER_SHA256 (pin the installer) and LLMFLEET_CA_BUNDLE. RunPod sets
+# RUNPOD_POD_ID, this box's name in placement.yaml. Arguments are passed on to the installer.
+set -euo pipefail
+
+log() { printf 'llmfleet-provision: %s\n' "$*" >&2; }
+
+export LLMAO_HOST="${LLMAO_HOST:-${RUNPOD_POD_ID:-}}"
+export LLMFLEET_DATA_DIR="${LLMFLEET_DATA_DIR:-/workspace}"
+PYTHON="${LLMFLEET_PYTHON:-python3}"
+supervisor_args=(-n)
+if [[ -n "${LLMFLEET_SUPERVISOR_CONFIG:-}" ]]; then
+    supervisor_args+=(-c "${LLMFLEET_SUPERVISOR_CONFIG}")
+fi
+
+# When provisioning fails, keep the container up under supervisord (with the units of the last good
+# install, if the disk kept them) rather than crash-looping: the reason is in this log and, when the
+# control plane was reachable, in its box report.
+fallback() {
+    log "$1; starting supervisord with the programs already installed"
+    exec env -u LLMFLEET_FLEET_KEY -u FLEET_KEY supervisord "${supervisor_args[@]}"
+}
+
+if [[ -z "${LLMAO_HOST}" ]]; then
+    fallback "RUNPOD_POD_ID is not set: is this a RunPod pod? (or set LLMAO_HOST)"
+fi
+
+installer="${LLMFLEET_DATA_DIR}/llmfleet/bin/llmfleet-box.pyz"
+mkdir -p "$(dirname "${installer}")"
+
+# Download GET /vllm/installer (the same code as vast.sh). Python, not curl: the fleet key stays in the
+# environment and never appears on a command line (/proc/*/cmdline is world-readable).
+if ! "${PYTHON}" - "${installer}" <<'PY'
+import hashlib, os, ssl, sys, urllib.request
+
+def first(*names):
+    return next((os.environ[n].strip() for n in names if os.environ.get(n, "").strip()), "")
+
+url, key = first("LLMFLEET_URL", "ASFQUART_URL").rstrip("/"), first("LLMFLEET_FLEET_KEY", "FLEET_KEY")
+if not url or not key:
+    sys.exit("llmfleet-provision: set LLMFLEET_URL and LLMFLEET_FLEET_KEY in the pod's environment")
+context = ssl.create_default_context(cafile=os.environ.get("LLMFLEET_CA_BUNDLE") or None)
+request = urllib.request.Request(url + "/vllm/installer")
+request.add_unredirected_header("Authorization", "Bearer " + key)
+request.add_header("X-LLMAO-Host", os.environ["LLMAO_HOST"])
+try:
+    with urllib.request.urlopen(request, timeout=60, context=context) as response:
+        body, announced = response.read(), response.headers.get("X-Installer-SHA256", "")
+except Exception as exc:  # noqa: BLE001 - any failure ends provisioning with its reason
+    sys.exit(f"llmfleet-provision: cannot fetch {url}/vllm/installer: {exc}")
+digest = hashlib.sha256(body).hexdigest()
+pinned = os.environ.get("LLMFLEET_INSTALLER_SHA256", "").strip().lower()
+for name, expected in (("LLMFLEET_INSTALLER_SHA256", pinned), ("X-Installer-SHA256", announced.strip().lower())):
+    if expected and expected != digest:
+        sys.exit(f"llmfleet-provision: installer sha256 {digest} does not match {name} {expected}")
+temporary = sys.argv[1] + ".tmp"
+with open(temporary, "wb") as handle:
+    handle.write(body)
+os.replace(temporary, sys.argv[1])
+print(f"llmfleet-provision: installer sha256 {digest}", file=sys.stderr)
+PY
+then
+    fallback "could not fetch the installer"
+fi
+
+log "running the installer for ${LLMAO_HOST}"
+if ! "${PYTHON}" "${installer}" --handover none "$@"; then
+    fallback "the installer failed"
+fi
+# Become supervisord (PID 1 of the container: every step execs the next), without the fleet key.
+exec env -u LLMFLEET_FLEET_KEY -u FLEET_KEY supervisord "${supervisor_args[@]}"

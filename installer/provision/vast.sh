@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# llmfleet box provisioning for Vast.ai: the template's PROVISIONING_SCRIPT in Vast's vLLM image, where
+# supervisord already runs. Fetches the installer from the control plane and runs it once.
+#
+# Template environment: LLMFLEET_URL and LLMFLEET_FLEET_KEY (llmao's ASFQUART_URL and FLEET_KEY are
+# accepted); optional LLMFLEET_INSTALLER_SHA256 (pin the installer: a mismatch aborts) and
+# LLMFLEET_CA_BUNDLE. Vast sets PUBLIC_IPADDR (this box's name in placement.yaml) and DATA_DIRECTORY.
+# Arguments are passed on to the installer (e.g. --dry-run).
+set -euo pipefail
+
+log() { printf 'llmfleet-provision: %s\n' "$*" >&2; }
+
+export LLMAO_HOST="${LLMAO_HOST:-${PUBLIC_IPADDR:-}}"
+if [[ -z "${LLMAO_HOST}" ]]; then
+    log "PUBLIC_IPADDR is not set: is this a Vast instance? (or set LLMAO_HOST)"
+    exit 2
+fi
+export LLMFLEET_DATA_DIR="${LLMFLEET_DATA_DIR:-${DATA_DIRECTORY:-/workspace}}"
+PYTHON="${LLMFLEET_PYTHON:-python3}"
+
+if ! command -v supervisorctl >/dev/null 2>&1; then
+    log "supervisorctl not found: installing supervisor from PyPI"
+    "${PYTHON}" -m pip install --quiet 'supervisor>=4.2,<5'
+fi
+
+installer="${LLMFLEET_DATA_DIR}/llmfleet/bin/llmfleet-box.pyz"
+mkdir -p "$(dirname "${installer}")"
+
+# Download GET /vllm/installer. Python, not curl: the fleet key stays in the environment and never
+# appears on a command line (/proc/*/cmdline is world-readable).
+"${PYTHON}" - "${installer}" <<'PY'
+import hashlib, os, ssl, sys, urllib.request
+
+def first(*names):
+    return next((os.environ[n].strip() for n in names if os.environ.get(n, "").strip()), "")
+
+url, key = first("LLMFLEET_URL", "ASFQUART_URL").rstrip("/"), first("LLMFLEET_FLEET_KEY", "FLEET_KEY")
+if not url or not key:
+    sys.exit("llmfleet-provision: set LLMFLEET_URL and LLMFLEET_FLEET_KEY in the box template")
+context = ssl.create_default_context(cafile=os.environ.get("LLMFLEET_CA_BUNDLE") or None)
+request = urllib.request.Request(url + "/vllm/installer")
+request.add_unredirected_header("Authorization", "Bearer " + key)
+request.add_header("X-LLMAO-Host", os.environ["LLMAO_HOST"])
+try:
+    with urllib.request.urlopen(request, timeout=60, context=context) as response:
+        body, announced = response.read(), response.headers.get("X-Installer-SHA256", "")
+except Exception as exc:  # noqa: BLE001 - any failure ends provisioning with its reason
+    sys.exit(f"llmfleet-provision: cannot fetch {url}/vllm/installer: {exc}")
+digest = hashlib.sha256(body).hexdigest()
+pinned = os.environ.get("LLMFLEET_INSTALLER_SHA256", "").strip().lower()
+for name, expected in (("LLMFLEET_INSTALLER_SHA256", pinned), ("X-Installer-SHA256", announced.strip().lower())):
+    if expected and expected != digest:
+        sys.exit(f"llmfleet-provision: installer sha256 {digest} does not match {name} {expected}")
+temporary = sys.argv[1] + ".tmp"
+with open(temporary, "wb") as handle:
+    handle.write(body)
+os.replace(temporary, sys.argv[1])
+print(f"llmfleet-provision: installer sha256 {digest}", file=sys.stderr)
+PY
+
+log "running the installer for ${LLMAO_HOST}"
+exec "${PYTHON}" "${installer}" --handover update "$@"

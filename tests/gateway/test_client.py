@@ -1,0 +1,210 @@
+"""The upstream client against scripted upstreams on real sockets: framing, keep-alive, failures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from gateway.client import Pool, UpstreamError
+from gateway.target import Target
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+HEAD = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    return await reader.readuntil(b"\r\n\r\n")
+
+
+async def _with_upstream(script: Script, test: Callable[[Pool], Awaitable[None]]) -> int:
+    """Run `test` against a TCP server answering each connection with `script`; return the connection count."""
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            await script(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = Pool(Target("http", "127.0.0.1", port), max_idle=4, connect_timeout=5)
+    try:
+        await test(pool)
+    finally:
+        pool.close()
+        server.close()
+        await server.wait_closed()
+    return connections
+
+
+def _run(script: Script, test: Callable[[Pool], Awaitable[None]]) -> int:
+    return asyncio.run(asyncio.wait_for(_with_upstream(script, test), 20))
+
+
+def test_keep_alive_reuses_one_connection() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async def test(pool: Pool) -> None:
+        for _ in range(5):
+            response = await pool.send(HEAD, None, chunked=False, head_request=False)
+            assert (response.status, await response.read_all()) == (200, b"ok")
+            response.release()
+
+    assert _run(script, test) == 1
+
+
+def test_chunked_body_is_dechunked_piece_by_piece_and_trailers_dropped() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"1\r\n!\r\n0\r\nX-Trailer: t\r\n\r\n")
+        await asyncio.sleep(1)
+
+    async def test(pool: Pool) -> None:
+        response = await pool.send(HEAD, None, chunked=False, head_request=False)
+        assert response.streamed
+        assert [chunk async for chunk in response.chunks()] == [b"hello", b"!"]
+        response.release()
+
+    _run(script, test)
+
+
+def test_body_until_close_and_interim_responses() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+                     b"HTTP/1.0 200 OK\r\nX-A: 1\r\n\r\nall of it")
+
+    async def test(pool: Pool) -> None:
+        response = await pool.send(HEAD, None, chunked=False, head_request=False)
+        assert (response.status, response.headers) == (200, [("X-A", "1")])
+        assert await response.read_all() == b"all of it"
+        response.release()
+
+    _run(script, test)
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # closed mid-body
+    b"garbage\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\nx",
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+    b"",  # closed without answering
+])
+def test_broken_upstreams_raise_upstream_error(answer: bytes) -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(answer)
+
+    async def exchange(pool: Pool) -> bytes:
+        response = await pool.send(HEAD, None, chunked=False, head_request=False)
+        return await response.read_all()
+
+    async def test(pool: Pool) -> None:
+        with pytest.raises(UpstreamError):
+            await exchange(pool)
+
+    _run(script, test)
+
+
+def test_a_reused_connection_closed_by_the_upstream_is_retried_once() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        # Read the next request, then close without answering (an idle-timeout race).
+        await _read_request(reader)
+
+    async def test(pool: Pool) -> None:
+        for _ in range(2):
+            response = await pool.send(HEAD, b"", chunked=False, head_request=False)
+            assert await response.read_all() == b"ok"
+            response.release()
+
+    assert _run(script, test) == 2
+
+
+def test_a_streamed_body_is_never_replayed() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await _read_request(reader)
+
+    async def body() -> object:
+        yield b"abc"
+
+    async def test(pool: Pool) -> None:
+        first = await pool.send(HEAD, b"", chunked=False, head_request=False)
+        await first.read_all()
+        first.release()
+        with pytest.raises(UpstreamError):
+            await pool.send(HEAD, body(), chunked=True, head_request=False)  # type: ignore[arg-type]
+
+    assert _run(script, test) == 1
+
+
+def test_chunked_request_framing() -> None:
+    received: list[bytes] = []
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        received.append(await reader.readuntil(b"0\r\n\r\n"))
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+
+    async def body() -> object:
+        yield b"abc"
+        yield b""
+        yield b"0123456789abcdef"
+
+    async def test(pool: Pool) -> None:
+        response = await pool.send(HEAD, body(), chunked=True, head_request=False)  # type: ignore[arg-type]
+        assert (response.status, await response.read_all()) == (204, b"")
+        response.release()
+
+    _run(script, test)
+    assert received == [b"3\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\n\r\n"]
+
+
+def test_refused_and_unreachable() -> None:
+    async def test() -> None:
+        pool = Pool(Target("unix", socket_path="/nonexistent/gw.sock"), max_idle=1, connect_timeout=1)
+        with pytest.raises(UpstreamError, match="connect failed"):
+            await pool.send(HEAD, b"", chunked=False, head_request=False)
+
+    asyncio.run(test())
+
+
+@pytest.mark.parametrize(("status_line", "connection", "connections"), [
+    (b"HTTP/1.0 200 OK", b"", 3),  # HTTP/1.0: one request per connection...
+    (b"HTTP/1.0 200 OK", b"Connection: keep-alive\r\n", 1),  # ...unless it says keep-alive
+    (b"HTTP/1.1 200 OK", b"Connection: close\r\n", 3),
+])
+def test_connection_reuse_follows_the_response(status_line: bytes, connection: bytes, connections: int) -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_request(reader)
+            # The upstream itself would go on serving: only the client's reading of the answer decides.
+            writer.write(status_line + b"\r\nContent-Length: 2\r\n" + connection + b"\r\nok")
+            await writer.drain()
+
+    async def test(pool: Pool) -> None:
+        for _ in range(3):
+            response = await pool.send(HEAD, b"", chunked=False, head_request=False)
+            assert await response.read_all() == b"ok"
+            response.release()
+
+    assert _run(script, test) == connections

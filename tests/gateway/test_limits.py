@@ -1,0 +1,132 @@
+"""Conformance group 7: body size cap and concurrency (llmhop.md §2), plus the per-model queue."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import pytest
+
+from tests.gateway.conftest import GatewayProcess, Upstreams, reference_config, running_gateway
+
+
+def _json_of_size(size: int) -> bytes:
+    prefix = b'{"model":"echo","pad":"'
+    return prefix + b"x" * (size - len(prefix) - 2) + b'"}'
+
+
+@pytest.mark.parametrize("path", ["/v1/x", "/route/echo/x"])
+def test_declared_length_over_the_cap_is_413(gw: GatewayProcess, path: str) -> None:
+    reply = gw.request("POST", path, body=_json_of_size(1025))
+    assert reply.status == 413
+    assert reply.json()["error"]["message"] == "request body too large"
+
+
+def test_declared_length_is_refused_before_the_body_is_sent(gw: GatewayProcess) -> None:
+    raw = gw.raw(b"POST /v1/x HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer tok\r\nContent-Length: 999999\r\n"
+                 b"Expect: 100-continue\r\nConnection: close\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 413")
+
+
+@pytest.mark.parametrize("path", ["/v1/x", "/route/echo/x"])
+def test_exactly_the_cap_passes(gw: GatewayProcess, path: str) -> None:
+    assert gw.request("POST", path, body=_json_of_size(1024)).status == 200
+
+
+@pytest.mark.parametrize("path", [b"/v1/x", b"/route/echo/x"])
+def test_chunked_body_over_the_cap_is_413(gw: GatewayProcess, path: bytes) -> None:
+    body = _json_of_size(1500)
+    chunks = b"".join(b"%x\r\n%b\r\n" % (len(body[i:i + 500]), body[i:i + 500]) for i in range(0, len(body), 500))
+    raw = gw.raw(b"POST %b HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer tok\r\nTransfer-Encoding: chunked\r\n"
+                 b"Connection: close\r\n\r\n%b0\r\n\r\n" % (path, chunks))
+    assert raw.startswith(b"HTTP/1.1 413")
+
+
+def test_expect_100_continue_is_answered(gw: GatewayProcess) -> None:
+    body = b'{"model":"echo"}'
+    raw = gw.raw(b"POST /v1/x HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer tok\r\nContent-Length: 16\r\n"
+                 b"Expect: 100-continue\r\nConnection: close\r\n\r\n" + body)
+    assert raw.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200")
+    assert b"expect" not in raw.lower().split(b"\r\n\r\n", 2)[2]  # not forwarded
+
+
+def _slow_requests(gw: GatewayProcess, count: int, model: str = "echo") -> list[tuple[int, float]]:
+    def one(_: int) -> tuple[int, float]:
+        started = time.monotonic()
+        status = gw.request("POST", "/slow", body=b'{"model":"%b"}' % model.encode()).status
+        return status, time.monotonic() - started
+
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def test_n_plus_two_slow_requests_without_queue(gw: GatewayProcess) -> None:
+    results = _slow_requests(gw, 4)
+    statuses = sorted(status for status, _ in results)
+    assert statuses == [200, 200, 503, 503]
+    # The refusals are immediate, not after the slow ones finish (each of those takes 1 s).
+    assert all(elapsed < 0.9 for status, elapsed in results if status == 503)
+
+
+def test_limits_are_per_model(gw: GatewayProcess) -> None:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        busy = pool.submit(_slow_requests, gw, 2, "echo")
+        gw.wait_in_flight("echo", 2)
+        # echo is saturated; sock has its own slots.
+        assert gw.request("POST", "/v1/x", body=b'{"model":"sock"}').status == 200
+        assert sorted(s for s, _ in busy.result()) == [200, 200]
+
+
+def test_zero_disables_both_limits(upstreams: Upstreams) -> None:
+    config = reference_config(upstreams, maxBodyBytes=0, maxConcurrentRequests=0)
+    with running_gateway(config) as gateway:
+        assert gateway.request("POST", "/v1/x", body=_json_of_size(200_000)).status == 200
+        assert [s for s, _ in _slow_requests(gateway, 6)] == [200] * 6
+
+
+def test_queue_waits_for_a_slot_then_refuses_past_its_length(upstreams: Upstreams) -> None:
+    config = reference_config(upstreams, maxConcurrentRequests=1, maxQueuedRequests=2, queueTimeoutSeconds=30)
+    with running_gateway(config) as gateway:
+        results = _slow_requests(gateway, 4)
+        statuses = sorted(status for status, _ in results)
+        assert statuses == [200, 200, 200, 503]  # 1 running + 2 queued, the 4th refused
+        metrics = gateway.request("GET", "/metrics").body.decode()
+        assert 'llmfleet_gateway_requests_total{model="echo",code="200"} 3' in metrics
+        assert 'llmfleet_gateway_requests_total{model="echo",code="503"} 1' in metrics
+
+
+def test_queue_wait_is_bounded(upstreams: Upstreams) -> None:
+    config = reference_config(upstreams, maxConcurrentRequests=1, maxQueuedRequests=5, queueTimeoutSeconds=0.2)
+    with running_gateway(config) as gateway:
+        results = _slow_requests(gateway, 2)
+        assert sorted(s for s, _ in results) == [200, 503]
+        refused = next(elapsed for status, elapsed in results if status == 503)
+        assert refused < 0.9  # gave up after its 0.2 s wait, long before the slot came free
+
+
+def test_per_model_override(upstreams: Upstreams) -> None:
+    config = reference_config(upstreams, maxConcurrentRequests=1)
+    config["models"]["echo"]["maxConcurrentRequests"] = 3
+    with running_gateway(config) as gateway:
+        assert sorted(s for s, _ in _slow_requests(gateway, 4)) == [200, 200, 200, 503]
+        metrics = gateway.request("GET", "/metrics").body.decode()
+        assert 'llmfleet_gateway_concurrency_limit{model="echo"} 3' in metrics
+        assert 'llmfleet_gateway_concurrency_limit{model="sock"} 1' in metrics
+
+
+def test_large_bodies_stream_both_ways(upstreams: Upstreams) -> None:
+    import base64
+    import hashlib
+
+    config = reference_config(upstreams, maxBodyBytes=8 * 1024 * 1024)
+    with running_gateway(config) as gateway:
+        payload = bytes(range(256)) * (6 * 1024 * 1024 // 256)  # 6 MiB, streamed to the upstream
+        for path in ("/route/echo/upload", "/route/sock/upload"):
+            reply = gateway.request("POST", path, body=payload, timeout=60)
+            assert reply.status == 200
+            echoed = base64.b64decode(reply.json()["body"])  # an ~8 MiB answer, relayed as it streams
+            assert hashlib.sha256(echoed).digest() == hashlib.sha256(payload).digest()
+        body = b'{"model":"echo","blob":"' + b"a" * (7 * 1024 * 1024) + b'"}'  # buffered, then forwarded
+        reply = gateway.request("POST", "/v1/x", body=body, timeout=60)
+        assert base64.b64decode(reply.json()["body"]) == body
+        assert gateway.request("POST", "/route/echo/upload", body=payload + payload).status == 413

@@ -1,0 +1,109 @@
+"""The whole box path with the real control plane: a fleet in a real git repository, `llmfleet serve` as a
+real process, vast.sh downloading the installer that server builds and serves, a real supervisord and
+the stub vLLM answering with the bearer the control plane derived. The report lands in its state store.
+
+Skipped while this checkout has no `llmfleet serve` (the control plane is built on another branch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, TEST_SALT, git
+from tests.installer.conftest import BOX, FLEET_KEY, free_port, write_fleet
+from tests.installer.realprocs import Supervisor, http_status, wait_until
+
+LLMFLEET = Path(sys.executable).parent / "llmfleet"
+VIEWER_TOKEN = "viewer-token-for-tests-0001"
+
+
+def serve_available() -> bool:
+    try:
+        done = subprocess.run([str(LLMFLEET), "serve", "--help"], capture_output=True, timeout=120, check=False)
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not serve_available(), reason="no `llmfleet serve` in this checkout yet")]
+
+
+def get_json(url: str, token: str, host: str | None = None) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    if host:
+        request.add_header("X-LLMAO-Host", host)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture
+def real_plane(tmp_path: Path, ports: list[int]) -> Iterator[str]:
+    """`llmfleet serve` tracking a real git repository of the test fleet; yields its base URL."""
+    fleet = write_fleet(tmp_path / "fleet-git", ports, [("small", ports[0], None), ("large", ports[1], None)])
+    git(fleet, "init", "-q", "-b", "main")
+    git(fleet, "add", "-A")
+    git(fleet, "commit", "-q", "-m", "test fleet")
+    port = free_port()
+    config = tmp_path / "control-plane.yaml"
+    config.write_text(f"""\
+repo:
+  path: {fleet}
+  branch: main
+secrets:
+  fleet_key: ${{env:LLMFLEET_FLEET_KEY}}
+  vllm_api_salt: ${{env:LLMFLEET_VLLM_API_SALT}}
+listen: 127.0.0.1:{port}
+state:
+  url: sqlite:///{tmp_path}/state.sqlite3
+viewer_tokens: ["${{env:LLMFLEET_VIEWER_TOKEN}}"]
+""")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LLMFLEET_FLEET_KEY": FLEET_KEY,
+           "LLMFLEET_VLLM_API_SALT": TEST_SALT, "LLMFLEET_VIEWER_TOKEN": VIEWER_TOKEN}
+    process = subprocess.Popen([str(LLMFLEET), "serve", "--config", str(config)], env=env, cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until("the control plane's /health", lambda: http_status(url + "/health") == 200, 120)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_vast_provisioning_against_the_real_control_plane(real_plane: str, supervisor: Supervisor,
+                                                          box_env: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LLMAO_HOST"}
+    env.update({"LLMFLEET_URL": real_plane, "PUBLIC_IPADDR": BOX, "LLMFLEET_PYTHON": sys.executable})
+    done = subprocess.run(["bash", str(ROOT / "installer" / "provision" / "vast.sh")], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "reported installed to the control plane" in done.stderr
+
+    served = get_json(real_plane + "/vllm/config", FLEET_KEY, BOX)
+    for server in served["servers"]:
+        base = f"http://127.0.0.1:{server['port']}"
+        wait_until(f"{server['name']} healthy", lambda b=base: http_status(b + "/health") == 200)
+        assert http_status(base + "/v1/models", server["api_key"]) == 200  # the control plane's bearer
+        assert http_status(base + "/v1/models") == 401
+    assert set(supervisor.states()) == {"llmfleet-large", "llmfleet-small"}
+
+    reports = get_json(real_plane + "/admin/reports", VIEWER_TOKEN)
+    box = reports["boxes"][BOX]
+    assert box["outcome"] == "installed"
+    assert box["revision"] == served["revision"]
+    assert box["staleness"]["stale"] is False  # the digests the box applied are the ones served
