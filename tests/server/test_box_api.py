@@ -277,3 +277,27 @@ def test_box_that_cannot_render_gets_503_others_served(make_runtime: Callable[..
     health = client.get("/health").get_json()
     assert "198.51.100.23" in health["render_errors"]
     assert len(logs.events("box cannot be rendered")) == 1
+
+
+def test_the_installers_reports_are_accepted(client: FlaskClient, runtime: Runtime) -> None:
+    """The box side (installer.report) and this server agree on the report's shape."""
+    from installer.boxjson import parse_text
+    from installer.fit import FitResult
+    from installer.hardware import Gpu
+    from installer.report import Outcome as BoxOutcome
+    from installer.report import ServerState, build_report
+
+    served = get_config(client, box_headers())
+    box = parse_text(served.get_data(as_text=True), KNOWN_BOX)
+    gpu = Gpu(index=0, uuid="GPU-0", name="NVIDIA RTX A6000", memory_total_mib=49140, memory_free_mib=48900)
+    fit = FitResult(ok=True, gpus=(gpu,), vram_needed_gb=18.0, vram_total_gb=48.0, disk_needed_gb=24.0,
+                    disk_free_gb=None, problems=())
+    installed = build_report(revision=box.revision, installer_version="0.1.0", outcome=BoxOutcome.INSTALLED,
+                             message="ok", fit=fit, servers=box.servers,
+                             states={s.name: ServerState.STARTED for s in box.servers}, units_removed=["vllm-old"])
+    failed = build_report(revision="unknown", installer_version="0.1.0", outcome=BoxOutcome.FAILED,
+                          message="x" * 10_000, fit=None, servers=(), states={}, units_removed=[])
+    for report in (installed, failed):
+        assert post_report(client, report).status_code == 200, post_report(client, report).get_json()
+    history = runtime.store.report_history(KNOWN_BOX)
+    assert history[1].server_digests() == {s["name"]: s["digest"] for s in served.get_json()["servers"]}
