@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench venv clean
+.PHONY: demo test lint typecheck unit bench bench-config-server venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/validate_bench.py
+
+# GET /vllm/config under load: 1,000 boxes, 64 connections, cached path vs naive (docs/benchmarks.md).
+bench-config-server: $(STAMP)
+	$(BIN)/python bench/config_server_load.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
