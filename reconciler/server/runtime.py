@@ -1,0 +1,112 @@
+"""Start-up: everything the server needs, built from the config and checked before any port is bound.
+
+`start_up(config)` opens (and migrates) the state store, opens or clones the fleet repository, loads
+the last valid commit, and builds the installer once. `llmfleet serve --check` runs exactly this.
+`Runtime.start_background()` then refreshes the branch every `refresh_interval_s` (with jitter).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from installer.zipapp import build_zipapp_bytes
+from reconciler.config import ControlPlaneConfig
+from reconciler.fleet.render import Bearers
+from reconciler.fleet.source import SourceError
+from reconciler.server.gitsource import TrackedRepo
+from reconciler.server.logs import get_logger, log_event
+from reconciler.server.metrics import Metrics
+from reconciler.server.revisions import RevisionTracker
+from reconciler.state.store import StateStore, open_store, sqlite_path
+
+log = get_logger("runtime")
+PRUNE_EVERY = 10  # refreshes between fetch-log prunes
+
+
+@dataclass(frozen=True)
+class Installer:
+    """The box program served at GET /vllm/installer, built once at start-up."""
+
+    body: bytes
+    sha256: str
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.sha256}"'
+
+    @classmethod
+    def build(cls) -> Installer:
+        body = build_zipapp_bytes()
+        return cls(body, hashlib.sha256(body).hexdigest())
+
+
+@dataclass
+class Runtime:
+    config: ControlPlaneConfig
+    store: StateStore
+    repo: TrackedRepo
+    tracker: RevisionTracker
+    metrics: Metrics
+    installer: Installer
+    clock: Callable[[], float] = time.time
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start_background(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="llmfleet-refresh", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        interval = self.config.repo.refresh_interval_s
+        rounds = 0
+        while not self._stop.wait(interval * random.uniform(0.9, 1.1)):  # noqa: S311 - jitter, not crypto
+            try:
+                self.tracker.refresh()
+                rounds += 1
+                if rounds % PRUNE_EVERY == 0:
+                    self.store.prune(keep_fetches=self.config.state.fetch_log_max_rows)
+            except Exception as exc:  # the loop must survive anything; the error is logged
+                log_event(log, "refresh loop error", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        with self.tracker.git_lock:
+            self.repo.close()
+        self.store.close()
+
+
+def default_clone_dir(config: ControlPlaneConfig) -> Path:
+    """Beside the state database (or the config file when the store is in memory)."""
+    db = sqlite_path(config.state.url, config.state.base)
+    return (db.parent if db is not None else config.source.resolve().parent) / "fleet-repo.git"
+
+
+def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.time) -> Runtime:
+    """Build the runtime; raises StateError, SourceError or OSError with a clear message on failure."""
+    metrics = Metrics()
+    store = open_store(config.state.url, config.state.base)
+    repo = TrackedRepo(config.repo, default_clone_dir(config))  # opens nothing yet
+    try:
+        legacy = config.secrets.legacy_api_key.reveal() if config.secrets.legacy_api_key else None
+        tracker = RevisionTracker(repo, Bearers(config.secrets.vllm_api_salt, legacy), metrics, clock)
+        tracker.refresh()
+        if tracker.refresh_status.error is not None:
+            raise SourceError(tracker.refresh_status.error)
+        metrics.attention_entries.set(store.attention_size())
+        runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock)
+    except BaseException:
+        repo.close()
+        store.close()
+        raise
+    return runtime

@@ -1,0 +1,7 @@
+"""The control plane's durable state: fetch log, attention list, box reports, approvals."""
+
+from reconciler.state.records import Approval, AttentionEntry, BoxReport, Endpoint, FetchRecord, Outcome, Sighting
+from reconciler.state.store import StateError, StateStore, open_store
+
+__all__ = ["Approval", "AttentionEntry", "BoxReport", "Endpoint", "FetchRecord", "Outcome", "Sighting",
+           "StateError", "StateStore", "open_store"]

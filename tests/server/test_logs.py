@@ -1,0 +1,31 @@
+"""Structured JSON logs: one object per line, fields clipped, buffered writes flushed on close."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+from reconciler.server.logs import MAX_FIELD, BufferedStreamHandler, JsonFormatter, log_event
+
+
+def test_buffered_handler_writes_every_line_in_order_by_close() -> None:
+    stream = io.StringIO()
+    handler = BufferedStreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("llmfleet.test-buffered")
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        for i in range(300):
+            log_event(logger, "box request", status=200, n=i, header="x" * (MAX_FIELD + 10))
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["n"] for line in lines] == list(range(300))
+    assert lines[0]["event"] == "box request"
+    assert lines[0]["level"] == "info"
+    assert lines[0]["ts"].endswith("Z")
+    assert lines[0]["header"].startswith("x" * MAX_FIELD)
+    assert lines[0]["header"].endswith("...(+10 chars)")
