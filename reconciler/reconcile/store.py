@@ -5,7 +5,9 @@
 - pass records (revision, verdict counts, actions, errors, duration);
 - per box, written by the control plane: the last config fetch and the last report-back.
 
-`MemoryStore` for tests; `SqliteStore` (one file, WAL) until the control plane's state store lands.
+`MemoryStore` for tests; `SqliteStore` keeps its tables in the control plane's SQLite state file (they
+are created by that store's migrations, reconciler/state/sqlite.py) and reads the fetch log and the box
+reports from it: one state store for both.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from reconciler.reconcile.intended import ServerKey
 from reconciler.reconcile.observed import BoxFacts, BoxReport
 from reconciler.reconcile.plan import PendingDelete
 from reconciler.reconcile.verdict import ServerHistory
+from reconciler.state.records import BoxReport as ControlPlaneReport
+from reconciler.state.records import Outcome
+from reconciler.state.sqlite import SQLiteStateStore
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,6 @@ class PassRecord:
 
 class StateStore(Protocol):
     def box_facts(self) -> dict[str, BoxFacts]: ...
-
-    def record_fetch(self, box: str, at: float) -> None: ...
-
-    def record_report(self, box: str, report: BoxReport) -> None: ...
 
     def histories(self) -> dict[ServerKey, ServerHistory]: ...
 
@@ -119,56 +120,35 @@ class MemoryStore:
         return list(reversed(self.passes[-limit:]))
 
 
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS reconcile_box_fetch (box TEXT PRIMARY KEY, fetched_at REAL NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS reconcile_box_report (box TEXT PRIMARY KEY, revision TEXT NOT NULL,
-       digests TEXT NOT NULL, reported_at REAL NOT NULL, fit_ok INTEGER NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS reconcile_server_history (box TEXT NOT NULL, port INTEGER NOT NULL,
-       history TEXT NOT NULL, PRIMARY KEY (box, port))""",
-    """CREATE TABLE IF NOT EXISTS reconcile_pending_delete (id TEXT PRIMARY KEY, attempts INTEGER NOT NULL,
-       last_error TEXT NOT NULL, first_failed_at REAL NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS reconcile_pass (seq INTEGER PRIMARY KEY AUTOINCREMENT, started_at REAL NOT NULL,
-       revision TEXT NOT NULL, mode TEXT NOT NULL, ok INTEGER NOT NULL, record TEXT NOT NULL)""",
-)
 KEEP_PASSES = 1000
 
 
+def box_report(report: ControlPlaneReport) -> BoxReport:
+    return BoxReport(report.revision, report.server_digests(), report.received_at,
+                     fit_ok=report.outcome is not Outcome.FIT_FAILED)
+
+
 class SqliteStore:
-    """One SQLite file in WAL mode; safe for a reconciler and a control plane process side by side."""
+    """The control plane's SQLite state file (WAL): its fetch log and reports, and our tables."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
+        self.control_plane = SQLiteStateStore(Path(path))  # opens and migrates, our tables included
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA busy_timeout=30000")
-        with self._tx() as db:
-            for statement in SCHEMA:
-                db.execute(statement)
 
     def close(self) -> None:
         self._db.close()
+        self.control_plane.close()
 
     def _tx(self) -> _Transaction:
         return _Transaction(self._db, self._lock)
 
     def box_facts(self) -> dict[str, BoxFacts]:
-        fetches = dict(self._db.execute("SELECT box, fetched_at FROM reconcile_box_fetch").fetchall())
-        reports = {box: BoxReport(rev, json.loads(digests), at, bool(fit))
-                   for box, rev, digests, at, fit in self._db.execute(
-                       "SELECT box, revision, digests, reported_at, fit_ok FROM reconcile_box_report")}
+        fetches = {box: f.at for box, f in self.control_plane.last_config_served().items()}
+        reports = {box: box_report(r) for box, r in self.control_plane.latest_reports().items()}
         return {box: BoxFacts(fetches.get(box), reports.get(box)) for box in set(fetches) | set(reports)}
-
-    def record_fetch(self, box: str, at: float) -> None:
-        with self._tx() as db:
-            db.execute("INSERT INTO reconcile_box_fetch VALUES (?, ?) ON CONFLICT(box) DO UPDATE SET "
-                       "fetched_at = excluded.fetched_at", (box, at))
-
-    def record_report(self, box: str, report: BoxReport) -> None:
-        with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO reconcile_box_report VALUES (?, ?, ?, ?, ?)",
-                       (box, report.revision, json.dumps(dict(report.digests)), report.reported_at,
-                        int(report.fit_ok)))
 
     def histories(self) -> dict[ServerKey, ServerHistory]:
         return {(box, port): ServerHistory(**json.loads(text))

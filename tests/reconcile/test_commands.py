@@ -71,10 +71,11 @@ def test_an_invalid_fleet_is_never_planned(fleet_dir: Path, tmp_path: Path) -> N
 
 def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path, fleet_dir: Path) -> None:
     cfg = tmp_path / "cp.yaml"
-    cfg.write_text("litellm: {url: 'http://127.0.0.1:9', master_key: sk-literal-master}\nvllm_api_salt: x\n")
+    cfg.write_text("litellm: {url: 'http://127.0.0.1:9', master_key: sk-literal-master}\n"
+                   "secrets: {vllm_api_salt: '${env:T_SALT}'}\nrepo: {path: /tmp}\nstate: {url: 'sqlite:///s.db'}\n")
     result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
     assert result.returncode == 1
-    assert "literal value" in result.stderr
+    assert "litellm/master_key" in result.stderr
     assert "sk-literal-master" not in result.stderr
 
 

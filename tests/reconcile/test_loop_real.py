@@ -118,7 +118,7 @@ async def scenario(proxy: LitellmProxy, tmp: Path) -> None:
     config = tmp / "control-plane.yaml"
     config.write_text(
         f"litellm: {{url: '{proxy.url}', master_key: '${{env:E2E_LITELLM_KEY}}', write_concurrency: 4}}\n"
-        "vllm_api_salt: ${env:E2E_SALT}\n"
+        "secrets: {vllm_api_salt: '${env:E2E_SALT}'}\n"
         f"repo: {{path: '{repo}', branch: main}}\n"
         f"state: {{url: 'sqlite:///{tmp}/state.db'}}\n")
     env = {**os.environ, "E2E_LITELLM_KEY": proxy.master_key, "E2E_SALT": SALT}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.fleet.jsonvalue import freeze_mapping
 from reconciler.reconcile.configfile import ConfigError, load_config
 from reconciler.reconcile.loop import LockHeld, next_delay, pass_lock
 from reconciler.reconcile.metrics import PassMetrics
@@ -18,6 +19,8 @@ from reconciler.reconcile.observed import BoxReport
 from reconciler.reconcile.plan import PendingDelete
 from reconciler.reconcile.store import ActionRecord, MemoryStore, PassRecord, SqliteStore, StateStore, open_store
 from reconciler.reconcile.verdict import ServerHistory
+from reconciler.state.records import BoxReport as ControlPlaneReport
+from reconciler.state.records import Endpoint, FetchRecord, Outcome
 
 RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
                     (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
@@ -28,10 +31,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
     return MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "state.db")
 
 
+def record_box_facts(store: StateStore) -> None:
+    """What the control plane records: two config fetches of b, a report of c."""
+    if isinstance(store, MemoryStore):
+        store.record_fetch("b", 10.0)
+        store.record_fetch("b", 20.0)
+        store.record_report("c", BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False))
+        return
+    assert isinstance(store, SqliteStore)
+    plane = store.control_plane
+    for at in (10.0, 20.0):
+        plane.record_fetch(FetchRecord(at, Endpoint.CONFIG, 200, "127.0.0.1", "b", None, "b", "r" * 40))
+    plane.record_fetch(FetchRecord(25.0, Endpoint.CONFIG, 404, "127.0.0.1", "b", None, "b", None))
+    plane.record_report(ControlPlaneReport("c", 30.0, "127.0.0.1", "r" * 40, "1", Outcome.FIT_FAILED,
+                                           freeze_mapping({"servers": [{"name": "m", "digest": "sha256:1"}]})), 20)
+
+
 def test_store_round_trips(store: StateStore) -> None:
-    store.record_fetch("b", 10.0)
-    store.record_fetch("b", 20.0)
-    store.record_report("c", BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False))
+    record_box_facts(store)
     facts = store.box_facts()
     assert facts["b"].fetched_at == 20.0
     assert facts["c"].report == BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False)
@@ -66,45 +83,49 @@ def write_config(tmp_path: Path, body: str) -> Path:
 
 
 GOOD = """
+repo: {path: fleet, branch: main}
+secrets: {fleet_key: "${env:FK}", vllm_api_salt: "${env:SALT}", legacy_api_key: "${env:LK}"}
+state: {url: "sqlite:///../.state/cp.sqlite3"}
 litellm: {url: "http://127.0.0.1:4000", master_key: "${env:MK}", write_concurrency: 4}
 providers:
   vast: {api_key: "${file:%s}"}
   static: {}
-vllm_api_salt: "${env:SALT}"
-repo: {path: fleet, branch: main}
-state: {url: "sqlite:///state.db"}
-unrelated_server_setting: 1
 """
+ENV = {"FK": "f", "SALT": "salt-0123456789abcdef", "LK": "sk-legacy", "MK": "sk-master"}
 
 
-def test_config_reads_references(tmp_path: Path) -> None:
+def test_config_is_the_control_planes(tmp_path: Path) -> None:
+    """The reconciler reads `llmfleet serve`'s config: salt under secrets:, paths relative to the file."""
     (tmp_path / "vast.key").write_text("vast-secret\n")
     path = write_config(tmp_path, GOOD % (tmp_path / "vast.key"))
-    config = load_config(path, {"MK": "sk-master", "SALT": "salt-0123456789abcdef"})
+    config = load_config(path, ENV)
     assert config.litellm_master_key == "sk-master"
     assert config.write_concurrency == 4
+    assert config.legacy_key == "sk-legacy"
     assert config.providers[next(iter(config.providers))].api_key == "vast-secret"
     assert config.repo_path == str(tmp_path / "fleet")
     assert config.branch == "main"
+    assert config.state_url == f"sqlite:///{tmp_path.parent / '.state' / 'cp.sqlite3'}"
     assert "sk-master" not in repr(config)
     assert "salt-0123" not in repr(config)
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ('litellm: {url: "http://x", master_key: "sk-literal"}\nvllm_api_salt: "${env:SALT}"\n', "literal value"),
-    ('litellm: {url: "http://x", master_key: "${env:NOPE}"}\nvllm_api_salt: "${env:SALT}"\n', 'env var "NOPE"'),
-    ('litellm: {url: "ftp://x", master_key: "${env:MK}"}\nvllm_api_salt: "${env:SALT}"\n', "litellm.url"),
-    ('litellm: {url: "http://x", master_key: "${env:MK}"}\n', "vllm_api_salt is missing"),
-    ('litellm: {url: "http://x", master_key: "${env:MK}"}\nvllm_api_salt: "${env:SALT}"\n'
-     'providers: {lambda: {}}\n', "unknown provider"),
-    ("- a list\n", "YAML mapping"),
+@pytest.mark.parametrize(("replace", "message"), [
+    (('master_key: "${env:MK}"', "master_key: sk-literal-master"), "litellm/master_key"),
+    (('master_key: "${env:MK}"', 'master_key: "${env:NOPE}"'), 'env var "NOPE"'),
+    (('litellm: {url: "http://127.0.0.1:4000", master_key: "${env:MK}", write_concurrency: 4}', ""),
+     "needs a litellm section"),
+    (("repo: {path: fleet, branch: main}", "repo: {url: 'https://example.invalid/fleet.git'}"), "repo.path"),
 ])
-def test_config_errors_name_the_key_and_never_the_secret(tmp_path: Path, body: str, message: str) -> None:
-    path = write_config(tmp_path, body)
+def test_config_errors_name_the_key_and_never_the_secret(tmp_path: Path, replace: tuple[str, str],
+                                                         message: str) -> None:
+    path = write_config(tmp_path, (GOOD % (tmp_path / "vast.key")).replace(*replace))
+    (tmp_path / "vast.key").write_text("vast-secret\n")
     with pytest.raises(ConfigError, match=message) as caught:
-        load_config(path, {"MK": "sk-master-value", "SALT": "salt-0123456789abcdef"})
+        load_config(path, ENV)
     assert str(path) in str(caught.value)
-    assert "sk-master-value" not in str(caught.value)
+    assert "sk-literal-master" not in str(caught.value)
+    assert "sk-master" not in str(caught.value)
 
 
 HOLDER = """
@@ -161,17 +182,6 @@ def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert line["verdicts"] == {"Healthy": 2, "Down": 1}
     assert line["actions"][0]["error"] == "HTTP 503"
     assert time.time() - line["ts"] < 60
-
-
-def test_config_in_the_control_plane_layout(tmp_path: Path) -> None:
-    """examples/control-plane.yaml keeps the salt under `secrets:` and relative state paths."""
-    path = write_config(tmp_path, 'repo: {path: ../fleet, branch: main}\n'
-                        'secrets: {fleet_key: "${env:FK}", vllm_api_salt: "${env:SALT}", legacy_api_key: "${env:LK}"}\n'
-                        'state: {url: "sqlite:///../.state/cp.sqlite3"}\n'
-                        'litellm: {url: "http://127.0.0.1:4000", master_key: "${env:MK}"}\n')
-    config = load_config(path, {"FK": "f", "SALT": "salt-0123456789abcdef", "LK": "sk-legacy", "MK": "sk-m"})
-    assert config.legacy_key == "sk-legacy"
-    assert config.state_url == f"sqlite:///{tmp_path.parent / '.state' / 'cp.sqlite3'}"
 
 
 def test_config_from_the_environment_for_ci_jobs() -> None:
