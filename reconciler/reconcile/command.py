@@ -20,6 +20,7 @@ from reconciler.reconcile.render import render_json, render_text
 from reconciler.reconcile.saved import SavedPlan, StalePlan
 from reconciler.reconcile.store import open_store
 from reconciler.reconcile.wiring import build_reconciler
+from reconciler.state.store import StateError
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
@@ -74,7 +75,7 @@ class PassRunner:
         if self.reconciler is None:
             try:
                 store = open_store(self.args.state or self.config.state_url)
-            except (ValueError, OSError) as exc:
+            except (ValueError, OSError, StateError) as exc:
                 raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
             self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, store)
         return self.reconciler

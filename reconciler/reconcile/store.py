@@ -173,7 +173,7 @@ class SqliteStore:
     def record_pass(self, record: PassRecord) -> None:
         with self._tx() as db:
             db.execute("INSERT INTO reconcile_pass (started_at, revision, mode, ok, record) VALUES (?, ?, ?, ?, ?)",
-                       (record.started_at, record.revision, record.mode, int(record.ok), json.dumps(record.to_json())))
+                              (record.started_at, record.revision, record.mode, int(record.ok), json.dumps(record.to_json())))
             db.execute("DELETE FROM reconcile_pass WHERE seq <= (SELECT MAX(seq) FROM reconcile_pass) - ?",
                        (KEEP_PASSES,))
 
@@ -200,7 +200,7 @@ class _Transaction:
 
 def open_store(url: str | None) -> StateStore:
     """`sqlite:///path/to/file.db`, a plain path, or None/`memory:` for an in-memory store."""
-    if not url or url in ("memory:", "memory://"):
+    if not url or url in ("memory:", "memory://", "sqlite:///:memory:"):
         return MemoryStore()
     if url.startswith("sqlite:///"):
         return SqliteStore(url[len("sqlite:///"):])  # sqlite:///relative, sqlite:////absolute
