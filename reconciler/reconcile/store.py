@@ -173,7 +173,8 @@ class SqliteStore:
     def record_pass(self, record: PassRecord) -> None:
         with self._tx() as db:
             db.execute("INSERT INTO reconcile_pass (started_at, revision, mode, ok, record) VALUES (?, ?, ?, ?, ?)",
-                              (record.started_at, record.revision, record.mode, int(record.ok), json.dumps(record.to_json())))
+                       (record.started_at, record.revision, record.mode, int(record.ok),
+                        json.dumps(record.to_json())))
             db.execute("DELETE FROM reconcile_pass WHERE seq <= (SELECT MAX(seq) FROM reconcile_pass) - ?",
                        (KEEP_PASSES,))
 
