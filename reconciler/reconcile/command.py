@@ -96,7 +96,9 @@ class PassRunner:
     async def locked_apply(self, fleet: Fleet, saved: SavedPlan | None = None) -> PassOutcome | None:
         try:
             with pass_lock(self.lock_path()):
-                outcome = await self.run(fleet, apply=True, saved=saved)
+                if self.config.dry_run:
+                    log_event("reconcile_dry_run", reason="reconcile.dry_run is true in the config: nothing is written")
+                outcome = await self.run(fleet, apply=not self.config.dry_run, saved=saved)
         except LockHeld as exc:
             log_event("reconcile_pass_skipped", reason=str(exc))
             self.metrics.skipped.inc()

@@ -40,6 +40,7 @@ class ReconcileConfig:
     repo_path: str | None = None
     branch: str | None = None
     state_url: str | None = None
+    dry_run: bool = False  # reconcile.dry_run: plan and report, never write to LiteLLM
 
 
 def config_from_env(env: Mapping[str, str]) -> ReconcileConfig:
@@ -81,7 +82,8 @@ def from_control_plane(config: ControlPlaneConfig) -> ReconcileConfig:
         salt=config.secrets.vllm_api_salt, legacy_key=legacy.reveal() if legacy is not None else None,
         litellm_timeout_s=config.litellm.timeout_s, write_concurrency=config.litellm.write_concurrency,
         providers=providers, repo_path=str(repo.path / repo.subdir if repo.subdir else repo.path),
-        branch=repo.branch, state_url=_absolute_sqlite(config.state.url, config.state.base))
+        branch=repo.branch, state_url=_absolute_sqlite(config.state.url, config.state.base),
+        dry_run=config.reconcile.dry_run)
 
 
 def _absolute_sqlite(url: str, base: Path) -> str:

@@ -144,6 +144,13 @@ async def story(proxy: LitellmProxy, tmp: Path, repo: Path, ports: list[int], cl
     assert "Plan: 2 to add, 0 to change, 0 to destroy." in out
     assert salt.derive("127.0.0.2", p1) not in out
 
+    dry = tmp / "dry-run.yaml"
+    dry.write_text(cli.config.read_text() + "reconcile: {dry_run: true}\n")
+    code, out = await Cli(dry, cli.env)("reconcile", "--once")
+    assert "reconcile_dry_run" in out
+    assert "Plan: 2 to add" in out
+    assert managed(proxy) == {}  # a dry run writes nothing
+
     saved = tmp / "first.plan.json"
     code, out = await cli("plan", "--out", str(saved))
     assert code == 0, out

@@ -106,6 +106,9 @@ def test_config_is_the_control_planes(tmp_path: Path) -> None:
     assert config.repo_path == str(tmp_path / "fleet")
     assert config.branch == "main"
     assert config.state_url == f"sqlite:///{tmp_path.parent / '.state' / 'cp.sqlite3'}"
+    assert config.dry_run is False
+    assert load_config(write_config(tmp_path, GOOD % (tmp_path / "vast.key") + "reconcile: {dry_run: true}\n"),
+                       ENV).dry_run
     assert "sk-master" not in repr(config)
     assert "salt-0123" not in repr(config)
 
