@@ -24,6 +24,17 @@ MANAGED_FLAGS = frozenset({
 })
 
 
+# The box gateway's credentials: file names in the directory the gateway's program gets as
+# $CREDENTIALS_DIRECTORY, referenced from its config as ${cred:NAME} (shared with the renderer).
+CLIENT_TOKEN_CREDENTIAL = "client-token"  # noqa: S105 - a file name, not a secret
+GATEWAY_PROGRAM = "gateway"  # the gateway's process name: a server may not take it on a gateway box
+
+
+def bearer_credential(server: str) -> str:
+    """The credential holding a server's bearer, which the gateway injects for it."""
+    return f"bearer-{server}"
+
+
 class BoxJsonError(ValueError):
     """The JSON is not a usable box config; `problems` lists every problem found."""
 
