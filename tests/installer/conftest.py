@@ -28,7 +28,14 @@ from reconciler.fleet.render import Bearers, render_box
 from reconciler.fleet.source import read_directory
 from reconciler.fleet.validate import validate_snapshot
 from tests.conftest import TEST_SALT
-from tests.installer.realprocs import SUPERVISORD, Supervisor, pid_alive, wait_until, write_supervisord_conf
+from tests.installer.realprocs import (
+    SUPERVISORD,
+    Supervisor,
+    pid_alive,
+    pids_mentioning,
+    wait_until,
+    write_supervisord_conf,
+)
 
 SUPPORT = Path(__file__).resolve().parent.parent / "support"
 STUB_VLLM = SUPPORT / "stub_vllm.py"
@@ -278,4 +285,6 @@ def supervisor(box_env: Path, tool_bin: Path, tmp_path: Path, monkeypatch: pytes
         for event in sv.read_events():
             if event["event"] == "start" and pid_alive(event["pid"]):
                 os.kill(event["pid"], signal.SIGKILL)
+        for pid in pids_mentioning(str(tmp_path)):  # e.g. a box gateway run from this test's data dir
+            os.kill(pid, signal.SIGKILL)
         shutil.rmtree(short, ignore_errors=True)
