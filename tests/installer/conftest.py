@@ -285,6 +285,6 @@ def supervisor(box_env: Path, tool_bin: Path, tmp_path: Path, monkeypatch: pytes
         for event in sv.read_events():
             if event["event"] == "start" and pid_alive(event["pid"]):
                 os.kill(event["pid"], signal.SIGKILL)
-        for pid in pids_mentioning(str(tmp_path)):  # e.g. a box gateway run from this test's data dir
+        for pid in pids_mentioning(f"{tmp_path}/"):  # e.g. a box gateway run from this test's data dir
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(short, ignore_errors=True)
