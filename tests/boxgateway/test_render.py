@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway.cli import main as gateway_main
 from gateway.config import load_config
+from reconciler.cli import main as llmfleet
 from reconciler.fleet.bearer import Salt
 from reconciler.fleet.render import Bearers, render_all, render_box
 from tests.boxgateway.fleets import (
@@ -110,7 +110,7 @@ def write_configs(tmp_path: Path) -> list[Path]:
 
 def test_the_gateway_accepts_every_rendered_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for path in write_configs(tmp_path):
-        assert gateway_main(["--check", "--config", str(path)]) == 0
+        assert llmfleet(["gateway", "--check", "--config", str(path)]) == 0
         assert "valid (2 models, 2 listed)" in capsys.readouterr().out
 
 
