@@ -1,18 +1,22 @@
 """The box JSON (GET /vllm/config), checked by hand before anything acts on it.
 
 Standard library only, so no jsonschema: each problem names the field (`servers[1].port`) and what
-was expected. Values are never echoed for `api_key`. The shape is the box contract's; `revision` and
-per-server `digest` are llmfleet's additions (optional, so an llmao control plane still works).
+was expected. Values are never echoed for `api_key`. The shape is the box contract's; `revision`,
+per-server `digest` and `listen_host`, and the box gateway (`gateway`, reconciler/fleet/boxgateway.py)
+are llmfleet's additions (optional, so an llmao control plane still works).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from installer import secretref
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Bearers go into Supervisor's `environment=`, whose parser cannot escape: a strict alphabet instead.
@@ -22,6 +26,17 @@ BEARER = re.compile(r"^[A-Za-z0-9_.+/=:@-]{8,512}$")
 MANAGED_FLAGS = frozenset({
     "port", "host", "uds", "served-model-name", "max-model-len", "gpu-memory-utilization", "api-key",
 })
+
+
+# The box gateway's credentials: file names in the directory the gateway's program gets as
+# $CREDENTIALS_DIRECTORY, referenced from its config as ${cred:NAME} (shared with the renderer).
+CLIENT_TOKEN_CREDENTIAL = "client-token"  # noqa: S105 - a file name, not a secret
+GATEWAY_PROGRAM = "gateway"  # the gateway's process name: a server may not take it on a gateway box
+
+
+def bearer_credential(server: str) -> str:
+    """The credential holding a server's bearer, which the gateway injects for it."""
+    return f"bearer-{server}"
 
 
 class BoxJsonError(ValueError):
@@ -46,9 +61,23 @@ class ServerSpec:
     disk_gb: float | None = None
     kv_bytes_per_token: int | None = None
     digest: str = ""
+    listen_host: str | None = None  # set behind a box gateway (loopback); else the installer's setting
 
     def __repr__(self) -> str:  # keep the bearer out of reprs and tracebacks
         return f"ServerSpec(name={self.name!r}, model={self.model!r}, port={self.port})"
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """The box gateway: its public port, client bearer, and config (LLMhop format, no secrets in it)."""
+
+    port: int
+    api_key: str
+    config: Mapping[str, Any]
+    digest: str = ""
+
+    def __repr__(self) -> str:
+        return f"GatewaySpec(port={self.port})"
 
 
 @dataclass(frozen=True)
@@ -56,6 +85,7 @@ class BoxConfig:
     host: str
     revision: str
     servers: tuple[ServerSpec, ...]
+    gateway: GatewaySpec | None = None
 
 
 def _flag_name(token: str) -> str | None:
@@ -144,12 +174,72 @@ def _server(entry: Any, where: str, problems: list[str]) -> ServerSpec | None:
     digest = entry.get("digest", "")
     if not isinstance(digest, str):
         problems.append(f"{where}.digest: expected a string")
+    listen_host: Any = entry.get("listen_host")
+    if listen_host is not None and not _ip_address(listen_host):
+        problems.append(f"{where}.listen_host: expected an IP address, got {json.dumps(listen_host)}")
     args = _args(f"{where}.args", entry.get("args", []), problems)
     optional = _optional(entry, where, problems)
     if len(problems) > before:
         return None
     return ServerSpec(name=name, model=model, served_model_name=served, port=port, api_key=key, args=args,
-                      digest=digest, **optional)
+                      digest=digest, listen_host=listen_host, **optional)
+
+
+def _ip_address(value: Any) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return isinstance(value, str)
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string anywhere in a decoded JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def _gateway(entry: Any, servers: list[ServerSpec], problems: list[str]) -> GatewaySpec | None:
+    """The box gateway. Its config is checked here only for what the installer relies on; the gateway's
+    own `--check` judges the rest."""
+    if not isinstance(entry, dict):
+        problems.append("gateway: expected an object")
+        return None
+    before = len(problems)
+    port: Any = entry.get("port")
+    key: Any = entry.get("api_key")
+    config: Any = entry.get("config")
+    digest: Any = entry.get("digest", "")
+    if not _is_int(port) or not 0 < port < 65536:
+        problems.append(f"gateway.port: expected an integer 1-65535, got {json.dumps(port)}")
+    elif port in {s.port for s in servers}:
+        problems.append(f"gateway.port: {port} is also a server's port")
+    if not isinstance(key, str) or not BEARER.match(key):
+        problems.append("gateway.api_key: expected 8-512 characters of A-Z a-z 0-9 _.+/=:@- (value not shown)")
+    if not isinstance(digest, str):
+        problems.append("gateway.digest: expected a string")
+    if not isinstance(config, dict):
+        problems.append("gateway.config: expected an object")
+    else:
+        if config.get("port") != port:
+            problems.append(f"gateway.config.port: expected the gateway's port {json.dumps(port)}, "
+                            f"got {json.dumps(config.get('port'))}")
+        # The installer writes exactly these credentials; a config naming another would fail at start-up.
+        known = {CLIENT_TOKEN_CREDENTIAL, *(bearer_credential(s.name) for s in servers)}
+        unknown = sorted({ref.name for text in _strings(config) for ref in secretref.references(text)
+                          if ref.scheme == "cred" and ref.name not in known})
+        problems.extend(f"gateway.config: credential {name!r} is neither {CLIENT_TOKEN_CREDENTIAL!r} nor "
+                        "bearer-<server> of a server in this JSON" for name in unknown)
+    if any(s.name == GATEWAY_PROGRAM for s in servers):
+        problems.append(f"servers: a server named {GATEWAY_PROGRAM!r} would take the gateway's program name")
+    if len(problems) > before:
+        return None
+    return GatewaySpec(port=port, api_key=key, config=config, digest=digest)
 
 
 def parse_box(document: Any, expected_host: str | None = None) -> BoxConfig:
@@ -183,11 +273,13 @@ def parse_box(document: Any, expected_host: str | None = None) -> BoxConfig:
             if value in seen:
                 problems.append(f"servers: {label} {value} appears twice")
             seen.add(value)
+    gateway = _gateway(document["gateway"], servers, problems) if document.get("gateway") is not None else None
     if problems:
         raise BoxJsonError(problems)
     assert isinstance(host, str)
     assert isinstance(revision, str)
-    return BoxConfig(host=host, revision=revision, servers=tuple(sorted(servers, key=lambda s: s.name)))
+    return BoxConfig(host=host, revision=revision, servers=tuple(sorted(servers, key=lambda s: s.name)),
+                     gateway=gateway)
 
 
 def parse_text(text: str, expected_host: str | None = None, source: str = "the box JSON") -> BoxConfig:

@@ -26,14 +26,15 @@ class HandoverError(RuntimeError):
     """Writing the files or talking to supervisord failed; the message says what to do."""
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
+def write_atomic(path: Path, text: str | bytes, mode: int = 0o600) -> None:
     """Create `path` with `mode` from the first byte, via a temporary file and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, mode)  # O_CREAT honours the umask; an old temp file keeps its mode

@@ -2,9 +2,10 @@
 
 1. settings from the environment (installer.settings);  2. GET /vllm/config with retries, or
 --config-file (installer.fetch, installer.boxjson);  3. fit check over every GPU and the disk and
-4. card division (installer.fit);  5. one Supervisor program per server, stale ones removed
-(installer.units, installer.handover);  6. start-up ordering by the launcher each program runs
-(installer.launcher);  7. hand-over to supervisord, then POST /vllm/report (never fails the box).
+4. card division (installer.fit);  5. one Supervisor program per server, and one for the box gateway
+when the JSON has one (installer.boxgateway), stale ones removed (installer.units, installer.handover);
+6. start-up ordering by the launcher each program runs (installer.launcher);  7. hand-over to
+supervisord, then POST /vllm/report (never fails the box).
 
 Exit codes: 0 installed (or dry run shown), 1 failed (fetch, JSON, fit, Supervisor), 2 usage or
 environment.
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 
 from installer import __version__
+from installer.boxgateway import GatewayError, GatewayPlan, check_config, plan_gateway, remove_gateway, write_gateway
 from installer.boxjson import BoxConfig, BoxJsonError, parse_text
 from installer.fetch import Client, FetchError, check_url
 from installer.fit import FitResult, check_fit
@@ -53,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         epilog="Environment: LLMAO_HOST, LLMFLEET_URL (or ASFQUART_URL), LLMFLEET_FLEET_KEY (or FLEET_KEY), "
                "optional LLMFLEET_CA_BUNDLE, LLMFLEET_DATA_DIR (or DATA_DIRECTORY), LLMFLEET_SUPERVISOR_CONF_DIR, "
                "LLMFLEET_SUPERVISOR_CONFIG, LLMFLEET_VLLM_BIN, LLMFLEET_HF_HOME, LLMFLEET_LISTEN_HOST, "
-               "LLMFLEET_START_TIMEOUT_S, LLMFLEET_STARTSECS, LLMFLEET_FETCH_DEADLINE_S.")
+               "LLMFLEET_START_TIMEOUT_S, LLMFLEET_STARTSECS, LLMFLEET_FETCH_DEADLINE_S, LLMFLEET_GATEWAY_PYTHON.")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the Supervisor files that would be written; change nothing")
     parser.add_argument("--config-file", metavar="FILE", type=Path,
@@ -105,19 +107,27 @@ def resolve_vllm(settings: Settings) -> Settings:
     return settings
 
 
+def own_python() -> str:
+    return sys.executable if sys.executable and SAFE_PATH.match(sys.executable) else "python3"
+
+
 def render_units(box: BoxConfig, fit: FitResult, settings: Settings) -> list[Unit]:
-    python = sys.executable if sys.executable and SAFE_PATH.match(sys.executable) else "python3"
     ports = {s.name: s.port for s in box.servers}
-    return [render_unit(s, fit.placements[s.name], order=i, ports=ports, settings=settings, python=python,
+    return [render_unit(s, fit.placements[s.name], order=i, ports=ports, settings=settings, python=own_python(),
                         revision=box.revision, gpu_count=len(fit.gpus))
             for i, s in enumerate(box.servers)]
 
 
-def show_dry_run(units: list[Unit], fit: FitResult, settings: Settings) -> None:
+def show_dry_run(units: list[Unit], fit: FitResult, settings: Settings, gateway: GatewayPlan | None) -> None:
     keep = {u.path.name for u in units}
     for unit in units:
         print(f"# ==> {unit.path} (mode 0600) <==")
         print(unit.shown)
+    if gateway is not None:
+        print(f"# ==> {settings.gateway_config_path} (mode 0600) <==")
+        print(gateway.config_text, end="")
+        print(f"# gateway credentials in {settings.credentials_dir} (mode 0600): {', '.join(gateway.credentials)}")
+        print(f"# gateway program: {settings.gateway_program_path}, run by {gateway.python}")
     print(f"# launcher: {settings.launcher_path} (mode 0700); logs: {settings.log_dir}; HF_HOME: {settings.hf_home}")
     for name in owned_units(settings.conf_dir):
         if name not in keep:
@@ -135,7 +145,7 @@ class Installer:
         self.client: Client | None = None
         self.box: BoxConfig | None = None
         self.fit: FitResult | None = None
-        self.states: dict[str, ServerState] = {}
+        self.states: dict[str, ServerState] = {}  # by server name, and "gateway" for the box gateway
         self.removed: tuple[str, ...] = ()
 
     def report(self, outcome: Outcome, message: str) -> None:
@@ -145,7 +155,7 @@ class Installer:
         body = build_report(revision=self.box.revision if self.box else "unknown", installer_version=__version__,
                             outcome=outcome, message=message, fit=self.fit,
                             servers=self.box.servers if self.box else (), states=self.states,
-                            units_removed=self.removed)
+                            units_removed=self.removed, gateway=self.box.gateway if self.box else None)
         try:
             self.client.send_report(body, deadline_s=min(REPORT_DEADLINE_S, self.settings.fetch_deadline_s))
             log(f"reported {outcome} to the control plane")
@@ -194,7 +204,7 @@ class Installer:
             units = render_units(box, fit, self.settings)
         except UnitError as exc:
             return self.fail(Outcome.FAILED, f"cannot write a Supervisor program: {exc}")
-        ours = {s.port for s in box.servers}
+        ours = {s.port for s in box.servers} | ({box.gateway.port} if box.gateway else set())
         clashes = []
         for name, ports in foreign_vllm_units(self.settings.conf_dir).items():
             path = self.settings.conf_dir / name
@@ -207,24 +217,51 @@ class Installer:
         if self.args.dry_run:
             for clash in clashes:
                 log("would fail: " + clash)
-            show_dry_run(units, fit, self.settings)
-            self.states = {s.name: ServerState.WRITTEN for s in box.servers}
+            gateway = None
+            try:
+                gateway = self.plan_gateway(box)
+            except GatewayError as exc:
+                log(f"would fail: {exc}")
+            units += [gateway.unit] if gateway else []
+            show_dry_run(units, fit, self.settings, gateway)
+            self.states = {unit.server: ServerState.WRITTEN for unit in units}
             self.report(Outcome.DRY_RUN, "dry run: nothing written")
             return EXIT_OK
         if not fit.ok:
             return self.fail(Outcome.FIT_FAILED, "will not fit: " + "; ".join(fit.problems))
         if clashes:
             return self.fail(Outcome.FAILED, "; ".join(clashes))
-        return self.install(units)
-
-    def install(self, units: list[Unit]) -> int:
-        assert self.box is not None
         try:
+            gateway = self.plan_gateway(box)
+        except GatewayError as exc:
+            return self.fail(Outcome.FAILED, str(exc))
+        return self.install(units, gateway)
+
+    def plan_gateway(self, box: BoxConfig) -> GatewayPlan | None:
+        """The box gateway's program and files, its config checked by the gateway itself; None without one."""
+        if box.gateway is None:
+            return None
+        plan = plan_gateway(box, box.gateway, self.settings, own_python())
+        verdict = check_config(plan)
+        log(f"box gateway on port {box.gateway.port} (run by {plan.python}): {verdict}")
+        return plan
+
+    def install(self, units: list[Unit], gateway: GatewayPlan | None) -> int:
+        assert self.box is not None
+        if gateway is not None:
+            units = [*units, gateway.unit]
+        try:
+            if gateway is not None:
+                write_gateway(self.settings, gateway)
+            elif removed := remove_gateway(self.settings):
+                log(f"no box gateway: removed {', '.join(p.name for p in removed)}")
             written = write_units(self.settings, units)
+        except OSError as exc:
+            return self.fail(Outcome.FAILED, f"cannot write {exc.filename}: {exc.strerror}")
         except HandoverError as exc:
             return self.fail(Outcome.FAILED, str(exc))
         self.removed = written.removed
-        self.states = {s.name: ServerState.WRITTEN for s in self.box.servers}
+        self.states = {unit.server: ServerState.WRITTEN for unit in units}
         log(f"wrote {len(units)} program(s) in {self.settings.conf_dir}"
             + (f"; removed {', '.join(written.removed)}" if written.removed else ""))
         handover = self.args.handover
@@ -235,7 +272,9 @@ class Installer:
             except HandoverError as exc:
                 return self.fail(Outcome.FAILED, str(exc))
             self.states = {u.server: server_state(states.get(u.program)) for u in units}
-        message = f"{len(units)} server(s) handed to supervisord ({handover})"
+        servers = len(self.box.servers)
+        message = (f"{servers} server(s){' and the box gateway' if gateway else ''} handed to supervisord "
+                   f"({handover})")
         self.report(Outcome.INSTALLED, message)
         if handover == "exec":
             log("exec supervisord -n")

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from installer.boxjson import ServerSpec
+from installer.boxjson import GATEWAY_PROGRAM, GatewaySpec, ServerSpec
 from installer.fit import FitResult
 from installer.units import program_name
 
@@ -68,8 +68,9 @@ def fit_json(fit: FitResult | None) -> dict[str, Any]:
 
 def build_report(*, revision: str, installer_version: str, outcome: Outcome, message: str,
                  fit: FitResult | None, servers: Sequence[ServerSpec], states: Mapping[str, ServerState],
-                 units_removed: Sequence[str]) -> dict[str, Any]:
-    return {
+                 units_removed: Sequence[str], gateway: GatewaySpec | None = None) -> dict[str, Any]:
+    """`states` is keyed by server name, and by GATEWAY_PROGRAM for the box gateway."""
+    report: dict[str, Any] = {
         "revision": _cap(revision, MAX_REVISION),
         "installer_version": installer_version,
         "outcome": str(outcome),
@@ -79,3 +80,7 @@ def build_report(*, revision: str, installer_version: str, outcome: Outcome, mes
                      "state": str(states.get(s.name, ServerState.FAILED))} for s in servers],
         "units_removed": list(units_removed),
     }
+    if gateway is not None:
+        report["gateway"] = {"port": gateway.port, "digest": gateway.digest, "unit": program_name(GATEWAY_PROGRAM),
+                             "state": str(states.get(GATEWAY_PROGRAM, ServerState.FAILED))}
+    return report

@@ -27,6 +27,7 @@ LISTEN_HOST_VARS = ("LLMFLEET_LISTEN_HOST",)
 START_TIMEOUT_VARS = ("LLMFLEET_START_TIMEOUT_S",)
 STARTSECS_VARS = ("LLMFLEET_STARTSECS",)
 FETCH_DEADLINE_VARS = ("LLMFLEET_FETCH_DEADLINE_S",)
+GATEWAY_PYTHON_VARS = ("LLMFLEET_GATEWAY_PYTHON",)
 
 # Every variable that holds the fleet key: stripped from the environment supervisord inherits.
 SECRET_VARS = KEY_VARS
@@ -34,7 +35,7 @@ SECRET_VARS = KEY_VARS
 DEFAULT_DATA_DIR = "/workspace"
 DEFAULT_CONF_DIR = "/etc/supervisor/conf.d"
 DEFAULT_VLLM_BIN = "vllm"
-DEFAULT_LISTEN_HOST = "0.0.0.0"  # noqa: S104 - vLLM must be reachable through the provider's port map
+DEFAULT_LISTEN_HOST = "0.0.0.0"  # noqa: S104 - vLLM (or the box gateway) must be reachable through the port map
 DEFAULT_START_TIMEOUT_S = 1800
 DEFAULT_STARTSECS = 60
 DEFAULT_FETCH_DEADLINE_S = 600.0
@@ -63,6 +64,7 @@ class Settings:
     start_timeout_s: int
     startsecs: int
     fetch_deadline_s: float
+    gateway_python: str | None = None  # a Python with aiohttp for the box gateway; None: look for one
 
     def __repr__(self) -> str:  # the fleet key never reaches a log through repr()
         return f"Settings(host={self.host!r}, url={self.url!r}, data_dir={str(self.data_dir)!r})"
@@ -78,6 +80,24 @@ class Settings:
     @property
     def launcher_path(self) -> Path:
         return self.state_dir / "bin" / "llmfleet-launch"
+
+    @property
+    def gateway_program_path(self) -> Path:
+        """The box program the gateway runs from (a copy of the installer's own zipapp)."""
+        return self.state_dir / "bin" / "llmfleet-gateway.pyz"
+
+    @property
+    def gateway_dir(self) -> Path:
+        return self.state_dir / "gateway"
+
+    @property
+    def gateway_config_path(self) -> Path:
+        return self.gateway_dir / "gateway.json"
+
+    @property
+    def credentials_dir(self) -> Path:
+        """$CREDENTIALS_DIRECTORY of the gateway's program: its client token and the servers' bearers."""
+        return self.gateway_dir / "credentials"
 
 
 def _first(env: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:
@@ -150,6 +170,10 @@ def load(env: Mapping[str, str] | None = None, *, need_control_plane: bool = Tru
     if not SAFE_PATH.match(vllm_bin[1]):
         raise SettingsError(f"{vllm_bin[0]}={vllm_bin[1]!r} must be a command name or path of letters, "
                             "digits and _./+:@-")
+    gateway_python = _first(environ, GATEWAY_PYTHON_VARS)
+    if gateway_python is not None and not SAFE_PATH.match(gateway_python[1]):
+        raise SettingsError(f"{gateway_python[0]}={gateway_python[1]!r} must be a command name or path of "
+                            "letters, digits and _./+:@-")
     listen = (_first(environ, LISTEN_HOST_VARS) or (LISTEN_HOST_VARS[0], DEFAULT_LISTEN_HOST))
     if not re.match(r"^[A-Za-z0-9.:-]+$", listen[1]):
         raise SettingsError(f"{listen[0]}={listen[1]!r} is not an address")
@@ -167,4 +191,5 @@ def load(env: Mapping[str, str] | None = None, *, need_control_plane: bool = Tru
         start_timeout_s=int(_number(environ, START_TIMEOUT_VARS, DEFAULT_START_TIMEOUT_S, 0)),
         startsecs=int(_number(environ, STARTSECS_VARS, DEFAULT_STARTSECS, 1)),
         fetch_deadline_s=_number(environ, FETCH_DEADLINE_VARS, DEFAULT_FETCH_DEADLINE_S, 0),
+        gateway_python=gateway_python[1] if gateway_python is not None else None,
     )

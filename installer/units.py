@@ -12,6 +12,7 @@ Supervisor's parser has traps (../shared/reference/wire-formats.md §5), handled
 
 The bearer reaches vLLM as VLLM_API_KEY in the program's environment, never in argv (argv is
 world-readable in /proc/*/cmdline, and old vLLMs log their args). Files holding it are mode 0600.
+The box gateway's program holds no secret: it reads its bearers from $CREDENTIALS_DIRECTORY.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer.boxjson import ServerSpec
+from installer.boxjson import GATEWAY_PROGRAM, GatewaySpec, ServerSpec
 from installer.fit import Placement
 from installer.settings import SECRET_VARS, Settings
 
@@ -34,6 +35,9 @@ STARTRETRIES = 3
 LOG_MAXBYTES = "50MB"
 LOG_BACKUPS = 5
 BASE_PRIORITY = 100
+GATEWAY_PRIORITY = 50  # before the servers: it answers /health (and 502 for a loading model) at once
+GATEWAY_STARTSECS = 3  # it binds in well under a second; exiting sooner is a failed start
+GATEWAY_STOPWAITSECS = 10  # it gives in-flight requests 5 s after SIGTERM
 
 
 class UnitError(ValueError):
@@ -93,8 +97,14 @@ def redact(bearer: str) -> str:
     return "<redacted sha256:" + hashlib.sha256(bearer.encode()).hexdigest()[:12] + ">"
 
 
+def listen_host(server: ServerSpec, settings: Settings) -> str:
+    """Loopback when the box JSON puts the server behind the gateway, else the installer's setting."""
+    return server.listen_host or settings.listen_host
+
+
 def vllm_argv(server: ServerSpec, placement: Placement, settings: Settings) -> list[str]:
-    argv = [settings.vllm_bin, "serve", server.model, "--host", settings.listen_host, "--port", str(server.port)]
+    host = listen_host(server, settings)
+    argv = [settings.vllm_bin, "serve", server.model, "--host", host, "--port", str(server.port)]
     if server.served_model_name:
         argv += ["--served-model-name", server.served_model_name]
     if server.max_model_len is not None:
@@ -114,7 +124,8 @@ def launcher_argv(server: ServerSpec, placement: Placement, ports: dict[str, int
                   python: str) -> list[str]:
     """The launcher waits for the servers before this one on its card, then execs `vllm serve`."""
     argv = [python, str(settings.launcher_path), "--name", server.name,
-            "--health-host", health_host(settings.listen_host), "--wait-timeout", str(settings.start_timeout_s)]
+            "--health-host", health_host(listen_host(server, settings)),
+            "--wait-timeout", str(settings.start_timeout_s)]
     for earlier in placement.after:
         argv += ["--after", f"{earlier}={ports[earlier]}"]
     return [*argv, "--", *vllm_argv(server, placement, settings)]
@@ -139,6 +150,11 @@ def environment(server: ServerSpec, placement: Placement, settings: Settings, gp
     return env
 
 
+def _output(log: Path) -> list[str]:
+    return ["redirect_stderr=true", f"stdout_logfile={log}", f"stdout_logfile_maxbytes={LOG_MAXBYTES}",
+            f"stdout_logfile_backups={LOG_BACKUPS}", ""]
+
+
 def render_unit(server: ServerSpec, placement: Placement, *, order: int, ports: dict[str, int],
                 settings: Settings, python: str, revision: str, gpu_count: int) -> Unit:
     program = program_name(server.name)
@@ -160,13 +176,47 @@ def render_unit(server: ServerSpec, placement: Placement, *, order: int, ports: 
         f"stopwaitsecs={STOPWAITSECS}",
         "stopasgroup=true",
         "killasgroup=true",
-        "redirect_stderr=true",
-        f"stdout_logfile={log}",
-        f"stdout_logfile_maxbytes={LOG_MAXBYTES}",
-        f"stdout_logfile_backups={LOG_BACKUPS}",
-        "",
+        *_output(log),
     ]
     text = "\n".join(lines)
     shown = text.replace(f'VLLM_API_KEY="{server.api_key}"', f'VLLM_API_KEY="{redact(server.api_key)}"')
     return Unit(server=server.name, program=program, path=settings.conf_dir / f"{program}.conf",
                 text=text, shown=shown)
+
+
+def render_gateway_unit(gateway: GatewaySpec, *, settings: Settings, python: str, revision: str,
+                        config_sha256: str, program_sha256: str) -> Unit:
+    """The box gateway's program: `PYTHON llmfleet-gateway.pyz gateway --config FILE`. A new config, box
+    program or bearer (the JSON's digest covers their fingerprints) changes the program, so
+    `supervisorctl update` restarts the gateway exactly then."""
+    program = program_name(GATEWAY_PROGRAM)
+    env = {
+        "CREDENTIALS_DIRECTORY": str(settings.credentials_dir),
+        "PYTHONUNBUFFERED": "1",
+        "LLMFLEET_DIGEST": gateway.digest,
+        "LLMFLEET_CONFIG_SHA256": config_sha256,
+        "LLMFLEET_PROGRAM_SHA256": program_sha256,
+        **dict.fromkeys(SECRET_VARS, ""),
+    }
+    argv = [python, str(settings.gateway_program_path), "gateway", "--config", str(settings.gateway_config_path)]
+    lines = [
+        MARKER,
+        f"; box gateway on port {gateway.port}, revision {revision}",
+        f"[program:{program}]",
+        "command=" + command_line(argv),
+        f"directory={settings.gateway_dir}",
+        "environment=" + environment_line(env),
+        f"priority={GATEWAY_PRIORITY}",
+        "autostart=true",
+        "autorestart=true",
+        f"startsecs={GATEWAY_STARTSECS}",
+        f"startretries={STARTRETRIES}",
+        "stopsignal=TERM",
+        f"stopwaitsecs={GATEWAY_STOPWAITSECS}",
+        "stopasgroup=true",
+        "killasgroup=true",
+        *_output(settings.log_dir / f"{GATEWAY_PROGRAM}.log"),
+    ]
+    text = "\n".join(lines)
+    return Unit(server=GATEWAY_PROGRAM, program=program, path=settings.conf_dir / f"{program}.conf",
+                text=text, shown=text)

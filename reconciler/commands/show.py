@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
         for i, row in enumerate(box.servers):
             vllm = fleet.recipes[row.model].vllm
             table.add_row(box.name if i == 0 else "", (box.provider or "") if i == 0 else "", row.name,
-                          row.model, vllm.model, str(row.port),
+                          row.model, vllm.model,
+                          str(row.port) if box.gateway_port is None else f"{row.port} (gateway :{box.gateway_port})",
                           str(vllm.max_model_len or ""), f"{vllm.vram_gb:g}" if vllm.vram_gb else "")
     Console().print(table)
     return EXIT_OK

@@ -43,8 +43,12 @@ def diff_fleets(base: Fleet, head: Fleet) -> Report:
 def box_json(box: Box) -> dict[str, JSON]:
     details: dict[str, JSON] = {"provider": box.provider.value if box.provider else None,
                                 "gpu_memory_gb": box.gpu_memory_gb, "gpus": box.gpus, "disk_gb": box.disk_gb,
-                                "notes": box.notes, "reconcile": box.reconcile.value}
+                                "notes": box.notes, "reconcile": box.reconcile.value, "gateway": box.gateway_port}
     return {k: v for k, v in details.items() if v is not None}
+
+
+def _box_lifetime(path: tuple[str, ...]) -> Lifetime:
+    return {"reconcile": Lifetime.LIVE, "gateway": Lifetime.BOOT}.get(path[0], Lifetime.NONE)
 
 
 def box_changes(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> tuple[BoxChange, ...]:
@@ -55,15 +59,16 @@ def box_changes(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> 
         plan = plans.get(name)
         start, restart, stop = ((tuple(sorted(plan.start)), tuple(sorted(plan.restart)), tuple(sorted(plan.stop)))
                                 if plan else ((), (), ()))
+        details = diff_fields(box_json(old) if old else {}, box_json(new) if new else {}, _box_lifetime)
         if old is None:
             assert new is not None
             status = BoxStatus.NEW
         elif new is None:
             status = BoxStatus.REMOVED
+        elif plan is not None or any(d.lifetime is Lifetime.BOOT for d in details):
+            status = BoxStatus.RESTART  # a gateway added, removed or moved restarts the box without any server change
         else:
-            status = BoxStatus.RESTART if plan else BoxStatus.CHANGED
-        details = diff_fields(box_json(old) if old else {}, box_json(new) if new else {},
-                              lambda path: Lifetime.LIVE if path == ("reconcile",) else Lifetime.NONE)
+            status = BoxStatus.CHANGED
         if status is BoxStatus.CHANGED and not details:
             continue
         if status in (BoxStatus.NEW, BoxStatus.REMOVED):

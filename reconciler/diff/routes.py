@@ -3,6 +3,7 @@
 A deployment's identity is (box, listen port). Its owned fields are the model name callers ask
 for, the name vLLM serves, the recipe's `litellm` block, and the bearer (here: its source). The
 api_base is left out: it comes from the provider's port mapping, which only a live observation has.
+On a box with a gateway LiteLLM reaches every server through the gateway with the gateway's bearer.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def routes(fleet: Fleet) -> dict[Identity, Route]:
                 served_model_name=fleet.recipes[row.model].vllm.served_model_name,
                 params=params,
                 model_info=model_info,
-                bearer=bearer_source(fleet, box.name, row.port),
+                bearer=(bearer_source(fleet, box.name, row.port) if box.gateway_port is None
+                        else bearer_source(fleet, box.name, box.gateway_port) + " (the box gateway)"),
             )
     return found
 

@@ -50,8 +50,12 @@ def box_verdict(box: BoxChange) -> str:
     if box.status is BoxStatus.CHANGED:
         return f"box {box.name}: details change, no restart"
     running = sorted({*box.start, *box.restart})
+    gateway = any(f.path == ("gateway",) for f in box.details)
+    if not running and not box.stop and gateway:
+        return f"box {box.name} must re-fetch its config and restart its gateway"
     parts = [f"servers {', '.join(running)}"] if running else []
     parts += [f"stops {', '.join(box.stop)}"] if box.stop else []
+    parts += ["its gateway"] if gateway else []
     return f"box {box.name} must re-fetch its config and restart vLLM ({'; '.join(parts)})"
 
 

@@ -197,6 +197,7 @@ def build_boxes(value: JSON, errors: set[Path_], built: Built) -> None:
             disk_gb=_num(details.get("disk_gb")),
             notes=notes if isinstance(notes := details.get("notes"), str) else None,
             reconcile=ReconcileMode.PAUSED if details.get("reconcile") == "paused" else ReconcileMode.ACTIVE,
+            gateway_port=None if _tainted(errors, (*base, "gateway")) else _int(details.get("gateway")),
         )
 
 

@@ -109,6 +109,9 @@ class Box:
     disk_gb: float | None = None
     notes: str | None = None
     reconcile: ReconcileMode = ReconcileMode.ACTIVE
+    # The box gateway's public listen port. When set, every server row's port is a loopback port
+    # behind the gateway, and LiteLLM reaches the box's models through this one port.
+    gateway_port: int | None = None
 
 
 @dataclass(frozen=True)

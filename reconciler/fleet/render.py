@@ -3,7 +3,8 @@
 The shape is the box contract's, one entry per vLLM process, optional keys present only when the
 recipe sets them, `port` always the listen port. Additive fields: `revision` (the commit) and a
 per-server `digest` of its boot-lifetime fields, which the box reports back so the reconciler can
-tell a server running stale config.
+tell a server running stale config. A box with a gateway also gets per-server `listen_host` and a
+top-level `gateway` (reconciler.fleet.boxgateway).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from reconciler.fleet.bearer import Salt, bearer_fingerprint
+from reconciler.fleet.boxgateway import LOOPBACK, gateway_section
 from reconciler.fleet.flags import render_settings
 from reconciler.fleet.jsonvalue import JSON, canonical_json
 from reconciler.fleet.model import Box, Fleet, Recipe, ServerRow
@@ -66,9 +68,11 @@ def server_entry(fleet: Fleet, box: Box, row: ServerRow, bearer: str) -> dict[st
         "served_model_name": vllm.served_model_name,
         "host": box.name,
         "port": row.port,
-        "api_key": bearer,
-        "args": list(vllm_args(recipe)),
     }
+    if box.gateway_port is not None:
+        entry["listen_host"] = LOOPBACK  # behind the gateway: reachable from the box only
+    entry["api_key"] = bearer
+    entry["args"] = list(vllm_args(recipe))
     for field in OPTIONAL_FIELDS:
         value = getattr(vllm, field)
         if value is not None:
@@ -81,9 +85,13 @@ def render_box(fleet: Fleet, box_name: str, bearers: Bearers) -> dict[str, JSON]
     box = fleet.box(box_name)
     if box is None:
         raise RenderError(f"box {box_name!r} is not in the placement at revision {fleet.revision}")
-    servers: list[JSON] = [server_entry(fleet, box, row, bearers.for_server(fleet, box.name, row))
-                           for row in box.servers]
-    return {"host": box.name, "revision": fleet.revision, "servers": servers}
+    servers = [server_entry(fleet, box, row, bearers.for_server(fleet, box.name, row)) for row in box.servers]
+    entries: list[JSON] = list(servers)
+    document: dict[str, JSON] = {"host": box.name, "revision": fleet.revision, "servers": entries}
+    if box.gateway_port is not None:
+        document["gateway"] = gateway_section(box.gateway_port, bearers.salt.derive(box.name, box.gateway_port),
+                                              servers)
+    return document
 
 
 def render_all(fleet: Fleet, bearers: Bearers,

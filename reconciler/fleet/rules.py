@@ -19,6 +19,13 @@
 | empty-placement         | no box at all, without allow_empty_placement: true                     |
 | public-port-deprecated  | (warning) a hand-written public port as a row's 4th element            |
 | legacy-unused           | (warning) a legacy pair that no row uses                               |
+| gateway-not-listen      | a box gateway's port outside the listen ports                          |
+| gateway-port-reused     | a server row on the gateway's own port                                 |
+| gateway-backend-port    | a port below 1024 for a server behind a gateway (loopback ports)       |
+| gateway-legacy          | a legacy pair on a gateway box (its shared key cannot sit behind it)   |
+| gateway-duplicate-model | two servers of one served model name behind one gateway                |
+| gateway-reserved-name   | a process named `gateway` on a gateway box (the gateway's program)     |
+| gateway-no-servers      | a gateway on a box without servers (it would have nothing to route)   |
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import ipaddress
 import re
 from collections.abc import Iterator
 
+from installer.boxjson import GATEWAY_PROGRAM
 from reconciler.fleet.build import Built, Finding
 from reconciler.fleet.flags import managed_flags_in, render_settings
 from reconciler.fleet.model import Box, Provider, Recipe
@@ -39,6 +47,7 @@ RESERVED_PARAMS = ("api_base", "api_key")
 RESERVED_INFO = ("id", "managed_by", "llmfleet")
 MAX_CONTEXT = 16_777_216
 GIB = 1024**3
+MIN_BACKEND_PORT = 1024
 
 
 def box_name_problem(name: str, provider: Provider | None) -> str | None:
@@ -80,6 +89,8 @@ def check_boxes(built: Built) -> Iterator[Finding]:
                           f"{settings.max_servers_per_box} are allowed (max_servers_per_box)",
                           "too-many-servers", key=box.name)
         yield from _check_rows(built, box)
+        if box.gateway_port is not None:
+            yield from _check_gateway(built, box, box.gateway_port)
         yield from _check_capacity(built, box)
 
 
@@ -92,7 +103,7 @@ def _check_rows(built: Built, box: Box) -> Iterator[Finding]:
             yield Finding(PLACEMENT_FILE, _row_at(built, box.name, i, 0),
                           f"unknown model {row.model!r}: not in {MODELS_FILE}", "unknown-model")
         legacy = settings.is_legacy(box.name, row.port)
-        if row.port not in settings.listen_ports and not legacy:
+        if box.gateway_port is None and row.port not in settings.listen_ports and not legacy:
             allowed = ", ".join(str(p) for p in settings.listen_ports)
             yield Finding(PLACEMENT_FILE, _row_at(built, box.name, i, 1),
                           f"port {row.port} is not a listen port ({allowed}) nor a declared legacy pair",
@@ -118,6 +129,47 @@ def _check_rows(built: Built, box: Box) -> Iterator[Finding]:
                           "a hand-written public port is deprecated: the provider's listing maps listen "
                           "ports to public ports; remove the 4th element", "public-port-deprecated",
                           warning=True)
+
+
+def _check_gateway(built: Built, box: Box, gateway: int) -> Iterator[Finding]:
+    """A gateway box: the gateway takes the listen port, the rows become loopback backends behind it."""
+    settings = built.settings
+    if gateway not in settings.listen_ports:
+        allowed = ", ".join(str(p) for p in settings.listen_ports)
+        yield Finding(PLACEMENT_FILE, ("hosts", box.name), f"gateway port {gateway} is not a listen port ({allowed})",
+                      "gateway-not-listen", key="gateway")
+    if not box.servers:
+        yield Finding(PLACEMENT_FILE, ("hosts", box.name), f"box {box.name} has a gateway but no server for it to "
+                      "route to; remove `gateway:` or place a server", "gateway-no-servers", key="gateway")
+    served: dict[str, str] = {}
+    for i, row in enumerate(box.servers):
+        port_at = _row_at(built, box.name, i, 1)
+        if settings.is_legacy(box.name, row.port):
+            yield Finding(PLACEMENT_FILE, port_at, f"{box.name}:{row.port} is a legacy pair (shared legacy key, "
+                          "public port) and cannot sit behind the box gateway; move it to a box without "
+                          "`gateway:` or retire the pair", "gateway-legacy")
+        elif row.port == gateway:
+            yield Finding(PLACEMENT_FILE, port_at, f"port {row.port} is the gateway's port on {box.name}; give "
+                          "the server another port (behind the gateway any free port from "
+                          f"{MIN_BACKEND_PORT} works)", "gateway-port-reused")
+        elif row.port < MIN_BACKEND_PORT:
+            yield Finding(PLACEMENT_FILE, port_at, f"port {row.port} is below {MIN_BACKEND_PORT}: a server behind "
+                          "the gateway listens on a loopback port, any free port from "
+                          f"{MIN_BACKEND_PORT} to 65535", "gateway-backend-port")
+        name_element = 2 if row.name != row.model else 0
+        if row.name == GATEWAY_PROGRAM:
+            yield Finding(PLACEMENT_FILE, _row_at(built, box.name, i, name_element), f"process name "
+                          f"{GATEWAY_PROGRAM!r} is the box gateway's own (its Supervisor program and log file); "
+                          "give the row another third element", "gateway-reserved-name")
+        recipe = built.recipes.get(row.model)
+        if recipe is None:
+            continue
+        name = recipe.vllm.served_model_name
+        if name in served:
+            yield Finding(PLACEMENT_FILE, _row_at(built, box.name, i, 0), f"served model name {name!r} is already "
+                          f"behind the gateway of {box.name} (server {served[name]!r}); the gateway routes each "
+                          "name to one server, so place the second one on another box", "gateway-duplicate-model")
+        served.setdefault(name, row.name)
 
 
 def _check_capacity(built: Built, box: Box) -> Iterator[Finding]:

@@ -60,6 +60,9 @@ SCENARIOS: dict[str, list[Edit]] = {
     note: pre-salt box; retire after the migration
 """, ""),
     ],
+    "add_gateway": [
+        ("placement.yaml", "    notes: secure cloud\n", "    notes: secure cloud\n    gateway: 8002\n"),
+    ],
     "comments_only": [
         ("placement.yaml", "# Which model runs", "# Where each model runs: which model runs"),
     ],

@@ -28,7 +28,14 @@ from reconciler.fleet.render import Bearers, render_box
 from reconciler.fleet.source import read_directory
 from reconciler.fleet.validate import validate_snapshot
 from tests.conftest import TEST_SALT
-from tests.installer.realprocs import SUPERVISORD, Supervisor, pid_alive, wait_until, write_supervisord_conf
+from tests.installer.realprocs import (
+    SUPERVISORD,
+    Supervisor,
+    pid_alive,
+    pids_mentioning,
+    wait_until,
+    write_supervisord_conf,
+)
 
 SUPPORT = Path(__file__).resolve().parent.parent / "support"
 STUB_VLLM = SUPPORT / "stub_vllm.py"
@@ -41,7 +48,7 @@ INSTALLER_VARS = [
     "LLMAO_HOST", "LLMFLEET_URL", "ASFQUART_URL", "LLMFLEET_FLEET_KEY", "FLEET_KEY", "LLMFLEET_CA_BUNDLE",
     "LLMFLEET_DATA_DIR", "DATA_DIRECTORY", "LLMFLEET_SUPERVISOR_CONF_DIR", "SUPERVISOR_CONF_DIR",
     "LLMFLEET_SUPERVISOR_CONFIG", "LLMFLEET_VLLM_BIN", "VLLM_BIN", "LLMFLEET_HF_HOME", "LLMFLEET_LISTEN_HOST",
-    "LLMFLEET_START_TIMEOUT_S", "LLMFLEET_STARTSECS", "LLMFLEET_FETCH_DEADLINE_S",
+    "LLMFLEET_START_TIMEOUT_S", "LLMFLEET_STARTSECS", "LLMFLEET_FETCH_DEADLINE_S", "LLMFLEET_GATEWAY_PYTHON",
 ]
 
 
@@ -71,15 +78,21 @@ models:
 """
 
 
-def write_fleet(directory: Path, ports: list[int], rows: list[tuple[str, int, str | None]]) -> Path:
-    """A fleet repository with one box, BOX, whose rows are (model, port, name-or-None)."""
+def write_fleet(directory: Path, ports: list[int], rows: list[tuple[str, int, str | None]],
+                gateway: int | None = None) -> Path:
+    """A fleet repository with one box, BOX, whose rows are (model, port, name-or-None), and a box gateway
+    on `gateway` (one of `ports`) when given."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "fleet.yaml").write_text(
-        f"version: 1\nlisten_ports: [{', '.join(map(str, ports))}]\nmax_servers_per_box: {len(ports)}\n")
+        f"version: 1\nlisten_ports: [{', '.join(map(str, ports))}]\nmax_servers_per_box: {max(len(ports), len(rows))}\n")
     (directory / "models.yaml").write_text(MODELS)
     lines = ["hosts:", f"  {BOX}:"]
+    indent = "    "
+    if gateway is not None:
+        lines += [f"    gateway: {gateway}", "    servers:"]
+        indent = "      "
     for model, port, name in rows:
-        lines.append(f"    - [{model}, {port}" + (f", {name}]" if name else "]"))
+        lines.append(f"{indent}- [{model}, {port}" + (f", {name}]" if name else "]"))
     (directory / "placement.yaml").write_text("\n".join(lines) + "\n")
     return directory
 
@@ -272,4 +285,6 @@ def supervisor(box_env: Path, tool_bin: Path, tmp_path: Path, monkeypatch: pytes
         for event in sv.read_events():
             if event["event"] == "start" and pid_alive(event["pid"]):
                 os.kill(event["pid"], signal.SIGKILL)
+        for pid in pids_mentioning(f"{tmp_path}/"):  # e.g. a box gateway run from this test's data dir
+            os.kill(pid, signal.SIGKILL)
         shutil.rmtree(short, ignore_errors=True)

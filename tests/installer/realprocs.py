@@ -46,6 +46,18 @@ def pid_alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
 
 
+def pids_mentioning(text: str) -> list[int]:
+    """Live processes (other than this one) whose command line contains `text`."""
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        pid = int(path.parent.name)
+        try:
+            if text.encode() in path.read_bytes() and pid != os.getpid() and pid_alive(pid):
+                found.append(pid)
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
 
 def write_supervisord_conf(tmp_path: Path, short: Path, conf_dir: Path) -> Path:
     """A supervisord config with its socket under `short` (unix socket paths are limited to ~100 bytes)."""

@@ -301,3 +301,20 @@ def test_the_installers_reports_are_accepted(client: FlaskClient, runtime: Runti
         assert post_report(client, report).status_code == 200, post_report(client, report).get_json()
     history = runtime.store.report_history(KNOWN_BOX)
     assert history[1].server_digests() == {s["name"]: s["digest"] for s in served.get_json()["servers"]}
+
+
+def test_a_gateway_boxs_report_is_accepted(client: FlaskClient, runtime: Runtime) -> None:
+    """Reports from a box running the gateway carry its unit; the schema takes it."""
+    from installer.boxjson import GATEWAY_PROGRAM, GatewaySpec
+    from installer.report import Outcome as BoxOutcome
+    from installer.report import ServerState, build_report
+
+    gateway = GatewaySpec(port=8003, api_key="sk-vllm-x", config={}, digest="sha256:" + "0" * 64)
+    report = build_report(revision="abc", installer_version="0.1.0", outcome=BoxOutcome.INSTALLED, message="ok",
+                          fit=None, servers=(), states={GATEWAY_PROGRAM: ServerState.STARTED}, units_removed=[],
+                          gateway=gateway)
+    assert report["gateway"]["state"] == "started"
+    response = post_report(client, report)
+    assert response.status_code == 200, response.get_json()
+    bad = {**report, "gateway": {**report["gateway"], "state": "exploded"}}
+    assert post_report(client, bad).status_code == 400

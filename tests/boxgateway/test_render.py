@@ -1,0 +1,131 @@
+"""The box JSON of a gateway box: servers on loopback, the gateway's port, bearer and config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config import load_config
+from reconciler.cli import main as llmfleet
+from reconciler.fleet.bearer import Salt
+from reconciler.fleet.render import Bearers, render_all, render_box
+from tests.boxgateway.fleets import (
+    BEARERS,
+    BOX,
+    EXAMPLE_GATEWAY_BOX,
+    GATEWAY_PLACEMENT,
+    example_with_gateway,
+    load,
+)
+from tests.conftest import TEST_SALT
+from tests.fleet.helpers import MODELS, validate
+
+
+def rendered(placement: str = GATEWAY_PLACEMENT, bearers: Bearers = BEARERS, models: str = MODELS) -> Any:
+    result = validate(placement=placement, models=models)
+    assert result.fleet is not None, [d.text() for d in result.diagnostics]
+    return render_box(result.fleet, BOX, bearers)
+
+
+def test_servers_listen_on_loopback_and_keep_their_own_bearers() -> None:
+    doc = rendered()
+    assert list(doc) == ["host", "revision", "servers", "gateway"]
+    first = doc["servers"][0]
+    assert list(first)[:7] == ["name", "model", "served_model_name", "host", "port", "listen_host", "api_key"]
+    assert (first["port"], first["listen_host"]) == (9001, "127.0.0.1")
+    assert first["api_key"] == Salt(TEST_SALT).derive(BOX, 9001)
+
+
+def test_the_gateway_section() -> None:
+    doc = rendered()
+    gateway = doc["gateway"]
+    assert list(gateway) == ["port", "api_key", "models", "config", "digest"]
+    assert gateway["port"] == 8001
+    assert gateway["api_key"] == Salt(TEST_SALT).derive(BOX, 8001)
+    assert gateway["models"] == {"m1": "m1", "m2": "m2"}
+    assert gateway["config"] == {
+        "host": "0.0.0.0", "port": 8001, "authTokens": ["${cred:client-token}"],  # noqa: S104
+        "maxBodyBytes": 104857600, "maxConcurrentRequests": 512, "maxQueuedRequests": 64,
+        "queueTimeoutSeconds": 30, "connectTimeoutSeconds": 5,
+        "models": {
+            "m1": {"url": "http://127.0.0.1:9001", "headers": {"Authorization": "Bearer ${cred:bearer-m1}"}},
+            "m2": {"url": "http://127.0.0.1:9002", "headers": {"Authorization": "Bearer ${cred:bearer-m2}"}},
+        }}
+    assert gateway["digest"].startswith("sha256:")
+
+
+def test_served_names_key_the_models_and_point_at_the_process() -> None:
+    models = MODELS.replace("{model: org/m2,", "{served_model_name: org-m2-chat, model: org/m2,")
+    doc = rendered(GATEWAY_PLACEMENT.replace("[m2, 9002]", "[m2, 9002, second]"), models=models)
+    assert doc["gateway"]["models"] == {"m1": "m1", "org-m2-chat": "second"}
+    assert doc["gateway"]["config"]["models"]["org-m2-chat"] == {
+        "url": "http://127.0.0.1:9002", "headers": {"Authorization": "Bearer ${cred:bearer-second}"}}
+
+
+def test_no_bearer_in_the_config() -> None:
+    doc = rendered()
+    text = json.dumps(doc["gateway"]["config"])
+    assert "sk-vllm-" not in text and TEST_SALT not in json.dumps(doc)
+
+
+def test_the_gateway_digest_follows_its_bearers_and_config_but_not_live_fields() -> None:
+    base = rendered()["gateway"]["digest"]
+    assert rendered(bearers=Bearers(Salt("another-salt-value-0001")))["gateway"]["digest"] != base
+    moved = rendered(GATEWAY_PLACEMENT.replace("[m2, 9002]", "[m2, 9003]"))["gateway"]["digest"]
+    assert moved != base
+    live = rendered(models=MODELS + "    litellm:\n      model_info: {input_cost_per_token: 1.0e-07}\n")
+    assert live["gateway"]["digest"] == base
+
+
+def test_a_gateway_changes_the_servers_digests() -> None:
+    without = rendered("hosts:\n  203.0.113.10:\n    servers:\n      - [m1, 8002]\n")
+    with_gateway = rendered("hosts:\n  203.0.113.10:\n    gateway: 8001\n    servers:\n      - [m1, 8002]\n")
+    assert without["servers"][0]["api_key"] == with_gateway["servers"][0]["api_key"]
+    assert "listen_host" not in without["servers"][0] and "gateway" not in without
+    assert without["servers"][0]["digest"] != with_gateway["servers"][0]["digest"]
+
+
+def test_example_gateway_box(tmp_path: Path) -> None:
+    fleet = load(example_with_gateway(tmp_path / "fleet"))
+    docs = render_all(fleet, BEARERS)
+    assert [name for name, doc in docs.items() if "gateway" in doc] == [EXAMPLE_GATEWAY_BOX]
+    gateway: Any = docs[EXAMPLE_GATEWAY_BOX]["gateway"]
+    assert gateway["port"] == 8003
+    assert gateway["models"] == {"qwen3-8b": "qwen3-8b", "qwen2.5-coder-7b": "qwen2.5-coder-7b"}
+
+
+def write_configs(tmp_path: Path) -> list[Path]:
+    """Every rendered gateway config: the helpers' box and the example's gateway box."""
+    docs = [rendered(), render_box(load(example_with_gateway(tmp_path / "fleet")), EXAMPLE_GATEWAY_BOX, BEARERS)]
+    paths = []
+    for i, doc in enumerate(docs):
+        path = tmp_path / f"gateway-{i}.json"
+        path.write_text(json.dumps(doc["gateway"]["config"]))
+        paths.append(path)
+    return paths
+
+
+def test_the_gateway_accepts_every_rendered_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for path in write_configs(tmp_path):
+        assert llmfleet(["gateway", "--check", "--config", str(path)]) == 0
+        assert "valid (2 models, 2 listed)" in capsys.readouterr().out
+
+
+def test_the_credentials_resolve_to_the_bearers(tmp_path: Path) -> None:
+    """The installer's file names and the renderer's references agree: expanded, the config holds the
+    right bearer for each model."""
+    doc = rendered()
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "client-token").write_text(doc["gateway"]["api_key"] + "\n")
+    for server in doc["servers"]:
+        (credentials / f"bearer-{server['name']}").write_text(server["api_key"])
+    path = tmp_path / "gateway.json"
+    path.write_text(json.dumps(doc["gateway"]["config"]))
+    config = load_config(path, env={"CREDENTIALS_DIRECTORY": str(credentials)})
+    assert config.auth_tokens == (doc["gateway"]["api_key"],)
+    injected = {m.name: dict(m.headers)["Authorization"] for m in config.models}
+    assert injected == {s["served_model_name"]: f"Bearer {s['api_key']}" for s in doc["servers"]}
