@@ -26,6 +26,7 @@ INFO_BOX, INFO_PORT, INFO_SERVER = "llmfleet_box", "llmfleet_port", "llmfleet_se
 INFO_REVISION, INFO_API_BASE = "llmfleet_revision", "llmfleet_api_base"
 INFO_BEARER, INFO_SPEC, INFO_SERVED = "llmfleet_bearer_fingerprint", "llmfleet_spec", "llmfleet_served_name"
 INFO_PARAMS = "llmfleet_params"  # the litellm_params keys we wrote: PATCH merges, so a removed key needs a replace
+INFO_GATEWAY = "llmfleet_gateway_port"  # set when LiteLLM reaches the server through its box gateway
 
 ServerKey = tuple[str, int]  # (box, listen port)
 
@@ -65,6 +66,14 @@ class IntendedServer:
     paused: bool = False
     health_grace_s: int = 1800
     route: LitellmRoute = field(default_factory=LitellmRoute)
+    # On a box with a gateway, the gateway's listen port: LiteLLM and the probes reach this server
+    # through it (`bearer` is then the gateway's), and `port` is the server's loopback port behind it.
+    gateway_port: int | None = None
+
+    @property
+    def dial_port(self) -> int:
+        """The listen port the provider publishes for this server: its own, or its box gateway's."""
+        return self.gateway_port if self.gateway_port is not None else self.port
 
     @property
     def key(self) -> ServerKey:
@@ -102,6 +111,8 @@ def intended_state(fleet: Fleet, bearers: Bearers) -> Intended:
             recipe = fleet.recipes[row.model]
             bearer = bearers.for_server(fleet, box.name, row)
             entry = server_entry(fleet, box, row, bearer)
+            if box.gateway_port is not None:  # callers present the gateway's bearer; it holds the server's
+                bearer = bearers.salt.derive(box.name, box.gateway_port)
             servers[(box.name, row.port)] = IntendedServer(
                 box=box.name, port=row.port, name=row.name, model=row.model,
                 served_model_name=recipe.vllm.served_model_name, weights=recipe.vllm.model,
@@ -109,7 +120,7 @@ def intended_state(fleet: Fleet, bearers: Bearers) -> Intended:
                 provider=box.provider or Provider.STATIC, pinned_public_port=row.public_port,
                 paused=box.reconcile is ReconcileMode.PAUSED or recipe.reconcile is ReconcileMode.PAUSED,
                 health_grace_s=recipe.health_grace_s if recipe.health_grace_s is not None else grace,
-                route=recipe.litellm)
+                route=recipe.litellm, gateway_port=box.gateway_port)
     return Intended(fleet.revision, fleet.settings.reconcile, servers)
 
 
@@ -146,6 +157,8 @@ def desired_deployment(server: IntendedServer, endpoint: Endpoint, revision: str
         INFO_SERVER: server.name, INFO_SERVED: server.served_model_name, INFO_API_BASE: api_base,
         INFO_BEARER: server.bearer_fingerprint, INFO_PARAMS: list[JSON](sorted([*params, "api_key"])),
     })
+    if server.gateway_port is not None:
+        info[INFO_GATEWAY] = server.gateway_port
     # The spec digest covers everything we write except provenance (revision) and the bearer itself
     # (its fingerprint is in `info`): a new commit that changes nothing for this server updates nothing.
     digest_input: dict[str, JSON] = {"model_name": server.model, "litellm_params": dict(params),

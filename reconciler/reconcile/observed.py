@@ -15,6 +15,7 @@ from reconciler.reconcile.intended import (
     INFO_API_BASE,
     INFO_BEARER,
     INFO_BOX,
+    INFO_GATEWAY,
     INFO_PARAMS,
     INFO_PORT,
     INFO_SERVED,
@@ -115,6 +116,11 @@ class Deployment:
         return frozenset(v for v in value if isinstance(v, str)) if isinstance(value, tuple) else frozenset()
 
     @property
+    def recorded_gateway_port(self) -> int | None:
+        value = self.model_info.get(INFO_GATEWAY)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
     def recorded_key(self) -> ServerKey | None:
         box, port = self.model_info.get(INFO_BOX), self.model_info.get(INFO_PORT)
         if isinstance(box, str) and isinstance(port, int) and not isinstance(port, bool):
@@ -151,7 +157,7 @@ class Resolution:
 def resolve_endpoint(server: IntendedServer, listings: Mapping[Provider, ProviderListing]) -> Resolution:
     """Pure: the public endpoint of a server from its provider's listing."""
     if server.provider is Provider.STATIC:
-        return Resolution(Endpoint(server.box, server.pinned_public_port or server.port))
+        return Resolution(Endpoint(server.box, server.pinned_public_port or server.dial_port))
     listing = listings.get(server.provider)
     if listing is None:
         return Resolution(None, unknown=f"no {server.provider} provider configured")
@@ -166,7 +172,7 @@ def resolve_endpoint(server: IntendedServer, listings: Mapping[Provider, Provide
     if server.pinned_public_port is not None:
         host = next(iter(listed.endpoints.values())).host if listed.endpoints else server.box
         return Resolution(Endpoint(host, server.pinned_public_port), note=note)
-    return Resolution(listed.endpoints.get(server.port), note=note)
+    return Resolution(listed.endpoints.get(server.dial_port), note=note)
 
 
 @dataclass(frozen=True)

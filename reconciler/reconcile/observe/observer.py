@@ -80,18 +80,20 @@ class Observer:
             return ProbeResult(ProbeStatus.NO_ENDPOINT, f"no public port for listen port {server.port} yet")
         async with gate:
             return await probe(session, resolution.endpoint, server.bearer, server.served_model_name,
-                               self.probe_timeout_s)
+                               self.probe_timeout_s, via_gateway=server.gateway_port is not None)
 
     async def _probe_orphan(self, session: aiohttp.ClientSession, gate: asyncio.Semaphore, deployment: Deployment,
                             bearer_for: BearerFor | None) -> ProbeResult | None:
         """Does a removed server still serve? (Its deployment is then kept until a replacement serves.)"""
         key, base, name = deployment.recorded_key, deployment.recorded_api_base, deployment.recorded_served_name
         endpoint = _endpoint_of(base)
-        bearer = bearer_for(*key) if bearer_for is not None and key is not None else None
+        gateway = deployment.recorded_gateway_port
+        bearer = (bearer_for(key[0], gateway if gateway is not None else key[1])
+                  if bearer_for is not None and key is not None else None)
         if endpoint is None or bearer is None or name is None:
             return None
         async with gate:
-            return await probe(session, endpoint, bearer, name, self.probe_timeout_s)
+            return await probe(session, endpoint, bearer, name, self.probe_timeout_s, via_gateway=gateway is not None)
 
 
 def _orphans(intended: Intended, deployments: tuple[Deployment, ...] | None) -> list[Deployment]:

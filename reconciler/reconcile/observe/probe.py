@@ -1,5 +1,11 @@
 """Probing one server: `GET /health` without a key, then `GET /v1/models` with its bearer.
 
+Behind a box gateway the same two requests go through the gateway's path routing,
+`/route/<served name>/health` and `/route/<served name>/v1/models`, with the gateway's bearer: the
+gateway answers its own /v1/models from its config, so only a routed request says that the vLLM
+behind it serves, and with the bearer the gateway holds for it. A 502/503/504 from the gateway is its
+upstream not answering (loading or down); a 404 is a gateway that does not route the model yet.
+
 vLLM binds its port only once loaded, so while loading a connect is refused (or, through provider NAT,
 reset or silent): all of those are failed probes, never "bad key". A passing /health says something
 answers; only /v1/models with our bearer listing our served name says it is ours. Failures on our own
@@ -9,8 +15,10 @@ side (name resolution) are ERROR, which the judge reads as Unknown.
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 import aiohttp
+from yarl import URL
 
 from reconciler.fleet.jsonvalue import JSON
 from reconciler.reconcile.intended import Endpoint
@@ -50,19 +58,33 @@ def read_models(body: JSON, served_name: str) -> ProbeResult:
     return ProbeResult(ProbeStatus.WRONG_MODEL, f"GET /v1/models lists {listed}, not {served_name}", names)
 
 
+def _gateway_health(status: int, served_name: str) -> ProbeResult:
+    if status in (401, 403):
+        return ProbeResult(ProbeStatus.UNAUTHORIZED, f"the box gateway rejects our bearer (HTTP {status})")
+    if status in (502, 503, 504):
+        return ProbeResult(ProbeStatus.REFUSED, f"the box gateway cannot reach {served_name} (HTTP {status})")
+    if status == 404:
+        return ProbeResult(ProbeStatus.UNHEALTHY, f"the box gateway does not route {served_name} yet")
+    return ProbeResult(ProbeStatus.UNHEALTHY, f"GET /health through the box gateway answered {status}")
+
+
 async def probe(session: aiohttp.ClientSession, endpoint: Endpoint, bearer: str, served_name: str,
-                timeout_s: float) -> ProbeResult:
+                timeout_s: float, *, via_gateway: bool = False) -> ProbeResult:
     timeout = aiohttp.ClientTimeout(total=timeout_s)
+    prefix = "/route/" + quote(served_name, safe="") if via_gateway else ""
+    headers = {"Authorization": f"Bearer {bearer}"}
     what = "GET /health"
     try:
-        async with session.get(endpoint.url("/health"), timeout=timeout, allow_redirects=False) as response:
+        async with session.get(URL(endpoint.url(prefix + "/health"), encoded=True), timeout=timeout,
+                               headers=headers if via_gateway else None, allow_redirects=False) as response:
             await response.read()
             if response.status != 200:
+                if via_gateway:
+                    return _gateway_health(response.status, served_name)
                 return ProbeResult(ProbeStatus.UNHEALTHY, f"GET /health answered {response.status}")
         what = "GET /v1/models"
-        headers = {"Authorization": f"Bearer {bearer}"}
-        async with session.get(endpoint.url("/v1/models"), headers=headers, timeout=timeout,
-                               allow_redirects=False) as response:
+        async with session.get(URL(endpoint.url(prefix + "/v1/models"), encoded=True), headers=headers,
+                               timeout=timeout, allow_redirects=False) as response:
             if response.status in (401, 403):
                 return ProbeResult(ProbeStatus.UNAUTHORIZED, f"GET /v1/models rejects our bearer "
                                                              f"(HTTP {response.status})")
