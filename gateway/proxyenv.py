@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from gateway.target import Target
+from installer.fetch import is_loopback
 
 
 class ProxyError(ValueError):
@@ -30,15 +31,6 @@ class Proxy:
     @property
     def header(self) -> str:
         return f"Proxy-Authorization: {self.authorization}\r\n" if self.authorization else ""
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bypassed(host: str, port: int, no_proxy: str) -> bool:
@@ -75,7 +67,7 @@ def _variable(environ: Mapping[str, str], name: str) -> str:
 
 
 def proxy_for(target: Target, environ: Mapping[str, str]) -> Proxy | None:
-    if target.is_unix or _is_loopback(target.host):
+    if target.is_unix or is_loopback(target.host):
         return None
     variable = "HTTPS_PROXY" if target.scheme == "https" else "HTTP_PROXY"
     value = _variable(environ, variable)

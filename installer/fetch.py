@@ -48,7 +48,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
                          "final address (redirects are not followed, they would carry the fleet key elsewhere)")
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """`localhost` or a loopback address literal."""
     if host == "localhost":
         return True
     try:
@@ -61,7 +62,7 @@ def check_url(url: str) -> None:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "https" and parts.hostname:
         return
-    if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
+    if parts.scheme == "http" and parts.hostname and is_loopback(parts.hostname):
         return
     if parts.scheme == "http":
         raise FetchError(f"control plane URL {url} is plain http: use https (http is allowed only to loopback)")

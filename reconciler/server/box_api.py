@@ -58,6 +58,19 @@ class BoxRequest:
         self.resolved = resolve_host(self.claimed, self.forwarded_for, self.peer, self.rt.config.trusted_proxies)
         return self.resolved.name
 
+    def known_box(self) -> tuple[Rendered, str] | Response:
+        """Key check, box resolution and placement lookup shared by config and report: the served
+        revision and the box name, or the (already finished) refusal."""
+        if (denied := self.denied()) is not None:
+            return self.finish(denied)
+        name = self.resolve()
+        served = self.rt.tracker.served
+        if served is None:
+            return self.finish(error(503, "no valid fleet revision has been loaded yet"))
+        if name not in served.fleet.boxes:
+            return self.finish(self.unknown_box(served, name))
+        return served, name
+
     def unknown_box(self, served: Rendered, name: str) -> Response:
         evicted = self.rt.store.note_unknown(Sighting(name, self.rt.clock(), self.peer, self.claimed,
                                                       self.forwarded_for), self.rt.config.attention_max_entries)
@@ -89,14 +102,10 @@ def register(app: Flask, rt: Runtime) -> None:
     @app.get("/vllm/config")
     def vllm_config() -> Response:
         box = BoxRequest(rt, Endpoint.CONFIG)
-        if (denied := box.denied()) is not None:
-            return box.finish(denied)
-        name = box.resolve()
-        served = rt.tracker.served
-        if served is None:
-            return box.finish(error(503, "no valid fleet revision has been loaded yet"))
-        if name not in served.fleet.boxes:
-            return box.finish(box.unknown_box(served, name))
+        known = box.known_box()
+        if isinstance(known, Response):
+            return known
+        served, name = known
         rendered = served.boxes.get(name)
         if rendered is None:
             return box.finish(error(503, f"the control plane cannot render box {name!r}; its operators see why "
@@ -111,14 +120,10 @@ def register(app: Flask, rt: Runtime) -> None:
     @app.post("/vllm/report")
     def vllm_report() -> Response:
         box = BoxRequest(rt, Endpoint.REPORT)
-        if (denied := box.denied()) is not None:
-            return box.finish(denied)
-        name = box.resolve()
-        served = rt.tracker.served
-        if served is None:
-            return box.finish(error(503, "no valid fleet revision has been loaded yet"))
-        if name not in served.fleet.boxes:
-            return box.finish(box.unknown_box(served, name))
+        known = box.known_box()
+        if isinstance(known, Response):
+            return known
+        served, name = known
         request.max_content_length = MAX_REPORT_BYTES
         try:
             body = request.get_data(cache=False)
