@@ -40,7 +40,7 @@ from reconciler.reconcile.store import MemoryStore
 from tests.support.litellm import LitellmProxy
 
 from .fakes import free_port
-from .test_loop_real import Stub
+from .procs import Stub
 
 ROOT = Path(__file__).resolve().parents[2]
 LLMFLEET = Path(sys.executable).parent / "llmfleet"

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from tests.conftest import git
 from tests.support.litellm import LitellmProxy
 
 from .fakes import free_port
+from .procs import Stub
 
 SALT = "e2e-salt-0123456789abcdef"
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,33 +47,6 @@ def write_fleet(repo: Path, ports: list[int], placement: dict[str, list[tuple[st
 def commit(repo: Path, message: str) -> None:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message)
-
-
-STUB = ROOT / "tests" / "support" / "stub_vllm.py"
-
-
-class Stub:
-    """One stub vLLM process: `vllm serve` as the installer's Supervisor unit would run it."""
-
-    def __init__(self, host: str, port: int, model: str, served: str, bearer: str) -> None:
-        self.host, self.port = host, port
-        self.process = subprocess.Popen(
-            [sys.executable, str(STUB), "serve", model, "--host", host, "--port", str(port),
-             "--served-model-name", served, "--max-model-len", "4096"],
-            env={**os.environ, "VLLM_API_KEY": bearer}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.kill()
-        raise AssertionError(f"stub vLLM on {host}:{port} did not come up")
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait(timeout=10)
 
 
 class Cli:
