@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench bench-config-server venv clean
+.PHONY: demo test lint typecheck unit bench bench-config-server bench-reconcile venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench: $(STAMP)
 # GET /vllm/config under load: 1,000 boxes, 64 connections, cached path vs naive (docs/benchmarks.md).
 bench-config-server: $(STAMP)
 	$(BIN)/python bench/config_server_load.py
+
+# One reconcile pass over 1,000 boxes / 3,000 servers against local fakes (docs/benchmarks.md).
+bench-reconcile: $(STAMP)
+	$(BIN)/python bench/reconcile_pass.py --boxes 1000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

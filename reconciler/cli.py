@@ -12,7 +12,8 @@ from reconciler import __version__
 from reconciler.commands.common import EXIT_OK, EXIT_USAGE
 
 # Subcommand modules, in the order `llmfleet --help` lists them.
-COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve")
+COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve", "plan", "apply",
+            "reconcile")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -80,6 +80,29 @@ MIGRATIONS: tuple[str, ...] = (
         actor TEXT NOT NULL
     );
     """,
+    # 2: the reconciler's own state (reconciler/reconcile/store.py): probe histories, pending deletes, passes.
+    """
+    CREATE TABLE reconcile_server_history (
+        box TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        history TEXT NOT NULL,
+        PRIMARY KEY (box, port)
+    );
+    CREATE TABLE reconcile_pending_delete (
+        id TEXT PRIMARY KEY,
+        attempts INTEGER NOT NULL,
+        last_error TEXT NOT NULL,
+        first_failed_at REAL NOT NULL
+    );
+    CREATE TABLE reconcile_pass (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_at REAL NOT NULL,
+        revision TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        ok INTEGER NOT NULL,
+        record TEXT NOT NULL
+    );
+    """,
 )
 
 

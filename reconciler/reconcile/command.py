@@ -1,0 +1,129 @@
+"""What `llmfleet plan`, `apply` and `reconcile` share: arguments, loading the config and the last
+valid fleet, running one pass, printing it, and the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+
+from reconciler.commands.common import CommandError, add_repo_arguments, eprint, load_validation
+from reconciler.fleet.diagnostics import format_text
+from reconciler.fleet.model import Fleet
+from reconciler.fleet.render import RenderError
+from reconciler.reconcile.configfile import ConfigError, ReconcileConfig, config_from_env, load_config
+from reconciler.reconcile.engine import PassOutcome, Reconciler
+from reconciler.reconcile.loop import LockHeld, default_lock_path, log_event, log_pass, pass_lock
+from reconciler.reconcile.metrics import PassMetrics
+from reconciler.reconcile.render import render_json, render_text
+from reconciler.reconcile.saved import SavedPlan, StalePlan
+from reconciler.reconcile.store import open_store
+from reconciler.reconcile.wiring import build_reconciler
+from reconciler.state.store import StateError
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+
+
+def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE",
+                        help="the control-plane config file (LiteLLM, providers, salt, state); without it: "
+                             "LITELLM_URL, LITELLM_MASTER_KEY, LLMFLEET_VLLM_API_SALT, VAST_API_KEY, RUNPOD_API_KEY "
+                             "from the environment")
+    add_repo_arguments(parser)
+    parser.set_defaults(repo=None)
+    parser.add_argument("--state", metavar="URL", help="state store (default: state.url of the config), "
+                        "sqlite:///PATH or memory:")
+    parser.add_argument("--lock-file", metavar="FILE", help="single-flight lock (default: beside the state file)")
+    parser.add_argument("--metrics-file", metavar="FILE",
+                        help="write the pass metrics there in the Prometheus text format (node exporter textfile)")
+
+
+def load_config_arg(args: argparse.Namespace) -> ReconcileConfig:
+    try:
+        return load_config(args.config) if args.config else config_from_env(os.environ)
+    except ConfigError as exc:
+        raise CommandError(str(exc), EXIT_ERROR) from None
+
+
+def repo_and_rev(args: argparse.Namespace, config: ReconcileConfig) -> tuple[str, str | None]:
+    """--repo DIR [--rev REV] as given; else the config's repository at its tracked branch."""
+    if args.repo:
+        return args.repo, args.rev
+    return config.repo_path or ".", args.rev or config.branch
+
+
+def load_fleet(args: argparse.Namespace, config: ReconcileConfig) -> Fleet:
+    repo, rev = repo_and_rev(args, config)
+    validation = load_validation(repo, rev)
+    if validation.diagnostics:  # errors, or warnings such as a deprecated public port
+        eprint(format_text(validation.diagnostics))
+    if validation.fleet is None:
+        raise CommandError(f"the fleet at {validation.revision} is not valid: nothing is planned or applied; "
+                           "fix it (llmfleet validate) or revert the commit", EXIT_ERROR)
+    return validation.fleet
+
+
+@dataclass
+class PassRunner:
+    args: argparse.Namespace
+    config: ReconcileConfig
+    metrics: PassMetrics = field(default_factory=PassMetrics)
+    reconciler: Reconciler | None = None
+
+    def build(self, fleet: Fleet) -> Reconciler:
+        if self.reconciler is None:
+            try:
+                store = open_store(self.args.state or self.config.state_url)
+            except (ValueError, OSError, StateError) as exc:
+                raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
+            self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, store)
+        return self.reconciler
+
+    async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None) -> PassOutcome:
+        reconciler = self.build(fleet)
+        knobs = fleet.settings.reconcile  # a new commit may change them
+        reconciler.observer.probe_timeout_s = knobs.probe_timeout_s
+        reconciler.observer.probe_concurrency = knobs.probe_concurrency
+        try:
+            return await reconciler.run_pass(fleet, apply=apply, saved=saved)
+        except (RenderError, StalePlan) as exc:
+            raise CommandError(str(exc), EXIT_ERROR) from None
+
+    def lock_path(self) -> str:
+        return self.args.lock_file or default_lock_path(self.args.state or self.config.state_url)
+
+    async def locked_apply(self, fleet: Fleet, saved: SavedPlan | None = None) -> PassOutcome | None:
+        try:
+            with pass_lock(self.lock_path()):
+                if self.config.dry_run:
+                    log_event("reconcile_dry_run", reason="reconcile.dry_run is true in the config: nothing is written")
+                outcome = await self.run(fleet, apply=not self.config.dry_run, saved=saved)
+        except LockHeld as exc:
+            log_event("reconcile_pass_skipped", reason=str(exc))
+            self.metrics.skipped.inc()
+            return None
+        log_pass(outcome.record)
+        self.metrics.observe(outcome.record)
+        if self.args.metrics_file:
+            self.metrics.write_textfile(self.args.metrics_file)
+        return outcome
+
+
+def print_outcome(outcome: PassOutcome, fmt: str = "text") -> None:
+    if fmt == "json":
+        print(render_json(outcome.plan, outcome.intended))
+    else:
+        print(render_text(outcome.plan, outcome.intended))
+    for result in outcome.results:
+        mark = "ok" if result.ok else "FAILED"
+        detail = f": {result.error}" if result.error else ""
+        print(f"  {mark:6} {result.action.kind:7} {result.action.id}  {result.outcome}{detail}",
+              file=sys.stderr if fmt == "json" else sys.stdout)
+
+
+def apply_exit_code(outcome: PassOutcome) -> int:
+    failed = any(not r.ok for r in outcome.results)
+    return EXIT_ERROR if failed or outcome.plan.errors or outcome.plan.blocked else EXIT_OK
+
+

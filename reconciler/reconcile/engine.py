@@ -1,0 +1,89 @@
+"""One reconcile pass: intended state -> observation -> verdicts -> plan -> (apply) -> record.
+
+`plan` mode observes and plans but writes nothing (not even the probe history); `apply` mode executes
+the plan, then persists the advanced histories, the pending deletes and the pass record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from reconciler.fleet.model import Fleet
+from reconciler.fleet.render import Bearers
+from reconciler.reconcile.apply import ActionResult, apply_plan, next_pending
+from reconciler.reconcile.assess import assess
+from reconciler.reconcile.intended import Intended, intended_state
+from reconciler.reconcile.observe.litellm import LitellmApi
+from reconciler.reconcile.observe.observer import Observer
+from reconciler.reconcile.observed import Observation
+from reconciler.reconcile.plan import Plan, make_plan
+from reconciler.reconcile.saved import SavedPlan
+from reconciler.reconcile.store import ActionRecord, PassRecord, StateStore
+
+ApiFactory = Callable[[aiohttp.ClientSession], LitellmApi]
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    intended: Intended
+    plan: Plan
+    results: tuple[ActionResult, ...]
+    record: PassRecord
+    observation: Observation
+
+
+@dataclass
+class Reconciler:
+    bearers: Bearers
+    observer: Observer
+    api_factory: ApiFactory
+    store: StateStore
+    write_concurrency: int = 8
+    clock: Callable[[], float] = field(default=time.time)
+
+    def _bearer_for(self, fleet: Fleet) -> Callable[[str, int], str | None]:
+        def bearer(box: str, port: int) -> str | None:
+            if fleet.settings.is_legacy(box, port):
+                return self.bearers.legacy_key
+            return self.bearers.salt.derive(box, port)
+        return bearer
+
+    async def run_pass(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None) -> PassOutcome:
+        """With `saved` (a plan file), apply only if this pass plans exactly the same actions: StalePlan
+        otherwise, before any write and before any state is saved."""
+        started = self.clock()
+        intended = intended_state(fleet, self.bearers)  # RenderError: the pass does not run at all
+        connector = aiohttp.TCPConnector(limit=max(self.observer.probe_concurrency, self.write_concurrency) + 8,
+                                         ttl_dns_cache=300)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            api = self.api_factory(session)
+            observation = await self.observer.observe(session, intended, api, self.store.box_facts(),
+                                                      self._bearer_for(fleet))
+            assessment = assess(intended, observation, self.store.histories())
+            pending = self.store.pending_deletes()
+            plan = make_plan(intended, observation, assessment, pending)
+            if saved is not None:
+                saved.check(plan)
+            results: tuple[ActionResult, ...] = ()
+            if apply:
+                results = await apply_plan(plan, api, self.write_concurrency)
+        if apply:
+            self.store.save_histories(assessment.histories)
+            if observation.deployments is not None:
+                self.store.save_pending_deletes(next_pending(pending, plan, results, self.clock()))
+        record = PassRecord(
+            started_at=started, duration_s=round(self.clock() - started, 3), revision=intended.revision,
+            mode="apply" if apply else "plan",
+            verdicts=dict(Counter(str(j.verdict) for j in plan.judgements.values())),
+            actions=tuple(ActionRecord(str(r.action.kind), r.action.id, r.ok, r.outcome, r.error) for r in results),
+            errors=plan.errors, blocked=plan.blocked, held=len(plan.held), drift=len(plan.drift))
+        if apply:
+            self.store.record_pass(record)
+        return PassOutcome(intended, plan, results, record, observation)
+
+

@@ -1,0 +1,36 @@
+"""Building a Reconciler from the config file: provider clients, the LiteLLM client, the store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import aiohttp
+
+from reconciler.fleet.model import Provider, ReconcileSettings
+from reconciler.fleet.render import Bearers
+from reconciler.reconcile.configfile import ReconcileConfig
+from reconciler.reconcile.engine import Reconciler
+from reconciler.reconcile.observe.litellm import LitellmApi, LitellmClient
+from reconciler.reconcile.observe.observer import Observer
+from reconciler.reconcile.observe.providers import ProviderClient, RunPodClient, VastClient
+from reconciler.reconcile.store import StateStore, open_store
+
+
+def provider_clients(config: ReconcileConfig) -> dict[Provider, ProviderClient]:
+    clients: dict[Provider, ProviderClient] = {}
+    for provider, access in config.providers.items():
+        clients[provider] = VastClient(access) if provider is Provider.VAST else RunPodClient(access)
+    return clients
+
+
+def litellm_factory(config: ReconcileConfig) -> Callable[[aiohttp.ClientSession], LitellmApi]:
+    def make(session: aiohttp.ClientSession) -> LitellmApi:
+        return LitellmClient(session, config.litellm_url, config.litellm_master_key, config.litellm_timeout_s)
+    return make
+
+
+def build_reconciler(config: ReconcileConfig, settings: ReconcileSettings,
+                     store: StateStore | None = None) -> Reconciler:
+    observer = Observer(provider_clients(config), settings.probe_timeout_s, settings.probe_concurrency)
+    return Reconciler(Bearers(config.salt, config.legacy_key), observer, litellm_factory(config),
+                      store if store is not None else open_store(config.state_url), config.write_concurrency)

@@ -1,0 +1,148 @@
+"""The plan/apply/reconcile commands' contract without a LiteLLM: errors are one clear line and exit 1,
+an invalid fleet is never planned, nothing secret is printed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .fakes import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SALT = "cmd-salt-0123456789abcdef"
+
+
+def llmfleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "reconciler", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **(env or {})}, timeout=120, check=False)
+
+
+def config(tmp_path: Path, litellm_url: str, legacy: bool = True) -> Path:
+    path = tmp_path / "cp.yaml"
+    legacy_ref = ", legacy_api_key: '${env:LLMFLEET_LEGACY_API_KEY}'" if legacy else ""
+    path.write_text(f"litellm: {{url: '{litellm_url}', master_key: '${{env:T_MK}}'}}\n"
+                    f"secrets: {{vllm_api_salt: '${{env:T_SALT}}'{legacy_ref}}}\n"
+                    f"repo: {{path: '{tmp_path}'}}\n"
+                    f"state: {{url: 'sqlite:///{tmp_path}/state.db'}}\n")
+    return path
+
+
+ENV = {"T_MK": "sk-master-cmd-secret", "T_SALT": SALT, "LLMFLEET_LEGACY_API_KEY": "sk-legacy-cmd-secret"}
+
+
+def test_plan_needs_the_legacy_key_for_legacy_servers(fleet_dir: Path, tmp_path: Path) -> None:
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}", legacy=False)
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    assert result.returncode == 1
+    assert "legacy" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_output_names_the_failure_and_holds_everything(fleet_dir: Path, tmp_path: Path) -> None:
+    (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().replace(
+        "legacy_servers:\n  - host: 198.51.100.23\n    port: 8000\n    note: pre-salt box; retire after the migration\n",
+        ""))
+    (fleet_dir / "placement.yaml").write_text((fleet_dir / "placement.yaml").read_text().split(
+        "  # Legacy pair")[0])
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    cfg.write_text(cfg.read_text() + "providers: {vast: {api_key: '${env:T_VAST}', url: 'http://127.0.0.1:"
+                   f"{free_port()}'}}}}\n")
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env={**ENV, "T_VAST": "vast-secret"})
+    assert result.returncode == 1, result.stderr
+    out = result.stdout
+    assert "Observation errors:" in out
+    assert "LiteLLM listing" in out
+    assert "nothing can be planned" in out
+    assert out.rstrip().endswith("Plan: 0 to add, 0 to change, 0 to destroy.")
+    for secret in ("sk-master-cmd-secret", "vast-secret", SALT):
+        assert secret not in out + result.stderr
+
+
+def test_an_invalid_fleet_is_never_planned(fleet_dir: Path, tmp_path: Path) -> None:
+    (fleet_dir / "placement.yaml").write_text("hosts:\n  203.0.113.10:\n    - [no-such-model, 8001]\n")
+    cfg = config(tmp_path, "http://127.0.0.1:9")
+    result = llmfleet("apply", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    assert result.returncode == 1
+    assert "unknown model" in result.stderr
+    assert "is not valid" in result.stderr
+
+
+def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path, fleet_dir: Path) -> None:
+    cfg = tmp_path / "cp.yaml"
+    cfg.write_text("litellm: {url: 'http://127.0.0.1:9', master_key: sk-literal-master}\n"
+                   "secrets: {vllm_api_salt: '${env:T_SALT}'}\nrepo: {path: /tmp}\nstate: {url: 'sqlite:///s.db'}\n")
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    assert result.returncode == 1
+    assert "litellm/master_key" in result.stderr
+    assert "sk-literal-master" not in result.stderr
+
+
+def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fleet_dir: Path,
+                                                                                tmp_path: Path) -> None:
+    import json
+    import signal
+    import time
+
+    placement = (fleet_dir / "placement.yaml").read_text().split("  # Legacy pair")[0]
+    (fleet_dir / "placement.yaml").write_text(placement)
+    (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().split("legacy_servers:")[0])
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    lock = tmp_path / "pass.lock"
+    metrics_port = free_port()
+    args = [sys.executable, "-m", "reconciler", "reconcile", "--config", str(cfg), "--repo", str(fleet_dir),
+            "--interval", "1", "--lock-file", str(lock), "--metrics-listen", f"127.0.0.1:{metrics_port}"]
+    env = {**os.environ, **ENV}
+    first = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not lock.exists():
+            time.sleep(0.1)
+        time.sleep(3)
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
+            exposition = response.read().decode()
+    finally:
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    passes = [e for e in events if e["event"] == "reconcile_pass"]
+    assert len(passes) >= 2
+    assert all(not p["ok"] and p["errors"] for p in passes)  # LiteLLM unreachable: failed, and nothing deleted
+    assert all(p["actions"] == [] for p in passes)
+    assert events[-1]["event"] == "reconcile_stopped"
+    assert 'llmfleet_reconcile_passes_total{outcome="error"}' in exposition
+    assert "llmfleet_reconcile_last_pass_errors 3.0" in exposition  # vast, runpod (not configured), LiteLLM
+    assert "sk-master-cmd-secret" not in err
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom reconciler.reconcile.loop import "
+                               "pass_lock\nwith pass_lock(sys.argv[1]):\n print('held', flush=True)\n time.sleep(60)",
+                               str(lock)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        once = llmfleet("reconcile", "--once", "--config", str(cfg), "--repo", str(fleet_dir), "--lock-file",
+                        str(lock), env=ENV)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert once.returncode == 0
+    assert "reconcile_pass_skipped" in once.stderr
+
+
+def test_plan_against_a_revision_reads_that_commit(fleet_git: Path, tmp_path: Path) -> None:
+    from tests.conftest import git
+
+    base = git(fleet_git, "rev-parse", "HEAD")
+    (fleet_git / "placement.yaml").write_text("hosts:\n  203.0.113.10:\n    - [qwen3-8b, 8001]\n")
+    git(fleet_git, "commit", "-qam", "one box")
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--against", "HEAD", env=ENV)
+    assert f"revision {git(fleet_git, 'rev-parse', 'HEAD')[:12]}" in result.stdout
+    assert "203.0.113.24" not in result.stdout
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--against", base, env=ENV)
+    assert f"revision {base[:12]}" in result.stdout
+    assert "203.0.113.24:8002" in result.stdout

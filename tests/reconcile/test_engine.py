@@ -1,0 +1,88 @@
+"""Whole passes (`Reconciler.run_pass`) over HTTP fakes: LiteLLM's model API, vLLM stand-ins, a state
+store. Histories persist between passes, a failed delete stays pending and is retried, and plan mode
+writes nothing at all."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from reconciler.fleet.bearer import Salt
+from reconciler.fleet.model import (
+    Box,
+    Fleet,
+    FleetSettings,
+    Recipe,
+    ReconcileSettings,
+    ServerRow,
+    VllmRecipe,
+    frozen_map,
+)
+from reconciler.fleet.render import Bearers
+from reconciler.reconcile.engine import Reconciler
+from reconciler.reconcile.observe.litellm import LitellmClient
+from reconciler.reconcile.observe.observer import Observer
+from reconciler.reconcile.store import MemoryStore
+
+from .fakes import FakeLitellmHttp, FakeServer, FakeVllm, free_port, serve
+
+T = TypeVar("T")
+SALT = Salt("engine-salt-0123456789abcdef")
+
+
+def fleet(ports: list[int]) -> Fleet:
+    recipes = {"m": Recipe("m", VllmRecipe(model="org/m", served_model_name="m", max_model_len=4096))}
+    boxes = {"127.0.0.1": Box("127.0.0.1", tuple(ServerRow("m", p, f"m-{p}") for p in ports))}
+    settings = FleetSettings(listen_ports=tuple(ports), reconcile=ReconcileSettings(
+        probe_timeout_s=2, down_after_failures=1, up_after_successes=1, max_delete_fraction=1.0))
+    return Fleet("e" * 40, settings, frozen_map(recipes), frozen_map(boxes))
+
+
+def run(make: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(make())  # type: ignore[arg-type]
+
+
+def test_passes_persist_history_and_retry_a_failed_delete() -> None:
+    store = MemoryStore()
+    litellm = FakeLitellmHttp()
+    vllm = FakeVllm()
+    down_port = free_port()
+
+    async def scenario() -> None:
+        async with serve(litellm.app()) as (lport,), serve(vllm.app(), [0]) as (up_port,):
+            vllm.servers[up_port] = FakeServer("m", SALT.derive("127.0.0.1", up_port), "org/m")
+            reconciler = Reconciler(Bearers(SALT), Observer({}, 2, 8),
+                                    lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}", litellm.master_key),
+                                    store)
+            both = fleet([up_port, down_port])
+            planned = await reconciler.run_pass(both, apply=False)
+            assert [a.kind for a in planned.plan.actions] == ["create"]
+            assert litellm.rows == {}
+            assert store.histories() == {}
+            assert store.passes == []
+
+            first = await reconciler.run_pass(both, apply=True)
+            assert [r.outcome for r in first.results] == ["created"]
+            assert set(litellm.rows) == {f"llmfleet:127.0.0.1:{up_port}"}
+            assert store.histories()[("127.0.0.1", up_port)].up
+
+            # The server dies (down after 1 failure here); LiteLLM fails the delete once.
+            vllm.servers[up_port].mode = "unhealthy"
+            litellm.fail_deletes = 1
+            second = await reconciler.run_pass(both, apply=True)
+            assert [(r.action.kind, r.ok) for r in second.results] == [("delete", False)]
+            assert "503" in (second.results[0].error or "")
+            pending = store.pending_deletes()
+            assert pending[f"llmfleet:127.0.0.1:{up_port}"].attempts == 1
+            assert not store.passes[-1].ok
+
+            third = await reconciler.run_pass(both, apply=True)
+            assert "retry: 1 failed attempt(s)" in third.plan.actions[0].reason
+            assert [r.outcome for r in third.results] == ["deleted"]
+            assert store.pending_deletes() == {}
+            assert litellm.rows == {}
+            assert store.passes[-1].ok
+            assert store.passes[-1].verdicts == {"Down": 1, "Pending": 1}
+
+    run(scenario)

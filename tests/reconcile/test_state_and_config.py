@@ -1,0 +1,201 @@
+"""The state store (memory and SQLite behave alike), the config-file reader, the single-flight lock
+across processes, metrics and the structured pass log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reconciler.fleet.jsonvalue import freeze_mapping
+from reconciler.reconcile.configfile import ConfigError, load_config
+from reconciler.reconcile.loop import LockHeld, next_delay, pass_lock
+from reconciler.reconcile.metrics import PassMetrics
+from reconciler.reconcile.observed import BoxReport
+from reconciler.reconcile.plan import PendingDelete
+from reconciler.reconcile.store import ActionRecord, MemoryStore, PassRecord, SqliteStore, StateStore, open_store
+from reconciler.reconcile.verdict import ServerHistory
+from reconciler.state.records import BoxReport as ControlPlaneReport
+from reconciler.state.records import Endpoint, FetchRecord, Outcome
+
+RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
+                    (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
+    return MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "state.db")
+
+
+def record_box_facts(store: StateStore) -> None:
+    """What the control plane records: two config fetches of b, a report of c."""
+    if isinstance(store, MemoryStore):
+        store.record_fetch("b", 10.0)
+        store.record_fetch("b", 20.0)
+        store.record_report("c", BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False))
+        return
+    assert isinstance(store, SqliteStore)
+    plane = store.control_plane
+    for at in (10.0, 20.0):
+        plane.record_fetch(FetchRecord(at, Endpoint.CONFIG, 200, "127.0.0.1", "b", None, "b", "r" * 40))
+    plane.record_fetch(FetchRecord(25.0, Endpoint.CONFIG, 404, "127.0.0.1", "b", None, "b", None))
+    plane.record_report(ControlPlaneReport("c", 30.0, "127.0.0.1", "r" * 40, "1", Outcome.FIT_FAILED,
+                                           freeze_mapping({"servers": [{"name": "m", "digest": "sha256:1"}]})), 20)
+
+
+def test_store_round_trips(store: StateStore) -> None:
+    record_box_facts(store)
+    facts = store.box_facts()
+    assert facts["b"].fetched_at == 20.0
+    assert facts["c"].report == BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False)
+    history = {("b", 8001): ServerHistory(1.0, up=True, ever_up=True, recent="101", last_healthy=2.0)}
+    store.save_histories(history)
+    assert store.histories() == history
+    store.save_histories({})
+    assert store.histories() == {}
+    pending = {"x": PendingDelete("x", 2, "HTTP 503", 5.0)}
+    store.save_pending_deletes(pending)
+    assert store.pending_deletes() == pending
+    store.record_pass(RECORD)
+    store.record_pass(PassRecord(200.0, 0.5, "b" * 40, "apply", {}))
+    assert [p.started_at for p in store.recent_passes(5)] == [200.0, 100.0]
+    assert store.recent_passes(5)[1] == RECORD
+
+
+def test_sqlite_survives_reopen_and_open_store_urls(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    SqliteStore(path).record_pass(RECORD)
+    assert SqliteStore(path).recent_passes(1) == [RECORD]
+    assert isinstance(open_store(f"sqlite:///{path}"), SqliteStore)
+    assert isinstance(open_store(None), MemoryStore)
+    with pytest.raises(ValueError, match="unsupported state URL"):
+        open_store("postgresql://x/y")
+
+
+def write_config(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "cp.yaml"
+    path.write_text(body)
+    return path
+
+
+GOOD = """
+repo: {path: fleet, branch: main}
+secrets: {fleet_key: "${env:FK}", vllm_api_salt: "${env:SALT}", legacy_api_key: "${env:LK}"}
+state: {url: "sqlite:///../.state/cp.sqlite3"}
+litellm: {url: "http://127.0.0.1:4000", master_key: "${env:MK}", write_concurrency: 4}
+providers:
+  vast: {api_key: "${file:%s}"}
+  static: {}
+"""
+ENV = {"FK": "f", "SALT": "salt-0123456789abcdef", "LK": "sk-legacy", "MK": "sk-master"}
+
+
+def test_config_is_the_control_planes(tmp_path: Path) -> None:
+    """The reconciler reads `llmfleet serve`'s config: salt under secrets:, paths relative to the file."""
+    (tmp_path / "vast.key").write_text("vast-secret\n")
+    path = write_config(tmp_path, GOOD % (tmp_path / "vast.key"))
+    config = load_config(path, ENV)
+    assert config.litellm_master_key == "sk-master"
+    assert config.write_concurrency == 4
+    assert config.legacy_key == "sk-legacy"
+    assert config.providers[next(iter(config.providers))].api_key == "vast-secret"
+    assert config.repo_path == str(tmp_path / "fleet")
+    assert config.branch == "main"
+    assert config.state_url == f"sqlite:///{tmp_path.parent / '.state' / 'cp.sqlite3'}"
+    assert config.dry_run is False
+    assert load_config(write_config(tmp_path, GOOD % (tmp_path / "vast.key") + "reconcile: {dry_run: true}\n"),
+                       ENV).dry_run
+    assert "sk-master" not in repr(config)
+    assert "salt-0123" not in repr(config)
+
+
+@pytest.mark.parametrize(("replace", "message"), [
+    (('master_key: "${env:MK}"', "master_key: sk-literal-master"), "litellm/master_key"),
+    (('master_key: "${env:MK}"', 'master_key: "${env:NOPE}"'), 'env var "NOPE"'),
+    (('litellm: {url: "http://127.0.0.1:4000", master_key: "${env:MK}", write_concurrency: 4}', ""),
+     "needs a litellm section"),
+    (("repo: {path: fleet, branch: main}", "repo: {url: 'https://example.invalid/fleet.git'}"), "repo.path"),
+])
+def test_config_errors_name_the_key_and_never_the_secret(tmp_path: Path, replace: tuple[str, str],
+                                                         message: str) -> None:
+    path = write_config(tmp_path, (GOOD % (tmp_path / "vast.key")).replace(*replace))
+    (tmp_path / "vast.key").write_text("vast-secret\n")
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_config(path, ENV)
+    assert str(path) in str(caught.value)
+    assert "sk-literal-master" not in str(caught.value)
+    assert "sk-master" not in str(caught.value)
+
+
+HOLDER = """
+import sys, time
+from reconciler.reconcile.loop import pass_lock
+with pass_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(30)
+"""
+
+
+def test_lock_holds_across_processes(tmp_path: Path) -> None:
+    lock = tmp_path / "reconcile.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockHeld), pass_lock(lock):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with pass_lock(lock):  # released when its holder died
+        pass
+
+
+def test_jitter_stays_within_ten_percent() -> None:
+    delays = [next_delay(60) for _ in range(200)]
+    assert all(60 <= d <= 66 for d in delays)
+    assert len({round(d, 3) for d in delays}) > 1
+
+
+def test_metrics_from_a_pass_record(tmp_path: Path) -> None:
+    metrics = PassMetrics()
+    metrics.observe(RECORD)
+    path = tmp_path / "reconcile.prom"
+    metrics.write_textfile(str(path))
+    text = path.read_text()
+    assert 'llmfleet_servers{verdict="Healthy"} 2.0' in text
+    assert 'llmfleet_servers{verdict="Stalled"} 0.0' in text
+    assert 'llmfleet_reconcile_actions_total{kind="delete",result="failed"} 1.0' in text
+    assert 'llmfleet_reconcile_passes_total{outcome="error"} 1.0' in text
+    assert "llmfleet_reconcile_last_pass_errors 1.0" in text
+
+
+def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from reconciler.reconcile.loop import log_pass
+
+    log_pass(RECORD)
+    line = json.loads(capsys.readouterr().err.strip())
+    assert line["event"] == "reconcile_pass"
+    assert line["ok"] is False
+    assert line["verdicts"] == {"Healthy": 2, "Down": 1}
+    assert line["actions"][0]["error"] == "HTTP 503"
+    assert time.time() - line["ts"] < 60
+
+
+def test_config_from_the_environment_for_ci_jobs() -> None:
+    from reconciler.fleet.model import Provider
+    from reconciler.reconcile.configfile import config_from_env
+
+    env = {"LITELLM_URL": "http://127.0.0.1:4000", "LITELLM_MASTER_KEY": "sk-m", "LLMFLEET_VLLM_API_SALT":
+           "salt-0123456789abcdef", "VAST_API_KEY": "vk"}
+    config = config_from_env(env)
+    assert config.litellm_master_key == "sk-m"
+    assert set(config.providers) == {Provider.VAST}
+    assert config.state_url is None
+    with pytest.raises(ConfigError, match="LITELLM_MASTER_KEY"):
+        config_from_env({"LITELLM_URL": "http://x"})
