@@ -3,7 +3,7 @@ provisioning script, which fetches the real installer from the control plane.
 
     <scratch>/simulated-boxes/<addr>/bin/vllm         SIMULATED vLLM: runs reconciler/demo/stub_vllm.py
     <scratch>/simulated-boxes/<addr>/bin/nvidia-smi   SIMULATED nvidia-smi: the GPUs the placement declares
-    <scratch>/simulated-boxes/<addr>/supervisord.conf  its own supervisord, socket supervisor.sock beside it
+    <scratch>/simulated-boxes/<addr>/supervisord.conf  its own supervisord (socket: <scratch>/run/<addr>.sock)
     <scratch>/simulated-boxes/<addr>/data/            LLMFLEET_DATA_DIR (units' logs, the installer, HF cache)
     <scratch>/simulated-boxes/<addr>/provision.log    every provisioning run's output
 
@@ -47,7 +47,7 @@ class Provisioned:
 
 
 class SimulatedBox:
-    def __init__(self, sim: SimBox, root: Path) -> None:
+    def __init__(self, sim: SimBox, root: Path, socket: Path) -> None:
         self.sim = sim
         self.name = sim.name
         self.root = root
@@ -55,7 +55,7 @@ class SimulatedBox:
         self.data = root / "data"
         self.conf_dir = root / "conf.d"
         self.config = root / "supervisord.conf"
-        self.socket = root / "supervisor.sock"
+        self.socket = socket
         self.log = root / "provision.log"
         self.supervisord: subprocess.Popen[bytes] | None = None
 

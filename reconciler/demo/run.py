@@ -115,7 +115,8 @@ class Demo:
         plane.start()
         self.say(f"control plane (llmfleet serve) on {plane.url}, serving {revision[:12]}")
         for sim in demo_fleet.boxes:
-            box = self.boxes[sim.name] = SimulatedBox(sim, workspace.boxes / sim.name)
+            box = self.boxes[sim.name] = SimulatedBox(sim, workspace.boxes / sim.name,
+                                                      workspace.sockets / f"{sim.name}.sock")
             box.prepare(fleet)
             self.provision(box, f"boots ({sim.template} template, was {sim.example_name})")
         self.passes = Passes(workspace, self.litellm)
@@ -274,6 +275,8 @@ class Demo:
         leftovers = procs.sweep(str(root))
         if leftovers:
             self.say(f"stopped {len(leftovers)} process(es) that outlived their shutdown: {leftovers}", "yellow")
+        if not self.workspace.sockets.is_relative_to(root):
+            shutil.rmtree(self.workspace.sockets, ignore_errors=True)
         if self.options.keep or self.options.workdir is not None:
             self.say(f"stopped; the scratch directory stays: {root}")
         else:

@@ -6,6 +6,7 @@ repository and the control plane's config.
     <scratch>/control-plane/            control-plane.yaml, state.sqlite3, serve.log
     <scratch>/simulated-boxes/<addr>/   one simulated GPU box each (see boxes.py)
     <scratch>/litellm/                  the LiteLLM proxy and its PostgreSQL, when the demo builds one
+    <scratch>/run/                      the boxes' Supervisor sockets (in /tmp when <scratch> is too long)
 
 Its path must be safe inside Supervisor files (installer.settings.SAFE_PATH): no spaces.
 """
@@ -32,6 +33,7 @@ SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux
 @dataclass(frozen=True)
 class Workspace:
     root: Path
+    sockets: Path  # the boxes' Supervisor sockets: <scratch>/run, or a short dir in /tmp for a long <scratch>
 
     @property
     def fleet(self) -> Path:
@@ -96,12 +98,13 @@ def create(root: Path | None) -> Workspace:
         raise DemoError(f"{root} is not empty: give a new or empty directory to --workdir")
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)  # PostgreSQL, run as user postgres, must reach <scratch>/litellm
-    workspace = Workspace(root)
+    sockets = root / "run"
+    if len(str(sockets / "255.255.255.255.sock")) > SOCKET_PATH_MAX:
+        sockets = Path(tempfile.mkdtemp(prefix="llmfleet-demo-run-", dir="/tmp"))
+    workspace = Workspace(root, sockets)
     workspace.secrets.mkdir(mode=0o700)
-    for folder in (workspace.control_plane, workspace.boxes, workspace.fleet):
-        folder.mkdir()
-    if len(str(workspace.boxes / "255.255.255.255" / "supervisor.sock")) > SOCKET_PATH_MAX:
-        raise DemoError(f"{root} is too long for the boxes' Supervisor sockets; pass a shorter --workdir")
+    for folder in (workspace.control_plane, workspace.boxes, workspace.fleet, workspace.sockets):
+        folder.mkdir(exist_ok=True)
     tokens = {"fleet-key": "fleet-demo-", "vllm-api-salt": "", "legacy-api-key": "sk-legacy-demo-",
               "admin-token": "admin-demo-", "litellm-master-key": "sk-demo-"}
     for name, prefix in tokens.items():
