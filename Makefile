@@ -39,6 +39,10 @@ demo: $(STAMP)
 demo-litellm: $(STAMP)
 	LLMFLEET_DEMO_LITELLM=1 $(BIN)/llmfleet demo $(DEMO_ARGS)
 
+# Regenerate docs/configuration.md from the JSON Schemas (tests/demo/test_docs.py fails while it is stale).
+docs: $(STAMP)
+	$(BIN)/python docs/gen_config_reference.py
+
 bench: $(STAMP)
 	$(BIN)/python bench/validate_bench.py
 

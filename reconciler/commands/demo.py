@@ -74,7 +74,7 @@ def _master_key(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from reconciler.demo.litellm import HARNESS
+    from reconciler.demo.litellm import find_harness
     from reconciler.demo.run import Demo, Options
 
     build = os.environ.get("LLMFLEET_DEMO_LITELLM", "").strip() not in ("", "0")
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     options = Options(example=args.example or _example(), scenario=args.scenario, once=args.once,
                       workdir=args.workdir, keep=args.keep, first_address=args.first_address,
                       litellm_url=args.litellm_url, litellm_master_key=_master_key(args), build_litellm=build,
-                      litellm_harness=args.litellm_harness or HARNESS, timeout_s=args.timeout)
+                      litellm_harness=args.litellm_harness or find_harness(), timeout_s=args.timeout)
     console = Console(highlight=False)
     if not console.is_terminal:  # a log or a pipe: wide enough for the table and the paths
         console = Console(highlight=False, width=200)

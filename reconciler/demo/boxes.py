@@ -47,8 +47,9 @@ class Provisioned:
 
 
 class SimulatedBox:
-    def __init__(self, sim: SimBox, root: Path, socket: Path) -> None:
+    def __init__(self, sim: SimBox, root: Path, socket: Path, tag: str) -> None:
         self.sim = sim
+        self.tag = tag
         self.name = sim.name
         self.root = root
         self.bin = root / "bin"
@@ -121,7 +122,7 @@ files = {self.conf_dir}/*.conf
         env = {"PATH": os.pathsep.join([str(self.bin), str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
                "HOME": str(self.root), "LANG": "C.UTF-8"}
         self.supervisord = procs.start([str(Path(sys.executable).parent / "supervisord"), "-n", "-c",
-                                        str(self.config)], env=env, log=self.log)
+                                        str(self.config)], env=env, log=self.log, tag=self.tag)
         procs.wait_until(f"the supervisord of {self.name}", self._answers, 30)
 
     def _answers(self) -> bool:
@@ -137,11 +138,13 @@ files = {self.conf_dir}/*.conf
         if self.sim.template is Template.VAST:
             if self.supervisord is None or self.supervisord.poll() is not None:
                 self._start_supervisord()
-            code = procs.run(["bash", str(PROVISION / "vast.sh")], env=env, log=self.log, timeout_s=INSTALL_TIMEOUT_S)
+            code = procs.run(["bash", str(PROVISION / "vast.sh")], env=env, log=self.log, tag=self.tag,
+                             timeout_s=INSTALL_TIMEOUT_S)
             ok = code == 0
         else:  # the pod restarts: its supervisord stops, and runpod.sh runs again and becomes supervisord
             self.stop()
-            self.supervisord = procs.start(["bash", str(PROVISION / "runpod.sh")], env=env, log=self.log)
+            self.supervisord = procs.start(["bash", str(PROVISION / "runpod.sh")], env=env, log=self.log,
+                                           tag=self.tag)
             procs.wait_until(f"runpod.sh on {self.name} to start supervisord", self._answers, INSTALL_TIMEOUT_S)
             ok = "handed to supervisord" in self._since(start)  # the installer's last line on success
         return Provisioned(ok, "\n".join(self._since(start).splitlines()[-12:]))

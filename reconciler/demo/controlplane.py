@@ -26,7 +26,8 @@ class ControlPlane:
     def start(self) -> None:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.workspace.root), "LANG": "C.UTF-8"}
         argv = [sys.executable, "-m", "reconciler", "serve", "--config", str(self.workspace.config)]
-        self.process = procs.start(argv, env=env, log=self.log, cwd=self.workspace.control_plane)
+        self.process = procs.start(argv, env=env, log=self.log, tag=self.workspace.tag,
+                                   cwd=self.workspace.control_plane)
         procs.wait_until("the control plane's /health", self._healthy, START_TIMEOUT_S)
 
     def _healthy(self) -> bool:

@@ -27,6 +27,12 @@ def chat_curl(litellm: Litellm, header_file: Path, model: str, text: str = "Hell
             f"-H 'Content-Type: application/json' -d {shlex.quote(body)}")
 
 
+def banner(boxes: int, plane_url: str, litellm: Litellm | None) -> list[str]:
+    """The live display's header: what runs, where, and how to stop it."""
+    target = f"LiteLLM {litellm.url}" if litellm is not None else "no LiteLLM: plan only"
+    return [f"llmfleet demo: {boxes} simulated boxes (no GPU)   status page {plane_url}/   {target}   Ctrl-C stops"]
+
+
 def where_to_look(workspace: Workspace, plane_url: str, litellm: Litellm | None, model: str) -> list[str]:
     llmfleet = llmfleet_command()
     box_logs = workspace.boxes / "<address>" / "data" / "llmfleet" / "logs"

@@ -27,7 +27,6 @@ from reconciler.demo.workspace import Workspace
 from reconciler.reconcile.observe.litellm import LitellmClient
 from reconciler.reconcile.observed import Deployment
 
-HARNESS = Path(reconciler.__file__).resolve().parents[1].parent / "shared" / "litellm-offline"
 BUILD_TIMEOUT_S = 900
 START_TIMEOUT_S = 300
 
@@ -37,6 +36,7 @@ class Litellm:
     url: str
     master_key: str = field(repr=False)
     prefix: Path | None = None  # set when the demo built it (and so stops it)
+    tag: str = ""  # procs.TAG of the processes it runs, when built
 
     def _client(self, session: aiohttp.ClientSession) -> LitellmClient:
         return LitellmClient(session, self.url, self.master_key, timeout_s=30)
@@ -71,7 +71,18 @@ class Litellm:
 
     def stop(self) -> None:
         if self.prefix is not None and (self.prefix / "stop-all.sh").exists():
-            procs.run([str(self.prefix / "stop-all.sh")], env=_env(), log=self.prefix / "stop.log", timeout_s=120)
+            procs.run([str(self.prefix / "stop-all.sh")], env=_env(), log=self.prefix / "stop.log", tag=self.tag,
+                      timeout_s=120)
+
+
+def find_harness() -> Path | None:
+    """../shared/litellm-offline beside the project, as .ci/run uses it; else beside a folder further up
+    (a git worktree sits deeper than the main checkout)."""
+    project = Path(reconciler.__file__).resolve().parents[1]
+    for folder in project.parents:
+        if (folder / "shared" / "litellm-offline" / "setup.sh").is_file():
+            return folder / "shared" / "litellm-offline"
+    return None
 
 
 def _env() -> dict[str, str]:
@@ -116,8 +127,8 @@ def build(workspace: Workspace, harness: Path, master_key: str, say: Callable[[s
     log = workspace.root / "litellm-build.log"
     say(f"building a LiteLLM proxy with PostgreSQL in {prefix} (about 90 s; log: {log})")
     code = procs.run(["bash", str(setup), str(prefix)], env={**_env(), "PGPORT": str(procs.free_port())}, log=log,
-                     timeout_s=BUILD_TIMEOUT_S)
-    litellm = Litellm("", master_key, prefix)
+                     tag=workspace.tag, timeout_s=BUILD_TIMEOUT_S)
+    litellm = Litellm("", master_key, prefix, workspace.tag)
     if code != 0:
         litellm.stop()  # PostgreSQL may be up already
         raise DemoError(f"the LiteLLM harness failed (exit {code}); see {log}:\n{procs.tail(log)}")
@@ -131,7 +142,8 @@ def build(workspace: Workspace, harness: Path, master_key: str, say: Callable[[s
     litellm.url = f"http://127.0.0.1:{port}"
     say(f"starting the LiteLLM proxy on {litellm.url} (about 25 s)")
     code = procs.run(["bash", "-c", 'source "$1/env.sh" && exec "$1/start-proxy.sh" "$2" "$3"', "start-proxy",
-                      str(prefix), str(config), str(port)], env=_env(), log=log, timeout_s=START_TIMEOUT_S)
+                      str(prefix), str(config), str(port)], env=_env(), log=log, tag=workspace.tag,
+                     timeout_s=START_TIMEOUT_S)
     if code != 0:
         litellm.stop()
         raise DemoError(f"the LiteLLM proxy did not start; see {run_dir / 'proxy.log'}:\n"

@@ -1,8 +1,11 @@
 """Processes and probes for the demo: ports, waiting, HTTP, and stopping what it started.
 
 Every long-lived process starts in its own session (its own process group), so Ctrl-C reaches only
-the demo, which then stops them in order; each is stopped through its group. The last step is a sweep
-for any process whose command line still names the demo's scratch directory (unique to one run).
+the demo, which then stops them in order; each is stopped through its group. Every process it starts
+carries LLMFLEET_DEMO_RUN=<scratch directory> in its environment, which whatever they start inherits
+(supervisord's programs, PostgreSQL, LiteLLM's query engine): the last step of a shutdown is a sweep
+for processes still carrying it. A process of the user's that merely names the scratch directory (a
+`tail -f` of a log, the shell that started the demo) carries no tag and is never touched.
 """
 
 from __future__ import annotations
@@ -63,18 +66,22 @@ def http_get(url: str, headers: Mapping[str, str] | None = None, timeout_s: floa
         return None, b""
 
 
-def start(argv: list[str], *, env: Mapping[str, str], log: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    """A long-lived process in its own session, its output appended to `log`."""
+TAG = "LLMFLEET_DEMO_RUN"
+
+
+def start(argv: list[str], *, env: Mapping[str, str], log: Path, tag: str,
+          cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """A long-lived process in its own session, tagged, its output appended to `log`."""
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+        return subprocess.Popen(argv, env={**env, TAG: tag}, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def run(argv: list[str], *, env: Mapping[str, str], log: Path, timeout_s: float,
+def run(argv: list[str], *, env: Mapping[str, str], log: Path, tag: str, timeout_s: float,
         cwd: Path | None = None) -> int:
-    """A short-lived step (an install, a build) in its own session, its output appended to `log`."""
+    """A short-lived step (an install, a build) in its own session, tagged, its output appended to `log`."""
     with open(log, "ab") as out:
-        process = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(argv, env={**env, TAG: tag}, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             return process.wait(timeout=timeout_s)
@@ -120,10 +127,24 @@ def pids_mentioning(text: str) -> list[int]:
     return sorted(found)
 
 
-def sweep(text: str, timeout_s: float = 10.0) -> list[int]:
-    """Stop every process still naming `text` (the run's scratch directory): SIGTERM, then SIGKILL.
-    Returns the pids it had to stop (each a shutdown step that did not do its job)."""
-    leftovers = pids_mentioning(text)
+def tagged(tag: str) -> list[int]:
+    """Live processes, other than this one, whose environment carries TAG=`tag`."""
+    marker = f"{TAG}={tag}".encode() + b"\0"
+    found = []
+    for path in Path("/proc").glob("[0-9]*/environ"):
+        pid = int(path.parent.name)
+        try:
+            if marker in path.read_bytes() + b"\0" and pid != os.getpid() and alive(pid):
+                found.append(pid)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return sorted(found)
+
+
+def sweep(tag: str, timeout_s: float = 10.0) -> list[int]:
+    """Stop every process still tagged `tag`: SIGTERM, then SIGKILL. Returns the pids it had to stop
+    (each one a shutdown step that did not do its job)."""
+    leftovers = tagged(tag)
     for pid in leftovers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

@@ -26,7 +26,7 @@ from reconciler.demo.boxes import SimulatedBox
 from reconciler.demo.check import converged, problems, waiting_for
 from reconciler.demo.controlplane import ControlPlane
 from reconciler.demo.fleet import DemoError, binds, simulate
-from reconciler.demo.guide import where_to_look
+from reconciler.demo.guide import banner, where_to_look
 from reconciler.demo.litellm import Litellm, build, check_shared, remove_demo_deployments
 from reconciler.demo.move import Move
 from reconciler.demo.passes import Passes
@@ -116,7 +116,7 @@ class Demo:
         self.say(f"control plane (llmfleet serve) on {plane.url}, serving {revision[:12]}")
         for sim in demo_fleet.boxes:
             box = self.boxes[sim.name] = SimulatedBox(sim, workspace.boxes / sim.name,
-                                                      workspace.sockets / f"{sim.name}.sock")
+                                                      workspace.sockets / f"{sim.name}.sock", workspace.tag)
             box.prepare(fleet)
             self.provision(box, f"boots ({sim.template} template, was {sim.example_name})")
         self.passes = Passes(workspace, self.litellm)
@@ -198,9 +198,9 @@ class Demo:
             self.set_up()
             assert self.workspace is not None
             assert self.control_plane is not None
-            self.header = where_to_look(self.workspace, self.control_plane.url, self.litellm, self.first_model)
-            for line in self.header:
+            for line in where_to_look(self.workspace, self.control_plane.url, self.litellm, self.first_model):
                 self.say(line)
+            self.header = banner(len(self.boxes), self.control_plane.url, self.litellm)
             code = self.run_once() if self.options.once else self.run_live()
         except KeyboardInterrupt:
             self.say("\nCtrl-C: stopping the demo")
@@ -272,7 +272,7 @@ class Demo:
         if self.workspace is None:
             return
         root = self.workspace.root
-        leftovers = procs.sweep(str(root))
+        leftovers = procs.sweep(self.workspace.tag)
         if leftovers:
             self.say(f"stopped {len(leftovers)} process(es) that outlived their shutdown: {leftovers}", "yellow")
         if not self.workspace.sockets.is_relative_to(root):

@@ -36,6 +36,11 @@ class Workspace:
     sockets: Path  # the boxes' Supervisor sockets: <scratch>/run, or a short dir in /tmp for a long <scratch>
 
     @property
+    def tag(self) -> str:
+        """What every process of this run carries in its environment (procs.TAG): the scratch directory."""
+        return str(self.root)
+
+    @property
     def fleet(self) -> Path:
         return self.root / "fleet"
 
