@@ -53,7 +53,14 @@ class Options:
 
 
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops the demo as Ctrl-C does: through its shutdown
+    raise KeyboardInterrupt  # every stop signal goes through the shutdown, as Ctrl-C does
+
+
+def _stop_signals() -> list[signal.Signals]:
+    """SIGINT (even when a shell started the demo in the background, which ignores it), SIGTERM, and
+    SIGHUP (the terminal closed) unless nohup asked to ignore it."""
+    ignored_hup = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    return [signal.SIGINT, signal.SIGTERM, *([] if ignored_hup else [signal.SIGHUP])]
 
 
 class Demo:
@@ -192,7 +199,7 @@ class Demo:
 
     # -- the whole run -------------------------------------------------------------------------------
     def run(self) -> int:
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        previous = {sig: signal.signal(sig, _interrupt) for sig in _stop_signals()}
         code = 1
         try:
             self.set_up()
@@ -203,13 +210,14 @@ class Demo:
             self.header = banner(len(self.boxes), self.control_plane.url, self.litellm)
             code = self.run_once() if self.options.once else self.run_live()
         except KeyboardInterrupt:
-            self.say("\nCtrl-C: stopping the demo")
+            self.say("\nstopping the demo (Ctrl-C or a stop signal)")
             code = 130 if self.options.once else 0
         except DemoError as exc:
             self.say(f"llmfleet demo: {exc}", "red")
         finally:
             self.shut_down()
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         return code
 
     def scenario(self) -> None:
@@ -248,11 +256,9 @@ class Demo:
 
     # -- shutdown ------------------------------------------------------------------------------------
     def shut_down(self) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-        try:
-            self._stop_all()
-        finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in _stop_signals():  # a second Ctrl-C must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
+        self._stop_all()
 
     def _stop_all(self) -> None:
         if self.passes is not None:

@@ -89,7 +89,8 @@ def test_move_model_once(tmp_path: Path) -> None:
     assert_no_secret(workdir, out, logs(workdir))
 
 
-def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_stops_every_process(tmp_path: Path, stop: signal.Signals) -> None:
     workdir, first = tmp_path / "demo", free_block()
     output = tmp_path / "demo.out"
     env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_MASTER_KEY", "LLMFLEET_DEMO_LITELLM")}
@@ -101,12 +102,12 @@ def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
             time.sleep(0.5)
         assert process.poll() is None, output.read_text()
         assert pids_mentioning(str(workdir)), "the demo's processes should be running"
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         assert process.wait(timeout=180) == 0, output.read_text()
     finally:
         if process.poll() is None:
             process.kill()
     text = output.read_text()
-    assert "Ctrl-C: stopping the demo" in text
+    assert "stopping the demo (Ctrl-C or a stop signal)" in text
     assert pids_mentioning(str(workdir)) == []
     assert "outlived their shutdown" not in text
