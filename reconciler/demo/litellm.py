@@ -125,27 +125,35 @@ def build(workspace: Workspace, harness: Path, master_key: str, say: Callable[[s
     prefix = workspace.litellm
     prefix.mkdir()
     log = workspace.root / "litellm-build.log"
+    litellm = Litellm("", master_key, prefix, workspace.tag)
+    try:
+        _build(litellm, setup, log, say)
+    except BaseException:  # a failure or Ctrl-C half-way: PostgreSQL or the proxy may be up already
+        litellm.stop()
+        raise
+    return litellm
+
+
+def _build(litellm: Litellm, setup: Path, log: Path, say: Callable[[str], None]) -> None:
+    prefix = litellm.prefix
+    assert prefix is not None
     say(f"building a LiteLLM proxy with PostgreSQL in {prefix} (about 90 s; log: {log})")
     code = procs.run(["bash", str(setup), str(prefix)], env={**_env(), "PGPORT": str(procs.free_port())}, log=log,
-                     tag=workspace.tag, timeout_s=BUILD_TIMEOUT_S)
-    litellm = Litellm("", master_key, prefix, workspace.tag)
+                     tag=litellm.tag, timeout_s=BUILD_TIMEOUT_S)
     if code != 0:
-        litellm.stop()  # PostgreSQL may be up already
         raise DemoError(f"the LiteLLM harness failed (exit {code}); see {log}:\n{procs.tail(log)}")
     run_dir = prefix / "demo"  # stop-all.sh finds proxies at PREFIX/*/proxy.pid
     run_dir.mkdir()
     config = run_dir / "config.yaml"
     descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(f"model_list: []\ngeneral_settings:\n  master_key: {master_key}\n")
+        handle.write(f"model_list: []\ngeneral_settings:\n  master_key: {litellm.master_key}\n")
     port = procs.free_port()
     litellm.url = f"http://127.0.0.1:{port}"
     say(f"starting the LiteLLM proxy on {litellm.url} (about 25 s)")
     code = procs.run(["bash", "-c", 'source "$1/env.sh" && exec "$1/start-proxy.sh" "$2" "$3"', "start-proxy",
-                      str(prefix), str(config), str(port)], env=_env(), log=log, tag=workspace.tag,
+                      str(prefix), str(config), str(port)], env=_env(), log=log, tag=litellm.tag,
                      timeout_s=START_TIMEOUT_S)
     if code != 0:
-        litellm.stop()
         raise DemoError(f"the LiteLLM proxy did not start; see {run_dir / 'proxy.log'}:\n"
                         + procs.tail(run_dir / "proxy.log"))
-    return litellm

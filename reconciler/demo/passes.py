@@ -2,7 +2,9 @@
 control plane's config and state store, one pass at a time under the same lock as `llmfleet apply`.
 
 With a LiteLLM proxy a pass applies its plan. Without one the demo plans only, against an empty
-LiteLLM that takes no writes (`NoLitellm`): the plan then says what a fresh proxy would get.
+LiteLLM that takes no writes (`NoLitellm`): the plan then says what a fresh proxy would get. Such a
+pass writes nothing, like `llmfleet plan` (so no probe history: a server that stops looks Loading, not
+Down), except its record (mode "plan"), so the status page shows the verdicts.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ class Passes:
         try:
             with pass_lock(default_lock_path(self.workspace.state_url)):
                 outcome = asyncio.run(reconciler.run_pass(fleet, apply=self.apply))
+                if not self.apply and self.store is not None:
+                    self.store.record_pass(outcome.record)
         except LockHeld:
             return None
         self.last = outcome

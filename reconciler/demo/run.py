@@ -237,7 +237,10 @@ class Demo:
         found = problems(outcome, self.states(), self.move, applying=self.applying)
         if self.litellm is not None and outcome is not None and not found:
             model = self.move.model if self.move else next(iter(outcome.intended.servers.values())).model
-            self.say(f"chat completion through LiteLLM to {model}: {self.litellm.chat(model, 'hello')!r}")
+            answer = self.litellm.chat(model, "hello")
+            self.say(f"chat completion through LiteLLM to {model}: {answer!r}")
+            if not answer.startswith(f"stub-vllm {model} "):  # the simulated vLLM names itself in its answers
+                found.append(f"LiteLLM's answer for {model} did not come from a simulated server of it")
         for problem in found:
             self.say(f"wrong: {problem}", "red")
         self.say("final state: " + ("as expected" if not found else f"{len(found)} problem(s)"),
