@@ -17,6 +17,7 @@ import pytest
 
 from reconciler.demo.fleet import addresses
 from reconciler.demo.procs import can_bind, pids_mentioning
+from reconciler.reconcile.store import SqliteStore
 from tests.support.litellm import LitellmProxy, proxy_from_env
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
@@ -84,6 +85,15 @@ def test_move_model_once(tmp_path: Path) -> None:
         assert not [r for r in proxy.deployments() if r["model_info"].get("managed_by") == "llmfleet"]
     else:
         assert "Plan: 7 to add, 0 to change, 0 to destroy.  (plan only: nothing is written)" in out
+
+    # Every pass is recorded in the control plane's state (what the status page shows), plan-only too.
+    store = SqliteStore(str(workdir / "control-plane" / "state.sqlite3"))
+    try:
+        last = store.recent_passes(1)[0]
+    finally:
+        store.close()
+    assert last.mode == ("apply" if proxy is not None else "plan")
+    assert last.verdicts == {"Healthy": 7}
 
     assert pids_mentioning(str(workdir)) == []
     assert_no_secret(workdir, out, logs(workdir))
