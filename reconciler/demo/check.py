@@ -1,5 +1,6 @@
 """Whether the simulated fleet is where it should be: pure checks over a pass outcome and the boxes'
-Supervisor states. `converged` says when to stop waiting; `problems` is the final verdict of --once."""
+Supervisor states. `waiting_for` and `arrived` say when to stop waiting; `problems` is the final verdict
+of --once."""
 
 from __future__ import annotations
 
@@ -26,8 +27,16 @@ def waiting_for(outcome: PassOutcome, *, applying: bool) -> list[str]:
     return missing
 
 
-def converged(outcome: PassOutcome | None, *, applying: bool) -> bool:
-    return outcome is not None and not waiting_for(outcome, applying=applying)
+def arrived(outcome: PassOutcome, move: Move, *, applying: bool) -> list[str]:
+    """What the moved server still lacks at its new place: Healthy, and with LiteLLM its deployment."""
+    key = (move.target, move.target_port)
+    judgement = outcome.plan.judgements.get(key)
+    if judgement is None or judgement.verdict is not Verdict.HEALTHY:
+        return [f"{move.target}:{move.target_port} {move.model} is {judgement.verdict if judgement else 'not placed'}"]
+    managed = {d.id for d in outcome.observation.deployments or () if d.managed}
+    if applying and deployment_id(*key) not in managed:
+        return [f"LiteLLM has no deployment {deployment_id(*key)} yet"]
+    return []
 
 
 def problems(outcome: PassOutcome | None, states: BoxStates, move: Move | None, *, applying: bool) -> list[str]:

@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -23,7 +24,7 @@ from rich.live import Live
 
 from reconciler.demo import procs
 from reconciler.demo.boxes import SimulatedBox
-from reconciler.demo.check import converged, problems, waiting_for
+from reconciler.demo.check import problems, waiting_for
 from reconciler.demo.controlplane import ControlPlane
 from reconciler.demo.fleet import DemoError, binds, simulate
 from reconciler.demo.guide import banner, where_to_look
@@ -182,17 +183,22 @@ class Demo:
         return outcome
 
     def converge(self, what: str) -> PassOutcome | None:
-        """Passes until the fleet is where it should be; raises DemoError at the timeout with --once."""
+        """Passes until the fleet is where it should be."""
+        return self.wait(what, lambda outcome: waiting_for(outcome, applying=self.applying))
+
+    def wait(self, what: str, missing: Callable[[PassOutcome], list[str]]) -> PassOutcome | None:
+        """Passes until `missing` finds nothing missing; at the timeout, --once fails (DemoError), the
+        live demo says what it still waits for and goes on."""
         deadline = time.monotonic() + self.options.timeout_s
         self.say(what)
         while True:
             outcome = self.tick()
-            if converged(outcome, applying=self.applying):
+            waiting = missing(outcome) if outcome is not None else ["a first pass"]
+            if not waiting:
                 return outcome
             if time.monotonic() > deadline:
-                waiting = waiting_for(outcome, applying=self.applying) if outcome else ["a first pass"]
                 if self.options.once:
-                    raise DemoError(f"not converged after {self.options.timeout_s:g} s: " + "; ".join(waiting))
+                    raise DemoError(f"not done after {self.options.timeout_s:g} s: " + "; ".join(waiting))
                 self.say("still waiting for: " + "; ".join(waiting[:4]), "yellow")
                 deadline = time.monotonic() + self.options.timeout_s
             time.sleep(self.options.interval_s)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
+from reconciler.demo.check import arrived
 from reconciler.demo.fleet import DemoError
 from reconciler.demo.move import Move, choose_move, move_row
 from reconciler.demo.workspace import commit_file
@@ -43,8 +44,10 @@ def move_model(demo: Demo) -> Move:
     plane.wait_for(head)
     demo.say(f"the control plane serves {head[:12]}; the boxes still run the old placement until they re-fetch")
     demo.tick()
-    # The new server first, so the model keeps a serving deployment throughout (create before delete).
-    for box, why in ((move.target, f"restarts to start {move.name}"), (move.source, f"restarts to stop {move.name}")):
-        demo.provision(demo.boxes[box], f"{why} (re-fetches its config)")
-        demo.tick()
+    # As the runbook says: the box that gains the server first, and the other only once the new server
+    # serves (with LiteLLM: has its deployment), so the model is served throughout.
+    demo.provision(demo.boxes[move.target], f"restarts to start {move.name} (re-fetches its config)")
+    demo.wait(f"waiting for {move.name} to serve on {move.target} before {move.source} stops it",
+              lambda outcome: arrived(outcome, move, applying=demo.applying))
+    demo.provision(demo.boxes[move.source], f"restarts to stop {move.name} (re-fetches its config)")
     return move

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from reconciler.demo.check import converged, problems, waiting_for
+from reconciler.demo.check import arrived, problems, waiting_for
 from reconciler.demo.move import Move
 from reconciler.demo.view import rows, table
 from reconciler.reconcile.engine import PassOutcome
@@ -42,7 +42,7 @@ def outcome(servers: Iterable[IntendedServer], probes: dict[tuple[str, int], Pro
 
 def test_in_step_with_litellm() -> None:
     done = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B)])
-    assert converged(done, applying=True)
+    assert waiting_for(done, applying=True) == []
     assert problems(done, RUNNING, MOVE, applying=True) == []
 
 
@@ -51,16 +51,15 @@ def test_a_loading_server_and_a_missing_deployment_are_waited_for() -> None:
     waiting = waiting_for(done, applying=True)
     assert any("127.0.0.3:8003 n is Loading" in w for w in waiting)
     assert any("create llmfleet:127.0.0.2:8001" in w for w in waiting)
-    assert not converged(done, applying=True)
+    assert waiting_for(done, applying=True)
     # Plan only: LiteLLM is not part of the goal, the verdicts are.
     assert waiting_for(done, applying=False) == ["127.0.0.3:8003 n is Loading"]
 
 
 def test_plan_only_converges_on_verdicts_alone() -> None:
     done = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [])
-    assert converged(done, applying=False)
-    assert not converged(done, applying=True)
-    assert not converged(None, applying=False)
+    assert waiting_for(done, applying=False) == []
+    assert waiting_for(done, applying=True)
 
 
 def test_the_old_deployment_and_the_old_program_are_problems() -> None:
@@ -106,3 +105,13 @@ def test_rows_show_each_server_and_a_removed_servers_deployment() -> None:
     planned = rows(outcome([A], {A.key: ok(A)}, []), {}, applying=False)
     assert planned[0].litellm == "+ would create"
     assert table(found).row_count == 3
+
+
+def test_the_moved_server_has_arrived_when_healthy_and_deployed() -> None:
+    loading = outcome([A, B], {A.key: ok(A), B.key: failed()}, [deployment_for(A), deployment_for(OLD_B)])
+    assert arrived(loading, MOVE, applying=False) == ["127.0.0.3:8003 n is Loading"]
+    serving = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(OLD_B)])
+    assert arrived(serving, MOVE, applying=False) == []
+    assert arrived(serving, MOVE, applying=True) == ["LiteLLM has no deployment llmfleet:127.0.0.3:8003 yet"]
+    deployed = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B)])
+    assert arrived(deployed, MOVE, applying=True) == []
