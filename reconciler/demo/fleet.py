@@ -77,8 +77,11 @@ def addresses(first: str, count: int) -> list[str]:
     return [str(a) for a in made]
 
 
-def _template(box: Box) -> Template:
-    return Template.RUNPOD if box.provider is Provider.RUNPOD else Template.VAST
+def sim_box(box: Box, name: str) -> SimBox:
+    """The simulated box for `box`, at address `name`: booted like its provider's boxes, with the GPUs its
+    placement declares (else one 80 GB card)."""
+    template = Template.RUNPOD if box.provider is Provider.RUNPOD else Template.VAST
+    return SimBox(name, box.name, template, box.gpus or 1, box.gpu_memory_gb or DEFAULT_GPU_MEMORY_GB)
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,7 @@ def simulate(example: Snapshot, first_address: str = DEFAULT_FIRST_ADDRESS) -> D
     if result.fleet is None:
         raise DemoError("the example fleet rewritten for loopback boxes is not valid:\n"
                         + format_text(result.diagnostics))
-    boxes = tuple(SimBox(names[b.name], b.name, _template(b), b.gpus or 1, b.gpu_memory_gb or DEFAULT_GPU_MEMORY_GB)
-                  for b in fleet.boxes.values())
+    boxes = tuple(sim_box(b, names[b.name]) for b in fleet.boxes.values())
     _check_binds(result.fleet)
     return DemoFleet(files, result.fleet, boxes, tuple(dropped))
 

@@ -27,6 +27,7 @@ from reconciler.demo.boxes import SimulatedBox
 from reconciler.demo.check import problems, waiting_for
 from reconciler.demo.controlplane import ControlPlane
 from reconciler.demo.fleet import DemoError, binds, simulate
+from reconciler.demo.follow import follow
 from reconciler.demo.guide import banner, where_to_look
 from reconciler.demo.litellm import Litellm, build, check_shared, remove_demo_deployments
 from reconciler.demo.move import Move
@@ -78,6 +79,7 @@ class Demo:
         self.verdicts: dict[tuple[str, int], str] = {}
         self.move: Move | None = None
         self.first_model = ""  # the model the printed curl asks for
+        self.owned: set[str] = set()  # every box name the demo simulated: its deployments are the demo's
 
     # -- output ------------------------------------------------------------------------------------
     def say(self, message: str, style: str = "") -> None:
@@ -125,6 +127,7 @@ class Demo:
         for sim in demo_fleet.boxes:
             box = self.boxes[sim.name] = SimulatedBox(sim, workspace.boxes / sim.name,
                                                       workspace.sockets / f"{sim.name}.sock", workspace.tag)
+            self.owned.add(sim.name)
             box.prepare(fleet)
             self.provision(box, f"boots ({sim.template} template, was {sim.example_name})")
         self.passes = Passes(workspace, self.litellm)
@@ -259,8 +262,12 @@ class Demo:
             self.live = live
             self.converge("waiting for every simulated server to serve (Ctrl-C stops the demo)")
             self.scenario()
+            assert self.passes is not None
+            followed = self.passes.fleet
             while True:
-                self.tick(note="Converged. Edit the fleet repository and commit; Ctrl-C stops the demo.")
+                self.tick(note="Edit placement.yaml in the fleet repository and commit: the demo restarts the boxes "
+                               "it touches. Ctrl-C stops the demo.")
+                followed = follow(self, followed)
                 time.sleep(self.options.interval_s)
 
     # -- shutdown ------------------------------------------------------------------------------------
@@ -274,7 +281,7 @@ class Demo:
             self.passes.close()
         if self.litellm is not None and self.litellm.prefix is None:
             try:
-                removed = remove_demo_deployments(self.litellm, list(self.boxes))
+                removed = remove_demo_deployments(self.litellm, self.owned)
                 self.say(f"removed the demo's {removed} deployment(s) from LiteLLM at {self.litellm.url}")
             except Exception as exc:  # the shutdown goes on; say what is left
                 self.say(f"could not remove the demo's deployments from {self.litellm.url}: {exc}", "red")
