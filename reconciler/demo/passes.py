@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 from reconciler.commands.common import CommandError, load_validation
 from reconciler.config import load_config as control_plane_config
+from reconciler.demo.fleet import DemoError
 from reconciler.demo.litellm import Litellm
 from reconciler.demo.workspace import Workspace
+from reconciler.fleet.diagnostics import format_text
 from reconciler.fleet.model import Fleet
 from reconciler.reconcile.configfile import ReconcileConfig
 from reconciler.reconcile.configfile import load_config as reconcile_config
@@ -61,7 +63,7 @@ class Passes:
     last: PassOutcome | None = None
     reconciler: Reconciler | None = None
     store: SqliteStore | None = None  # the control plane's state file
-    count: int = 0
+    invalid: tuple[str, str] | None = None  # main's head when it is not valid, and why
 
     @property
     def apply(self) -> bool:
@@ -82,15 +84,18 @@ class Passes:
             validation = None
         if validation is not None and validation.fleet is not None:
             self.fleet = validation.fleet
+            self.invalid = None
+        elif validation is not None:
+            self.invalid = (validation.revision, format_text(validation.errors))
         if self.fleet is None:
-            raise CommandError("the demo fleet repository has no valid commit on main")
+            raise DemoError(f"{self.workspace.fleet}: no valid commit on main")
         return self.fleet
 
     def run(self) -> PassOutcome | None:
         """One pass; None when another pass (a `llmfleet apply` in another terminal) holds the lock."""
         fleet = self._load_fleet()
         if self.reconciler is None:
-            self.store = SqliteStore(str(self.workspace.control_plane / "state.sqlite3"))
+            self.store = SqliteStore(str(self.workspace.state_file))
             self.reconciler = build_reconciler(self._config(), fleet.settings.reconcile, self.store)
             if self.litellm is None:
                 self.reconciler.api_factory = _plan_only
@@ -105,7 +110,6 @@ class Passes:
         except LockHeld:
             return None
         self.last = outcome
-        self.count += 1
         return outcome
 
     def close(self) -> None:

@@ -79,6 +79,7 @@ class Demo:
         self.verdicts: dict[tuple[str, int], str] = {}
         self.move: Move | None = None
         self.first_model = ""  # the model the printed curl asks for
+        self.reported_invalid: str | None = None
         self.owned: set[str] = set()  # every box name the demo simulated: its deployments are the demo's
 
     # -- output ------------------------------------------------------------------------------------
@@ -166,6 +167,12 @@ class Demo:
     def tick(self, note: str = "") -> PassOutcome | None:
         assert self.passes is not None
         outcome = self.passes.run()
+        if self.passes.invalid is not None and self.passes.invalid[0] != self.reported_invalid:
+            revision, why = self.passes.invalid
+            self.say(f"commit {revision[:12]} on main is not valid, so nothing serves it: the control plane and the "
+                     f"reconciler keep {outcome.intended.revision[:12] if outcome else 'the last valid one'}. Fix it "
+                     f"with a new commit:\n{why}", "yellow")
+        self.reported_invalid = self.passes.invalid[0] if self.passes.invalid else None
         if outcome is None:
             self.say("pass skipped: another reconcile pass holds the lock", "yellow")
             return self.passes.last

@@ -57,8 +57,12 @@ class Workspace:
         return self.control_plane / "control-plane.yaml"
 
     @property
+    def state_file(self) -> Path:
+        return self.control_plane / "state.sqlite3"
+
+    @property
     def state_url(self) -> str:
-        return f"sqlite:///{self.control_plane / 'state.sqlite3'}"
+        return f"sqlite:///{self.state_file}"
 
     @property
     def boxes(self) -> Path:
