@@ -11,12 +11,11 @@ import asyncio
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-
-from tests.reconcile.fakes import serve
 
 
 def write_kind(method: str, path: str) -> str | None:
@@ -73,11 +72,14 @@ class WriteKiller:
 
 
 class ThreadedServer:
-    """An aiohttp application on an ephemeral loopback port, served by an event loop of its own in a
-    thread (so that blocking test code and subprocesses can run beside it)."""
+    """An aiohttp application (or a function building a low-level web.Server, which needs the loop) on
+    an ephemeral loopback port, served by an event loop of its own in a thread, so that blocking test
+    code and subprocesses can run beside it."""
 
-    def __init__(self, app: web.Application) -> None:
+    def __init__(self, app: web.Application | Callable[[], web.Server],
+                 on_stop: Callable[[], None] | None = None) -> None:
         self.app = app
+        self.on_stop = on_stop  # run in the server's loop before it closes
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -89,10 +91,19 @@ class ThreadedServer:
 
     async def _main(self, ready: threading.Event) -> None:
         self._stop = asyncio.Event()
-        async with serve(self.app) as (port,):
-            self.port = port
+        runner: web.BaseRunner = (web.AppRunner(self.app, access_log=None) if isinstance(self.app, web.Application)
+                                  else web.ServerRunner(self.app()))
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
             ready.set()
             await self._stop.wait()
+        finally:
+            if self.on_stop is not None:
+                self.on_stop()
+            await runner.cleanup()
 
     def __enter__(self) -> ThreadedServer:
         ready = threading.Event()
