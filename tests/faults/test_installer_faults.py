@@ -14,6 +14,9 @@ config fetch (tests/installer/test_fetch.py).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,9 +27,9 @@ import pytest
 from tests.conftest import git
 from tests.installer.realprocs import wait_until
 from tests.support.box import Box
-from tests.support.plane import ControlPlane, free_port
+from tests.support.plane import LLMFLEET, ControlPlane, free_port
 
-from .conftest import FLEET_KEY, PLANE_ENV, plane_document
+from .conftest import FLEET_KEY, PLANE_ENV, plane_document, viewer
 
 BOX = "127.0.0.7"
 pytestmark = pytest.mark.slow
@@ -90,3 +93,49 @@ def test_control_plane_down_at_boot_retried_then_a_clear_failure_or_an_install(
         plane.stop()
     figures(case="control plane down at boot", retries_before_giving_up=retries, gave_up_after_s=gave_up_after,
             deadline_s=4, installed_after_late_start=True)
+
+
+def test_fit_shortfall_and_a_crash_while_loading(tmp_path: Path, make_box: Callable[..., Box],
+                                                 start_plane: Callable[..., ControlPlane],
+                                                 figures: Callable[..., None]) -> None:
+    port = free_port(BOX)
+    repo = fleet_repo(tmp_path, port, grace_s=2)
+    plane = start_plane(plane_document(tmp_path / "state", repo_path=repo,
+                                       litellm={"url": f"http://127.0.0.1:{free_port()}", "master_key": "${env:FK}"},
+                                       providers={"static": {}}))
+
+    # A GPU too small for the model's 20 GB: nothing written, fit_failed reported.
+    small = make_box("small")
+    done = small.provision(plane.url, FLEET_KEY, FAKE_NVIDIA_SMI_GPUS="NVIDIA T4:15360:15000")
+    assert done.returncode == 1
+    assert "will not fit" in done.stderr, done.stderr
+    assert not list((small.root / "conf.d").glob("llmfleet-*.conf"))
+    _, reports = plane.json("/admin/reports", viewer())
+    report = reports["boxes"][BOX]
+    assert report["outcome"] == "fit_failed" and "will not fit" in report["report"]["message"]
+    small.stop()
+
+    # The server crashes at the end of every load: Supervisor retries, then gives up.
+    crashy = make_box("crashy", {"STUB_VLLM_FAIL_LOAD": "1", "STUB_VLLM_LOAD_S": "0.2"})
+    started = time.monotonic()
+    done = crashy.provision(plane.url, FLEET_KEY, LLMFLEET_STARTSECS="5")  # every crash is a failed start
+    assert done.returncode == 0, done.stderr  # the install itself went through
+    states = crashy.supervisor.states()
+    assert list(states.values()) == ["FATAL"], (states, done.stderr)
+    _, reports = plane.json("/admin/reports", viewer())
+    report = reports["boxes"][BOX]["report"]
+    assert [s["state"] for s in report["servers"]] == ["failed"], report
+    assert "FATAL" in report["message"], report["message"]
+    reported_after = round(time.monotonic() - started, 1)
+
+    # The reconciler: past the grace period, Stalled, saying why.
+    time.sleep(2.5)
+    plan = subprocess.run([str(LLMFLEET), "plan", "--config", str(plane.config)], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **PLANE_ENV}, cwd=tmp_path,
+                          timeout=120, check=False)
+    line = next((x for x in plan.stdout.splitlines() if f"{BOX}:{port}" in x), plan.stdout + plan.stderr)
+    assert "Stalled" in line, line
+    assert "never healthy within 2s" in line and "the box reports" in line, line
+    figures(case="crash while loading", supervisor=list(states.values()), reported_after_s=reported_after,
+            verdict=" ".join(line.split()[2:]))
+    json.dumps(report)
