@@ -10,7 +10,9 @@ Targets, each fed raw bytes:
   secretref   installer.secretref.expand: a string or SecretRefError, the secret never in the message
   all         the four above in one process, the first byte picking one (what CI runs, briefly)
 
-Any other exception is a crash: libFuzzer stops, prints the input and writes it to crash-<sha1>.
+Without a corpus directory argument, ./fuzz-corpus-TARGET is used (created and seeded with valid inputs;
+it keeps what the fuzzer finds, so a later run goes on from there). Any other exception is a crash:
+libFuzzer stops, prints the input and writes it to crash-<sha1>.
 tests/faults/test_fuzz.py runs `all` for a few seconds in CI; run longer by hand
 (docs/reliability.md lists the runs made).
 """
@@ -81,16 +83,34 @@ def fuzz_all(data: bytes) -> None:
         ONE_BY_ONE[data[0] % len(ONE_BY_ONE)](data[1:])
 
 
-ONE_BY_ONE = [fuzz_yaml, fuzz_validate, fuzz_boxjson, fuzz_secretref]
+ONE_BY_ONE = [fuzz_yaml, fuzz_validate, fuzz_boxjson, fuzz_secretref]  # the order of seeds()
 TARGETS = {"yaml": fuzz_yaml, "validate": fuzz_validate, "boxjson": fuzz_boxjson, "secretref": fuzz_secretref,
            "all": fuzz_all}
 
 
+def seeds(target: str) -> list[bytes]:
+    """A valid input or two per target, so that the fuzzer starts inside the format, not at JSON's door."""
+    fleet = validate_snapshot(Snapshot("s" * 40, dict(EXAMPLE), {k: k for k in FLEET_FILES})).fleet
+    assert fleet is not None
+    box = json.dumps(render_all(fleet, BEARERS)["203.0.113.24"]).encode()
+    by_target = {"yaml": list(EXAMPLE.values()), "validate": [EXAMPLE["placement.yaml"]], "boxjson": [box],
+                 "secretref": [b"${env:A}", b"x-${env:B}-$${env:A}", b"${file:/nonexistent} ${cred:c}"]}
+    if target == "all":
+        return [bytes([i]) + seed for i, name in enumerate(by_target) for seed in by_target[name]]
+    return by_target[target]
+
+
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in TARGETS:
-        sys.exit(f"usage: {sys.argv[0]} {{{','.join(TARGETS)}}} [libFuzzer flags]")
-    target = TARGETS[sys.argv[1]]
-    atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
+        sys.exit(f"usage: {sys.argv[0]} {{{','.join(TARGETS)}}} [libFuzzer flags] [corpus dir]")
+    name, flags = sys.argv[1], sys.argv[2:]
+    if not any(not f.startswith("-") for f in flags):  # no corpus given: ./fuzz-corpus-NAME, seeded
+        corpus = Path(f"fuzz-corpus-{name}")
+        corpus.mkdir(exist_ok=True)
+        for i, seed in enumerate(seeds(name)):
+            (corpus / f"seed-{i}").write_bytes(seed)
+        flags.append(str(corpus))
+    atheris.Setup([sys.argv[0], *flags], TARGETS[name])
     atheris.Fuzz()
 
 
