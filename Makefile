@@ -55,3 +55,8 @@ clean:
 .PHONY: bench-gateway
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway_bench.py
+
+# 1,000 boxes booting within a second against the real control plane (docs/reliability.md).
+.PHONY: bench-boot-storm
+bench-boot-storm: $(STAMP)
+	$(BIN)/python bench/boot_storm.py

@@ -125,7 +125,7 @@ KEEP_PASSES = 1000
 
 def box_report(report: ControlPlaneReport) -> BoxReport:
     return BoxReport(report.revision, report.server_digests(), report.received_at,
-                     fit_ok=report.outcome is not Outcome.FIT_FAILED)
+                     fit_ok=report.outcome is not Outcome.FIT_FAILED, failed=report.failed_servers())
 
 
 class SqliteStore:

@@ -185,11 +185,20 @@ def judge(server: IntendedServer, resolution: Resolution, probe: ProbeResult | N
         return Judgement(Verdict.PENDING, f"the box never fetched its config; {detail}")
     fetched = loading
     grace = server.health_grace_s
+    detail += _reported_failure(server, facts)
     if now - fetched < grace:
         return Judgement(Verdict.LOADING, f"fetched its config {_ago(now, fetched)}, not serving yet "
                                           f"(grace {grace}s): {detail}")
     return Judgement(Verdict.STALLED, f"fetched its config {_ago(now, fetched)}, never healthy within "
                                       f"{grace}s: {detail}")
+
+
+def _reported_failure(server: IntendedServer, facts: BoxFacts) -> str:
+    """What the box said about this server, when it applied this server's boot config and it failed."""
+    report = facts.report
+    if report is None or server.name not in report.failed or report.digests.get(server.name) != server.digest:
+        return ""
+    return "; the box reports supervisord gave up on it (it exits while loading: see its log on the box)"
 
 
 class Availability(StrEnum):

@@ -5,6 +5,8 @@ the outcome cached by SHA, so an invalid commit is logged (and counted) once, no
 When the head is invalid, its first-parent history is walked back to the newest valid commit: that
 keeps the previous revision after a bad push, and after a force-push it serves the newest valid
 commit the branch now has. Nothing is ever rolled back by hand; the fix is a new commit.
+A refresh that fails (fetch, unreadable object) keeps the served revision; it is counted every
+time and logged once per distinct error, and once more when it clears.
 """
 
 from __future__ import annotations
@@ -134,12 +136,16 @@ class RevisionTracker:
                 changed = self._advance(state, head)
             except Exception as exc:  # whatever git or the repository throws: keep serving what we have
                 message = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
+                if message != state.refresh.error:  # told once while the same error persists; counted each time
+                    log_event(log, "git refresh failed", logging.ERROR, repo=self.repo.where,
+                              branch=self.repo.branch, error=message)
                 state.refresh = RefreshStatus(state.refresh.ok_at, message, self.clock())
                 self.metrics.refresh_errors.inc()
-                log_event(log, "git refresh failed", logging.ERROR, repo=self.repo.where, branch=self.repo.branch,
-                          error=message)
                 self._state = state
                 return False
+            if state.refresh.error is not None:
+                log_event(log, "git refresh recovered", repo=self.repo.where, branch=self.repo.branch,
+                          last_error=state.refresh.error)
             state.refresh = RefreshStatus(self.clock())
             self.metrics.last_refresh.set(state.refresh.ok_at or 0)
             self._state = state
