@@ -141,13 +141,16 @@ def build(app: Flask, rt: Runtime) -> Blueprint:
         view.__name__ = f"{name}_page"
         return view
 
+    def api_denied() -> Response | None:
+        role, presented = auth.request_role(app, config, rt.clock())
+        if role is not None:
+            return None
+        return error(403 if presented else 401, "a viewer or admin token is required: send Authorization: "
+                                                "Bearer <token>, or log in at /login")
+
     def api_view(make: Callable[[Inputs], Any], **gather_args: Any) -> Callable[[], Response]:
         def view() -> Response:
-            role, presented = auth.request_role(app, config, rt.clock())
-            if role is None:
-                return error(403 if presented else 401, "a viewer or admin token is required: send Authorization: "
-                                                        "Bearer <token>, or log in at /login")
-            return as_json(make(gather(rt, **gather_args)))
+            return api_denied() or as_json(make(gather(rt, **gather_args)))
         return view
 
     bp.add_url_rule("/", view_func=html_view("fleet", "fleet.html", fleet_view, boxes=True))
@@ -161,10 +164,12 @@ def build(app: Flask, rt: Runtime) -> Blueprint:
 
     @bp.get("/api/passes")
     def api_passes() -> Response:
+        if (denied := api_denied()) is not None:
+            return denied
         limit = request.args.get("limit", str(DEFAULT_PASSES))
         if not limit.isascii() or not limit.isdigit() or not 0 < int(limit) <= MAX_PASSES:
             return error(400, f"limit must be an integer in 1..{MAX_PASSES}")
-        return api_view(history_view, passes=int(limit))()
+        return as_json(history_view(gather(rt, passes=int(limit))))
 
     @bp.get("/api/openapi.yaml")
     def openapi() -> Response:
