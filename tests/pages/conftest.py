@@ -17,6 +17,7 @@ from reconciler.config import load_config
 from reconciler.reconcile.engine import PassOutcome
 from reconciler.server.app import create_app
 from reconciler.server.runtime import Runtime, start_up
+from tests.conftest import git
 from tests.pages.scenario import (
     FOREIGN_BOX,
     HEALTHY_BOX,
@@ -68,14 +69,26 @@ def fetch_and_report(client: FlaskClient, box: str, *, fits: bool = True, report
         assert posted.status_code == 200, posted.get_data(as_text=True)
 
 
-def build_world(tmp_path: Path, *, passes: int = 2, config: dict[str, Any] | None = None) -> World:
-    """`config`: top-level keys to add to the control-plane config, or to drop (None)."""
-    repo = tmp_path / "fleet"
-    ports = make_repo(repo)
+def build_world(tmp_path: Path, *, passes: int = 2, broken: bool = True, bare: bool = False,
+                config: dict[str, Any] | None = None) -> World:
+    """`config`: top-level keys of the control-plane config to set (mappings are merged), or to drop (None). `broken`: end with an
+    invalid commit on main. `bare`: the control plane tracks a bare clone (approvals onto the tracked branch
+    need one); `World.repo` is then that clone."""
+    work = tmp_path / "fleet"
+    ports = make_repo(work)
+    repo = work
+    if bare:
+        repo = tmp_path / "fleet.git"
+        git(tmp_path, "clone", "-q", "--bare", str(work), str(repo))
     state = tmp_path / "state" / "cp.sqlite3"
     clock = Clock()
-    document = {**page_config(repo, state), **(config or {})}
-    path = write_config(tmp_path / "control-plane.yaml", {k: v for k, v in document.items() if v is not None})
+    document = page_config(repo, state)
+    for key, value in (config or {}).items():
+        if value is None:
+            document.pop(key, None)
+        else:
+            document[key] = {**document[key], **value} if isinstance(value, dict) and key in document else value
+    path = write_config(tmp_path / "control-plane.yaml", document)
     runtime = start_up(load_config(path, env=PAGE_ENV), clock=clock)
     app = create_app(runtime)
     client = app.test_client()
@@ -88,8 +101,12 @@ def build_world(tmp_path: Path, *, passes: int = 2, config: dict[str, Any] | Non
     served = runtime.tracker.served
     assert served is not None
     outcomes = run_passes(state, served.fleet, litellm, Stubs(ports), clock, passes) if passes else []
-    bad = break_branch(repo)
-    runtime.tracker.refresh()
+    bad = ""
+    if broken:
+        bad = break_branch(work)
+        if bare:
+            git(work, "push", "-q", str(repo), "main")
+        runtime.tracker.refresh()
     return World(runtime, app, repo, state, ports, clock, litellm, outcomes, bad)
 
 
