@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,4 +135,5 @@ def run_passes(state: Path, fleet: Fleet, litellm: FakeLitellm, stubs: Stubs, cl
         finally:
             store.close()
 
-    return asyncio.run(passes())
+    with ThreadPoolExecutor(1) as pool:  # its own thread: the caller may be inside an event loop (Playwright's)
+        return pool.submit(asyncio.run, passes()).result()

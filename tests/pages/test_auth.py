@@ -136,7 +136,7 @@ def test_security_headers(viewer: FlaskClient) -> None:
         assert "frame-ancestors 'none'" in headers["Content-Security-Policy"]
         assert headers["X-Frame-Options"] == "DENY"
         assert headers["Cache-Control"] == "no-store"
-        assert headers["Referrer-Policy"] == "no-referrer"
+        assert headers["Referrer-Policy"] == "same-origin"
 
 
 @pytest.mark.parametrize(("target", "expected"), [

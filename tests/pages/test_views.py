@@ -58,6 +58,7 @@ def test_fleet_api_joins_repository_records_and_the_last_pass(viewer: FlaskClien
     assert boxes[HEALTHY_BOX]["boot_config"] == "current"
     assert boxes[HEALTHY_BOX]["last_fetch_at"] == world.clock.now
     assert boxes[HEALTHY_BOX]["availability"] == "available"
+    assert (boxes[STALLED_BOX]["report_outcome"], boxes[STALLED_BOX]["boot_config"]) == ("fit_failed", "not-applied")
     assert boxes[STALLED_BOX]["fit"]["state"] == "failed"
     assert boxes[STALLED_BOX]["fit"]["problems"] == [FIT_PROBLEM]
     assert boxes[PENDING_BOX]["last_fetch_at"] is None
@@ -86,6 +87,21 @@ def test_fleet_page_shows_each_box_and_server(viewer: FlaskClient, world: World)
     assert f"does not fit: {FIT_PROBLEM}" in text
     assert 'class="badge tone-ok"' in html and "#i-check" in html  # colour, icon and word together
     assert "Verdicts from the reconcile pass" in text
+
+
+def test_a_box_running_an_older_boot_config_is_behind(viewer: FlaskClient, world: World) -> None:
+    from tests.pages.scenario import report_body
+    from tests.server.conftest import box_headers
+
+    plane = world.app.test_client()
+    config = plane.get("/vllm/config", headers=box_headers(FOREIGN_BOX)).get_json()
+    report = report_body(config)
+    report["servers"][0]["digest"] = "sha256:" + "0" * 64  # what an older revision rendered for it
+    assert plane.post("/vllm/report", json=report, headers=box_headers(FOREIGN_BOX)).status_code == 200
+    box = next(b for b in viewer.get("/api/fleet").get_json()["boxes"] if b["name"] == FOREIGN_BOX)
+    assert (box["report_outcome"], box["boot_config"]) == ("installed", "stale")
+    section = viewer.get("/").get_data(as_text=True).split(f'id="box-{FOREIGN_BOX}"', 1)[1].split("</section>")[0]
+    assert "behind the served revision: must re-fetch and restart" in text_of(section)
 
 
 def test_models_api_and_page_roll_up(viewer: FlaskClient, world: World) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from reconciler.fleet.jsonvalue import thaw
@@ -19,6 +19,18 @@ from reconciler.state.records import BoxReport, Outcome
 
 NOT_JUDGED = "not judged yet"
 NOT_JUDGED_COUNT = "Not judged"  # the key counting them among the verdicts
+# how verdict counts are listed: serving first, then on the way, then failing
+COUNT_ORDER = {name: i for i, name in enumerate((
+    Verdict.HEALTHY, Verdict.STALE, Verdict.LOADING, Verdict.PENDING, Verdict.STALLED, Verdict.DOWN, Verdict.FOREIGN,
+    Verdict.MISSING, Verdict.UNKNOWN, NOT_JUDGED_COUNT))}
+
+
+def ordered(counts: Mapping[str, int]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda item: (COUNT_ORDER.get(item[0], 99), item[0])))
+
+
+def ordered_counts(names: Iterable[str]) -> dict[str, int]:
+    return ordered(Counter(names))
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,8 @@ class BoxView:
     fetched_revision: str | None  # the revision its last config fetch was answered with
     reported_revision: str | None  # the revision it says it applied
     reported_at: float | None
-    boot_config: str  # "current" | "stale" | "unknown": the digests it applied vs the served revision's
+    report_outcome: str | None  # installed | fit_failed | failed | dry_run
+    boot_config: str  # "current" | "stale" | "not-applied" | "unknown": what it applied vs the served revision
     fit: Fit
     render_error: str | None
     servers: tuple[ServerView, ...]
@@ -157,7 +170,8 @@ def box_view(inputs: Inputs, fleet: Fleet, box: Box, judged: Mapping[tuple[str, 
     rendered = inputs.served.boxes.get(box.name) if inputs.served is not None else None
     boot = "unknown"
     if report is not None and rendered is not None:
-        boot = "stale" if staleness(report, json.loads(rendered.body))["stale"] else "current"
+        boot = "not-applied" if report.outcome is not Outcome.INSTALLED else \
+            "stale" if staleness(report, json.loads(rendered.body))["stale"] else "current"
     render_error = inputs.served.render_errors.get(box.name) if inputs.served is not None else None
     return BoxView(
         name=box.name, provider=str(provider), address=address, availability=_availability(servers),
@@ -165,7 +179,8 @@ def box_view(inputs: Inputs, fleet: Fleet, box: Box, judged: Mapping[tuple[str, 
         last_fetch_age_s=round(max(0.0, inputs.now - fetch.at), 1) if fetch else None,
         fetched_revision=fetch.revision if fetch else None,
         reported_revision=report.revision if report else None, reported_at=report.received_at if report else None,
-        boot_config=boot, fit=fit_of(report), render_error=render_error, servers=servers)
+        report_outcome=str(report.outcome) if report else None, boot_config=boot, fit=fit_of(report),
+        render_error=render_error, servers=servers)
 
 
 def fleet_view(inputs: Inputs) -> FleetView:
@@ -173,9 +188,9 @@ def fleet_view(inputs: Inputs) -> FleetView:
     judged = judged_servers(inputs.last_pass)
     boxes = tuple(box_view(inputs, served.fleet, box, judged) for _, box in sorted(served.fleet.boxes.items())) \
         if served is not None else ()
-    counts = Counter(s.verdict or NOT_JUDGED_COUNT for b in boxes for s in b.servers)
+    counts = ordered_counts(s.verdict or NOT_JUDGED_COUNT for b in boxes for s in b.servers)
     return FleetView(inputs.now, served.revision if served else None, pass_info(inputs.last_pass, inputs.now),
-                     dict(sorted(counts.items())), boxes)
+                     counts, boxes)
 
 
 def models_view(inputs: Inputs) -> ModelsView:
@@ -195,6 +210,6 @@ def models_view(inputs: Inputs) -> ModelsView:
                 name=name, availability=str(summary.availability), serving=summary.serving, total=summary.total,
                 deployments=tuple(f"{box}:{s.listen_port}" for box, s in serving if s.deployment),
                 min_context=min(contexts) if contexts else None,
-                verdicts=dict(sorted(Counter(s.verdict or NOT_JUDGED_COUNT for _, s in pool).items()))))
+                verdicts=ordered_counts(s.verdict or NOT_JUDGED_COUNT for _, s in pool)))
     return ModelsView(inputs.now, served.revision if served else None, pass_info(inputs.last_pass, inputs.now),
                       tuple(models))

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from reconciler.server.pages.fleetview import ordered
 from reconciler.server.pages.inputs import Inputs
 from reconciler.state.passes import ActionRecord, PassRecord
 
@@ -140,7 +141,7 @@ class HistoryView:
 
 def pass_view(record: PassRecord) -> PassView:
     return PassView(record.started_at, record.duration_s, record.revision, record.mode, record.ok,
-                    dict(sorted(record.verdicts.items())), record.actions, record.errors, record.blocked,
+                    ordered(record.verdicts), record.actions, record.errors, record.blocked,
                     record.held, record.drift)
 
 

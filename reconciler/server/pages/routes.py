@@ -50,7 +50,7 @@ SECURITY_HEADERS = {
                                "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # not no-referrer: Chromium then sends `Origin: null` on our own forms
 }
 # verdict -> (tone, icon): the colour is the tone, and every badge also carries the icon and the word
 VERDICT_LOOK = {
