@@ -60,9 +60,10 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.is_file(), reason=f"no browser at {
                                 "chromium (.ci/run installs it; Playwright must not download one)")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One Chromium for the whole session."""
+    """One Chromium for all the browser tests (this module). Not session-scoped: Playwright's sync API
+    keeps an event loop running in this thread while open, which other tests' asyncio.run() refuse."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
