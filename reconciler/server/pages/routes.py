@@ -134,8 +134,9 @@ def build(app: Flask, rt: Runtime) -> Blueprint:
                   ) -> Callable[[], str | BaseResponse]:
         def view() -> str | BaseResponse:
             role = role_or_none()
-            if role is None:
-                return redirect(url_for("pages.login", next=request.full_path.rstrip("?")))
+            if role is None:  # back here after login (the page, not a refresh fragment of it)
+                back = request.path if request.args.get("fragment") == "1" else request.full_path.rstrip("?")
+                return redirect(url_for("pages.login", next=back))
             inputs = gather(rt, **gather_args)
             return page(name, template, make(inputs), inputs, role)
         view.__name__ = f"{name}_page"
@@ -181,10 +182,10 @@ def build(app: Flask, rt: Runtime) -> Blueprint:
 
     @bp.route("/login", methods=["GET", "POST"])
     def login() -> BaseResponse | tuple[str, int]:
+        request.max_content_length = MAX_FORM_BYTES  # before the form is read
         target = auth.safe_next(request.values.get("next"))
         if request.method == "GET":
             return redirect(target) if role_or_none() is not None else login_page(target)
-        request.max_content_length = MAX_FORM_BYTES
         if not auth.csrf_ok(request.form.get("csrf")):
             return login_page(target, "The form expired: enter the token again.", 400)
         token = request.form.get("token", "").strip()
@@ -204,7 +205,7 @@ def build(app: Flask, rt: Runtime) -> Blueprint:
         return redirect(url_for("pages.login"))
 
     @bp.post("/approve")
-    def approve() -> BaseResponse | tuple[str, int]:
+    def approve() -> BaseResponse:
         request.max_content_length = MAX_FORM_BYTES
         role = role_or_none()
         if role is None:
