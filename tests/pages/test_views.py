@@ -239,3 +239,16 @@ def test_no_pass_yet_and_no_reconciler(tmp_path: Any, logs: Any) -> None:
         assert client.get("/api/attention").get_json()["reconcile"] == []  # no reconciler configured: no alarm
     finally:
         unconfigured.runtime.stop()
+
+
+def test_what_boxes_send_is_escaped(viewer: FlaskClient, world: World) -> None:
+    """A box that has the fleet key chooses its claimed name: it must not become markup."""
+    from tests.server.conftest import box_headers
+
+    hostile = '<img src=x onerror="alert(1)">'
+    plane = world.app.test_client()
+    assert plane.get("/vllm/config", headers=box_headers(hostile)).status_code == 404
+    assert hostile in [b["box"] for b in viewer.get("/api/attention").get_json()["unknown_boxes"]]
+    html = viewer.get("/").get_data(as_text=True)
+    assert hostile not in html
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in html
