@@ -51,6 +51,11 @@ bench-reconcile: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
+# Screenshots of the status pages (docs/screenshots/), taken by the browser tests (needs /usr/bin/chromium).
+.PHONY: screenshots
+screenshots: $(STAMP)
+	LLMFLEET_SAVE_SCREENSHOTS=1 $(BIN)/pytest -q tests/pages/test_browser.py
+
 # The gateway's wrk benchmark (needs `apt-get install -y wrk`); figures go to docs/benchmarks.md.
 .PHONY: bench-gateway
 bench-gateway: $(STAMP)

@@ -11,6 +11,7 @@ time and logged once per distinct error, and once more when it clears.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -81,6 +82,7 @@ class _State:
     applied_at: float | None = None
     attempted: Attempt | None = None
     refresh: RefreshStatus = field(default_factory=RefreshStatus)
+    skipped: tuple[Invalid, ...] = ()  # invalid commits newer than the served one, head first
 
 
 def render_commit(fleet: Fleet, bearers: Bearers) -> Rendered:
@@ -123,13 +125,18 @@ class RevisionTracker:
         return self._state.attempted
 
     @property
+    def skipped(self) -> tuple[Invalid, ...]:
+        """The invalid commits on the branch after the served one (first-parent line), head first."""
+        return self._state.skipped
+
+    @property
     def refresh_status(self) -> RefreshStatus:
         return self._state.refresh
 
     def refresh(self) -> bool:
         """Fetch and re-read the branch; returns True when the served revision changed."""
         with self._lock:
-            state = _State(self._state.served, self._state.applied_at, self._state.attempted, self._state.refresh)
+            state = dataclasses.replace(self._state)
             try:
                 self.repo.update()
                 head = self.repo.head()
@@ -159,6 +166,7 @@ class RevisionTracker:
         errors = outcome.errors if isinstance(outcome, Invalid) else ()
         state.attempted = Attempt(head, valid is not None, errors, self.clock())
         self.metrics.last_attempted_valid.set(1 if valid else 0)
+        skipped = [outcome] if isinstance(outcome, Invalid) else []
         revision: str | None = head
         for _ in range(MAX_WALK):
             if valid is not None or revision is None:
@@ -170,6 +178,9 @@ class RevisionTracker:
             if revision is not None:
                 found = self._evaluate(revision)
                 valid = found if isinstance(found, Rendered) else None
+                if isinstance(found, Invalid):
+                    skipped.append(found)
+        state.skipped = tuple(skipped)
         if valid is None:
             if state.served is not None:
                 log_event(log, f"no valid commit within {MAX_WALK} of the head; keeping the served revision",
