@@ -57,7 +57,17 @@ bench-reconcile: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
+# Screenshots of the status pages (docs/screenshots/), taken by the browser tests (needs /usr/bin/chromium).
+.PHONY: screenshots
+screenshots: $(STAMP)
+	LLMFLEET_SAVE_SCREENSHOTS=1 $(BIN)/pytest -q tests/pages/test_browser.py
+
 # The gateway's wrk benchmark (needs `apt-get install -y wrk`); figures go to docs/benchmarks.md.
 .PHONY: bench-gateway
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway_bench.py
+
+# 1,000 boxes booting within a second against the real control plane (docs/reliability.md).
+.PHONY: bench-boot-storm
+bench-boot-storm: $(STAMP)
+	$(BIN)/python bench/boot_storm.py

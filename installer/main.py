@@ -5,7 +5,8 @@
 4. card division (installer.fit);  5. one Supervisor program per server, and one for the box gateway
 when the JSON has one (installer.boxgateway), stale ones removed (installer.units, installer.handover);
 6. start-up ordering by the launcher each program runs (installer.launcher);  7. hand-over to
-supervisord, then POST /vllm/report (never fails the box).
+supervisord and its verdict on each program (running, or given up), then POST /vllm/report (never
+fails the box).
 
 Exit codes: 0 installed (or dry run shown), 1 failed (fetch, JSON, fit, Supervisor), 2 usage or
 environment.
@@ -18,6 +19,7 @@ import dataclasses
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from installer import __version__
@@ -37,11 +39,14 @@ from installer.handover import (
 from installer.hardware import Gpu, ProbeError, cached_weights_gb, free_disk_gb, probe_gpus
 from installer.report import Outcome, ServerState, build_report, server_state
 from installer.settings import SAFE_PATH, Settings, SettingsError, load
-from installer.units import Unit, UnitError, render_unit
+from installer.units import STARTRETRIES, Unit, UnitError, render_unit
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 HANDOVERS = ("update", "exec", "none")
 REPORT_DEADLINE_S = 60.0  # retries of POST /vllm/report, never longer than the fetch deadline
+SETTLING = frozenset({"STARTING", "BACKOFF"})  # Supervisor has not decided yet
+SETTLE_MARGIN_S = 15  # Supervisor's back-off between retries (1 + 2 + 3 s) and slack
+SETTLE_POLL_S = 1.0
 
 
 def log(message: str) -> None:
@@ -237,6 +242,21 @@ class Installer:
             return self.fail(Outcome.FAILED, str(exc))
         return self.install(units, gateway)
 
+    def settled_states(self, programs: list[str]) -> dict[str, str]:
+        """Supervisor's verdict on each program: RUNNING once it stayed up `startsecs`, FATAL once it
+        gave up (startretries starts that each ended sooner). Polled while a program is STARTING or in
+        BACKOFF, at most until Supervisor must have decided, so that the report tells a server that
+        crashes while loading from one that runs."""
+        limit = self.settings.startsecs * (STARTRETRIES + 1) + SETTLE_MARGIN_S
+        deadline = time.monotonic() + limit
+        states = program_states(self.settings, programs)
+        if any(states.get(p) in SETTLING for p in programs):
+            log(f"waiting for supervisord's verdict on {len(programs)} program(s), at most {limit} s")
+        while any(states.get(p) in SETTLING for p in programs) and time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL_S)
+            states = program_states(self.settings, programs)
+        return states
+
     def plan_gateway(self, box: BoxConfig) -> GatewayPlan | None:
         """The box gateway's program and files, its config checked by the gateway itself; None without one."""
         if box.gateway is None:
@@ -265,16 +285,22 @@ class Installer:
         log(f"wrote {len(units)} program(s) in {self.settings.conf_dir}"
             + (f"; removed {', '.join(written.removed)}" if written.removed else ""))
         handover = self.args.handover
+        given_up: list[str] = []
         if handover == "update":
             try:
                 reread_and_update(self.settings)
-                states = program_states(self.settings, [u.program for u in units])
+                states = self.settled_states([u.program for u in units])
             except HandoverError as exc:
                 return self.fail(Outcome.FAILED, str(exc))
             self.states = {u.server: server_state(states.get(u.program)) for u in units}
+            given_up = [f"{u.program} ({states.get(u.program, 'unknown to supervisord')})" for u in units
+                        if self.states[u.server] is ServerState.FAILED]
         servers = len(self.box.servers)
         message = (f"{servers} server(s){' and the box gateway' if gateway else ''} handed to supervisord "
                    f"({handover})")
+        if given_up:
+            message += "; supervisord gave up on " + ", ".join(given_up) + ": see their logs in " + str(
+                self.settings.log_dir)
         self.report(Outcome.INSTALLED, message)
         if handover == "exec":
             log("exec supervisord -n")

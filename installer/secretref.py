@@ -52,6 +52,8 @@ def _check_reference(scheme: str, name: str) -> str | None:
     if scheme == "file":
         if not name:
             return "empty file: reference ${file:}"
+        if "\0" in name:
+            return "secret file name has a NUL byte"
         return None if name.startswith("/") else f'secret file "{name}" must be an absolute path'
     if not name or "/" in name or name in {".", ".."} or "\0" in name:
         return f'invalid credential name "{name}"'

@@ -38,7 +38,7 @@ mkdir -p "$(dirname "${installer}")"
 # Download GET /vllm/installer (the same code as vast.sh). Python, not curl: the fleet key stays in the
 # environment and never appears on a command line (/proc/*/cmdline is world-readable).
 if ! "${PYTHON}" - "${installer}" <<'PY'
-import hashlib, os, ssl, sys, urllib.request
+import hashlib, os, random, ssl, sys, time, urllib.error, urllib.request
 
 def first(*names):
     return next((os.environ[n].strip() for n in names if os.environ.get(n, "").strip()), "")
@@ -50,11 +50,25 @@ context = ssl.create_default_context(cafile=os.environ.get("LLMFLEET_CA_BUNDLE")
 request = urllib.request.Request(url + "/vllm/installer")
 request.add_unredirected_header("Authorization", "Bearer " + key)
 request.add_header("X-LLMAO-Host", os.environ["LLMAO_HOST"])
-try:
-    with urllib.request.urlopen(request, timeout=60, context=context) as response:
-        body, announced = response.read(), response.headers.get("X-Installer-SHA256", "")
-except Exception as exc:  # noqa: BLE001 - any failure ends provisioning with its reason
-    sys.exit(f"llmfleet-provision: cannot fetch {url}/vllm/installer: {exc}")
+# Retried like the installer's own fetch (a control plane restarting while boxes boot): connection
+# errors, timeouts, 429 and 5xx, with capped backoff and jitter, until LLMFLEET_FETCH_DEADLINE_S.
+deadline = time.monotonic() + float(os.environ.get("LLMFLEET_FETCH_DEADLINE_S") or 600)
+attempt = 0
+while True:
+    try:
+        with urllib.request.urlopen(request, timeout=60, context=context) as response:
+            body, announced = response.read(), response.headers.get("X-Installer-SHA256", "")
+        break
+    except Exception as exc:  # noqa: BLE001 - retried, or ends provisioning with its reason
+        status = exc.code if isinstance(exc, urllib.error.HTTPError) else None
+        untrusted = isinstance(getattr(exc, "reason", None), ssl.SSLCertVerificationError)
+        delay = random.uniform(0, min(60.0, 2.0 ** attempt))
+        attempt += 1
+        if untrusted or (status is not None and status != 429 and status < 500) or time.monotonic() + delay > deadline:
+            sys.exit(f"llmfleet-provision: cannot fetch {url}/vllm/installer: {exc} (gave up after {attempt} attempts)")
+        print(f"llmfleet-provision: cannot fetch {url}/vllm/installer: {exc}; retrying in {delay:.1f} s",
+              file=sys.stderr, flush=True)
+        time.sleep(delay)
 digest = hashlib.sha256(body).hexdigest()
 pinned = os.environ.get("LLMFLEET_INSTALLER_SHA256", "").strip().lower()
 for name, expected in (("LLMFLEET_INSTALLER_SHA256", pinned), ("X-Installer-SHA256", announced.strip().lower())):

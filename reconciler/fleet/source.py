@@ -99,15 +99,15 @@ class GitFleetRepo:
             except KeyError:
                 files[name] = None
                 continue
-            if blob.type != "blob":
-                files[name] = None
-            elif blob.size > MAX_BYTES:
-                files[name] = Oversized(blob.size)
-            else:
-                try:
+            try:  # a missing or corrupt object fails here, in `size` or in the read
+                if blob.type != "blob":
+                    files[name] = None
+                elif blob.size > MAX_BYTES:
+                    files[name] = Oversized(blob.size)
+                else:
                     files[name] = blob.data_stream.read()
-                except (git.GitCommandError, ValueError, OSError) as exc:
-                    raise SourceError(f"{sha[:12]}:{path}: cannot read the git object: {exc}") from None
+            except (git.GitCommandError, ValueError, OSError) as exc:
+                raise SourceError(f"{sha[:12]}:{path}: cannot read the git object: {exc}") from None
         return Snapshot(sha, files, _display_paths(self.display_prefix))
 
 

@@ -7,7 +7,6 @@ the plan, then persists the advanced histories, the pending deletes and the pass
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,8 +21,9 @@ from reconciler.reconcile.observe.litellm import LitellmApi
 from reconciler.reconcile.observe.observer import Observer
 from reconciler.reconcile.observed import Observation
 from reconciler.reconcile.plan import Plan, make_plan
+from reconciler.reconcile.record import pass_record
 from reconciler.reconcile.saved import SavedPlan
-from reconciler.reconcile.store import ActionRecord, PassRecord, StateStore
+from reconciler.reconcile.store import PassRecord, StateStore
 
 ApiFactory = Callable[[aiohttp.ClientSession], LitellmApi]
 
@@ -76,12 +76,8 @@ class Reconciler:
             self.store.save_histories(assessment.histories)
             if observation.deployments is not None:
                 self.store.save_pending_deletes(next_pending(pending, plan, results, self.clock()))
-        record = PassRecord(
-            started_at=started, duration_s=round(self.clock() - started, 3), revision=intended.revision,
-            mode="apply" if apply else "plan",
-            verdicts=dict(Counter(str(j.verdict) for j in plan.judgements.values())),
-            actions=tuple(ActionRecord(str(r.action.kind), r.action.id, r.ok, r.outcome, r.error) for r in results),
-            errors=plan.errors, blocked=plan.blocked, held=len(plan.held), drift=len(plan.drift))
+        record = pass_record(started, round(self.clock() - started, 3), apply=apply, intended=intended,
+                             observation=observation, plan=plan, results=results)
         if apply:
             self.store.record_pass(record)
         return PassOutcome(intended, plan, results, record, observation)

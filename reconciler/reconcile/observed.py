@@ -137,6 +137,7 @@ class BoxReport:
     digests: Mapping[str, str]  # process name -> boot digest it applied
     reported_at: float
     fit_ok: bool = True
+    failed: frozenset[str] = frozenset()  # servers the box reports failed (supervisord gave up on them)
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,11 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
                                f"{server.box}:{server.port} but no managed_by marker: not touched"))
             continue
         if judgement.verdict in SERVING:
-            spec = assessment.desired[key]
+            spec = assessment.desired.get(key)
+            if spec is None:
+                # Serving by hysteresis while its public endpoint is unknown this pass (not in the listing,
+                # ports not published yet): keep what LiteLLM has; there is nothing to create it with.
+                continue
             if existing is None:
                 propose(Action(ActionKind.CREATE, server.id, server.model, f"{judgement.verdict}: {judgement.reason}",
                                after=spec), server)

@@ -2,7 +2,7 @@
 
 - per server: the probe history (hysteresis, first seen, last healthy);
 - pending deletes (a failed delete is retried next pass, never forgotten);
-- pass records (revision, verdict counts, actions, errors, duration);
+- pass records (reconciler/state/passes.py), kept by the control plane's store;
 - per box, written by the control plane: the last config fetch and the last report-back.
 
 `MemoryStore` for tests; `SqliteStore` keeps its tables in the control plane's SQLite state file (they
@@ -18,53 +18,16 @@ import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from reconciler.reconcile.intended import ServerKey
 from reconciler.reconcile.observed import BoxFacts, BoxReport
 from reconciler.reconcile.plan import PendingDelete
 from reconciler.reconcile.verdict import ServerHistory
+from reconciler.state.passes import ActionRecord, PassRecord
 from reconciler.state.records import BoxReport as ControlPlaneReport
 from reconciler.state.records import Outcome
 from reconciler.state.sqlite import SQLiteStateStore
-
-
-@dataclass(frozen=True)
-class ActionRecord:
-    kind: str
-    id: str
-    ok: bool
-    outcome: str
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class PassRecord:
-    started_at: float
-    duration_s: float
-    revision: str
-    mode: str  # "plan" | "apply"
-    verdicts: Mapping[str, int]
-    actions: tuple[ActionRecord, ...] = ()
-    errors: tuple[str, ...] = ()
-    blocked: tuple[str, ...] = ()
-    held: int = 0
-    drift: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors and all(a.ok for a in self.actions)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["verdicts"] = dict(self.verdicts)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PassRecord:
-        return cls(data["started_at"], data["duration_s"], data["revision"], data["mode"], dict(data["verdicts"]),
-                   tuple(ActionRecord(**a) for a in data.get("actions", ())), tuple(data.get("errors", ())),
-                   tuple(data.get("blocked", ())), data.get("held", 0), data.get("drift", 0))
 
 
 class StateStore(Protocol):
@@ -120,12 +83,9 @@ class MemoryStore:
         return list(reversed(self.passes[-limit:]))
 
 
-KEEP_PASSES = 1000
-
-
 def box_report(report: ControlPlaneReport) -> BoxReport:
     return BoxReport(report.revision, report.server_digests(), report.received_at,
-                     fit_ok=report.outcome is not Outcome.FIT_FAILED)
+                     fit_ok=report.outcome is not Outcome.FIT_FAILED, failed=report.failed_servers())
 
 
 class SqliteStore:
@@ -171,16 +131,10 @@ class SqliteStore:
                            [(p.id, p.attempts, p.last_error, p.first_failed_at) for p in pending.values()])
 
     def record_pass(self, record: PassRecord) -> None:
-        with self._tx() as db:
-            db.execute("INSERT INTO reconcile_pass (started_at, revision, mode, ok, record) VALUES (?, ?, ?, ?, ?)",
-                       (record.started_at, record.revision, record.mode, int(record.ok),
-                        json.dumps(record.to_json())))
-            db.execute("DELETE FROM reconcile_pass WHERE seq <= (SELECT MAX(seq) FROM reconcile_pass) - ?",
-                       (KEEP_PASSES,))
+        self.control_plane.record_pass(record)
 
     def recent_passes(self, limit: int = 20) -> list[PassRecord]:
-        rows = self._db.execute("SELECT record FROM reconcile_pass ORDER BY seq DESC LIMIT ?", (limit,))
-        return [PassRecord.from_json(json.loads(text)) for (text,) in rows]
+        return self.control_plane.recent_passes(limit)
 
 
 class _Transaction:
@@ -208,3 +162,6 @@ def open_store(url: str | None) -> StateStore:
     if "://" in url:
         raise ValueError(f"unsupported state URL scheme in {url.split('://')[0]}://…: use sqlite:///PATH")
     return SqliteStore(url)
+
+
+__all__ = ["ActionRecord", "MemoryStore", "PassRecord", "SqliteStore", "StateStore", "box_report", "open_store"]

@@ -71,10 +71,12 @@ class Outcome(StrEnum):
 
 
 def outcome_of(resolution: Resolution, probe: ProbeResult | None) -> Outcome:
-    if resolution.unknown is not None or probe is None or probe.status is ProbeStatus.ERROR:
+    if resolution.unknown is not None:
         return Outcome.INCONCLUSIVE
-    if not resolution.listed:
+    if not resolution.listed:  # a working listing without the box: counts like a failed probe
         return Outcome.FAILED
+    if probe is None or probe.status is ProbeStatus.ERROR:
+        return Outcome.INCONCLUSIVE
     return Outcome.GOOD if probe.status is ProbeStatus.OK else Outcome.FAILED
 
 
@@ -157,6 +159,10 @@ def judge(server: IntendedServer, resolution: Resolution, probe: ProbeResult | N
     if resolution.unknown is not None:
         return Judgement(Verdict.UNKNOWN, f"cannot observe the box: {resolution.unknown}")
     if not resolution.listed:
+        if history.up:  # one listing without the box is not proof it is gone: the same hysteresis as probes
+            return Judgement(Verdict.HEALTHY, f"the {server.provider} listing has no box {server.box}; "
+                                              f"{history.fail_streak} pass(es) in a row, Missing after "
+                                              f"{settings.down_after_failures}")
         return Judgement(Verdict.MISSING, f"the {server.provider} listing has no box {server.box}")
     if probe is None or probe.status is ProbeStatus.ERROR:
         return Judgement(Verdict.UNKNOWN, f"our probe failed: {_probe_text(probe, resolution)}")
@@ -185,11 +191,20 @@ def judge(server: IntendedServer, resolution: Resolution, probe: ProbeResult | N
         return Judgement(Verdict.PENDING, f"the box never fetched its config; {detail}")
     fetched = loading
     grace = server.health_grace_s
+    detail += _reported_failure(server, facts)
     if now - fetched < grace:
         return Judgement(Verdict.LOADING, f"fetched its config {_ago(now, fetched)}, not serving yet "
                                           f"(grace {grace}s): {detail}")
     return Judgement(Verdict.STALLED, f"fetched its config {_ago(now, fetched)}, never healthy within "
                                       f"{grace}s: {detail}")
+
+
+def _reported_failure(server: IntendedServer, facts: BoxFacts) -> str:
+    """What the box said about this server, when it applied this server's boot config and it failed."""
+    report = facts.report
+    if report is None or server.name not in report.failed or report.digests.get(server.name) != server.digest:
+        return ""
+    return "; the box reports supervisord gave up on it (it exits while loading: see its log on the box)"
 
 
 class Availability(StrEnum):

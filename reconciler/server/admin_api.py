@@ -17,7 +17,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
-from reconciler.approve import ApproveError, approve
+from reconciler.approve import Approved, ApproveError, approve
 from reconciler.config import ApproveTarget
 from reconciler.server.auth import bearer_token, matches_any, token_fingerprint, webhook_signature_ok
 from reconciler.server.box_api import error
@@ -120,22 +120,30 @@ def register(app: Flask, rt: Runtime) -> None:
         if not isinstance(host, str) or not host or not isinstance(models, list) or not models \
                 or not all(isinstance(m, str) for m in models):
             return error(400, 'send JSON {"host": "<box name>", "models": ["<model>", ...]}')
-        sighting = next((e for e in rt.store.attention() if e.box == host), None)
-        note = (f"Approved through the control plane; fleet key presented {sighting.count} time(s), last from "
-                f"{sighting.peer}") if sighting else "Approved through the control plane"
-        onto_tracked = cfg.repo.approve_target is ApproveTarget.TRACKED
+        actor = "admin:" + token_fingerprint(bearer_token(request.headers.get("Authorization")) or "")
         try:
-            with rt.tracker.git_lock:
-                done = approve(rt.repo.fleet_repo, host, models, base_branch=cfg.repo.branch,
-                               onto_tracked=onto_tracked, note=note)
+            done = approve_and_record(rt, host, models, actor)
         except ApproveError as exc:
             return error(409, str(exc))
-        actor = "admin:" + token_fingerprint(bearer_token(request.headers.get("Authorization")) or "")
-        rt.store.record_approval(Approval(rt.clock(), done.host, tuple(models), done.branch, done.commit, done.base,
-                                          actor))
-        log_event(log, "box approved", host=done.host, models=models, branch=done.branch, commit=done.commit,
-                  actor=actor)
-        if onto_tracked:
-            rt.tracker.refresh()
         return jsonify({"host": done.host, "branch": done.branch, "commit": done.commit, "base": done.base,
                         "repository": str(rt.repo.git_dir), "servers": [asdict(r) for r in done.rows]})
+
+
+def approve_and_record(rt: Runtime, host: str, models: list[str], actor: str) -> Approved:
+    """The git change of `llmfleet approve`, recorded for the audit trail (POST /admin/approve and the
+    status pages' Approve). Raises ApproveError with what to do."""
+    cfg = rt.config
+    sighting = next((e for e in rt.store.attention() if e.box == host), None)
+    note = (f"Approved through the control plane; fleet key presented {sighting.count} time(s), last from "
+            f"{sighting.peer}") if sighting else "Approved through the control plane"
+    onto_tracked = cfg.repo.approve_target is ApproveTarget.TRACKED
+    with rt.tracker.git_lock:
+        done = approve(rt.repo.fleet_repo, host, models, base_branch=cfg.repo.branch, onto_tracked=onto_tracked,
+                       note=note)
+    rt.store.record_approval(Approval(rt.clock(), done.host, tuple(models), done.branch, done.commit, done.base,
+                                      actor))
+    log_event(log, "box approved", host=done.host, models=models, branch=done.branch, commit=done.commit,
+              actor=actor)
+    if onto_tracked:
+        rt.tracker.refresh()
+    return done

@@ -7,7 +7,7 @@ import logging
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from reconciler.server import admin_api, box_api
+from reconciler.server import admin_api, box_api, pages
 from reconciler.server.box_api import error
 from reconciler.server.logs import get_logger, log_event
 from reconciler.server.metrics import CONTENT_TYPE
@@ -40,11 +40,12 @@ def health(rt: Runtime) -> Response:
 
 
 def create_app(rt: Runtime) -> Flask:
-    app = Flask("llmfleet")
+    app = Flask("llmfleet", static_folder=None)  # no /static from the working directory; pages ship their own
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["llmfleet"] = rt
     box_api.register(app, rt)
     admin_api.register(app, rt)
+    pages.register(app, rt)
 
     @app.get("/health")
     def health_route() -> Response:

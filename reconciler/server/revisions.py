@@ -5,10 +5,13 @@ the outcome cached by SHA, so an invalid commit is logged (and counted) once, no
 When the head is invalid, its first-parent history is walked back to the newest valid commit: that
 keeps the previous revision after a bad push, and after a force-push it serves the newest valid
 commit the branch now has. Nothing is ever rolled back by hand; the fix is a new commit.
+A refresh that fails (fetch, unreadable object) keeps the served revision; it is counted every
+time and logged once per distinct error, and once more when it clears.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -79,6 +82,7 @@ class _State:
     applied_at: float | None = None
     attempted: Attempt | None = None
     refresh: RefreshStatus = field(default_factory=RefreshStatus)
+    skipped: tuple[Invalid, ...] = ()  # invalid commits newer than the served one, head first
 
 
 def render_commit(fleet: Fleet, bearers: Bearers) -> Rendered:
@@ -121,25 +125,34 @@ class RevisionTracker:
         return self._state.attempted
 
     @property
+    def skipped(self) -> tuple[Invalid, ...]:
+        """The invalid commits on the branch after the served one (first-parent line), head first."""
+        return self._state.skipped
+
+    @property
     def refresh_status(self) -> RefreshStatus:
         return self._state.refresh
 
     def refresh(self) -> bool:
         """Fetch and re-read the branch; returns True when the served revision changed."""
         with self._lock:
-            state = _State(self._state.served, self._state.applied_at, self._state.attempted, self._state.refresh)
+            state = dataclasses.replace(self._state)
             try:
                 self.repo.update()
                 head = self.repo.head()
                 changed = self._advance(state, head)
             except Exception as exc:  # whatever git or the repository throws: keep serving what we have
                 message = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
+                if message != state.refresh.error:  # told once while the same error persists; counted each time
+                    log_event(log, "git refresh failed", logging.ERROR, repo=self.repo.where,
+                              branch=self.repo.branch, error=message)
                 state.refresh = RefreshStatus(state.refresh.ok_at, message, self.clock())
                 self.metrics.refresh_errors.inc()
-                log_event(log, "git refresh failed", logging.ERROR, repo=self.repo.where, branch=self.repo.branch,
-                          error=message)
                 self._state = state
                 return False
+            if state.refresh.error is not None:
+                log_event(log, "git refresh recovered", repo=self.repo.where, branch=self.repo.branch,
+                          last_error=state.refresh.error)
             state.refresh = RefreshStatus(self.clock())
             self.metrics.last_refresh.set(state.refresh.ok_at or 0)
             self._state = state
@@ -153,6 +166,7 @@ class RevisionTracker:
         errors = outcome.errors if isinstance(outcome, Invalid) else ()
         state.attempted = Attempt(head, valid is not None, errors, self.clock())
         self.metrics.last_attempted_valid.set(1 if valid else 0)
+        skipped = [outcome] if isinstance(outcome, Invalid) else []
         revision: str | None = head
         for _ in range(MAX_WALK):
             if valid is not None or revision is None:
@@ -164,6 +178,9 @@ class RevisionTracker:
             if revision is not None:
                 found = self._evaluate(revision)
                 valid = found if isinstance(found, Rendered) else None
+                if isinstance(found, Invalid):
+                    skipped.append(found)
+        state.skipped = tuple(skipped)
         if valid is None:
             if state.served is not None:
                 log_event(log, f"no valid commit within {MAX_WALK} of the head; keeping the served revision",

@@ -72,6 +72,14 @@ class BoxReport:
     outcome: Outcome
     body: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY)
 
+    def failed_servers(self) -> frozenset[str]:
+        """Servers the box reported as failed (supervisord gave up on them, or never had them)."""
+        servers = self.body.get("servers", ())
+        if not isinstance(servers, tuple):
+            return frozenset()
+        return frozenset(name for s in servers if isinstance(s, Mapping) and s.get("state") == "failed"
+                         and isinstance(name := s.get("name"), str))
+
     def server_digests(self) -> dict[str, str]:
         """Server name -> the boot digest the box applied (compare with the rendered `digest`)."""
         servers = self.body.get("servers", ())

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from reconciler.fleet.jsonvalue import canonical_json, freeze_mapping
+from reconciler.state.passes import PassRecord
 from reconciler.state.records import (
     Approval,
     AttentionEntry,
@@ -25,7 +26,7 @@ from reconciler.state.records import (
     Outcome,
     Sighting,
 )
-from reconciler.state.store import StateError
+from reconciler.state.store import DETAILED_PASSES, KEEP_PASSES, StateError
 
 FLUSH_INTERVAL_S = 0.5
 FLUSH_AT = 512  # pending fetch records that trigger an immediate write
@@ -284,6 +285,26 @@ class SQLiteStateStore:
         rows = self._query("SELECT * FROM approvals ORDER BY id DESC LIMIT ?", (limit,))
         return [Approval(at=r["at"], host=r["host"], models=tuple(json.loads(r["models"])), branch=r["branch"],
                          commit=r["commit_sha"], base_revision=r["base_revision"], actor=r["actor"]) for r in rows]
+
+    # PassLog
+    def record_pass(self, record: PassRecord) -> None:
+        with self._transaction() as db:
+            seq = db.execute("INSERT INTO reconcile_pass (started_at, revision, mode, ok, record) "
+                             "VALUES (?, ?, ?, ?, ?)", (record.started_at, record.revision, record.mode, int(record.ok),
+                              json.dumps(record.to_json()))).lastrowid
+            assert seq is not None
+            older = db.execute("SELECT seq, record FROM reconcile_pass WHERE seq = ?",
+                               (seq - DETAILED_PASSES,)).fetchone()
+            if older is not None:
+                slim = PassRecord.from_json(json.loads(older["record"]))
+                if slim.detailed:
+                    db.execute("UPDATE reconcile_pass SET record = ? WHERE seq = ?",
+                               (json.dumps(slim.summary().to_json()), older["seq"]))
+            db.execute("DELETE FROM reconcile_pass WHERE seq <= ?", (seq - KEEP_PASSES,))
+
+    def recent_passes(self, limit: int = 20) -> list[PassRecord]:
+        rows = self._query("SELECT record FROM reconcile_pass ORDER BY seq DESC LIMIT ?", (limit,))
+        return [PassRecord.from_json(json.loads(r["record"])) for r in rows]
 
     # Housekeeping
     def prune(self, *, keep_fetches: int) -> int:

@@ -10,7 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from reconciler.state.passes import PassRecord
 from reconciler.state.records import Approval, AttentionEntry, BoxReport, FetchRecord, Sighting
+
+KEEP_PASSES = 1000  # pass records kept
+DETAILED_PASSES = 10  # of which the newest keep their per-server detail (PassRecord.summary() for the rest)
 
 
 class StateError(Exception):
@@ -64,7 +68,19 @@ class ApprovalLog(Protocol):
         ...
 
 
-class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, Protocol):
+class PassLog(Protocol):
+    """The reconciler's pass records (written by `llmfleet reconcile`/`apply`, read by the status pages)."""
+
+    def record_pass(self, record: PassRecord) -> None:
+        """Store the record, keeping the newest KEEP_PASSES, the newest DETAILED_PASSES in full."""
+        ...
+
+    def recent_passes(self, limit: int = 20) -> list[PassRecord]:
+        """Newest first."""
+        ...
+
+
+class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, Protocol):
     def prune(self, *, keep_fetches: int) -> int:
         """Drop all but the newest `keep_fetches` fetch records; returns how many were dropped."""
         ...

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -23,14 +21,14 @@ from pathlib import Path
 import pytest
 
 from reconciler.fleet.bearer import Salt
-from tests.conftest import ROOT, git
-from tests.installer.realprocs import SUPERVISORD, Supervisor, http_status, wait_until, write_supervisord_conf
+from tests.conftest import git
+from tests.installer.realprocs import http_status, wait_until
+from tests.support.box import Box
 from tests.support.litellm import LitellmProxy
 
 from .fakes import free_port
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
-SUPPORT = ROOT / "tests" / "support"
 SALT = "full-loop-salt-0123456789"
 FLEET_KEY = "full-loop-fleet-key-0001"
 BOXES = ("127.0.0.2", "127.0.0.3")
@@ -62,46 +60,6 @@ def write_fleet(repo: Path, ports: list[int], placement: dict[str, list[tuple[st
     (repo / "placement.yaml").write_text("\n".join(lines) + "\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "fleet change")
-
-
-class Box:
-    """One GPU box on a loopback address: its data dir, a real supervisord, the stub as `vllm`."""
-
-    def __init__(self, name: str, root: Path) -> None:
-        self.name, self.root = name, root
-        self.bin = root / "bin"
-        self.bin.mkdir(parents=True)
-        (self.bin / "vllm").symlink_to(SUPPORT / "stub_vllm.py")
-        (self.bin / "nvidia-smi").symlink_to(SUPPORT / "fake_nvidia_smi.py")
-        self.short = Path(tempfile.mkdtemp(prefix="llmf-rb-", dir="/tmp"))
-        conf_dir = root / "conf.d"
-        conf_dir.mkdir()
-        self.config = write_supervisord_conf(root, self.short, conf_dir)
-        self.path = os.pathsep.join([str(self.bin), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
-        process = subprocess.Popen([str(SUPERVISORD), "-n", "-c", str(self.config)],
-                                   env={"PATH": self.path, "HOME": str(root), "STUB_VLLM_LOAD_S": "0.5"},
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.supervisor = Supervisor(self.config, process, root / "events.jsonl")
-        wait_until("supervisord's socket", lambda: (self.short / "supervisor.sock").exists(), 30)
-
-    def provision(self, plane: str) -> subprocess.CompletedProcess[str]:
-        env = {"PATH": self.path, "HOME": str(self.root), "PUBLIC_IPADDR": self.name, "LLMFLEET_URL": plane,
-               "LLMFLEET_FLEET_KEY": FLEET_KEY, "LLMFLEET_PYTHON": sys.executable,
-               "LLMFLEET_DATA_DIR": str(self.root / "data"), "LLMFLEET_SUPERVISOR_CONF_DIR": str(self.root / "conf.d"),
-               "LLMFLEET_SUPERVISOR_CONFIG": str(self.config), "LLMFLEET_LISTEN_HOST": self.name,
-               "LLMFLEET_STARTSECS": "1", "LLMFLEET_START_TIMEOUT_S": "60", "LLMFLEET_FETCH_DEADLINE_S": "0",
-               "FAKE_NVIDIA_SMI_GPUS": "NVIDIA H100 80GB HBM3:81559:81080"}
-        return subprocess.run(["bash", str(ROOT / "installer" / "provision" / "vast.sh")], env=env,
-                              capture_output=True, text=True, timeout=300, check=False)
-
-    def stop(self) -> None:
-        self.supervisor.process.send_signal(signal.SIGTERM)
-        try:
-            self.supervisor.process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            self.supervisor.process.kill()
-            self.supervisor.process.wait()
-        shutil.rmtree(self.short, ignore_errors=True)
 
 
 @pytest.fixture
@@ -179,7 +137,7 @@ providers:
         assert "never fetched its config" in out
 
         for box in boxes.values():
-            done = box.provision(plane)
+            done = box.provision(plane, FLEET_KEY)
             assert done.returncode == 0, done.stderr
         wait_until("tiny-a healthy", lambda: http_status(f"http://127.0.0.2:{p1}/health") == 200)
         wait_until("tiny-b healthy", lambda: http_status(f"http://127.0.0.3:{p2}/health") == 200)
@@ -200,7 +158,7 @@ providers:
         wait_until("the control plane serving the new commit",
                    lambda: json.loads(urllib.request.urlopen(plane + "/health", timeout=5).read())
                    .get("revision") == head, 60)
-        done = boxes["127.0.0.3"].provision(plane)
+        done = boxes["127.0.0.3"].provision(plane, FLEET_KEY)
         assert done.returncode == 0, done.stderr
         wait_until("tiny-a on its new box", lambda: http_status(f"http://127.0.0.3:{p3}/health") == 200)
         # The installer starts the box's servers one at a time (startup ordering): tiny-b too.

@@ -1,0 +1,118 @@
+"""Coverage-guided fuzzing (atheris, libFuzzer) of llmfleet's parsers of untrusted text.
+
+    .venv/bin/python bench/fuzz_atheris.py TARGET [libFuzzer flags, e.g. -runs=100000 -max_total_time=600]
+
+Targets, each fed raw bytes:
+  yaml        reconciler.fleet.strictyaml.load: problems only, never an exception
+  validate    the bytes as placement.yaml beside the example's other files, through schema + semantic
+              validation and, when valid, rendering and the installer's parse of every box JSON
+  boxjson     installer.boxjson.parse_text: a BoxConfig or BoxJsonError
+  secretref   installer.secretref.expand: a string or SecretRefError, the secret never in the message
+  all         the four above in one process, the first byte picking one (what CI runs, briefly)
+
+Without a corpus directory argument, ./fuzz-corpus-TARGET is used (created and seeded with valid inputs;
+it keeps what the fuzzer finds, so a later run goes on from there). Any other exception is a crash:
+libFuzzer stops, prints the input and writes it to crash-<sha1>.
+tests/faults/test_fuzz.py runs `all` for a few seconds in CI; run longer by hand
+(docs/reliability.md lists the runs made).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import atheris
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+with atheris.instrument_imports():
+    from installer import secretref
+    from installer.boxjson import BoxJsonError, parse_box, parse_text
+    from reconciler.fleet import strictyaml
+    from reconciler.fleet.bearer import Salt
+    from reconciler.fleet.render import Bearers, render_all
+    from reconciler.fleet.source import FLEET_FILES, Snapshot
+    from reconciler.fleet.validate import validate_snapshot
+
+EXAMPLE = {name: (ROOT / "fleet-repo-example" / name).read_bytes() for name in FLEET_FILES}
+BEARERS = Bearers(Salt("atheris-salt-0123456789abcdef"), "sk-atheris-legacy")
+SECRET = "atheris-secret-value-0001"
+
+
+def fuzz_yaml(data: bytes) -> None:
+    doc = strictyaml.load(data, "f.yaml")
+    if doc.root is not None:
+        json.dumps(doc.value)
+
+
+def fuzz_validate(data: bytes) -> None:
+    files = {**EXAMPLE, "placement.yaml": data}
+    result = validate_snapshot(Snapshot("f" * 40, files, {k: k for k in FLEET_FILES}))
+    if result.fleet is None:
+        assert result.errors
+        return
+    for host, document in render_all(result.fleet, BEARERS).items():
+        parse_box(json.loads(json.dumps(document)), host)
+
+
+def fuzz_boxjson(data: bytes) -> None:
+    try:
+        parse_text(data.decode("utf-8", "replace"), "203.0.113.24")
+    except BoxJsonError as exc:
+        if not exc.problems:
+            raise AssertionError("BoxJsonError without a problem") from exc
+
+
+def fuzz_secretref(data: bytes) -> None:
+    text = data.decode("utf-8", "replace")
+    if SECRET in text:
+        return
+    try:
+        secretref.expand(text, {"A": SECRET, "B": ""})
+    except secretref.SecretRefError as exc:
+        if SECRET in str(exc):
+            raise AssertionError(f"the secret is in the error: {exc}") from exc
+
+
+def fuzz_all(data: bytes) -> None:
+    """Every target in one process (one start-up): the first byte picks it."""
+    if data:
+        ONE_BY_ONE[data[0] % len(ONE_BY_ONE)](data[1:])
+
+
+ONE_BY_ONE = [fuzz_yaml, fuzz_validate, fuzz_boxjson, fuzz_secretref]  # the order of seeds()
+TARGETS = {"yaml": fuzz_yaml, "validate": fuzz_validate, "boxjson": fuzz_boxjson, "secretref": fuzz_secretref,
+           "all": fuzz_all}
+
+
+def seeds(target: str) -> list[bytes]:
+    """A valid input or two per target, so that the fuzzer starts inside the format, not at JSON's door."""
+    fleet = validate_snapshot(Snapshot("s" * 40, dict(EXAMPLE), {k: k for k in FLEET_FILES})).fleet
+    assert fleet is not None
+    box = json.dumps(render_all(fleet, BEARERS)["203.0.113.24"]).encode()
+    by_target = {"yaml": list(EXAMPLE.values()), "validate": [EXAMPLE["placement.yaml"]], "boxjson": [box],
+                 "secretref": [b"${env:A}", b"x-${env:B}-$${env:A}", b"${file:/nonexistent} ${cred:c}"]}
+    if target == "all":
+        return [bytes([i]) + seed for i, name in enumerate(by_target) for seed in by_target[name]]
+    return by_target[target]
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in TARGETS:
+        sys.exit(f"usage: {sys.argv[0]} {{{','.join(TARGETS)}}} [libFuzzer flags] [corpus dir]")
+    name, flags = sys.argv[1], sys.argv[2:]
+    if not any(not f.startswith("-") for f in flags):  # no corpus given: ./fuzz-corpus-NAME, seeded
+        corpus = Path(f"fuzz-corpus-{name}")
+        corpus.mkdir(exist_ok=True)
+        for i, seed in enumerate(seeds(name)):
+            (corpus / f"seed-{i}").write_bytes(seed)
+        flags.append(str(corpus))
+    atheris.Setup([sys.argv[0], *flags], TARGETS[name])
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

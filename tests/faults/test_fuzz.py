@@ -1,0 +1,437 @@
+"""Bad input, fuzzed with hypothesis: never a crash or a 500, always a clear error.
+
+- the strict YAML loader over arbitrary bytes and over mutated YAML;
+- schema + semantic validation over generated fleet files (random shapes in the right places), and
+  for every fleet that validates: rendering (the recipe `settings` into vLLM flags), the installer's
+  parse of the rendered box JSON, and the Supervisor program it writes;
+- secret-reference expansion (no secret value in any error);
+- the box JSON the installer parses, arbitrary and mutated;
+- request headers and bodies of GET /vllm/config and POST /vllm/report (the real Flask app);
+- the gateway's request parsing: its pure rules, and raw HTTP requests to the real gateway handler.
+
+Bounded for CI (a few hundred examples each). bench/fuzz_atheris.py runs coverage-guided (atheris)
+over the loader, validation, the box JSON and secret references for as long as one likes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from flask.testing import FlaskClient
+from hypothesis import HealthCheck, assume, event, example, given, settings
+from hypothesis import strategies as st
+
+from gateway import forwarding
+from installer import secretref
+from installer.boxjson import BoxJsonError, parse_box, parse_text
+from installer.fit import Placement
+from installer.settings import load as load_settings
+from installer.units import UnitError, render_unit
+from reconciler.config import load_config
+from reconciler.fleet import strictyaml
+from reconciler.fleet.bearer import Salt
+from reconciler.fleet.render import Bearers, render_all
+from reconciler.fleet.source import FLEET_FILES, Snapshot
+from reconciler.fleet.validate import validate_snapshot
+from reconciler.server.app import create_app
+from reconciler.server.runtime import Runtime, start_up
+from tests.conftest import EXAMPLE, ROOT
+from tests.support.write_killer import ThreadedServer
+
+from .conftest import FLEET_KEY, KNOWN_BOX, LEGACY_KEY, PLANE_ENV, SALT, plane_document
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+T = TypeVar("T")
+DIAGNOSTIC = re.compile(r"^[^:]+:\d+:\d+: ")
+YAML_NOISE = [*"&*!|>-:?{}[],#%@`'\"\t\n ~", "<<", "---", "...", "!!str ", "*a", "&a ", "\\u0000", "\ufeff"]
+
+
+
+def outcome(call: Callable[..., T], *args: Any, errors: type[Exception] | tuple[type[Exception], ...]
+            ) -> tuple[T | None, Exception | None]:
+    """(result, None), or (None, the exception) when `call` raised one of `errors`: anything else fails."""
+    try:
+        return call(*args), None
+    except errors as exc:
+        return None, exc
+
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=False),
+                         st.text(max_size=20))
+json_values = st.recursive(json_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)), max_leaves=12)
+
+
+@st.composite
+def mutated(draw: st.DrawFn, text: str) -> str:
+    """`text` with a few characters inserted, deleted or replaced by YAML-significant ones."""
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(text)))
+        op = draw(st.sampled_from(["insert", "delete", "replace"]))
+        noise = draw(st.sampled_from(YAML_NOISE))
+        if op == "insert":
+            text = text[:at] + noise + text[at:]
+        elif op == "delete":
+            text = text[:at] + text[at + draw(st.integers(1, 8)):]
+        else:
+            text = text[:at] + noise + text[at + len(noise):]
+    return text
+
+
+EXAMPLE_FILES = {name: (EXAMPLE / name).read_text() for name in FLEET_FILES}
+
+
+# --- the YAML loader -------------------------------------------------------------------------------
+
+def check_document(doc: strictyaml.Document) -> None:
+    for problem in doc.problems:
+        assert problem.rule.startswith("yaml-") and problem.message, problem
+        assert problem.mark.line >= 1 and problem.mark.column >= 1, problem
+    if doc.root is not None:
+        json.dumps(doc.value)  # plain JSON data, whatever came in
+
+
+@FUZZ
+@given(st.binary(max_size=400))
+def test_the_loader_takes_any_bytes(data: bytes) -> None:
+    check_document(strictyaml.load(data, "f.yaml"))
+
+
+@FUZZ
+@given(st.sampled_from(list(EXAMPLE_FILES.values())).flatmap(mutated))
+@example("a: &a [*a]\n")
+@example("a: !!binary AAAA\n")
+def test_the_loader_takes_mutated_fleet_files(text: str) -> None:
+    check_document(strictyaml.load(text, "f.yaml"))
+
+
+# --- validation, rendering, the installer's parse of what was rendered ------------------------------
+
+ports = st.one_of(st.integers(8001, 8003), st.integers(-5, 70000), st.text(max_size=6), json_values)
+rows = st.lists(st.one_of(st.tuples(st.sampled_from(["qwen3-8b", "nope", ""]), ports),
+                          st.tuples(st.sampled_from(["qwen3-8b", "gemma3-27b"]), ports, st.text(max_size=8)),
+                          json_values), max_size=3)
+settings_maps = st.dictionaries(st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True) | st.text(max_size=10),
+                                json_values, max_size=4)
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> dict[str, str]:
+    """The example's files, one of them replaced by a generated document of roughly the right shape."""
+    files = dict(EXAMPLE_FILES)
+    target = draw(st.sampled_from(["placement", "models", "fleet", "mutated"]))
+    if target == "placement":
+        hosts = draw(st.dictionaries(st.sampled_from(["203.0.113.10", "203.0.113.24", "box-a", "", "::1"])
+                                     | st.text(max_size=10), rows | json_values, max_size=3))
+        files["placement.yaml"] = yaml.safe_dump({"hosts": hosts}, allow_unicode=True)
+    elif target == "models":
+        models = yaml.safe_load(EXAMPLE_FILES["models.yaml"])
+        name = draw(st.sampled_from(sorted(models["models"])))
+        vllm = models["models"][name]["vllm"]
+        vllm["settings"] = draw(settings_maps)
+        if draw(st.booleans()):
+            vllm[draw(st.sampled_from(["max_model_len", "vram_gb", "args", "gpu_memory_utilization", "model"]))] \
+                = draw(json_values)
+        files["models.yaml"] = yaml.safe_dump(models, allow_unicode=True)
+    elif target == "fleet":
+        fleet = yaml.safe_load(EXAMPLE_FILES["fleet.yaml"]) or {}
+        fleet[draw(st.sampled_from(["listen_ports", "reconcile", "legacy_servers", "max_servers_per_box",
+                                    "version"]))] = draw(json_values)
+        files["fleet.yaml"] = yaml.safe_dump(fleet, allow_unicode=True)
+    else:
+        name = draw(st.sampled_from(FLEET_FILES))
+        files[name] = draw(mutated(files[name]))
+    return files
+
+
+@FUZZ
+@given(fleets())
+def test_validation_either_accepts_and_renders_or_says_where(files: dict[str, str]) -> None:
+    snapshot = Snapshot("f" * 40, {k: v.encode() for k, v in files.items()}, {k: k for k in FLEET_FILES})
+    result = validate_snapshot(snapshot)
+    if result.fleet is None:
+        assert result.errors
+        for diagnostic in result.diagnostics:
+            assert DIAGNOSTIC.match(diagnostic.text()), diagnostic.text()
+        return
+    rendered = render_all(result.fleet, Bearers(Salt(SALT), LEGACY_KEY))
+    environ = {"LLMFLEET_DATA_DIR": "/srv/data", "LLMFLEET_SUPERVISOR_CONF_DIR": "/srv/conf"}
+    box_settings = load_settings(environ, need_control_plane=False)
+    for host, document in rendered.items():
+        box = parse_box(json.loads(json.dumps(document)), host)  # what the installer gets, as it gets it
+        ports = {s.name: s.port for s in box.servers}
+        for order, server in enumerate(box.servers):
+            unit, error = outcome(partial(render_unit, server, Placement((0,), 0.9, ()), order=order, ports=ports,
+                                          settings=box_settings, python="/usr/bin/python3", revision=box.revision,
+                                          gpu_count=1),
+                                  errors=UnitError)  # an argument Supervisor cannot carry is refused, with the reason
+            assert unit is not None or (str(error) and SALT not in str(error))
+
+
+# --- secret references -----------------------------------------------------------------------------
+
+SECRETS = {"A": "s3cr3t-value-A", "B_KEY": "another-secret-B", "EMPTY": ""}
+reference_texts = st.lists(st.one_of(
+    st.sampled_from(["${env:A}", "${env:B_KEY}", "${env:NOPE}", "${env:EMPTY}", "${cred:x}", "${file:/nonexistent}",
+                     "${file:relative}", "${env:}", "${env:A", "$${env:A}", "$$", "$", "${", "}", "${vault:x}",
+                     "${env:A}${env:B_KEY}"]),
+    st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=8)), max_size=6).map("".join)
+
+
+@FUZZ
+@given(reference_texts)
+@example("${file:/run/a\x00b}")  # found by atheris: a NUL byte reached open() as a ValueError
+@example("${cred:a\x00b}")
+def test_secret_references_expand_or_fail_without_the_secret(text: str) -> None:
+    assume(not any(v and v in text for v in SECRETS.values()))
+    value, error = outcome(secretref.expand, text, SECRETS, errors=secretref.SecretRefError)
+    if error is not None:
+        assert str(error)
+        assert not any(v and v in str(error) for v in SECRETS.values()), str(error)
+    else:
+        assert isinstance(value, str)
+
+
+# --- the box JSON the installer parses -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rendered_box() -> dict[str, Any]:
+    snapshot = Snapshot("r" * 40, {k: v.encode() for k, v in EXAMPLE_FILES.items()}, {k: k for k in FLEET_FILES})
+    fleet = validate_snapshot(snapshot).fleet
+    assert fleet is not None
+    return render_all(fleet, Bearers(Salt(SALT), LEGACY_KEY))[KNOWN_BOX]
+
+
+@st.composite
+def box_mutations(draw: st.DrawFn, document: dict[str, Any]) -> Any:
+    doc = json.loads(json.dumps(document))
+    for _ in range(draw(st.integers(1, 3))):
+        servers = doc.get("servers")
+        server = draw(st.sampled_from(servers)) if isinstance(servers, list) and servers else doc
+        target = draw(st.sampled_from([doc, server]))
+        if not isinstance(target, dict) or not target:
+            continue
+        key = draw(st.sampled_from(sorted(target)))
+        if draw(st.booleans()):
+            del target[key]
+        else:
+            target[key] = draw(json_values)
+    return doc
+
+
+@FUZZ
+@given(data=st.data())
+def test_the_installer_parses_any_box_json_or_names_the_problem(rendered_box: dict[str, Any],
+                                                                data: st.DataObject) -> None:
+    text = data.draw(st.one_of(
+        st.text(max_size=200),
+        box_mutations(rendered_box).map(json.dumps),
+        st.just(json.dumps(rendered_box)).flatmap(lambda t: st.integers(0, len(t)).map(lambda n: t[:n])),
+    ))
+    box, error = outcome(parse_text, text, KNOWN_BOX, errors=BoxJsonError)
+    if isinstance(error, BoxJsonError):
+        assert error.problems and all(isinstance(p, str) and p for p in error.problems)
+        bearers = [s.get("api_key") for s in rendered_box["servers"]]
+        assert not any(b and b in "; ".join(error.problems) for b in bearers)
+    else:
+        assert box is not None and box.host == KNOWN_BOX
+
+
+# --- GET /vllm/config and POST /vllm/report --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plane_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlaskClient]:
+    from tests.conftest import git
+
+    root = tmp_path_factory.mktemp("fuzz-plane")
+    repo = root / "fleet"
+    repo.mkdir()
+    for name, text in EXAMPLE_FILES.items():
+        (repo / name).write_text(text)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "fleet")
+    config_path = root / "cp.yaml"
+    config_path.write_text(yaml.safe_dump(plane_document(root / "state", repo_path=repo,
+                                                         attention={"max_entries": 20})))
+    runtime: Runtime = start_up(load_config(config_path, env=PLANE_ENV))
+    try:
+        yield create_app(runtime).test_client()
+    finally:
+        runtime.stop()
+
+
+header_text = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255, blacklist_characters="\x7f"),
+                      max_size=60)
+right_key = st.sampled_from([f"Bearer {FLEET_KEY}", f"bearer {FLEET_KEY}", f"Bearer  {FLEET_KEY} "])
+authorizations = st.one_of(right_key, right_key, right_key, st.none(), header_text, st.sampled_from([
+    f"Bearer {FLEET_KEY}", f"bearer {FLEET_KEY}", f"Bearer  {FLEET_KEY} ", "Bearer", "Bearer ", "Basic Zm9vOmJhcg==",
+    f"Bearer {FLEET_KEY}\x00", f"Bearer {FLEET_KEY[:-1]}", "Bearer " + "x" * 5000]))
+hosts = st.one_of(st.just(KNOWN_BOX), st.just(KNOWN_BOX), st.none(), header_text, st.sampled_from([KNOWN_BOX, "198.51.100.23", "::ffff:203.0.113.24",
+                                                           "[2001:db8::1]", "", " ", "203.0.113.24 ", "x" * 3000]))
+forwarded = st.one_of(st.none(), header_text, st.lists(st.ip_addresses().map(str), max_size=4).map(", ".join))
+report_bodies = st.one_of(st.binary(max_size=300), json_values.map(lambda v: json.dumps(v).encode()),
+                          st.just(b'{"revision": NaN}'), st.just(b"{" * 2000), st.just(b"[" * 100_000))
+ALLOWED = {200, 304, 400, 403, 404, 413}
+
+
+def check_answer(status: int, body: bytes, content_type: str | None) -> None:
+    event(f"HTTP {status}")
+    assert status in ALLOWED, (status, body[:300])
+    if status >= 400:
+        assert content_type == "application/json"
+        assert json.loads(body)["error"]
+        for secret in (FLEET_KEY, SALT, LEGACY_KEY):
+            assert secret.encode() not in body
+
+
+@FEW
+@given(authorizations, hosts, forwarded, st.one_of(st.none(), header_text))
+def test_config_requests_with_any_headers(plane_client: FlaskClient, authorization: str | None, host: str | None,
+                                          xff: str | None, if_none_match: str | None) -> None:
+    headers = {k: v for k, v in (("Authorization", authorization), ("X-LLMAO-Host", host), ("X-Forwarded-For", xff),
+                                 ("If-None-Match", if_none_match)) if v is not None}
+    response = plane_client.get("/vllm/config", headers=headers)
+    check_answer(response.status_code, response.data, response.mimetype if response.status_code >= 400 else None)
+
+
+@FEW
+@given(authorizations, hosts, report_bodies, st.one_of(st.none(), header_text))
+def test_report_requests_with_any_headers_and_body(plane_client: FlaskClient, authorization: str | None,
+                                                   host: str | None, body: bytes, content_type: str | None) -> None:
+    headers = {k: v for k, v in (("Authorization", authorization), ("X-LLMAO-Host", host),
+                                 ("Content-Type", content_type)) if v is not None}
+    response = plane_client.post("/vllm/report", headers=headers, data=body)
+    check_answer(response.status_code, response.data, response.mimetype if response.status_code >= 400 else None)
+
+
+# --- the gateway -----------------------------------------------------------------------------------
+
+@FUZZ
+@given(st.one_of(st.none(), header_text, st.text(max_size=40)))
+def test_gateway_bearer_check_takes_any_header(value: str | None) -> None:
+    assert forwarding.bearer_ok(value, (b"tok",)) is (value is not None and value.strip(" \t").lower().startswith(
+        "bearer ") and value.strip(" \t").partition(" ")[2] == "tok")
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=200), json_values.map(lambda v: json.dumps(v).encode()),
+                 st.just(b"[" * 50_000), st.just(b'{"model": NaN}')))
+def test_gateway_model_selection_takes_any_body(body: bytes) -> None:
+    name, error = outcome(forwarding.select_model, body, errors=forwarding.BodyError)
+    if isinstance(error, forwarding.BodyError):
+        assert error.error.status == 400
+    else:
+        assert isinstance(name, str)
+
+
+@FUZZ
+@given(st.text(max_size=60).map(lambda t: "/" + t), st.text(max_size=20))
+def test_gateway_route_parsing_takes_any_path(path: str, query: str) -> None:
+    route = forwarding.parse_route(path, query)
+    assert route is None or isinstance(route, forwarding.PathRoute | forwarding.Redirect)
+    name = forwarding.models_api_name(path)
+    assert name is None or isinstance(name, str)
+
+
+@pytest.fixture(scope="module")
+def gateway_port() -> Iterator[int]:
+    """The real gateway handler (aiohttp's low-level server, as gateway.serve runs it) in front of an
+    upstream that answers 200 to anything."""
+    from aiohttp import web
+
+    from gateway.app import Gateway
+    from gateway.config import parse_config
+
+    async def ok(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"ok": True})
+
+    upstream = web.Application()
+    upstream.router.add_route("*", "/{tail:.*}", ok)
+    with ThreadedServer(upstream) as up:
+        config = parse_config(json.dumps({"authTokens": ["tok"], "maxBodyBytes": 4096, "models": {
+            "m": {"url": f"http://127.0.0.1:{up.port}"}, "n/x": {"url": f"http://127.0.0.1:{up.port}/base"}}}))
+        gateway = Gateway(config)
+        with ThreadedServer(lambda: web.Server(gateway.handle, handler_cancellation=True, access_log=None,
+                                               auto_decompress=False), on_stop=gateway.close) as front:
+            yield front.port
+
+
+methods = st.sampled_from(["GET", "POST", "POST", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "G\x01T", "get"])
+paths = st.one_of(st.sampled_from(["/health", "/v1/models", "/v1/models/m", "/v1/models/%ZZ", "/metrics",
+                                   "/route/m/v1/x", "/route/m", "/route/", "/route/%2F/x", "/route/n%2Fx/y",
+                                   "/v1/chat/completions", "http://evil/route/m/x", "*", "//", "/%00"]),
+                  st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=40).map(
+                      lambda t: "/" + t))
+gateway_headers = st.lists(st.tuples(st.sampled_from(["Authorization", "Content-Length", "Transfer-Encoding",
+                                                      "Expect", "Connection", "Host", "X-Forwarded-For", "Te",
+                                                      "Content-Type", "X-Odd"]),
+                                     st.one_of(st.sampled_from(["Bearer tok", "bearer tok", "Bearer nope", "chunked",
+                                                                "100-continue", "close", "0", "5", "99999999",
+                                                                "-1", "trailers", "keep-alive, X-Odd"]),
+                                               st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126),
+                                                       max_size=30))), max_size=3)
+gateway_bodies = st.one_of(st.just(b""), st.binary(max_size=200), st.just(b'{"model": "m"}'),
+                           st.just(b'{"model": "nope"}'), json_values.map(lambda v: json.dumps(v).encode()))
+
+
+def raw_exchange(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@FEW
+@given(methods, paths, st.booleans(), st.booleans(), gateway_headers, gateway_bodies)
+def test_the_gateway_answers_any_request_without_a_500(gateway_port: int, method: str, path: str, bearer: bool,
+                                                       framed: bool, headers: list[tuple[str, str]],
+                                                       body: bytes) -> None:
+    """Mostly well-framed requests with the bearer (so that routing, not only aiohttp's parser, is
+    exercised), plus whatever headers were drawn, framing ones included."""
+    base = [("Authorization", "Bearer tok")] if bearer else []
+    if framed:
+        base.append(("Content-Length", str(len(body))))
+    lines = "".join(f"{k}: {v}\r\n" for k, v in [*base, *headers])
+    head = f"{method} {path} HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n{lines}\r\n"
+    answer = raw_exchange(gateway_port, head.encode("latin-1") + body)
+    if not answer:
+        return  # the connection closed without an answer (a framing error aiohttp drops): no crash either
+    status_line = answer.split(b"\r\n", 1)[0]
+    assert re.match(rb"^HTTP/1\.[01] \d{3}", status_line), answer[:200]
+    status = int(status_line.split()[1])
+    event(f"HTTP {status} " + answer.split(b"\r\n\r\n", 1)[-1][:50].decode(errors="replace"))
+    assert status != 500, answer[:500]
+
+
+# --- coverage-guided, briefly (longer runs: bench/fuzz_atheris.py, figures in docs/reliability.md) -----
+
+def test_atheris_finds_no_crash_in_a_short_run(tmp_path: Path) -> None:
+    pytest.importorskip("atheris")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz_atheris.py"), "all", "-max_total_time=5",
+                           "-runs=200000", f"-artifact_prefix={tmp_path}/"], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"Done \d+ runs", done.stderr), done.stderr[-2000:]
+    assert not list(tmp_path.glob("crash-*"))

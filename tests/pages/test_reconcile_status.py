@@ -1,0 +1,101 @@
+"""The reconciler as the attention strip reports it (failing, blocked, overdue, never run), and the
+revision view's links to the repository's site."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from flask.testing import FlaskClient
+
+from reconciler.server.pages.attention import overdue_after
+from reconciler.server.pages.inputs import gather
+from reconciler.server.pages.revisionview import revision_view, web_url
+from reconciler.server.pages.routes import ago
+from reconciler.state.passes import ActionRecord, PassRecord
+from tests.pages.conftest import LogCapture, World, build_world, login
+from tests.server.conftest import VIEWER_TOKEN
+
+
+def reconcile_issues(client: FlaskClient) -> dict[str, dict[str, object]]:
+    return {r["state"]: r for r in client.get("/api/attention").get_json()["reconcile"]}
+
+
+def test_a_failing_pass_is_shown_with_its_errors(world: World, viewer: FlaskClient) -> None:
+    served = world.runtime.tracker.served
+    assert served is not None
+    world.runtime.store.record_pass(PassRecord(
+        world.clock.now, 0.4, served.revision, "apply", {"Healthy": 1},
+        (ActionRecord("delete", "llmfleet:127.0.0.9:8001", False, "failed", "LiteLLM: HTTP 503"),),
+        ("vast listing: HTTP 500",), ("no deletes while an observation failed (vast listing: HTTP 500)",)))
+    issues = reconcile_issues(viewer)
+    assert set(issues) == {"failing", "blocked"}
+    assert issues["failing"]["errors"] == ["vast listing: HTTP 500"]
+    assert issues["failing"]["failed_actions"] == [{"kind": "delete", "id": "llmfleet:127.0.0.9:8001", "ok": False,
+                                                    "outcome": "failed", "error": "LiteLLM: HTTP 503"}]
+    page = viewer.get("/").get_data(as_text=True)
+    assert "the last reconcile pass failed: 1 observation error(s), 1 failed LiteLLM write(s)" in page
+    assert "delete llmfleet:127.0.0.9:8001: failed: LiteLLM: HTTP 503" in page
+    history = viewer.get("/history").get_data(as_text=True)
+    assert 'class="pass failed"' in history and "deletes blocked:" in history
+
+
+def test_an_overdue_pass_needs_attention(world: World, viewer: FlaskClient) -> None:
+    served = world.runtime.tracker.served
+    assert served is not None
+    late = overdue_after(served.fleet.settings.reconcile)
+    assert late == 2 * 60 + 60
+    world.clock.now += late - 1
+    assert reconcile_issues(viewer) == {}
+    world.clock.now += 2
+    issues = reconcile_issues(viewer)
+    assert list(issues) == ["overdue"]
+    assert "is `llmfleet reconcile` running?" in str(issues["overdue"]["message"])
+    assert "Reconcile overdue" in viewer.get("/models").get_data(as_text=True)
+
+
+def test_no_alarm_when_the_reconciler_plans_only(tmp_path: Path, logs: LogCapture) -> None:
+    world = build_world(tmp_path, passes=0, config={"reconcile": {"dry_run": True}})
+    try:
+        client = world.app.test_client()
+        login(client, VIEWER_TOKEN)
+        assert reconcile_issues(client) == {}
+        assert "the reconciler runs in dry-run mode and records none" in client.get("/").get_data(as_text=True)
+    finally:
+        world.runtime.stop()
+
+
+@pytest.mark.parametrize(("url", "web"), [
+    ("https://github.com/acme/fleet.git", "https://github.com/acme/fleet"),
+    ("https://x-access-token:ghs_secret@github.com/acme/fleet.git", "https://github.com/acme/fleet"),
+    ("git@github.com:acme/fleet.git", "https://github.com/acme/fleet"),
+    ("ssh://git@gitlab.example.com:2222/ops/fleet.git", "https://gitlab.example.com/ops/fleet"),
+    ("http://gitea.local:3000/ops/fleet/", "http://gitea.local:3000/ops/fleet"),
+    ("/srv/git/fleet.git", None), ("file:///srv/git/fleet.git", None), ("", None), (None, None),
+    ("https://github.com/", None), ("https://github.com/acme/fleet?x=<script>", "https://github.com/acme/fleet"),
+    ("https://github.com/acme/fl\"eet", None), ("javascript:alert(1)", None),
+])
+def test_web_url_of_a_remote(url: str | None, web: str | None) -> None:
+    assert web_url(url) == web
+
+
+def test_revision_links_when_a_repo_url_is_configured(world: World) -> None:
+    inputs = gather(world.runtime)
+    served = inputs.served
+    assert served is not None
+    for url, compare in (("git@github.com:acme/fleet.git", "https://github.com/acme/fleet/compare/"),
+                         ("https://gitlab.com/acme/fleet.git", "https://gitlab.com/acme/fleet/-/compare/")):
+        view = revision_view(dataclasses.replace(inputs, settings=dataclasses.replace(inputs.settings, repo_url=url)))
+        [diff] = view.diffs
+        assert diff.link == f"{compare}{served.revision}...{world.bad_commit}"
+        assert [link.label for link in view.links] == [f"commit {served.revision[:12]}",
+                                                       f"commit {world.bad_commit[:12]}"]
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (None, "never"), (-5, "0 s ago"), (59.9, "59 s ago"), (119, "119 s ago"), (120, "2 min ago"),
+    (7199, "119 min ago"), (7200, "2 h ago"), (172800, "2 days ago"),
+])
+def test_ages_read_naturally(seconds: float | None, text: str) -> None:
+    assert ago(seconds) == text

@@ -1,0 +1,254 @@
+"""Every page and API over the scenario's real state (tests/pages/scenario.py): what each shows."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask.testing import FlaskClient
+
+from tests.pages.conftest import World
+from tests.pages.scenario import (
+    BAD_MODEL_ERROR,
+    FIT_PROBLEM,
+    FOREIGN_BOX,
+    HEALTHY_BOX,
+    MANUAL_ID,
+    OTHER_ID,
+    PENDING_BOX,
+    STALLED_BOX,
+    UNKNOWN_BOX,
+)
+
+
+def servers_of(fleet: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{b['name']}:{s['listen_port']}": s for b in fleet["boxes"] for s in b["servers"]}
+
+
+def text_of(html: str) -> str:
+    """The visible text, whitespace collapsed (to check what a reader sees, not the markup)."""
+    spaced = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    return re.sub(r"\s+([:,.;)])", r"\1", re.sub(r"([(])\s+", r"\1", spaced)).strip()
+
+
+def test_fleet_api_joins_repository_records_and_the_last_pass(viewer: FlaskClient, world: World) -> None:
+    port, port2 = world.ports
+    fleet = viewer.get("/api/fleet").get_json()
+    served = world.runtime.tracker.served
+    assert served is not None
+    assert fleet["revision"] == served.revision != world.bad_commit
+    assert fleet["last_pass"]["revision"] == served.revision
+    assert fleet["last_pass"]["ok"] is True
+    assert fleet["verdicts"] == {"Foreign": 1, "Healthy": 1, "Pending": 1, "Stale": 1, "Stalled": 1}
+    assert [b["name"] for b in fleet["boxes"]] == [HEALTHY_BOX, STALLED_BOX, FOREIGN_BOX, PENDING_BOX]
+    servers = servers_of(fleet)
+    healthy, stale = servers[f"{HEALTHY_BOX}:{port}"], servers[f"{HEALTHY_BOX}:{port2}"]
+    assert (healthy["verdict"], healthy["deployment"], healthy["public"]) == ("Healthy", True, f"{HEALTHY_BOX}:{port}")
+    assert (healthy["max_model_len"], healthy["served_max_model_len"]) == (4096, 4096)
+    assert (stale["verdict"], stale["max_model_len"], stale["served_max_model_len"]) == ("Stale", 4096, 2048)
+    assert "must re-fetch and restart" in stale["reason"]
+    stalled = servers[f"{STALLED_BOX}:{port}"]
+    assert (stalled["verdict"], stalled["deployment"]) == ("Stalled", False)
+    assert "never healthy" in stalled["reason"]
+    assert servers[f"{FOREIGN_BOX}:{port}"]["verdict"] == "Foreign"
+    assert servers[f"{PENDING_BOX}:{port}"]["verdict"] == "Pending"
+    boxes = {b["name"]: b for b in fleet["boxes"]}
+    assert boxes[HEALTHY_BOX]["fit"] == {"state": "ok", "text": "fits", "problems": []}
+    assert boxes[HEALTHY_BOX]["reported_revision"] == boxes[HEALTHY_BOX]["fetched_revision"] == served.revision
+    assert boxes[HEALTHY_BOX]["boot_config"] == "current"
+    assert boxes[HEALTHY_BOX]["last_fetch_at"] == world.clock.now
+    assert boxes[HEALTHY_BOX]["availability"] == "available"
+    assert (boxes[STALLED_BOX]["report_outcome"], boxes[STALLED_BOX]["boot_config"]) == ("fit_failed", "not-applied")
+    assert boxes[STALLED_BOX]["fit"]["state"] == "failed"
+    assert boxes[STALLED_BOX]["fit"]["problems"] == [FIT_PROBLEM]
+    assert boxes[PENDING_BOX]["last_fetch_at"] is None
+    assert boxes[PENDING_BOX]["fit"]["state"] == "unknown"
+    assert boxes[PENDING_BOX]["availability"] == "unavailable"
+
+
+def test_fleet_page_shows_each_box_and_server(viewer: FlaskClient, world: World) -> None:
+    port, port2 = world.ports
+    response = viewer.get("/")
+    assert response.status_code == 200
+    html = response.get_data(as_text=True)
+    text = text_of(html)
+    for box in (HEALTHY_BOX, STALLED_BOX, FOREIGN_BOX, PENDING_BOX):
+        assert f'id="box-{box}"' in html
+    for verdict in ("Healthy", "Stale", "Stalled", "Foreign", "Pending"):
+        assert f"{verdict} " in text  # the word beside the icon, not only a colour
+    row = re.search(rf'<tr data-server="{re.escape(HEALTHY_BOX)}:{port2}">(.*?)</tr>', html, re.S)
+    assert row is not None
+    cells = text_of(row.group(1))
+    assert f"{port2} → {HEALTHY_BOX}:{port2}" in cells
+    assert "4096 / 2048" in cells and "differs" in cells
+    assert "present" in cells
+    stalled_row = re.search(rf'<tr data-server="{re.escape(STALLED_BOX)}:{port}">(.*?)</tr>', html, re.S)
+    assert stalled_row is not None and "absent" in text_of(stalled_row.group(1))
+    assert f"does not fit: {FIT_PROBLEM}" in text
+    assert 'class="badge tone-ok"' in html and "#i-check" in html  # colour, icon and word together
+    assert "Verdicts from the reconcile pass" in text
+
+
+def test_a_box_running_an_older_boot_config_is_behind(viewer: FlaskClient, world: World) -> None:
+    from tests.pages.scenario import report_body
+    from tests.server.conftest import box_headers
+
+    plane = world.app.test_client()
+    config = plane.get("/vllm/config", headers=box_headers(FOREIGN_BOX)).get_json()
+    report = report_body(config)
+    report["servers"][0]["digest"] = "sha256:" + "0" * 64  # what an older revision rendered for it
+    assert plane.post("/vllm/report", json=report, headers=box_headers(FOREIGN_BOX)).status_code == 200
+    box = next(b for b in viewer.get("/api/fleet").get_json()["boxes"] if b["name"] == FOREIGN_BOX)
+    assert (box["report_outcome"], box["boot_config"]) == ("installed", "stale")
+    section = viewer.get("/").get_data(as_text=True).split(f'id="box-{FOREIGN_BOX}"', 1)[1].split("</section>")[0]
+    assert "behind the served revision: must re-fetch and restart" in text_of(section)
+
+
+def test_models_api_and_page_roll_up(viewer: FlaskClient, world: World) -> None:
+    port = world.ports[0]
+    models = {m["name"]: m for m in viewer.get("/api/models").get_json()["models"]}
+    assert models["tiny-a"]["availability"] == "degraded"
+    assert (models["tiny-a"]["serving"], models["tiny-a"]["total"]) == (1, 2)
+    assert models["tiny-a"]["deployments"] == [f"{HEALTHY_BOX}:{port}"]
+    assert models["tiny-a"]["min_context"] == 4096
+    assert models["tiny-b"]["min_context"] == 2048  # what the stale server really serves
+    assert models["tiny-b"]["verdicts"] == {"Pending": 1, "Stale": 1}
+    assert models["slow-c"] == {"name": "slow-c", "availability": "unavailable", "serving": 0, "total": 1,
+                                "deployments": [], "min_context": None, "verdicts": {"Stalled": 1}}
+    text = text_of(viewer.get("/models").get_data(as_text=True))
+    assert "tiny-a degraded 1 of 2" in text
+    assert "slow-c unavailable 0 of 1 none" in text
+
+
+def test_attention_api_lists_everything_that_needs_an_operator(viewer: FlaskClient, world: World) -> None:
+    port = world.ports[0]
+    attention = viewer.get("/api/attention").get_json()
+    assert [b["box"] for b in attention["unknown_boxes"]] == [UNKNOWN_BOX]
+    assert attention["unknown_boxes"][0]["approval"] is None
+    assert {(s["box"], s["verdict"]) for s in attention["servers"]} == {
+        (HEALTHY_BOX, "Stale"), (STALLED_BOX, "Stalled"), (FOREIGN_BOX, "Foreign")}
+    [invalid] = attention["invalid_commits"]
+    assert invalid["revision"] == world.bad_commit and invalid["head"] is True
+    assert any(BAD_MODEL_ERROR in e for e in invalid["errors"])
+    drift = {d["id"]: d for d in attention["drift"]}
+    assert drift[MANUAL_ID]["fleet_server"] == f"{HEALTHY_BOX}:{port}"
+    assert drift[OTHER_ID]["fleet_server"] is None
+    assert [d["id"] for d in attention["drift"]] == [MANUAL_ID, OTHER_ID]  # pointing at the fleet first
+    assert attention["duplicates"] == [{"api_base": f"http://{HEALTHY_BOX}:{port}/v1", "model_name": "tiny-a",
+                                        "ids": [f"llmfleet:{HEALTHY_BOX}:{port}", MANUAL_ID]}]
+    assert attention["reconcile"] == []
+    assert attention["count"] == 1 + 3 + 1 + 2 + 1
+    assert attention["approve_models"] == ["slow-c", "tiny-a", "tiny-b"]
+    assert attention["approve_slots"] == 2
+
+
+def test_attention_strip_is_on_every_page(viewer: FlaskClient, world: World) -> None:
+    for path in ("/", "/models", "/revision", "/history"):
+        html = viewer.get(path).get_data(as_text=True)
+        text = text_of(html)
+        assert "Needs attention: 8" in text, path
+        assert f"Unknown box {UNKNOWN_BOX} presented the fleet key 1 time" in text
+        assert f"Invalid commit {world.bad_commit[:12]} (head of main) is not served" in text
+        assert BAD_MODEL_ERROR.replace("'", "&#39;") in html
+        assert f"deployment {MANUAL_ID} (tiny-a)" in text
+        assert "Duplicate deployments 2 deployments of tiny-a" in text
+        assert "Log in with an admin token to approve it." in text  # a viewer sees no Approve form
+        assert 'action="/approve"' not in html
+
+
+def test_revision_api_and_page(viewer: FlaskClient, world: World) -> None:
+    revision = viewer.get("/api/revision").get_json()
+    served = world.runtime.tracker.served
+    assert served is not None
+    assert revision["served"] == served.revision
+    assert revision["attempted"]["revision"] == world.bad_commit
+    assert revision["attempted"]["valid"] is False
+    assert revision["branch"] == "main"
+    assert revision["repository"] == str(world.repo)
+    [diff] = revision["diffs"]
+    assert diff["command"] == f"llmfleet diff {served.revision} {world.bad_commit} --repo {world.repo}"
+    assert diff["link"] is None  # a local repository: no site to link to
+    text = text_of(viewer.get("/revision").get_data(as_text=True))
+    assert diff["command"] in text
+    assert "Why the head is not served" in text
+
+
+def test_history_api_and_page(viewer: FlaskClient, world: World) -> None:
+    port, port2 = world.ports
+    passes = viewer.get("/api/passes").get_json()["passes"]
+    assert len(passes) == 2
+    first = passes[-1]
+    assert sorted((a["kind"], a["id"], a["outcome"]) for a in first["actions"]) == sorted([
+        ("create", f"llmfleet:{HEALTHY_BOX}:{port}", "created"), ("create", f"llmfleet:{HEALTHY_BOX}:{port2}", "created")])
+    assert passes[0]["actions"] == []
+    assert passes[0]["drift"] == 2
+    assert viewer.get("/api/passes?limit=1").get_json()["passes"] == passes[:1]
+    for bad in ("0", "201", "x", "-1", "1.5", "²"):
+        response = viewer.get(f"/api/passes?limit={bad}")
+        assert response.status_code == 400
+        assert "limit must be an integer in 1..200" in response.get_json()["error"]
+    text = text_of(viewer.get("/history").get_data(as_text=True))
+    assert f"create llmfleet:{HEALTHY_BOX}:{port}: created" in text
+    assert "The last 2 reconcile passes" in text
+
+
+def test_fragments_render_the_live_region_only(viewer: FlaskClient) -> None:
+    for path in ("/", "/models", "/revision", "/history"):
+        whole = viewer.get(path).get_data(as_text=True)
+        part = viewer.get(f"{path}?fragment=1").get_data(as_text=True)
+        assert "<html" in whole and "<html" not in part and "<header class=\"top\">" not in part
+        assert 'class="attention has-items"' in part
+        inner = whole.split('<main id="live" data-refresh="15">', 1)[1].split("</main>", 1)[0]
+        assert text_of(part) == text_of(inner)
+
+
+def test_pages_work_without_javascript(viewer: FlaskClient) -> None:
+    html = viewer.get("/").get_data(as_text=True)
+    assert '<noscript><meta http-equiv="refresh" content="60"></noscript>' in html
+    assert '<script src="/pages/static/pages.js" defer></script>' in html
+    assert "<script>" not in html  # nothing inline: the CSP allows scripts from the site only
+    for asset in ("/pages/static/pages.js", "/pages/static/pages.css"):
+        response = viewer.get(asset)
+        assert response.status_code == 200
+        assert "http://" not in response.get_data(as_text=True) and "https://" not in response.get_data(as_text=True)
+
+
+def test_no_pass_yet_and_no_reconciler(tmp_path: Any, logs: Any) -> None:
+    from tests.pages.conftest import build_world, login
+    from tests.server.conftest import VIEWER_TOKEN
+
+    world = build_world(tmp_path / "a", passes=0)
+    try:
+        client = world.app.test_client()
+        login(client, VIEWER_TOKEN)
+        fleet = client.get("/api/fleet").get_json()
+        assert fleet["last_pass"] is None
+        assert {s["verdict"] for b in fleet["boxes"] for s in b["servers"]} == {None}
+        assert fleet["verdicts"] == {"Not judged": 5}
+        attention = client.get("/api/attention").get_json()
+        assert [r["state"] for r in attention["reconcile"]] == ["missing"]
+        text = text_of(client.get("/").get_data(as_text=True))
+        assert "No reconcile pass recorded yet" in text
+        assert "Not judged" in text
+    finally:
+        world.runtime.stop()
+    unconfigured = build_world(tmp_path / "b", passes=0, config={"litellm": None})
+    try:
+        client = unconfigured.app.test_client()
+        login(client, VIEWER_TOKEN)
+        assert client.get("/api/attention").get_json()["reconcile"] == []  # no reconciler configured: no alarm
+    finally:
+        unconfigured.runtime.stop()
+
+
+def test_what_boxes_send_is_escaped(viewer: FlaskClient, world: World) -> None:
+    """A box that has the fleet key chooses its claimed name: it must not become markup."""
+    from tests.server.conftest import box_headers
+
+    hostile = '<img src=x onerror="alert(1)">'
+    plane = world.app.test_client()
+    assert plane.get("/vllm/config", headers=box_headers(hostile)).status_code == 404
+    assert hostile in [b["box"] for b in viewer.get("/api/attention").get_json()["unknown_boxes"]]
+    html = viewer.get("/").get_data(as_text=True)
+    assert hostile not in html
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in html
