@@ -24,7 +24,7 @@ environment:
   LITELLM_MASTER_KEY       the master key of the proxy given with --litellm-url
   LLMFLEET_DEMO_LITELLM=1  build a LiteLLM proxy with PostgreSQL for the run (../shared/litellm-offline,
                            as CI does; about two minutes, needs root)
-exit status: 0 done (or Ctrl-C), 1 the demo failed or, with --once, the final state is wrong"""
+exit status: 0 done (or Ctrl-C, without --once), 1 the demo failed or, with --once, the final state is wrong"""
 
 
 def _example() -> Path:
