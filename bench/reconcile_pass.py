@@ -4,8 +4,10 @@ N boxes (Vast, one loopback address each: 127.1.x.y), 3 servers per box, 5% of t
 (probe timeouts), 5% answer with another bearer (Foreign). The fakes (a multi-port vLLM stand-in, Vast's
 paged listing, LiteLLM's model API over HTTP) run in a separate process; the reconciler runs here.
 Two passes: the first creates every deployment, the second is the steady state (nothing to write).
+`--state URL` keeps the reconciler's state in a real store (sqlite:///PATH or postgresql://...) instead
+of memory: the probe histories of every server are then written after each pass.
 
-    .venv/bin/python bench/reconcile_pass.py --boxes 1000 --probe-concurrency 256
+    .venv/bin/python bench/reconcile_pass.py --boxes 1000 --probe-concurrency 256 [--state URL]
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -40,7 +43,8 @@ from reconciler.reconcile.observe.http import RetryPolicy
 from reconciler.reconcile.observe.litellm import LitellmClient
 from reconciler.reconcile.observe.observer import Observer
 from reconciler.reconcile.observe.providers import ProviderAccess, VastClient
-from reconciler.reconcile.store import MemoryStore
+from reconciler.reconcile.store import open_store
+from reconciler.state.sqlstore import SqlStateStore
 
 SALT = "bench-salt-0123456789abcdef"
 PORTS = (8001, 8002, 8003)
@@ -100,7 +104,20 @@ def build_fleet(servers: list[dict[str, Any]], probe_concurrency: int, timeout: 
     return Fleet("b" * 40, settings, frozen_map(recipes), frozen_map(boxes))
 
 
+def raise_open_files_limit() -> int:
+    """One listening socket per fake server: 30,000 at 10,000 boxes. Root may raise the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for wanted in (max(hard, 1 << 17), hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+            return wanted
+        except (ValueError, OSError):
+            continue
+    return soft
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    raise_open_files_limit()  # inherited by the fakes' process
     servers = plan_servers(args.boxes)
     root = str(Path(__file__).resolve().parents[1])
     fakes = subprocess.Popen([sys.executable, __file__, "--serve-fakes"], stdin=subprocess.PIPE,
@@ -110,6 +127,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     fakes.stdin.write(json.dumps({"servers": servers}) + "\n")
     fakes.stdin.flush()
     ready = json.loads(fakes.stdout.readline())
+    store = open_store(getattr(args, "state", None))
     try:
         fleet = build_fleet(servers, args.probe_concurrency, args.probe_timeout)
         access = ProviderAccess("vast-test-key", f"http://127.0.0.1:{ready['vast']}", 30, RetryPolicy(attempts=3))
@@ -117,7 +135,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         reconciler = Reconciler(Bearers(Salt(SALT)), observer,
                                 lambda session: LitellmClient(session, f"http://127.0.0.1:{ready['litellm']}",
                                                               ready["key"]),
-                                MemoryStore(), write_concurrency=args.write_concurrency)
+                                store, write_concurrency=args.write_concurrency)
         results = {}
         for name in ("first pass (creates)", "steady pass"):
             cpu0, t0 = time.process_time(), time.perf_counter()
@@ -129,6 +147,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return {"boxes": args.boxes, "servers": len(servers), "probe_concurrency": args.probe_concurrency,
                 "probe_timeout_s": args.probe_timeout, "passes": results, "load": os.getloadavg()}
     finally:
+        if isinstance(store, SqlStateStore):
+            store.close()
         fakes.stdin.close()
         fakes.wait(timeout=30)
 
@@ -139,6 +159,7 @@ def main() -> None:
     parser.add_argument("--probe-concurrency", type=int, default=256)
     parser.add_argument("--probe-timeout", type=float, default=3.0)
     parser.add_argument("--write-concurrency", type=int, default=8)
+    parser.add_argument("--state", metavar="URL", help="the reconciler's state store (default: in memory)")
     parser.add_argument("--serve-fakes", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fakes:

@@ -15,7 +15,7 @@ and advisory locks).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -83,10 +83,3 @@ class Tx:
 def dict_rows(cursor: Any, row: Sequence[Any]) -> dict[str, Any]:
     """sqlite3's row factory giving the same rows as psycopg's dict_row."""
     return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
-
-
-def statements(script: str) -> Iterator[str]:
-    """The statements of a migration script (no migration puts a `;` inside a literal)."""
-    for statement in script.split(";"):
-        if statement.strip():
-            yield statement.strip()
