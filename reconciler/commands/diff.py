@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from reconciler.commands.common import EXIT_INVALID, EXIT_OK, CommandError, handle_errors
 from reconciler.diff import DEFAULT_MAX_CHARS, diff_fleets, render_json, render_markdown, render_text
 from reconciler.diff.invalid import render_invalid_json, render_invalid_markdown, render_invalid_text
+from reconciler.diff.sections import Section
+from reconciler.fleet.jsonvalue import JSON
 from reconciler.fleet.model import Fleet, FleetSettings, frozen_map
 from reconciler.fleet.source import GitFleetRepo, Snapshot, SourceError
 from reconciler.fleet.validate import Validation, validate_snapshot
@@ -51,6 +55,9 @@ def register(subparsers: Any) -> None:
                         help="text for a terminal, markdown for a pull-request comment, json for programs")
     parser.add_argument("--detailed-exitcode", action="store_true",
                         help="exit 0 without changes, 2 with changes, 1 on any error")
+    parser.add_argument("--attach-plan", metavar="FILE",
+                        help="append a plan saved by `llmfleet plan --against HEAD --out FILE` (JSON) or its text "
+                             "output: what the reconciler would do against the live fleet if HEAD were merged")
     parser.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS, metavar="N",
                         help=f"cut the markdown report to N characters (default: {DEFAULT_MAX_CHARS}, under "
                              "GitHub's 65,536-character comment limit)")
@@ -109,12 +116,58 @@ def compare(args: argparse.Namespace) -> int:
               else render_invalid_json(sides), end="")
         return EXIT_INVALID
     report = diff_fleets(old.fleet, new.fleet)
+    plan = attached_plan(args.attach_plan) if args.attach_plan else None
+    extra = (plan[0],) if plan else ()
     if args.format == "markdown":
-        print(render_markdown(report, max_chars=args.max_chars), end="")
+        print(render_markdown(report, extra, max_chars=args.max_chars), end="")
     elif args.format == "json":
-        print(render_json(report), end="")
+        print(render_json(report, {"plan": plan[1]} if plan else None), end="")
     else:
-        print(render_text(report), end="")
+        print(render_text(report, extra), end="")
     if args.detailed_exitcode and report.changed:
         return EXIT_CHANGES
     return EXIT_OK
+
+
+PLAN_TITLE = "Plan against the live fleet (what the reconciler would do if HEAD were merged)"
+
+
+def attached_plan(path: str) -> tuple[Section, JSON]:
+    """A plan file for the report: the section to render and the value for the JSON form.
+
+    A JSON plan (`llmfleet plan --out`) is summarised from its actions; anything else is shown as the
+    text `llmfleet plan` printed (its error, when the plan could not be made, is worth showing too)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(f"--attach-plan {path}: cannot read it ({exc})") from None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    if isinstance(document, dict) and isinstance(document.get("actions"), list):
+        return Section(PLAN_TITLE, _plan_summary(document), tuple(_plan_lines(document))), document
+    lines = tuple(line.rstrip() for line in text.splitlines()) or ("  (empty plan output)",)
+    return Section(PLAN_TITLE, lines[-1].strip(), lines), text
+
+
+def _plan_summary(document: dict[str, Any]) -> str:
+    counts = document.get("summary")
+    if isinstance(counts, dict):
+        return (f"Plan: {counts.get('add', 0)} to add, {counts.get('change', 0)} to change, "
+                f"{counts.get('destroy', 0)} to destroy.")
+    return f"{len(document['actions'])} actions"
+
+
+def _plan_lines(document: dict[str, Any]) -> list[str]:
+    signs = {"create": "+", "update": "~", "delete": "-", "replace": "-/+"}
+    lines = [f"! {error}" for error in document.get("errors") or [] if isinstance(error, str)]
+    for action in document["actions"]:
+        if isinstance(action, dict):
+            kind = str(action.get("action", "?"))
+            lines.append(f"{signs.get(kind, '?')} {kind} {action.get('id', '?')} {action.get('model_name', '')}"
+                         f"  # {action.get('reason', '')}")
+    lines.extend(f"  held {held.get('action', '?')} {held.get('id', '?')}  # {held.get('reason', '')}"
+                 for held in document.get("held") or [] if isinstance(held, dict))
+    lines.append(_plan_summary(document))
+    return lines

@@ -69,6 +69,7 @@ class IntendedServer:
     # On a box with a gateway, the gateway's listen port: LiteLLM and the probes reach this server
     # through it (`bearer` is then the gateway's), and `port` is the server's loopback port behind it.
     gateway_port: int | None = None
+    gateway_models: int | None = None  # how many models the placement puts behind that gateway
 
     @property
     def dial_port(self) -> int:
@@ -107,6 +108,8 @@ def intended_state(fleet: Fleet, bearers: Bearers) -> Intended:
     servers: dict[ServerKey, IntendedServer] = {}
     grace = fleet.settings.reconcile.health_grace_s
     for box in fleet.boxes.values():
+        behind = (len({fleet.recipes[row.model].vllm.served_model_name for row in box.servers})
+                  if box.gateway_port is not None else None)
         for row in box.servers:
             recipe = fleet.recipes[row.model]
             bearer = bearers.for_server(fleet, box.name, row)
@@ -120,7 +123,7 @@ def intended_state(fleet: Fleet, bearers: Bearers) -> Intended:
                 provider=box.provider or Provider.STATIC, pinned_public_port=row.public_port,
                 paused=box.reconcile is ReconcileMode.PAUSED or recipe.reconcile is ReconcileMode.PAUSED,
                 health_grace_s=recipe.health_grace_s if recipe.health_grace_s is not None else grace,
-                route=recipe.litellm, gateway_port=box.gateway_port)
+                route=recipe.litellm, gateway_port=box.gateway_port, gateway_models=behind)
     return Intended(fleet.revision, fleet.settings.reconcile, servers)
 
 

@@ -51,6 +51,7 @@ class ProbeResult:
     served_names: tuple[str, ...] = ()
     max_model_len: int | None = None
     root: str | None = None
+    gateway_models: int | None = None  # behind a box gateway: the model count its own /health reports
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,10 @@ def _staleness(server: IntendedServer, probe: ProbeResult, facts: BoxFacts) -> s
                 "the box must re-fetch and restart vLLM")
     if probe.root is not None and probe.root != server.weights:
         return f"serves weights {probe.root}, the repo says {server.weights}: the box must re-fetch and restart vLLM"
+    if (server.gateway_models is not None and probe.gateway_models is not None
+            and probe.gateway_models != server.gateway_models):
+        return (f"the box gateway routes {probe.gateway_models} model(s), the placement puts "
+                f"{server.gateway_models} behind it: the box must re-fetch its config and restart the gateway")
     report = facts.report
     if report is not None:
         applied = report.digests.get(server.name)

@@ -172,3 +172,31 @@ def test_the_pull_request_that_adds_the_fleet_shows_all_of_it_as_new(tmp_path: P
     git(repo, "commit", "-q", "-m", "partial")
     code, _, err = run(capsys, "diff", "partial", "add-fleet", "--repo", str(repo))
     assert code == 1 and "BASE" in err and "missing: a fleet repository needs models.yaml" in err
+
+
+def test_attach_plan_json_and_text(pr: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plan saved by the planner (`plan --out`) rides along in every format; a text plan (or the error a
+    failed `llmfleet plan` printed) is shown as it is."""
+    from reconciler.reconcile.render import render_json as render_plan_json
+    from tests.reconcile.builders import failed, ok, server
+    from tests.reconcile.test_plan import deployment_for, intended, plan_of
+
+    a, b = server("127.0.0.2", 8001, "qwen"), server("127.0.0.3", 8001, "qwen")
+    plan = plan_of([a, b], {a.key: ok(a), b.key: failed()}, [deployment_for(server("127.0.0.4", 8001))])
+    saved = tmp_path / "plan.json"
+    saved.write_text(render_plan_json(plan, intended([a, b])))
+    code, out, _ = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(saved))
+    assert code == 0
+    assert "Plan against the live fleet" in out
+    assert "+ create llmfleet:127.0.0.2:8001 qwen" in out and "- delete llmfleet:127.0.0.4:8001" in out
+    assert "Plan: 1 to add, 0 to change, 1 to destroy." in out
+    _, out, _ = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(saved), "--format", "json")
+    assert json.loads(out)["plan"]["summary"] == {"add": 1, "change": 0, "destroy": 1}
+    _, out, _ = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(saved), "--format", "markdown")
+    assert "<summary>" in out and "Plan: 1 to add" in out and a.bearer not in out
+    failed_plan = tmp_path / "plan.txt"
+    failed_plan.write_text("llmfleet plan: LiteLLM at http://127.0.0.1:1 is unreachable\n")
+    _, out, _ = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(failed_plan))
+    assert "LiteLLM at http://127.0.0.1:1 is unreachable" in out
+    code, _, err = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(tmp_path / "missing"))
+    assert code == 2 and "cannot read it" in err

@@ -211,3 +211,20 @@ def test_example_files_reference_a_schema_that_validates_them(name: str) -> None
     assert schema_path.is_file() and schema_path.parent == ROOT / "schemas"
     schema = json.loads(schema_path.read_text())
     jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(textwrap.dedent(text)))
+
+
+def test_plan_step_attaches_its_result_or_its_failure(checkout: Path, tmp_path: Path) -> None:
+    """With `plan: true` the plan step runs `llmfleet plan --against HEAD`; here LiteLLM is unreachable, so the
+    plan fails and its message (not a secret, not a crash) is attached to the report the diff step writes."""
+    env = {"FLEET_DIR": ".", "LITELLM_URL": "http://127.0.0.1:9", "LITELLM_MASTER_KEY": "sk-test-master",
+           "LLMFLEET_VLLM_API_SALT": "test-salt-0123456789abcdef"}
+    result, out = run_step("Plan against the live fleet", env, checkout, tmp_path)
+    assert result.returncode == 0, result.stderr
+    attached = Path(out["file"]).read_text()
+    assert attached.strip() and "sk-test-master" not in attached
+    result, out = run_step("Compare with the base branch", {"FLEET_DIR": ".", "BASE_INPUT": "", "PR_BASE": "main",
+                                                            "PLAN_FILE": str(tmp_path / "llmfleet-plan.json")},
+                           checkout, tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = Path(out["report"]).read_text()
+    assert "Plan against the live fleet" in report and attached.splitlines()[0] in report

@@ -106,6 +106,8 @@ def test_probes_go_through_the_gateway_to_each_server(gateway_box: GatewayBox) -
         async with aiohttp.ClientSession() as session:
             async def status(name: str, bearer: str = gateway_box.bearer) -> ProbeStatus:
                 return (await probe(session, endpoint, bearer, name, 5, via_gateway=True)).status
+            healthy = await probe(session, endpoint, gateway_box.bearer, "tiny-a", 5, via_gateway=True)
+            assert healthy.gateway_models == 2  # the gateway's own /health count rides along
             found = {"a": await status("tiny-a"), "wrong bearer": await status("tiny-a", "sk-vllm-nope"),
                      "not routed": await status("tiny-c")}
             gateway_box.stubs["tiny-b"].kill()

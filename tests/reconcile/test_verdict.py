@@ -76,6 +76,10 @@ CASES = [
      BoxFacts(NOW - 60, BoxReport("b" * 40, {"m": "sha256:old"}, NOW - 50)), Verdict.STALE, "revision bbbb"),
     ("healthy: reported digest matches", HERE, ok(S), after(FRESH, G),
      BoxFacts(NOW - 60, BoxReport("a" * 40, {"m": S.digest}, NOW - 50)), Verdict.HEALTHY, "serves"),
+    ("gateway: routes fewer models than placed", HERE, ok(S, gateway_models=1), after(FRESH, G), FETCHED_LONG_AGO,
+     Verdict.STALE, "routes 1 model(s), the placement puts 2"),
+    ("gateway: routes what the placement puts behind it", HERE, ok(S, gateway_models=2), after(FRESH, G),
+     FETCHED_LONG_AGO, Verdict.HEALTHY, "serves"),
     ("foreign: bearer rejected", HERE, ProbeResult(ProbeStatus.UNAUTHORIZED, "GET /v1/models rejects our bearer"),
      after(up_history(), F), FETCHED_LONG_AGO, Verdict.FOREIGN, "rejects our bearer"),
     ("foreign: another model", HERE, ProbeResult(ProbeStatus.WRONG_MODEL, "GET /v1/models lists x, not m"),
@@ -96,6 +100,8 @@ CASES = [
 def test_verdict_table(name: str, resolution: Resolution, probe: ProbeResult | None, history: ServerHistory,
                        facts: BoxFacts, verdict: Verdict, words: str) -> None:
     s = dataclasses.replace(S, provider=Provider.VAST) if "vast" in name or "missing" in name else S
+    if name.startswith("gateway"):
+        s = dataclasses.replace(s, gateway_port=8003, gateway_models=2)
     judgement = judge(s, resolution, probe, history, facts, SETTINGS, NOW)
     assert judgement.verdict is verdict, judgement.reason
     assert words in judgement.reason

@@ -4,7 +4,9 @@ Behind a box gateway the same two requests go through the gateway's path routing
 `/route/<served name>/health` and `/route/<served name>/v1/models`, with the gateway's bearer: the
 gateway answers its own /v1/models from its config, so only a routed request says that the vLLM
 behind it serves, and with the bearer the gateway holds for it. A 502/503/504 from the gateway is its
-upstream not answering (loading or down); a 404 is a gateway that does not route the model yet.
+upstream not answering (loading or down); a 404 is a gateway that does not route the model yet. A
+routed probe that passes also reads the gateway's own unauthenticated `/health` model count, which the
+judge compares with the placement (a gateway routing another number of models runs an older config).
 
 vLLM binds its port only once loaded, so while loading a connect is refused (or, through provider NAT,
 reset or silent): all of those are failed probes, never "bad key". A passing /health says something
@@ -15,6 +17,7 @@ side (name resolution) are ERROR, which the judge reads as Unknown.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from urllib.parse import quote
 
 import aiohttp
@@ -98,4 +101,28 @@ async def probe(session: aiohttp.ClientSession, endpoint: Endpoint, bearer: str,
         return _classify(exc, what, timeout_s)
     except asyncio.CancelledError:
         raise
-    return read_models(body, served_name)
+    result = read_models(body, served_name)
+    if via_gateway and result.status is ProbeStatus.OK:
+        result = dataclasses.replace(result, gateway_models=await _gateway_model_count(session, endpoint, timeout))
+    return result
+
+
+def read_gateway_health(body: JSON) -> int | None:
+    """Pure: the box gateway's own `/health` body (`{"status": "ok", "models": N}`) -> N."""
+    models = body.get("models") if isinstance(body, dict) else None
+    return models if isinstance(models, int) and not isinstance(models, bool) and models >= 0 else None
+
+
+async def _gateway_model_count(session: aiohttp.ClientSession, endpoint: Endpoint,
+                               timeout: aiohttp.ClientTimeout) -> int | None:
+    """How many models the box gateway routes, from its unauthenticated `/health`: a count that differs
+    from the placement's says the gateway runs an older config. None when it cannot be read (the routed
+    probe already said the server serves; this is only a second opinion)."""
+    try:
+        async with session.get(URL(endpoint.url("/health"), encoded=True), timeout=timeout,
+                               allow_redirects=False) as response:
+            if response.status != 200:
+                return None
+            return read_gateway_health(await response.json(content_type=None))
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+        return None
