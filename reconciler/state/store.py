@@ -102,8 +102,6 @@ class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, Protocol):
 
 
 SQLITE_PREFIX = "sqlite:///"
-
-
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
 

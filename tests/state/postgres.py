@@ -47,10 +47,11 @@ class Cluster:
 
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
-        self.root = Path(tempfile.mkdtemp(prefix="llmfleet-pg-"))
+        self._as_postgres = os.geteuid() == 0  # initdb refuses to run as root
+        # The postgres user must reach its data directory: /tmp itself, whatever TMPDIR says, when root.
+        self.root = Path(tempfile.mkdtemp(prefix="llmfleet-pg-", dir="/tmp" if self._as_postgres else None))
         self.port = free_port()
         self.password = secrets.token_urlsafe(18)
-        self._as_postgres = os.geteuid() == 0  # initdb refuses to run as root
         if self._as_postgres:
             user = pwd.getpwnam("postgres")
             os.chown(self.root, user.pw_uid, user.pw_gid)
