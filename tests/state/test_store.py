@@ -285,3 +285,35 @@ def test_sqlite_pass_lock_is_a_file_beside_the_database(tmp_path: Path) -> None:
                 pass
     finally:
         store.close()
+
+
+def config_problems(tmp_path: Path, state: str) -> str:
+    from reconciler.config import ConfigError, load_config
+
+    path = tmp_path / "cp.yaml"
+    path.write_text(f"repo: {{path: /x}}\nsecrets: {{vllm_api_salt: '${{env:SALT}}'}}\nstate: {state}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, {"SALT": "salt-0123456789abcdef", "PG": "pg-secret"})
+    return str(caught.value)
+
+
+def test_config_keeps_the_password_out_of_the_url(tmp_path: Path) -> None:
+    from reconciler.config import load_config
+
+    message = config_problems(tmp_path, "{url: 'postgresql://llmfleet:hunter2-in-url@db/llmfleet'}")
+    assert "/state/url: the URL carries a password" in message
+    assert "hunter2-in-url" not in message
+    message = config_problems(tmp_path, "{url: 'sqlite:///s.db', password: '${env:PG}'}")
+    assert "/state/password: a password is only for a postgresql:// state url" in message
+    message = config_problems(tmp_path, "{url: 'postgresql://llmfleet@db/llmfleet', password: pg-literal}")
+    assert "/state/password" in message
+    assert "pg-literal" not in message  # a literal is refused without being echoed
+    path = tmp_path / "ok.yaml"
+    path.write_text("repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:SALT}'}\n"
+                    "state: {url: 'postgresql://llmfleet@db/llmfleet', password: '${env:PG}', "
+                    "fetch_log_max_rows: 5000, fetch_log_max_age_days: 0.5}\n")
+    config = load_config(path, {"SALT": "salt-0123456789abcdef", "PG": "pg-secret"})
+    assert config.state.password is not None
+    assert config.state.password.reveal() == "pg-secret"
+    assert "pg-secret" not in repr(config)
+    assert config.state.retention == FetchRetention(5000, 43200.0)
