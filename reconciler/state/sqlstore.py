@@ -4,9 +4,10 @@
 reconciler's (reconciler/reconcile/store.py) with SQL written once (the portable subset,
 reconciler/state/dialect.py) over an engine adapter: `SqliteDatabase` or `PostgresDatabase`.
 
-Fetch records, the one write on every box request, are buffered and written in batches (one
-transaction per batch, at most FLUSH_INTERVAL_S later, and before any read of the fetch log), so a
-thousand boxes fetching at once cost a few transactions, not a thousand. After a write, at most once
+Fetch records, the one write on every box request, are buffered and written in batches by a
+background thread (one transaction per batch, at most FLUSH_INTERVAL_S later or as soon as FLUSH_AT
+are waiting, and before any read of the fetch log), so a thousand boxes fetching at once cost a few
+transactions, not a thousand, and a request never waits on the database. After a write, at most once
 every `retention.every_s`, the fetch log is pruned to its retention (by count and by age). When the
 database is unreachable the records wait in the buffer (up to MAX_PENDING) and are written once it
 is back; box requests are answered all the same.
@@ -92,6 +93,7 @@ class SqlStateStore:
         self._pending_lock = threading.Lock()
         self._flush_lock = threading.Lock()  # one batch at a time keeps the log in arrival order
         self._closed = threading.Event()
+        self._wake = threading.Event()
         self._flusher: threading.Thread | None = None
         self._last_prune = clock()
         self.flush_error: str | None = None  # the last failed write of the fetch log, until one succeeds
@@ -114,16 +116,18 @@ class SqlStateStore:
                          fetch.forwarded_for, fetch.box, fetch.revision, fetch.replica)
         with self._pending_lock:
             self._pending.append(row)
-            full = len(self._pending) >= FLUSH_AT
+            if len(self._pending) >= FLUSH_AT:
+                self._wake.set()  # the writer goes now; the request never waits on the database
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._flush_loop, name="llmfleet-fetch-log", daemon=True)
                 self._flusher.start()
-        if full:
-            self._flush_quietly()
 
     def _flush_loop(self) -> None:
-        while not self._closed.wait(FLUSH_INTERVAL_S):
-            self._flush_quietly()
+        while not self._closed.is_set():
+            self._wake.wait(FLUSH_INTERVAL_S)
+            self._wake.clear()
+            if not self._closed.is_set():
+                self._flush_quietly()
 
     def _flush_quietly(self) -> None:
         try:
@@ -291,6 +295,7 @@ class SqlStateStore:
         if self._closed.is_set():
             return
         self._closed.set()
+        self._wake.set()
         if self._flusher is not None:
             self._flusher.join(timeout=5)
         try:

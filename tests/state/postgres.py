@@ -63,9 +63,16 @@ class Cluster:
         self._run("initdb", "-D", str(self.data), "-A", "scram-sha-256", "-U", "postgres", f"--pwfile={pwfile}",
                   "--no-sync")
         pwfile.unlink()
+        self.start()
+
+    def start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "postgres.log"), "-w", "-t", "60", "-o",
                   f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200", "start")
+
+    def halt(self) -> None:
+        """Stop the server, keeping its data (`start()` brings it back on the same port)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def _run(self, tool: str, *args: str) -> None:
         command = [str(self.bindir / tool), *args]

@@ -3,6 +3,7 @@ record names the replica that answered, and a database that refuses a write is a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,3 +60,44 @@ def test_a_refused_write_is_a_503(client: FlaskClient, runtime: Runtime) -> None
     assert client.get("/vllm/config", headers=box_headers()).status_code == 200  # configs are still served
     with runtime.store.db.transaction() as tx:
         tx.execute("ALTER TABLE attention_away RENAME TO attention")
+
+
+def test_configs_are_served_while_postgres_is_down_and_the_log_catches_up(tmp_path: Path, fleet_git: Path) -> None:
+    """A cluster of this test's own, stopped and started again under a running control plane."""
+    from tests.state.postgres import Cluster, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed (no initdb/pg_ctl): apt-get install postgresql")
+    cluster = Cluster(bindir)
+    try:
+        document = base_config(fleet_git, tmp_path / "unused.sqlite3")
+        url, _ = split_password(cluster.url)
+        document["state"] = {"url": url, "password": "${env:PG_PASSWORD}"}
+        path = tmp_path / "cp.yaml"
+        path.write_text(yaml.safe_dump(document))
+        runtime = start_up(load_config(path, {**ENV, "PG_PASSWORD": cluster.password}), replica="cp-outage")
+        try:
+            client = create_app(runtime).test_client()
+            assert client.get("/vllm/config", headers=box_headers()).status_code == 200
+            runtime.store.flush()
+            cluster.halt()
+            served = [client.get("/vllm/config", headers=box_headers()).status_code for _ in range(600)]
+            assert served == [200] * 600  # past the 512 that trigger a write: still answered
+            deadline = time.monotonic() + 30
+            while runtime.store.flush_error is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            error = client.get("/health").get_json()["state"]["fetch_log_error"]
+            assert error is not None
+            assert cluster.password not in error
+            assert client.get("/admin/fetches", headers={"Authorization": "Bearer " + ENV["VIEWER"]}).status_code == 503
+            cluster.start()
+            deadline = time.monotonic() + 60
+            while runtime.store.flush_error is not None and time.monotonic() < deadline:
+                time.sleep(0.2)  # the background writer retries on its own
+            assert client.get("/health").get_json()["state"]["fetch_log_error"] is None
+            assert len(runtime.store.recent_fetches(limit=1000)) == 601  # none lost
+        finally:
+            runtime.stop()
+    finally:
+        cluster.stop()
