@@ -71,3 +71,14 @@ bench-gateway: $(STAMP)
 .PHONY: bench-boot-storm
 bench-boot-storm: $(STAMP)
 	$(BIN)/python bench/boot_storm.py
+
+# GET /vllm/config at 64 connections with the SQLite and with the PostgreSQL state store; and
+# validation, rendering and a reconcile pass from 100 to 10,000 boxes with its plot (docs/benchmarks.md).
+# Both start a throwaway PostgreSQL (Debian's postgresql package) unless LLMFLEET_TEST_PG_URL is set.
+.PHONY: bench-state bench-scale
+bench-state: $(STAMP)
+	$(BIN)/python bench/config_server_load.py --compare-state --rounds 20
+
+bench-scale: $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[bench]'
+	$(BIN)/python bench/scale_bench.py

@@ -14,6 +14,11 @@ asyncio (aiohttp) client holding `--concurrency` connections, every box fetching
 - constant (with `--floor`): the same gunicorn settings and a handler that returns fixed bytes,
   i.e. what the WSGI server itself costs on this machine at that moment.
 
+`--compare-state` measures the cached server twice instead, once with each state store: the SQLite
+file (the default) and PostgreSQL (LLMFLEET_BENCH_PG_URL, or a throwaway cluster started for the run
+as tests/state/postgres.py does), every fetch recorded in it; after each run the records in the store
+are counted against the requests answered.
+
 `--client wrk` drives the same requests with wrk (Debian's `wrk` package, a Lua script cycling
 through the boxes) instead: a C load generator leaves the second core to the server, where the
 Python client takes most of it. Prints requests/s and latency percentiles per variant, and the
@@ -63,15 +68,37 @@ def make_fleet(directory: Path, boxes: int) -> Path:
     return repo
 
 
-def write_config(directory: Path, repo: Path, threads: int = 8) -> Path:
-    config = directory / "control-plane.yaml"
+def write_config(directory: Path, repo: Path, threads: int = 8, state_url: str | None = None,
+                 name: str = "control-plane.yaml") -> Path:
+    """`state_url` None: a SQLite file in `directory`; a PostgreSQL URL's password goes to the env."""
+    state: dict[str, str] = {"url": state_url or f"sqlite:///{directory / 'state.sqlite3'}"}
+    if state_url is not None:
+        from tests.state.postgres import split_password
+
+        state["url"], password = split_password(state_url)
+        if password is not None:
+            state["password"] = "${env:BENCH_PG_PASSWORD}"
+            ENV["BENCH_PG_PASSWORD"] = password
+    config = directory / name
     config.write_text(json.dumps({
         "repo": {"path": str(repo), "branch": "main", "refresh_interval_s": 3600},
         "secrets": {"fleet_key": "${env:BENCH_FLEET_KEY}", "vllm_api_salt": "${env:BENCH_SALT}"},
-        "state": {"url": f"sqlite:///{directory / 'state.sqlite3'}"},
+        "state": state,
         "server": {"threads": threads},
     }))
     return config
+
+
+def recorded_fetches(config: Path) -> int:
+    from reconciler.config import load_config
+    from reconciler.state import open_store
+
+    cp = load_config(config, {**os.environ, **ENV})
+    store = open_store(cp.state.url, cp.state.base, password=cp.state.password.reveal() if cp.state.password else None)
+    try:
+        return len(store.recent_fetches(limit=10_000_000))
+    finally:
+        store.close()
 
 
 def naive_app(config_path: str) -> Any:
@@ -243,7 +270,44 @@ def loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def compare_state(args: argparse.Namespace) -> None:
+    from tests.state.postgres import database_url, schema_url
+
+    boxes = [box_name(i) for i in range(args.boxes)]
+    with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as tmp, \
+            database_url() as pg_database:
+        if pg_database is None:
+            raise SystemExit("no PostgreSQL: apt-get install postgresql, or set LLMFLEET_TEST_PG_URL")
+        directory = Path(tmp)
+        repo = make_fleet(directory, args.boxes)
+        results: dict[str, Any] = {"boxes": args.boxes, "concurrency": args.concurrency, "threads": args.threads,
+                                   "cpus": os.cpu_count()}
+        for state in ("sqlite", "postgresql"):
+            with schema_url(pg_database) as pg_url:
+                config = write_config(directory, repo, args.threads, pg_url if state == "postgresql" else None,
+                                      f"{state}.yaml")
+                port = free_port()
+                process = start("cached", config, port, directory / f"{state}.log")
+                try:
+                    base = f"http://127.0.0.1:{port}"
+                    asyncio.run(load(base, boxes, args.concurrency, min(len(boxes), 200), 30))  # warm-up
+                    before = loadavg()
+                    result = asyncio.run(load(base, boxes, args.concurrency, args.rounds * len(boxes),
+                                              args.cached_seconds))
+                    result["loadavg_before"], result["loadavg_after"] = before, loadavg()
+                finally:
+                    stop(process)  # a graceful stop writes out the buffered fetch records
+                result["recorded"] = recorded_fetches(config)
+                result["answered"] = result["requests"] + min(len(boxes), 200)
+                results[state] = result
+            print(f"{state:10} {json.dumps(result)}", flush=True)
+    print(json.dumps(results, indent=2))
+
+
 def run(args: argparse.Namespace) -> None:
+    if args.compare_state:
+        compare_state(args)
+        return
     boxes = [box_name(i) for i in range(args.boxes)]
     with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as tmp:
         directory = Path(tmp)
@@ -287,6 +351,8 @@ def main() -> None:
     parser.add_argument("--naive-seconds", type=float, default=30)
     parser.add_argument("--threads", type=int, default=8, help="gunicorn request threads (server.threads)")
     parser.add_argument("--floor", action="store_true", help="also measure a constant handler (the server's floor)")
+    parser.add_argument("--compare-state", action="store_true",
+                        help="the cached server with the SQLite and with the PostgreSQL state store")
     run(parser.parse_args())
 
 

@@ -2,10 +2,13 @@
 
 N boxes (Vast, one loopback address each: 127.1.x.y), 3 servers per box, 5% of the servers hang
 (probe timeouts), 5% answer with another bearer (Foreign). The fakes (a multi-port vLLM stand-in, Vast's
-paged listing, LiteLLM's model API over HTTP) run in a separate process; the reconciler runs here.
+paged listing, LiteLLM's model API over HTTP) run in separate processes (the vLLM stand-ins in shards of
+SHARD sockets); the reconciler runs here.
 Two passes: the first creates every deployment, the second is the steady state (nothing to write).
+`--state URL` keeps the reconciler's state in a real store (sqlite:///PATH or postgresql://...) instead
+of memory: the probe histories of every server are then written after each pass.
 
-    .venv/bin/python bench/reconcile_pass.py --boxes 1000 --probe-concurrency 256
+    .venv/bin/python bench/reconcile_pass.py --boxes 1000 --probe-concurrency 256 [--state URL]
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -40,7 +44,8 @@ from reconciler.reconcile.observe.http import RetryPolicy
 from reconciler.reconcile.observe.litellm import LitellmClient
 from reconciler.reconcile.observe.observer import Observer
 from reconciler.reconcile.observe.providers import ProviderAccess, VastClient
-from reconciler.reconcile.store import MemoryStore
+from reconciler.reconcile.store import open_store
+from reconciler.state.sqlstore import SqlStateStore
 
 SALT = "bench-salt-0123456789abcdef"
 PORTS = (8001, 8002, 8003)
@@ -61,32 +66,62 @@ def plan_servers(boxes: int) -> list[dict[str, Any]]:
     return out
 
 
-async def serve_fakes(spec: dict[str, Any]) -> None:
-    from tests.reconcile.fakes import FakeLitellmHttp, FakeServer, FakeVast, FakeVllm, serve, vast_instance
+SHARD = 9_000  # fake vLLM servers (listening sockets) per process: the open-files limit here is 20,000
+
+
+async def serve_vllm(spec: dict[str, Any]) -> None:
+    """One shard of the fake vLLM servers, one listening socket each; prints where each listens."""
+    from aiohttp import web
+
+    from tests.reconcile.fakes import FakeServer, FakeVllm
 
     salt = Salt(SALT)
     vllm = FakeVllm()
-    runners = []
-    instances: dict[str, dict[int, int]] = {}
-    from aiohttp import web
-
     runner = web.AppRunner(vllm.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
-    runners.append(runner)
+    where: dict[str, dict[int, int]] = {}
     for s in spec["servers"]:
         site = web.TCPSite(runner, s["box"], 0, backlog=256)
         await site.start()
-        port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        sockets = site._server.sockets if site._server is not None else ()  # type: ignore[union-attr]
+        if not sockets:
+            raise SystemExit(f"cannot listen on {s['box']}: no socket was bound")
+        port = int(sockets[0].getsockname()[1])
         bearer = salt.derive(s["box"], s["port"]) if s["mode"] != "foreign" else "sk-vllm-someone-else"
         vllm.servers[(s["box"], port)] = FakeServer(s["model"], bearer, f"org/{s['model']}",
                                         mode="hang" if s["mode"] == "hang" else "ok")
-        instances.setdefault(s["box"], {})[s["port"]] = port
+        where.setdefault(s["box"], {})[s["port"]] = port
+    print(json.dumps({"instances": where}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    await runner.cleanup()
+
+
+async def serve_apis(spec: dict[str, Any]) -> None:
+    """Vast's listing (every box with its port map) and LiteLLM's model API."""
+    from tests.reconcile.fakes import FakeLitellmHttp, FakeVast, serve, vast_instance
+
+    instances = {box: {int(k): v for k, v in ports.items()} for box, ports in spec["instances"].items()}
     vast = FakeVast([vast_instance(i, ip, ports) for i, (ip, ports) in enumerate(instances.items())])
     litellm = FakeLitellmHttp()
     async with serve(vast.app()) as (vast_port,), serve(litellm.app()) as (litellm_port,):
         print(json.dumps({"vast": vast_port, "litellm": litellm_port, "key": litellm.master_key}), flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
-    await runner.cleanup()
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+
+def start_fakes(role: str, spec: dict[str, Any]) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    root = str(Path(__file__).resolve().parents[1])
+    process = subprocess.Popen([sys.executable, __file__, f"--serve-{role}"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": root})
+    assert process.stdin is not None
+    assert process.stdout is not None
+    process.stdin.write(json.dumps(spec) + "\n")
+    process.stdin.flush()
+    line = process.stdout.readline()
+    if not line:
+        process.wait(timeout=30)
+        raise SystemExit(f"the {role} fakes did not start (exit {process.returncode})")
+    ready: dict[str, Any] = json.loads(line)
+    return process, ready
 
 
 def build_fleet(servers: list[dict[str, Any]], probe_concurrency: int, timeout: float) -> Fleet:
@@ -100,24 +135,39 @@ def build_fleet(servers: list[dict[str, Any]], probe_concurrency: int, timeout: 
     return Fleet("b" * 40, settings, frozen_map(recipes), frozen_map(boxes))
 
 
+def raise_open_files_limit() -> int:
+    """One listening socket per fake server: 30,000 at 10,000 boxes. Root may raise the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for wanted in (max(hard, 1 << 17), hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+            return wanted
+        except (ValueError, OSError):
+            continue
+    return soft
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    raise_open_files_limit()  # inherited by the fakes' processes
     servers = plan_servers(args.boxes)
-    root = str(Path(__file__).resolve().parents[1])
-    fakes = subprocess.Popen([sys.executable, __file__, "--serve-fakes"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": root})
-    assert fakes.stdin is not None
-    assert fakes.stdout is not None
-    fakes.stdin.write(json.dumps({"servers": servers}) + "\n")
-    fakes.stdin.flush()
-    ready = json.loads(fakes.stdout.readline())
+    fakes: list[subprocess.Popen[str]] = []
+    store = None
     try:
+        instances: dict[str, dict[str, int]] = {}
+        for first in range(0, len(servers), SHARD):
+            process, shard = start_fakes("vllm", {"servers": servers[first:first + SHARD]})
+            fakes.append(process)
+            instances.update(shard["instances"])
+        process, ready = start_fakes("apis", {"instances": instances})
+        fakes.append(process)
+        store = open_store(getattr(args, "state", None))
         fleet = build_fleet(servers, args.probe_concurrency, args.probe_timeout)
         access = ProviderAccess("vast-test-key", f"http://127.0.0.1:{ready['vast']}", 30, RetryPolicy(attempts=3))
         observer = Observer({Provider.VAST: VastClient(access)}, args.probe_timeout, args.probe_concurrency)
         reconciler = Reconciler(Bearers(Salt(SALT)), observer,
                                 lambda session: LitellmClient(session, f"http://127.0.0.1:{ready['litellm']}",
                                                               ready["key"]),
-                                MemoryStore(), write_concurrency=args.write_concurrency)
+                                store, write_concurrency=args.write_concurrency)
         results = {}
         for name in ("first pass (creates)", "steady pass"):
             cpu0, t0 = time.process_time(), time.perf_counter()
@@ -129,8 +179,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return {"boxes": args.boxes, "servers": len(servers), "probe_concurrency": args.probe_concurrency,
                 "probe_timeout_s": args.probe_timeout, "passes": results, "load": os.getloadavg()}
     finally:
-        fakes.stdin.close()
-        fakes.wait(timeout=30)
+        if isinstance(store, SqlStateStore):
+            store.close()
+        for process in fakes:
+            if process.stdin is not None:
+                process.stdin.close()
+            process.wait(timeout=30)
 
 
 def main() -> None:
@@ -139,10 +193,12 @@ def main() -> None:
     parser.add_argument("--probe-concurrency", type=int, default=256)
     parser.add_argument("--probe-timeout", type=float, default=3.0)
     parser.add_argument("--write-concurrency", type=int, default=8)
-    parser.add_argument("--serve-fakes", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--state", metavar="URL", help="the reconciler's state store (default: in memory)")
+    parser.add_argument("--serve-vllm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-apis", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_fakes:
-        asyncio.run(serve_fakes(json.loads(sys.stdin.readline())))
+    if args.serve_vllm or args.serve_apis:
+        asyncio.run((serve_vllm if args.serve_vllm else serve_apis)(json.loads(sys.stdin.readline())))
         return
     print(json.dumps(asyncio.run(run(args)), indent=2))
 

@@ -15,19 +15,21 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from installer import secretref
 from reconciler.fleet import strictyaml
 from reconciler.fleet.bearer import Salt, SaltError
 from reconciler.fleet.diagnostics import Diagnostic, pointer
 from reconciler.fleet.schema import validate_document
+from reconciler.state.store import FetchRetention, is_postgres
 
 SCHEMA = "control-plane"
 DEFAULT_LISTEN = "127.0.0.1:8080"
 HOW_TO_REFER = (
     "write it as one reference: ${env:NAME}, ${file:/absolute/path} or ${cred:NAME}, never the value")
-_SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/admin_tokens", "/viewer_tokens", "/litellm/master_key",
-                    "/providers/vast/api_key", "/providers/runpod/api_key")
+_SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/admin_tokens", "/viewer_tokens",
+                    "/litellm/master_key", "/providers/vast/api_key", "/providers/runpod/api_key")
 _NAMING_RULES = ("schema-unknown-key", "schema-required")  # these quote a key, never a value
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -116,10 +118,16 @@ class TlsConfig:
 
 @dataclass(frozen=True)
 class StateConfig:
-    url: str
+    url: str  # sqlite:///PATH or postgresql://user@host:port/dbname (never with a password in it)
     base: Path  # relative sqlite paths are taken from here
+    password: Secret | None = None  # PostgreSQL's, from a reference
     fetch_log_max_rows: int = 200_000
+    fetch_log_max_age_days: float = 30.0
     reports_per_box: int = 20
+
+    @property
+    def retention(self) -> FetchRetention:
+        return FetchRetention(self.fetch_log_max_rows, self.fetch_log_max_age_days * 86400.0)
 
 
 @dataclass(frozen=True)
@@ -255,6 +263,22 @@ class _Builder:
                 self.problem(["trusted_proxies", i], f"{text!r} is not an address range such as 10.0.0.0/8 or ::1")
         return tuple(networks)
 
+    def state(self, raw: dict[str, Any]) -> StateConfig:
+        url = raw["url"]
+        password = self.secret(raw.get("password"), ["state", "password"])
+        if is_postgres(url):
+            try:
+                has_password = bool(urlsplit(url).password)
+            except ValueError:
+                has_password = False  # PostgreSQL will say what is wrong with it, without the URL
+            if has_password:
+                self.problem(["state", "url"], "the URL carries a password: take it out and give it as "
+                             "state.password: ${cred:NAME} (or ${env:NAME}, ${file:/path})")
+        elif raw.get("password") is not None:
+            self.problem(["state", "password"], "a password is only for a postgresql:// state url")
+        return StateConfig(url, self.base, password, raw.get("fetch_log_max_rows", 200_000),
+                           float(raw.get("fetch_log_max_age_days", 30)), raw.get("reports_per_box", 20))
+
     def providers(self, raw: dict[str, Any]) -> ProvidersConfig:
         def one(name: str) -> ProviderConfig | None:
             section = raw.get(name)
@@ -284,9 +308,7 @@ class _Builder:
                 if not file.is_file():
                     self.problem(["tls", name], f"{file}: no such file")
             tls = TlsConfig(cert, key)
-        state_raw = raw["state"]
-        state = StateConfig(state_raw["url"], self.base, state_raw.get("fetch_log_max_rows", 200_000),
-                            state_raw.get("reports_per_box", 20))
+        state = self.state(raw["state"])
         litellm_raw = raw.get("litellm")
         litellm = None if litellm_raw is None else LitellmConfig(
             litellm_raw["url"], self.secret(litellm_raw.get("master_key"), ["litellm", "master_key"]),

@@ -107,13 +107,13 @@ def serve(config: ControlPlaneConfig, listen: Listen) -> None:
     from reconciler.server.app import create_app
     from reconciler.server.gunicorn_app import ControlPlaneServer
     from reconciler.server.logs import setup_logging
-    from reconciler.server.runtime import Runtime, start_up
+    from reconciler.server.runtime import Runtime, replica_name, start_up
 
     runtimes: list[Runtime] = []
 
     def load_app() -> Flask:  # runs in the worker, after the fork
         setup_logging(buffered=True)
-        runtime = start_up(config)
+        runtime = start_up(config, replica=replica_name(listen.port))
         runtimes.append(runtime)
         runtime.start_background()
         return create_app(runtime)

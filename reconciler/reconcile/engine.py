@@ -23,7 +23,8 @@ from reconciler.reconcile.observed import Observation
 from reconciler.reconcile.plan import Plan, make_plan
 from reconciler.reconcile.record import pass_record
 from reconciler.reconcile.saved import SavedPlan
-from reconciler.reconcile.store import PassRecord, StateStore
+from reconciler.reconcile.store import StateStore
+from reconciler.state.passes import PassRecord
 
 ApiFactory = Callable[[aiohttp.ClientSession], LitellmApi]
 

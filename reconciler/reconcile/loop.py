@@ -1,60 +1,33 @@
 """Running passes: the single-flight lock, structured pass logs, and the scheduled loop.
 
-The lock is an exclusive `flock` on a file, so it also holds across processes on one machine (cron, a
-systemd timer and a manual `llmfleet apply` never run two passes at once); a pass that finds it held
-is skipped with a log line. The scale issue replaces it with a PostgreSQL advisory lock.
+The lock is the state store's (`store.pass_lock()`): with PostgreSQL an advisory lock, which holds
+across replicas and machines; with SQLite (or no store) an exclusive `flock` on a file, which holds
+across processes on one machine (cron, a systemd timer and a manual `llmfleet apply` never run two
+passes at once). A pass that finds it held is skipped with a `reconcile_pass_skipped` log line naming
+the lock (and its holder, when known).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
-import os
 import random
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
-from typing import IO, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from reconciler.reconcile.metrics import PassMetrics
-from reconciler.reconcile.store import PassRecord
+from reconciler.state.locks import LockHeld
+from reconciler.state.locks import file_lock as pass_lock
+from reconciler.state.passes import PassRecord
+
+__all__ = ["LockHeld", "log_event", "log_pass", "next_delay", "pass_lock", "run_forever"]
 
 LOG = logging.getLogger("llmfleet.reconcile")
-
-
-class LockHeld(Exception):  # noqa: N818 (a state, not an error)
-    pass
-
-
-@contextlib.contextmanager
-def pass_lock(path: str | Path) -> Iterator[None]:
-    """Non-blocking exclusive lock for one pass; LockHeld when another process holds it."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    handle: IO[str] = open(path, "a+")  # noqa: SIM115 (held for the pass)
-    try:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockHeld(f"another reconcile pass holds {path}") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        yield
-    finally:
-        handle.close()  # closing releases the lock
-
-
-def default_lock_path(state_url: str | None) -> str:
-    if state_url and state_url.startswith("sqlite:///"):
-        return state_url[len("sqlite:///"):] + ".reconcile.lock"
-    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"  # noqa: S108 (a lock file, not data)
-    return os.path.join(base, f"llmfleet-reconcile-{os.getuid()}.lock")
 
 
 def log_event(event: str, **fields: Any) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
-from reconciler.reconcile.store import PassRecord
 from reconciler.reconcile.verdict import Verdict
+from reconciler.state.passes import PassRecord
 
 
 class PassMetrics:

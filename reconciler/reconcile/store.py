@@ -2,21 +2,19 @@
 
 - per server: the probe history (hysteresis, first seen, last healthy);
 - pending deletes (a failed delete is retried next pass, never forgotten);
-- pass records (reconciler/state/passes.py), kept by the control plane's store;
+- pass records (reconciler/state/passes.py);
 - per box, written by the control plane: the last config fetch and the last report-back.
 
-`MemoryStore` for tests; `SqliteStore` keeps its tables in the control plane's SQLite state file (they
-are created by that store's migrations, reconciler/state/sqlite.py) and reads the fetch log and the box
-reports from it: one state store for both.
+`MemoryStore` for tests. Otherwise the control plane's state store is the reconciler's too: one
+object (reconciler/state/sqlstore.py, on SQLite or PostgreSQL) implements this Protocol and the
+control plane's, its tables created by the same migrations (reconciler/state/migrations.py).
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import threading
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -24,10 +22,10 @@ from reconciler.reconcile.intended import ServerKey
 from reconciler.reconcile.observed import BoxFacts, BoxReport
 from reconciler.reconcile.plan import PendingDelete
 from reconciler.reconcile.verdict import ServerHistory
-from reconciler.state.passes import ActionRecord, PassRecord
+from reconciler.state.locks import default_lock_path, file_lock
+from reconciler.state.passes import PassRecord
 from reconciler.state.records import BoxReport as ControlPlaneReport
 from reconciler.state.records import Outcome
-from reconciler.state.sqlite import SQLiteStateStore
 
 
 class StateStore(Protocol):
@@ -44,6 +42,11 @@ class StateStore(Protocol):
     def record_pass(self, record: PassRecord) -> None: ...
 
     def recent_passes(self, limit: int = 20) -> list[PassRecord]: ...
+
+    def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
+        """Single flight for passes (LockHeld when another holds it): a file lock, or PostgreSQL's
+        advisory lock when the state is there."""
+        ...
 
 
 @dataclass
@@ -82,86 +85,26 @@ class MemoryStore:
     def recent_passes(self, limit: int = 20) -> list[PassRecord]:
         return list(reversed(self.passes[-limit:]))
 
+    def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
+        return file_lock(lock_file or default_lock_path(None))
+
 
 def box_report(report: ControlPlaneReport) -> BoxReport:
     return BoxReport(report.revision, report.server_digests(), report.received_at,
                      fit_ok=report.outcome is not Outcome.FIT_FAILED, failed=report.failed_servers())
 
 
-class SqliteStore:
-    """The control plane's SQLite state file (WAL): its fetch log and reports, and our tables."""
+def open_store(url: str | None, password: str | None = None) -> StateStore:
+    """The control plane's state store (reconciler.state.open_store: `sqlite:///path/to/file.db` or
+    `postgresql://user@host/db`, `password` apart), a plain path for SQLite, or None/`memory:` for an
+    in-memory store."""
+    from reconciler.state.store import POSTGRES_PREFIXES, SQLITE_PREFIX
+    from reconciler.state.store import open_store as open_state_store
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        self.control_plane = SQLiteStateStore(Path(path))  # opens and migrates, our tables included
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA busy_timeout=30000")
-
-    def close(self) -> None:
-        self._db.close()
-        self.control_plane.close()
-
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._db, self._lock)
-
-    def box_facts(self) -> dict[str, BoxFacts]:
-        fetches = {box: f.at for box, f in self.control_plane.last_config_served().items()}
-        reports = {box: box_report(r) for box, r in self.control_plane.latest_reports().items()}
-        return {box: BoxFacts(fetches.get(box), reports.get(box)) for box in set(fetches) | set(reports)}
-
-    def histories(self) -> dict[ServerKey, ServerHistory]:
-        return {(box, port): ServerHistory(**json.loads(text))
-                for box, port, text in self._db.execute("SELECT box, port, history FROM reconcile_server_history")}
-
-    def save_histories(self, histories: Mapping[ServerKey, ServerHistory]) -> None:
-        with self._tx() as db:
-            db.execute("DELETE FROM reconcile_server_history")
-            db.executemany("INSERT INTO reconcile_server_history VALUES (?, ?, ?)",
-                           [(box, port, json.dumps(asdict(h))) for (box, port), h in histories.items()])
-
-    def pending_deletes(self) -> dict[str, PendingDelete]:
-        return {row[0]: PendingDelete(*row) for row in self._db.execute(
-            "SELECT id, attempts, last_error, first_failed_at FROM reconcile_pending_delete")}
-
-    def save_pending_deletes(self, pending: Mapping[str, PendingDelete]) -> None:
-        with self._tx() as db:
-            db.execute("DELETE FROM reconcile_pending_delete")
-            db.executemany("INSERT INTO reconcile_pending_delete VALUES (?, ?, ?, ?)",
-                           [(p.id, p.attempts, p.last_error, p.first_failed_at) for p in pending.values()])
-
-    def record_pass(self, record: PassRecord) -> None:
-        self.control_plane.record_pass(record)
-
-    def recent_passes(self, limit: int = 20) -> list[PassRecord]:
-        return self.control_plane.recent_passes(limit)
-
-
-class _Transaction:
-    def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
-        self.db, self.lock = db, lock
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.lock.acquire()
-        self.db.execute("BEGIN IMMEDIATE")
-        return self.db
-
-    def __exit__(self, kind: object, value: object, tb: object) -> None:
-        try:
-            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
-        finally:
-            self.lock.release()
-
-
-def open_store(url: str | None) -> StateStore:
-    """`sqlite:///path/to/file.db`, a plain path, or None/`memory:` for an in-memory store."""
     if not url or url in ("memory:", "memory://", "sqlite:///:memory:"):
         return MemoryStore()
-    if url.startswith("sqlite:///"):
-        return SqliteStore(url[len("sqlite:///"):])  # sqlite:///relative, sqlite:////absolute
-    if "://" in url:
-        raise ValueError(f"unsupported state URL scheme in {url.split('://')[0]}://…: use sqlite:///PATH")
-    return SqliteStore(url)
-
-
-__all__ = ["ActionRecord", "MemoryStore", "PassRecord", "SqliteStore", "StateStore", "box_report", "open_store"]
+    if "://" in url and not url.startswith((SQLITE_PREFIX, *POSTGRES_PREFIXES)):
+        raise ValueError(f"unsupported state URL scheme in {url.split('://')[0]}://…: use sqlite:///PATH or "
+                         "postgresql://user@host:port/dbname")
+    return open_state_store(url if "://" in url else SQLITE_PREFIX + url, password=password, max_connections=2,
+                            application_name="llmfleet-reconcile")

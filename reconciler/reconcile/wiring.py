@@ -33,4 +33,5 @@ def build_reconciler(config: ReconcileConfig, settings: ReconcileSettings,
                      store: StateStore | None = None) -> Reconciler:
     observer = Observer(provider_clients(config), settings.probe_timeout_s, settings.probe_concurrency)
     return Reconciler(Bearers(config.salt, config.legacy_key), observer, litellm_factory(config),
-                      store if store is not None else open_store(config.state_url), config.write_concurrency)
+                      store if store is not None else open_store(config.state_url, config.state_password),
+                      config.write_concurrency)

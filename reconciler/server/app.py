@@ -12,6 +12,7 @@ from reconciler.server.box_api import error
 from reconciler.server.logs import get_logger, log_event
 from reconciler.server.metrics import CONTENT_TYPE
 from reconciler.server.runtime import Runtime
+from reconciler.state.store import StateError
 
 log = get_logger("app")
 
@@ -22,7 +23,10 @@ def health(rt: Runtime) -> Response:
     refresh = rt.tracker.refresh_status
     body: dict[str, object] = {
         "status": "ok" if served else "unavailable",
-        "revision": served.revision if served else None,
+        "revision": served.revision if served else None,  # replicas agree when they name the same commit
+        "replica": rt.replica,
+        "started_at": rt.started_at,
+        "branch": rt.repo.branch,
         "hosts": len(served.fleet.boxes) if served else 0,
         "servers": served.fleet.server_count if served else 0,
         "applied_at": rt.tracker.applied_at,
@@ -30,6 +34,7 @@ def health(rt: Runtime) -> Response:
             "revision": attempted.revision, "valid": attempted.valid, "errors": list(attempted.errors),
             "at": attempted.at},
         "last_refresh": {"ok_at": refresh.ok_at, "error": refresh.error, "error_at": refresh.error_at},
+        "state": {"backend": rt.store.backend, "fetch_log_error": rt.store.flush_error},
     }
     if served and served.render_errors:
         body["render_errors"] = dict(served.render_errors)
@@ -58,6 +63,11 @@ def create_app(rt: Runtime) -> Flask:
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
         return error(exc.code or 500, exc.description or exc.name)
+
+    @app.errorhandler(StateError)
+    def state_error(exc: StateError) -> Response:  # the database is down: the box or operator retries
+        log_event(log, "state store error", logging.ERROR, error=str(exc))
+        return error(503, "the control plane's state store is unavailable; retry later")
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:

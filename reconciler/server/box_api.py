@@ -85,7 +85,8 @@ class BoxRequest:
         status = response.status_code
         self.rt.store.record_fetch(FetchRecord(at=self.rt.clock(), endpoint=self.endpoint, status=status,
                                                peer=self.peer, claimed_host=self.claimed,
-                                               forwarded_for=self.forwarded_for, box=box, revision=revision))
+                                               forwarded_for=self.forwarded_for, box=box, revision=revision,
+                                               replica=self.rt.replica))
         self.rt.metrics.box_requests.labels(self.endpoint.value, str(status)).inc()
         log_event(access_log, "box request", logging.INFO if status < 500 else logging.WARNING,
                   endpoint=self.endpoint.value, status=status, box=box,

@@ -3,13 +3,19 @@
 `start_up(config)` opens (and migrates) the state store, opens or clones the fleet repository, loads
 the last valid commit, and builds the installer once. `llmfleet serve --check` runs exactly this.
 `Runtime.start_background()` then refreshes the branch every `refresh_interval_s` (with jitter).
+
+Several replicas may share one PostgreSQL state store: each tracks the branch on its own and serves
+by commit, so they agree once each has refreshed; `replica` names this one in /health and in the
+fetch log.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -24,10 +30,9 @@ from reconciler.server.gitsource import TrackedRepo
 from reconciler.server.logs import get_logger, log_event
 from reconciler.server.metrics import Metrics
 from reconciler.server.revisions import RevisionTracker
-from reconciler.state.store import StateStore, open_store, sqlite_path
+from reconciler.state.store import StateStore, is_postgres, open_store, sqlite_path
 
 log = get_logger("runtime")
-PRUNE_EVERY = 10  # refreshes between fetch-log prunes
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class Runtime:
     metrics: Metrics
     installer: Installer
     clock: Callable[[], float] = time.time
+    replica: str = field(default_factory=socket.gethostname)
+    started_at: float = field(default_factory=time.time)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -66,13 +73,9 @@ class Runtime:
 
     def _loop(self) -> None:
         interval = self.config.repo.refresh_interval_s
-        rounds = 0
         while not self._stop.wait(interval * random.uniform(0.9, 1.1)):  # noqa: S311 - jitter, not crypto
             try:
                 self.tracker.refresh()
-                rounds += 1
-                if rounds % PRUNE_EVERY == 0:
-                    self.store.prune(keep_fetches=self.config.state.fetch_log_max_rows)
             except Exception as exc:  # the loop must survive anything; the error is logged
                 log_event(log, "refresh loop error", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
 
@@ -87,15 +90,24 @@ class Runtime:
 
 
 def default_clone_dir(config: ControlPlaneConfig) -> Path:
-    """Beside the state database (or the config file when the store is in memory)."""
-    db = sqlite_path(config.state.url, config.state.base)
+    """Beside the SQLite state file (or the config file when the store is in memory or PostgreSQL)."""
+    db = None if is_postgres(config.state.url) else sqlite_path(config.state.url, config.state.base)
     return (db.parent if db is not None else config.source.resolve().parent) / "fleet-repo.git"
 
 
-def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.time) -> Runtime:
+def replica_name(port: int | None = None) -> str:
+    """LLMFLEET_REPLICA when set (a pod name, say); else host name, and the port when given (two
+    replicas on one machine)."""
+    return os.environ.get("LLMFLEET_REPLICA") or socket.gethostname() + (f":{port}" if port else "")
+
+
+def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.time,
+             replica: str | None = None) -> Runtime:
     """Build the runtime; raises StateError, SourceError or OSError with a clear message on failure."""
     metrics = Metrics()
-    store = open_store(config.state.url, config.state.base)
+    password = config.state.password.reveal() if config.state.password is not None else None
+    store = open_store(config.state.url, config.state.base, password=password, retention=config.state.retention,
+                       max_connections=config.threads + 2)
     repo = TrackedRepo(config.repo, default_clone_dir(config))  # opens nothing yet
     try:
         legacy = config.secrets.legacy_api_key.reveal() if config.secrets.legacy_api_key else None
@@ -104,7 +116,8 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
         if tracker.refresh_status.error is not None:
             raise SourceError(tracker.refresh_status.error)
         metrics.attention_entries.set(store.attention_size())
-        runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock)
+        runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock,
+                          replica or replica_name())
     except BaseException:
         repo.close()
         store.close()

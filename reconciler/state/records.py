@@ -29,6 +29,7 @@ class FetchRecord:
     forwarded_for: str | None = None  # X-Forwarded-For as sent
     box: str | None = None
     revision: str | None = None  # the revision served, when one was
+    replica: str | None = None  # which control-plane replica answered (several share one log)
 
 
 @dataclass(frozen=True)

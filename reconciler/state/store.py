@@ -1,24 +1,41 @@
-"""The control plane's state behind one small interface, so that a PostgreSQL store can be added.
+"""The control plane's state behind one small interface, on SQLite (embedded) or PostgreSQL (shared).
 
-Each concern is its own Protocol; `StateStore` is their union. To add a table (reconcile passes,
-probe history), add a Protocol here, a migration and the methods in `sqlite.py`, and the Protocol to
-`StateStore`'s bases.
+Each concern is its own Protocol; `StateStore` is their union. The reconciler's tables have theirs in
+reconciler/reconcile/store.py. One object implements both (`sqlstore.SqlStateStore`, over either
+engine's adapter): to add a table, add a Protocol, a migration (migrations.py) and the methods in
+sqlstore.py.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from reconciler.state.passes import PassRecord
 from reconciler.state.records import Approval, AttentionEntry, BoxReport, FetchRecord, Sighting
+
+if TYPE_CHECKING:
+    from reconciler.state.sqlstore import SqlStateStore
 
 KEEP_PASSES = 1000  # pass records kept
 DETAILED_PASSES = 10  # of which the newest keep their per-server detail (PassRecord.summary() for the rest)
 
 
 class StateError(Exception):
-    """The store cannot be opened or used (bad URL, unwritable file, a newer schema)."""
+    """The store cannot be opened or used (bad URL, unwritable file, a newer schema, the database
+    unreachable)."""
+
+
+@dataclass(frozen=True)
+class FetchRetention:
+    """How much of the fetch log is kept: at most `max_rows` records, none older than `max_age_s`.
+    Enforced after a write, at most once every `every_s` (state.fetch_log_max_rows, _max_age_days)."""
+
+    max_rows: int = 200_000
+    max_age_s: float = 30 * 86400.0
+    every_s: float = 60.0
 
 
 class FetchLog(Protocol):
@@ -81,22 +98,39 @@ class PassLog(Protocol):
 
 
 class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, Protocol):
-    def prune(self, *, keep_fetches: int) -> int:
-        """Drop all but the newest `keep_fetches` fetch records; returns how many were dropped."""
+    flush_error: str | None  # why the fetch log could not be written last, until a write succeeds
+
+    @property
+    def backend(self) -> str:
+        """"sqlite" or "postgresql"."""
+        ...
+
+    def prune(self, retention: FetchRetention | None = None, now: float | None = None) -> int:
+        """Apply the fetch-log retention (the store's own by default) now; returns how many records
+        were dropped."""
+        ...
+
+    def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
+        """Single flight for reconcile passes: raises LockHeld when another pass holds it."""
         ...
 
     def close(self) -> None: ...
 
 
 SQLITE_PREFIX = "sqlite:///"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def is_postgres(url: str) -> bool:
+    return url.startswith(POSTGRES_PREFIXES)
 
 
 def sqlite_path(url: str, base: Path | None = None) -> Path | None:
     """The file of a `sqlite:///relative` or `sqlite:////absolute` URL (SQLAlchemy's spelling);
     None for `sqlite:///:memory:`. Relative paths are taken from `base` (the config file's folder)."""
     if not url.startswith(SQLITE_PREFIX):
-        raise StateError(f"state url {url!r}: only sqlite:///PATH is supported (sqlite:////abs/path for an "
-                         "absolute path)")
+        raise StateError("state url: give sqlite:///PATH (sqlite:////abs/path for an absolute path) or "
+                         "postgresql://user@host:port/dbname")
     rest = url[len(SQLITE_PREFIX):]
     if rest == ":memory:":
         return None
@@ -106,8 +140,18 @@ def sqlite_path(url: str, base: Path | None = None) -> Path | None:
     return path if path.is_absolute() or base is None else base / path
 
 
-def open_store(url: str, base: Path | None = None) -> StateStore:
-    """Open (creating and migrating as needed) the store named by `url`."""
-    from reconciler.state.sqlite import SQLiteStateStore
+def open_store(url: str, base: Path | None = None, *, password: str | None = None,
+               retention: FetchRetention | None = None, max_connections: int = 10,
+               application_name: str = "llmfleet") -> SqlStateStore:
+    """Open (creating and migrating as needed) the store named by `url`: sqlite:///PATH or
+    postgresql://... (`password` apart from the URL; `max_connections` sizes PostgreSQL's pool)."""
+    from reconciler.state.sqlstore import SqlStateStore
 
-    return SQLiteStateStore(sqlite_path(url, base))
+    if is_postgres(url):
+        from reconciler.state.postgres import PostgresDatabase
+
+        return SqlStateStore(PostgresDatabase(url, password, max_connections=max_connections,
+                                              application_name=application_name), retention)
+    from reconciler.state.sqlite import SqliteDatabase
+
+    return SqlStateStore(SqliteDatabase(sqlite_path(url, base)), retention)

@@ -28,7 +28,7 @@ from reconciler.fleet.render import Bearers
 from reconciler.reconcile.engine import PassOutcome, Reconciler
 from reconciler.reconcile.observe.observer import Observer
 from reconciler.reconcile.observed import Deployment
-from reconciler.reconcile.store import SqliteStore
+from reconciler.reconcile.store import open_store
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT, git
 from tests.reconcile.fake_litellm import FakeLitellm
 from tests.reconcile.fakes import FakeServer, FakeVllm, free_port, serve
@@ -126,7 +126,7 @@ def run_passes(state: Path, fleet: Fleet, litellm: FakeLitellm, stubs: Stubs, cl
                count: int = 2) -> list[PassOutcome]:
     """`count` applied passes by the real Reconciler, recorded in the state file."""
     async def passes() -> list[PassOutcome]:
-        store = SqliteStore(state)
+        store = open_store(str(state))
         try:
             reconciler = Reconciler(Bearers(stubs.salt, TEST_LEGACY_KEY), Observer({}, 2.0, 16, clock=clock),
                                     lambda _session: litellm, store, clock=clock)

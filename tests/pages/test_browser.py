@@ -33,7 +33,7 @@ import pytest
 from reconciler.approve import ref_name
 from reconciler.fleet.source import GitFleetRepo
 from reconciler.fleet.validate import validate_snapshot
-from reconciler.state.sqlite import SQLiteStateStore
+from reconciler.state import open_store
 from tests.conftest import ROOT, git
 from tests.pages.conftest import PAGE_ENV, page_config
 from tests.pages.scenario import (
@@ -138,7 +138,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
                 assert http("POST", f"{url}/vllm/report", report, {**box(host), "Content-Type": "application/json"})[
                     0] == 200
         assert http("GET", f"{url}/vllm/config", headers=box(UNKNOWN_BOX))[0] == 404
-        reader = SQLiteStateStore(state)  # the server writes its fetch log in batches: wait for it
+        reader = open_store(f"sqlite:///{state}")  # the server writes its fetch log in batches: wait for it
         try:
             wait_for("the fetch log", lambda: len(reader.last_config_served()) == 3)
         finally:

@@ -4,18 +4,12 @@ how the state store keeps it, and which invalid commits the revision tracker rem
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-
-import pytest
 
 from reconciler.fleet.jsonvalue import freeze_mapping
 from reconciler.reconcile.intended import MANAGED_BY
 from reconciler.reconcile.observed import Deployment
 from reconciler.reconcile.record import duplicate_records
-from reconciler.reconcile.store import SqliteStore
-from reconciler.state import sqlite as sqlite_store
 from reconciler.state.passes import ActionRecord, DriftRecord, DuplicateRecord, PassRecord, ServerRecord
-from reconciler.state.sqlite import SQLiteStateStore
 from tests.conftest import git
 from tests.pages.conftest import World
 from tests.pages.scenario import FOREIGN_BOX, HEALTHY_BOX, MANUAL_ID, OTHER_ID, PENDING_BOX, STALLED_BOX, break_branch
@@ -71,33 +65,6 @@ def test_records_round_trip_and_old_records_still_read() -> None:
     assert not record.detailed and not record.ok
     assert record.summary() == record
     assert DETAILED.summary() == dataclasses.replace(DETAILED, servers=(), drift_details=(), duplicates=())
-
-
-def test_the_store_keeps_detail_for_the_newest_passes_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = SQLiteStateStore(tmp_path / "s.db")
-    try:
-        for n in range(sqlite_store.DETAILED_PASSES + 2):
-            store.record_pass(dataclasses.replace(DETAILED, started_at=float(n)))
-        passes = store.recent_passes(100)
-        assert [p.started_at for p in passes] == [float(n) for n in reversed(range(sqlite_store.DETAILED_PASSES + 2))]
-        assert [p.detailed for p in passes] == [True] * sqlite_store.DETAILED_PASSES + [False, False]
-        assert passes[-1] == dataclasses.replace(DETAILED, started_at=0.0).summary()
-        monkeypatch.setattr(sqlite_store, "KEEP_PASSES", 3)
-        store.record_pass(DETAILED)
-        assert len(store.recent_passes(100)) == 3
-    finally:
-        store.close()
-
-
-def test_the_reconcilers_store_writes_through_the_control_planes(tmp_path: Path) -> None:
-    reconciler_side = SqliteStore(tmp_path / "s.db")
-    reconciler_side.record_pass(DETAILED)
-    reconciler_side.close()
-    plane = SQLiteStateStore(tmp_path / "s.db")
-    try:
-        assert plane.recent_passes() == [DETAILED]
-    finally:
-        plane.close()
 
 
 def deployment(ident: str, model: str, base: str | None, *, managed: bool) -> Deployment:

@@ -225,9 +225,11 @@ class FakeLitellmHttp:
     async def info(self, request: web.Request) -> web.Response:
         if (denied := self._auth(request)) is not None:
             return denied
-        rows = list(self.rows.values())
-        if "modelId" in request.query:
-            rows = [r for r in rows if r["model_info"]["id"] == request.query["modelId"]]
+        if "modelId" in request.query:  # rows are keyed by model_info.id: a lookup, not a scan (bench/)
+            found = self.rows.get(request.query["modelId"])
+            rows = [found] if found is not None else []
+        else:
+            rows = list(self.rows.values())
         size = int(request.query.get("size", "50"))
         page = int(request.query.get("page", "1"))
         pages = (len(rows) + size - 1) // size

@@ -1,5 +1,5 @@
-"""The state store (memory and SQLite behave alike), the config-file reader, the single-flight lock
-across processes, metrics and the structured pass log."""
+"""The config-file reader, the single-flight file lock across processes, metrics and the structured
+pass log. The store's own tests run on every engine in tests/state/test_reconcile_tables.py."""
 
 from __future__ import annotations
 
@@ -11,69 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.fleet.jsonvalue import freeze_mapping
 from reconciler.reconcile.configfile import ConfigError, load_config
 from reconciler.reconcile.loop import LockHeld, next_delay, pass_lock
 from reconciler.reconcile.metrics import PassMetrics
-from reconciler.reconcile.observed import BoxReport
-from reconciler.reconcile.plan import PendingDelete
-from reconciler.reconcile.store import ActionRecord, MemoryStore, PassRecord, SqliteStore, StateStore, open_store
-from reconciler.reconcile.verdict import ServerHistory
-from reconciler.state.records import BoxReport as ControlPlaneReport
-from reconciler.state.records import Endpoint, FetchRecord, Outcome
+from reconciler.state.passes import ActionRecord, PassRecord
 
 RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
                     (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
-    return MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "state.db")
-
-
-def record_box_facts(store: StateStore) -> None:
-    """What the control plane records: two config fetches of b, a report of c."""
-    if isinstance(store, MemoryStore):
-        store.record_fetch("b", 10.0)
-        store.record_fetch("b", 20.0)
-        store.record_report("c", BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False))
-        return
-    assert isinstance(store, SqliteStore)
-    plane = store.control_plane
-    for at in (10.0, 20.0):
-        plane.record_fetch(FetchRecord(at, Endpoint.CONFIG, 200, "127.0.0.1", "b", None, "b", "r" * 40))
-    plane.record_fetch(FetchRecord(25.0, Endpoint.CONFIG, 404, "127.0.0.1", "b", None, "b", None))
-    plane.record_report(ControlPlaneReport("c", 30.0, "127.0.0.1", "r" * 40, "1", Outcome.FIT_FAILED,
-                                           freeze_mapping({"servers": [{"name": "m", "digest": "sha256:1"}]})), 20)
-
-
-def test_store_round_trips(store: StateStore) -> None:
-    record_box_facts(store)
-    facts = store.box_facts()
-    assert facts["b"].fetched_at == 20.0
-    assert facts["c"].report == BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False)
-    history = {("b", 8001): ServerHistory(1.0, up=True, ever_up=True, recent="101", last_healthy=2.0)}
-    store.save_histories(history)
-    assert store.histories() == history
-    store.save_histories({})
-    assert store.histories() == {}
-    pending = {"x": PendingDelete("x", 2, "HTTP 503", 5.0)}
-    store.save_pending_deletes(pending)
-    assert store.pending_deletes() == pending
-    store.record_pass(RECORD)
-    store.record_pass(PassRecord(200.0, 0.5, "b" * 40, "apply", {}))
-    assert [p.started_at for p in store.recent_passes(5)] == [200.0, 100.0]
-    assert store.recent_passes(5)[1] == RECORD
-
-
-def test_sqlite_survives_reopen_and_open_store_urls(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    SqliteStore(path).record_pass(RECORD)
-    assert SqliteStore(path).recent_passes(1) == [RECORD]
-    assert isinstance(open_store(f"sqlite:///{path}"), SqliteStore)
-    assert isinstance(open_store(None), MemoryStore)
-    with pytest.raises(ValueError, match="unsupported state URL"):
-        open_store("postgresql://x/y")
 
 
 def write_config(tmp_path: Path, body: str) -> Path:

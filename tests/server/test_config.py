@@ -116,7 +116,7 @@ def test_repo_needs_exactly_one_source(tmp_path: Path) -> None:
 
 def test_bad_values(tmp_path: Path) -> None:
     message = problems(tmp_path, "repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:SALT}'}\n"
-                                 "state: {url: 'postgres://x'}\nlisten: nowhere\ntrusted_proxies: [10.0.0.0/33]\n"
+                                 "state: {url: 'mysql://x'}\nlisten: nowhere\ntrusted_proxies: [10.0.0.0/33]\n"
                                  "tls: {cert: /no/cert, key: /no/key}\n")
     assert "/state/url" in message
     assert "/listen" in message

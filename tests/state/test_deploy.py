@@ -1,0 +1,136 @@
+"""deploy/: the manifests parse (kubeconform's schemas cannot be fetched offline, so the fields that
+matter are checked here), both configs load with llmfleet's own reader, every ${cred:NAME} they use is
+provided (by a LoadCredential= line, by a key of the Secret), and systemd-analyze verifies the units."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from reconciler.config import load_config
+from tests.conftest import ROOT
+
+DEPLOY = ROOT / "deploy"
+KUBE = DEPLOY / "kubernetes"
+SYSTEMD = DEPLOY / "systemd"
+CRED = re.compile(r"\$\{cred:([^}]+)\}")
+
+
+def cred_names(config_text: str) -> set[str]:
+    """The ${cred:NAME} names the config's values use (comments aside)."""
+    def walk(node: Any) -> Iterator[str]:
+        if isinstance(node, dict):
+            for value in node.values():
+                yield from walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from walk(value)
+        elif isinstance(node, str):
+            yield from CRED.findall(node)
+
+    return set(walk(yaml.safe_load(config_text)))
+
+
+def manifests() -> dict[str, dict[str, Any]]:
+    """kind -> the document (each kind appears once)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(KUBE.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document:
+                assert document["kind"] not in found, f"{path}: a second {document['kind']}"
+                found[document["kind"]] = document
+    return found
+
+
+def credentials_dir(tmp_path: Path, names: set[str]) -> Path:
+    directory = tmp_path / "credentials"
+    directory.mkdir()
+    for name in names:
+        (directory / name).write_text(f"value-of-{name}-0123456789abcdef\n")
+    return directory
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((KUBE / "kustomization.yaml").read_text())
+    on_disk = {p.name for p in KUBE.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == on_disk
+
+
+def test_kubernetes_manifests(tmp_path: Path) -> None:
+    found = manifests()
+    assert set(found) >= {"Deployment", "CronJob", "Secret", "Service", "Ingress", "ConfigMap", "PodDisruptionBudget"}
+    pod = found["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert found["Deployment"]["spec"]["replicas"] >= 2
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/metrics"
+    assert {"name": "CREDENTIALS_DIRECTORY", "value": "/run/credentials/llmfleet"} in container["env"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    selector = found["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert found["Service"]["spec"]["selector"] == selector
+    assert found["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"] == selector
+    ingress = found["Ingress"]["spec"]
+    assert ingress["tls"][0]["hosts"] == [ingress["rules"][0]["host"]]
+    assert ingress["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == found["Service"]["metadata"]["name"]
+
+    cron = found["CronJob"]["spec"]
+    assert cron["concurrencyPolicy"] == "Forbid"
+    job = cron["jobTemplate"]["spec"]["template"]["spec"]
+    assert job["containers"][0]["args"][:2] == ["reconcile", "--once"]
+
+    config_text = found["ConfigMap"]["data"]["control-plane.yaml"]
+    secret_keys = set(found["Secret"]["stringData"])
+    assert cred_names(config_text) == secret_keys  # every reference provided, nothing extra
+    mounted = {v["name"]: v for v in pod["volumes"]}
+    assert mounted["credentials"]["secret"]["secretName"] == found["Secret"]["metadata"]["name"]
+
+    config_path = tmp_path / "control-plane.yaml"
+    config_path.write_text(config_text)
+    config = load_config(config_path, {"CREDENTIALS_DIRECTORY": str(credentials_dir(tmp_path, secret_keys))})
+    assert config.state.url.startswith("postgresql://")
+    assert config.state.password is not None
+    assert config.state.password.reveal() == "value-of-pg-password-0123456789abcdef"
+
+
+def systemd_config(tmp_path: Path) -> tuple[str, Path]:
+    """The systemd config, its TLS files pointed at throwaway ones (the reader checks they exist)."""
+    text = (SYSTEMD / "control-plane.yaml").read_text()
+    for name in ("fullchain.pem", "privkey.pem"):
+        (tmp_path / name).write_text("placeholder\n")
+        text = text.replace(f"/etc/llmfleet/tls/{name}", str(tmp_path / name))
+    path = tmp_path / "control-plane.yaml"
+    path.write_text(text)
+    return text, path
+
+
+def test_systemd_units_load_every_credential_the_config_names(tmp_path: Path) -> None:
+    text, path = systemd_config(tmp_path)
+    names = cred_names(text)
+    for unit in ("llmfleet-serve.service", "llmfleet-reconcile.service"):
+        loaded = set(re.findall(r"^LoadCredential=([^:]+):", (SYSTEMD / unit).read_text(), re.MULTILINE))
+        assert loaded == names, unit  # the config resolves every reference at start, in both services
+    config = load_config(path, {"CREDENTIALS_DIRECTORY": str(credentials_dir(tmp_path, names))})
+    assert config.repo.clone_dir == Path("/var/lib/llmfleet/fleet-repo.git")
+    reconcile = (SYSTEMD / "llmfleet-reconcile.service").read_text()
+    assert "--repo /var/lib/llmfleet/fleet-repo.git" in reconcile  # the clone the server keeps
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_analyze_verify(tmp_path: Path) -> None:
+    llmfleet = shutil.which("llmfleet") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "llmfleet")
+    units = []
+    for unit in sorted(SYSTEMD.glob("llmfleet-*")):  # ExecStart must exist: point it at this checkout's
+        target = tmp_path / unit.name
+        target.write_text(unit.read_text().replace("/opt/llmfleet/bin/llmfleet", llmfleet))
+        units.append(str(target))
+    done = subprocess.run(["systemd-analyze", "verify", "--man=no", *units], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "", done.stderr  # unknown keys are only warnings: none allowed

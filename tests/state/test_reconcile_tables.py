@@ -1,0 +1,93 @@
+"""The reconciler's state (its Protocol, reconciler/reconcile/store.py) on every store: in memory, and
+the control plane's store on SQLite and on PostgreSQL, which is one object for both."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reconciler.fleet.jsonvalue import freeze_mapping
+from reconciler.reconcile.observed import BoxReport
+from reconciler.reconcile.plan import PendingDelete
+from reconciler.reconcile.store import MemoryStore, StateStore, open_store
+from reconciler.reconcile.verdict import ServerHistory
+from reconciler.state.passes import ActionRecord, PassRecord
+from reconciler.state.records import BoxReport as ControlPlaneReport
+from reconciler.state.records import Endpoint, FetchRecord, Outcome
+from reconciler.state.sqlstore import SqlStateStore
+
+RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
+                    (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def reconcile_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    url = f"sqlite:///{tmp_path / 'state.db'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    store = open_store(url)
+    yield store
+    assert isinstance(store, SqlStateStore)
+    store.close()
+
+
+def record_box_facts(store: StateStore) -> None:
+    """What the control plane records: two config fetches of b, a report of c."""
+    if isinstance(store, MemoryStore):
+        store.record_fetch("b", 10.0)
+        store.record_fetch("b", 20.0)
+        store.record_report("c", BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False))
+        return
+    assert isinstance(store, SqlStateStore)  # the control plane's methods on the same object
+    for at in (10.0, 20.0):
+        store.record_fetch(FetchRecord(at, Endpoint.CONFIG, 200, "127.0.0.1", "b", None, "b", "r" * 40))
+    store.record_fetch(FetchRecord(25.0, Endpoint.CONFIG, 404, "127.0.0.1", "b", None, "b", None))
+    store.record_report(ControlPlaneReport("c", 30.0, "127.0.0.1", "r" * 40, "1", Outcome.FIT_FAILED,
+                                           freeze_mapping({"servers": [{"name": "m", "digest": "sha256:1"}]})), 20)
+
+
+def test_store_round_trips(reconcile_store: StateStore) -> None:
+    store = reconcile_store
+    record_box_facts(store)
+    facts = store.box_facts()
+    assert facts["b"].fetched_at == 20.0
+    assert facts["c"].report == BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False)
+    history = {("b", 8001): ServerHistory(1.0, up=True, ever_up=True, recent="101", last_healthy=2.0)}
+    store.save_histories(history)
+    assert store.histories() == history
+    store.save_histories({})
+    assert store.histories() == {}
+    pending = {"x": PendingDelete("x", 2, "HTTP 503", 5.0)}
+    store.save_pending_deletes(pending)
+    assert store.pending_deletes() == pending
+    store.record_pass(RECORD)
+    store.record_pass(PassRecord(200.0, 0.5, "b" * 40, "apply", {}))
+    assert [p.started_at for p in store.recent_passes(5)] == [200.0, 100.0]
+    assert store.recent_passes(5)[1] == RECORD
+
+
+def test_passes_survive_reopen(store_url: str) -> None:
+    first = open_store(store_url)
+    first.record_pass(RECORD)
+    assert isinstance(first, SqlStateStore)
+    first.close()
+    again = open_store(store_url)
+    assert isinstance(again, SqlStateStore)
+    try:
+        assert again.recent_passes(1) == [RECORD]
+    finally:
+        again.close()
+
+
+def test_open_store_urls(tmp_path: Path) -> None:
+    assert isinstance(open_store(None), MemoryStore)
+    assert isinstance(open_store("memory:"), MemoryStore)
+    plain = open_store(str(tmp_path / "plain.db"))  # a bare path is a SQLite file
+    assert isinstance(plain, SqlStateStore)
+    assert plain.backend == "sqlite"
+    plain.close()
+    with pytest.raises(ValueError, match="unsupported state URL"):
+        open_store("mysql://x/y")

@@ -1,0 +1,319 @@
+"""The state store on both engines (each test runs on SQLite and on a real PostgreSQL): migrations,
+each record kind, caps, the fetch log's retention and its buffer while the database refuses writes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from reconciler.fleet.jsonvalue import freeze_mapping
+from reconciler.state import (
+    Approval,
+    BoxReport,
+    Endpoint,
+    FetchRecord,
+    Outcome,
+    Sighting,
+    StateError,
+    open_store,
+)
+from reconciler.state.migrations import MIGRATIONS
+from reconciler.state.sqlite import SqliteDatabase
+from reconciler.state.sqlstore import SqlStateStore
+from reconciler.state.store import FetchRetention, sqlite_path
+from tests.state.postgres import free_port, with_schema
+
+
+def test_url_forms(tmp_path: Path) -> None:
+    assert sqlite_path("sqlite:///rel/db.sqlite3", tmp_path) == tmp_path / "rel/db.sqlite3"
+    assert sqlite_path("sqlite:////abs/db", tmp_path) == Path("/abs/db")
+    assert sqlite_path("sqlite:///:memory:") is None
+    with pytest.raises(StateError, match="give sqlite:///PATH") as caught:
+        sqlite_path("mysql://user:hunter2@db/x")
+    assert "hunter2" not in str(caught.value)
+
+
+def columns(store: SqlStateStore) -> dict[str, list[str]]:
+    """Table -> column names, as the engine reports them."""
+    if store.backend == "sqlite":
+        tables = [r["name"] for r in store.db.read("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                                   "AND name NOT LIKE 'sqlite_%'")]
+        return {t: [r["name"] for r in store.db.read(f"PRAGMA table_info({t})")] for t in tables}
+    rows = store.db.read("SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = "
+                         "current_schema() AND table_name != 'llmfleet_schema' ORDER BY ordinal_position")
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        out.setdefault(r["table_name"], []).append(r["column_name"])
+    return out
+
+
+def test_both_engines_get_the_same_schema(tmp_path: Path, pg_url: str) -> None:
+    lite, pg = open_store(f"sqlite:///{tmp_path / 'a.db'}"), open_store(pg_url)
+    try:
+        assert lite.schema_version == pg.schema_version == len(MIGRATIONS)
+        assert columns(lite) == columns(pg)
+        assert {"fetches", "attention", "box_reports", "approvals", "reconcile_pass"} <= set(columns(pg))
+        assert "replica" in columns(pg)["fetches"]
+    finally:
+        lite.close()
+        pg.close()
+
+
+def test_created_migrated_and_reopened(store_url: str) -> None:
+    store = open_store(store_url)
+    store.record_approval(Approval(1.0, "h", ("m",), "b", "c" * 40, "d" * 40, "cli"))
+    store.close()
+    again = open_store(store_url)  # reopening migrates nothing and keeps the data
+    try:
+        assert again.schema_version == len(MIGRATIONS)
+        assert [a.host for a in again.approvals()] == ["h"]
+    finally:
+        again.close()
+
+
+def test_sqlite_file_is_wal(tmp_path: Path) -> None:
+    open_store(f"sqlite:///{tmp_path / 'sub' / 'state.db'}").close()
+    db = sqlite3.connect(tmp_path / "sub" / "state.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+
+
+def test_newer_schema_refused(store_url: str) -> None:
+    store = open_store(store_url)
+    with store.db.transaction() as tx:
+        if store.backend == "sqlite":
+            tx.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+        else:
+            tx.execute("UPDATE llmfleet_schema SET version = ?", (len(MIGRATIONS) + 1,))
+    store.close()
+    with pytest.raises(StateError, match="newer than this llmfleet"):
+        open_store(store_url)
+
+
+def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
+    opened: list[SqlStateStore] = []
+    failures: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            opened.append(open_store(pg_url))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert {s.schema_version for s in opened} == {len(MIGRATIONS)}
+    for s in opened:
+        s.close()
+
+
+def test_unwritable_location(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StateError, match="cannot open"):
+        SqliteDatabase(blocker / "state.db")
+
+
+def test_unreachable_postgres_is_one_clear_error_without_the_password() -> None:
+    url = f"postgresql://llmfleet@127.0.0.1:{free_port()}/llmfleet"
+    with pytest.raises(StateError) as caught:
+        open_store(url, password="pg-password-never-shown")
+    message = str(caught.value)
+    assert "cannot use the PostgreSQL state database postgresql://llmfleet@127.0.0.1:" in message
+    assert "Connection refused" in message or "connection failed" in message
+    assert "pg-password-never-shown" not in message
+
+
+def test_a_search_path_without_a_schema_is_named(pg_database: str) -> None:
+    with pytest.raises(StateError, match="no schema to create tables in"):
+        open_store(with_schema(pg_database, "no_such_schema"))
+
+
+def test_wrong_password_is_refused_without_echoing_it(pg_database: str) -> None:
+    from tests.state.postgres import split_password
+
+    bare, _ = split_password(pg_database)
+    with pytest.raises(StateError) as caught:
+        open_store(with_schema(bare, "no_such_schema"), password="wrong-password-never-shown")
+    if "no schema to create tables in" in str(caught.value):
+        pytest.skip("this PostgreSQL trusts every login (CI's shared cluster): no password is checked")
+    assert "password authentication failed" in str(caught.value)
+    assert "wrong-password-never-shown" not in str(caught.value)
+
+
+def fetch(at: float, box: str | None, status: int = 200, endpoint: Endpoint = Endpoint.CONFIG) -> FetchRecord:
+    return FetchRecord(at=at, endpoint=endpoint, status=status, peer="192.0.2.1", box=box, revision="r",
+                       replica="cp-1")
+
+
+def test_fetch_log(store: SqlStateStore) -> None:
+    for i, (box, status) in enumerate([("a", 200), ("b", 200), ("a", 404), ("a", 200), (None, 403)]):
+        store.record_fetch(fetch(1000.0 + i, box, status))
+    store.record_fetch(fetch(1009.0, "b", 200, Endpoint.REPORT))
+    assert [r.at for r in store.recent_fetches(limit=3)] == [1009.0, 1004.0, 1003.0]
+    assert [r.at for r in store.recent_fetches(box="a")] == [1003.0, 1002.0, 1000.0]
+    assert store.recent_fetches(limit=1)[0] == fetch(1009.0, "b", 200, Endpoint.REPORT)
+    served = store.last_config_served()
+    assert {box: r.at for box, r in served.items()} == {"a": 1003.0, "b": 1001.0}
+
+
+def test_fetch_log_retention_by_count_and_by_age(store: SqlStateStore) -> None:
+    for i in range(10):
+        store.record_fetch(fetch(1000.0 + i, "a"))
+    store.flush()
+    assert store.prune(FetchRetention(max_rows=4, max_age_s=1e9), now=1010.0) == 6
+    assert [r.at for r in store.recent_fetches()] == [1009.0, 1008.0, 1007.0, 1006.0]
+    assert store.prune(FetchRetention(max_rows=4, max_age_s=2.5), now=1010.0) == 2  # older than 1007.5
+    assert [r.at for r in store.recent_fetches()] == [1009.0, 1008.0]
+    assert store.prune(FetchRetention(max_rows=4, max_age_s=100), now=1010.0) == 0
+
+
+def test_fetch_log_is_pruned_on_write(store_url: str) -> None:
+    now = [5000.0]
+    retention = FetchRetention(max_rows=3, max_age_s=60, every_s=10)
+    store = SqlStateStore(open_store(store_url).db, retention, clock=lambda: now[0])
+    try:
+        for i in range(5):
+            store.record_fetch(fetch(now[0] - 100 + i, "old"))  # older than a minute
+        for i in range(5):
+            store.record_fetch(fetch(now[0] + i, "new"))
+        store.flush()  # not yet due: the clock has not moved since the store opened
+        assert len(store.recent_fetches()) == 10
+        now[0] += 10
+        store.record_fetch(fetch(now[0], "new"))
+        store.flush()  # due: both limits applied after the write
+        assert [r.at for r in store.recent_fetches()] == [5010.0, 5004.0, 5003.0]
+    finally:
+        store.close()
+
+
+def test_fetch_records_wait_while_the_database_refuses_them(store: SqlStateStore) -> None:
+    store.record_fetch(fetch(1.0, "a"))
+    store.flush()
+    with store.db.transaction() as tx:
+        tx.execute("ALTER TABLE fetches RENAME TO fetches_away")
+    store.record_fetch(fetch(2.0, "a"))
+    store.record_fetch(fetch(3.0, "a"))
+    with pytest.raises(StateError, match="fetches"):
+        store.flush()
+    store._flush_quietly()  # what the background writer does: remembers why, keeps the records
+    assert store.flush_error is not None
+    with store.db.transaction() as tx:
+        tx.execute("ALTER TABLE fetches_away RENAME TO fetches")
+    assert [r.at for r in store.recent_fetches()] == [3.0, 2.0, 1.0]
+    assert store.flush_error is None
+
+
+def test_attention_list_is_bounded_lru(store: SqlStateStore) -> None:
+    assert store.note_unknown(Sighting("x", 1.0, "192.0.2.1", "x"), max_entries=2) == 0
+    store.note_unknown(Sighting("y", 2.0, "192.0.2.2"), max_entries=2)
+    store.note_unknown(Sighting("x", 3.0, "192.0.2.3", "x", "198.51.100.1"), max_entries=2)
+    entries = store.attention()
+    assert [(e.box, e.count, e.first_seen, e.last_seen, e.peer) for e in entries] == [
+        ("x", 2, 1.0, 3.0, "192.0.2.3"), ("y", 1, 2.0, 2.0, "192.0.2.2")]
+    assert entries[0].forwarded_for == "198.51.100.1"
+    assert store.note_unknown(Sighting("z", 4.0, "192.0.2.4"), max_entries=2) == 1
+    assert [e.box for e in store.attention()] == ["z", "x"]  # y was least recently seen
+    store.forget("x")
+    assert store.attention_size() == 1
+
+
+def test_reports_keep_latest_per_box(store: SqlStateStore) -> None:
+    for i in range(5):
+        body = {"revision": f"r{i}", "servers": [{"name": "s", "digest": f"d{i}"}]}
+        store.record_report(BoxReport("a", float(i), "192.0.2.1", f"r{i}", "0.1", Outcome.INSTALLED,
+                                      freeze_mapping(body)), keep=3)
+    store.record_report(BoxReport("b", 9.0, "192.0.2.2", "rb", "0.1", Outcome.FIT_FAILED), keep=3)
+    assert [r.revision for r in store.report_history("a")] == ["r4", "r3", "r2"]
+    latest = store.latest_reports()
+    assert latest["a"].server_digests() == {"s": "d4"}
+    assert latest["b"].outcome is Outcome.FIT_FAILED
+
+
+def test_approvals(store: SqlStateStore) -> None:
+    store.record_approval(Approval(1.0, "h", ("m1", "m2"), "approve/h", "c" * 40, "b" * 40, "admin:abc"))
+    assert store.approvals() == [Approval(1.0, "h", ("m1", "m2"), "approve/h", "c" * 40, "b" * 40, "admin:abc")]
+
+
+def test_timestamps_keep_their_precision(store: SqlStateStore) -> None:
+    """PostgreSQL's REAL is 4 bytes: the migrations must give it DOUBLE PRECISION."""
+    at = 1_800_000_000.123456
+    store.record_fetch(fetch(at, "a"))
+    assert store.recent_fetches()[0].at == at
+
+
+def test_pass_lock_is_one_per_database_schema(pg_url: str, pg_database: str, tmp_path: Path) -> None:
+    from reconciler.state.locks import LockHeld
+    from tests.state.postgres import schema_url
+
+    first, second = open_store(pg_url), open_store(pg_url)
+    try:
+        with first.pass_lock(tmp_path / "ignored.lock"):  # PostgreSQL never uses a lock file
+            with pytest.raises(LockHeld, match="PostgreSQL advisory lock in postgresql://") as caught, \
+                    second.pass_lock():
+                pass
+            assert "llmfleet-reconcile" in str(caught.value)  # the holder's session, by name
+            with schema_url(pg_database) as other_fleet:  # another schema is another fleet
+                other = open_store(other_fleet)
+                with other.pass_lock():
+                    pass
+                other.close()
+        with second.pass_lock():  # released with the pass
+            pass
+    finally:
+        first.close()
+        second.close()
+    assert not (tmp_path / "ignored.lock").exists()
+
+
+def test_sqlite_pass_lock_is_a_file_beside_the_database(tmp_path: Path) -> None:
+    from reconciler.state.locks import LockHeld
+
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        with store.pass_lock():
+            assert (tmp_path / "state.db.reconcile.lock").read_text().strip() == str(os.getpid())
+            with pytest.raises(LockHeld, match=r"state\.db\.reconcile\.lock \(pid \d+\)"), store.pass_lock():
+                pass
+    finally:
+        store.close()
+
+
+def config_problems(tmp_path: Path, state: str) -> str:
+    from reconciler.config import ConfigError, load_config
+
+    path = tmp_path / "cp.yaml"
+    path.write_text(f"repo: {{path: /x}}\nsecrets: {{vllm_api_salt: '${{env:SALT}}'}}\nstate: {state}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, {"SALT": "salt-0123456789abcdef", "PG": "pg-secret"})
+    return str(caught.value)
+
+
+def test_config_keeps_the_password_out_of_the_url(tmp_path: Path) -> None:
+    from reconciler.config import load_config
+
+    message = config_problems(tmp_path, "{url: 'postgresql://llmfleet:hunter2-in-url@db/llmfleet'}")
+    assert "/state/url: the URL carries a password" in message
+    assert "hunter2-in-url" not in message
+    message = config_problems(tmp_path, "{url: 'sqlite:///s.db', password: '${env:PG}'}")
+    assert "/state/password: a password is only for a postgresql:// state url" in message
+    message = config_problems(tmp_path, "{url: 'postgresql://llmfleet@db/llmfleet', password: pg-literal}")
+    assert "/state/password" in message
+    assert "pg-literal" not in message  # a literal is refused without being echoed
+    path = tmp_path / "ok.yaml"
+    path.write_text("repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:SALT}'}\n"
+                    "state: {url: 'postgresql://llmfleet@db/llmfleet', password: '${env:PG}', "
+                    "fetch_log_max_rows: 5000, fetch_log_max_age_days: 0.5}\n")
+    config = load_config(path, {"SALT": "salt-0123456789abcdef", "PG": "pg-secret"})
+    assert config.state.password is not None
+    assert config.state.password.reveal() == "pg-secret"
+    assert "pg-secret" not in repr(config)
+    assert config.state.retention == FetchRetention(5000, 43200.0)
