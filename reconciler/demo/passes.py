@@ -23,11 +23,12 @@ from reconciler.reconcile.configfile import ReconcileConfig
 from reconciler.reconcile.configfile import load_config as reconcile_config
 from reconciler.reconcile.engine import PassOutcome, Reconciler
 from reconciler.reconcile.intended import DeploymentSpec
-from reconciler.reconcile.loop import LockHeld, default_lock_path, pass_lock
 from reconciler.reconcile.observe.litellm import LitellmApi, LitellmError
 from reconciler.reconcile.observed import Deployment
-from reconciler.reconcile.store import SqliteStore
 from reconciler.reconcile.wiring import build_reconciler
+from reconciler.state.locks import LockHeld
+from reconciler.state.sqlstore import SqlStateStore
+from reconciler.state.store import open_store
 
 PLAN_ONLY = "plan-only: no LiteLLM given, nothing is written"
 
@@ -62,7 +63,7 @@ class Passes:
     fleet: Fleet | None = None  # the last valid commit of main
     last: PassOutcome | None = None
     reconciler: Reconciler | None = None
-    store: SqliteStore | None = None  # the control plane's state file
+    store: SqlStateStore | None = None  # the control plane's state store
     invalid: tuple[str, str] | None = None  # main's head when it is not valid, and why
 
     @property
@@ -95,18 +96,19 @@ class Passes:
         """One pass; None when another pass (a `llmfleet apply` in another terminal) holds the lock."""
         fleet = self._load_fleet()
         if self.reconciler is None:
-            self.store = SqliteStore(str(self.workspace.state_file))
+            self.store = open_store(self.workspace.state_url, application_name="llmfleet-demo")
             self.reconciler = build_reconciler(self._config(), fleet.settings.reconcile, self.store)
             if self.litellm is None:
                 self.reconciler.api_factory = _plan_only
-        reconciler = self.reconciler
+        reconciler, store = self.reconciler, self.store
+        assert store is not None
         reconciler.observer.probe_timeout_s = fleet.settings.reconcile.probe_timeout_s
         reconciler.observer.probe_concurrency = fleet.settings.reconcile.probe_concurrency
         try:
-            with pass_lock(default_lock_path(self.workspace.state_url)):
+            with store.pass_lock():
                 outcome = asyncio.run(reconciler.run_pass(fleet, apply=self.apply))
-                if not self.apply and self.store is not None:
-                    self.store.record_pass(outcome.record)
+                if not self.apply:
+                    store.record_pass(outcome.record)
         except LockHeld:
             return None
         self.last = outcome

@@ -17,7 +17,7 @@ import pytest
 
 from reconciler.demo.fleet import addresses
 from reconciler.demo.procs import can_bind, pids_mentioning
-from reconciler.reconcile.store import SqliteStore
+from reconciler.state.store import open_store
 from tests.support.litellm import LitellmProxy, proxy_from_env
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
@@ -87,7 +87,7 @@ def test_move_model_once(tmp_path: Path) -> None:
         assert "Plan: 7 to add, 0 to change, 0 to destroy.  (plan only: nothing is written)" in out
 
     # Every pass is recorded in the control plane's state (what the status page shows), plan-only too.
-    store = SqliteStore(str(workdir / "control-plane" / "state.sqlite3"))
+    store = open_store(f"sqlite:///{workdir / 'control-plane' / 'state.sqlite3'}")
     try:
         last = store.recent_passes(1)[0]
     finally:
