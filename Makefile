@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench bench-config-server bench-reconcile venv clean
+.PHONY: demo demo-litellm docs test lint typecheck unit bench bench-config-server bench-reconcile venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,13 +29,19 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
+# The whole fleet on this machine (docs/quickstart.md): simulated boxes, the control plane, the
+# reconciler; Ctrl-C stops it. DEMO_ARGS passes options, e.g. DEMO_ARGS="--scenario move-model".
+DEMO_ARGS ?=
 demo: $(STAMP)
-	$(BIN)/llmfleet validate fleet-repo-example
-	$(BIN)/llmfleet show fleet-repo-example
-	@export LLMFLEET_VLLM_API_SALT=demo-salt-not-a-secret-0001 LLMFLEET_LEGACY_API_KEY=sk-legacy-demo-only; \
-	for box in $$($(BIN)/python -c "import yaml,sys; print(' '.join(yaml.safe_load(open('fleet-repo-example/placement.yaml'))['hosts']))"); do \
-	  echo "== GET /vllm/config for $$box"; $(BIN)/llmfleet render "$$box" --repo fleet-repo-example || exit 1; \
-	done
+	$(BIN)/llmfleet demo $(DEMO_ARGS)
+
+# The same with a real LiteLLM proxy built for the run (../shared/litellm-offline; needs root, ~2 min more).
+demo-litellm: $(STAMP)
+	LLMFLEET_DEMO_LITELLM=1 $(BIN)/llmfleet demo $(DEMO_ARGS)
+
+# Regenerate docs/configuration.md from the JSON Schemas (tests/demo/test_docs.py fails while it is stale).
+docs: $(STAMP)
+	$(BIN)/python docs/gen_config_reference.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/validate_bench.py

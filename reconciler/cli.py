@@ -13,7 +13,7 @@ from reconciler.commands.common import EXIT_OK, EXIT_USAGE
 
 # Subcommand modules, in the order `llmfleet --help` lists them.
 COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve", "plan", "apply",
-            "reconcile")
+            "reconcile", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,117 @@
+"""The demo's final checks and its table, over pass outcomes built by the reconciler's own planner."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from reconciler.demo.check import arrived, problems, waiting_for
+from reconciler.demo.move import Move
+from reconciler.demo.view import rows, table
+from reconciler.reconcile.engine import PassOutcome
+from reconciler.reconcile.intended import IntendedServer
+from reconciler.reconcile.observed import BoxFacts, Deployment, ProbeResult
+from reconciler.reconcile.plan import make_plan
+from reconciler.reconcile.store import PassRecord
+from tests.reconcile.builders import (
+    NOW,
+    assessed,
+    deployment_for,
+    failed,
+    intended,
+    observation,
+    ok,
+    server,
+)
+
+A = server("127.0.0.2", 8001, "m")
+B = server("127.0.0.3", 8003, "n")
+OLD_B = server("127.0.0.2", 8003, "n")
+RUNNING = {"127.0.0.2": {"llmfleet-m": "RUNNING"}, "127.0.0.3": {"llmfleet-n": "RUNNING"}}
+MOVE = Move("n", "n", "127.0.0.2", 8003, "127.0.0.3", 8003)
+
+
+def outcome(servers: Iterable[IntendedServer], probes: dict[tuple[str, int], ProbeResult],
+            deployments: Iterable[Deployment] | None) -> PassOutcome:
+    wanted = intended(servers)
+    facts = {s.box: BoxFacts(fetched_at=NOW - 30) for s in wanted.servers.values()}
+    obs = observation(wanted, probes, deployments, facts=facts)
+    plan = make_plan(wanted, obs, assessed(wanted, obs))
+    record = PassRecord(started_at=NOW, duration_s=0.1, revision=wanted.revision, mode="apply", verdicts={})
+    return PassOutcome(wanted, plan, (), record, obs)
+
+
+def test_in_step_with_litellm() -> None:
+    done = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B)])
+    assert waiting_for(done, applying=True) == []
+    assert problems(done, RUNNING, MOVE, applying=True) == []
+
+
+def test_a_loading_server_and_a_missing_deployment_are_waited_for() -> None:
+    done = outcome([A, B], {A.key: ok(A), B.key: failed()}, [])
+    waiting = waiting_for(done, applying=True)
+    assert any("127.0.0.3:8003 n is Loading" in w for w in waiting)
+    assert any("create llmfleet:127.0.0.2:8001" in w for w in waiting)
+    assert waiting_for(done, applying=True)
+    # Plan only: LiteLLM is not part of the goal, the verdicts are.
+    assert waiting_for(done, applying=False) == ["127.0.0.3:8003 n is Loading"]
+
+
+def test_plan_only_converges_on_verdicts_alone() -> None:
+    done = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [])
+    assert waiting_for(done, applying=False) == []
+    assert waiting_for(done, applying=True)
+
+
+def test_the_old_deployment_and_the_old_program_are_problems() -> None:
+    done = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B), deployment_for(OLD_B)])
+    states = {"127.0.0.2": {"llmfleet-m": "RUNNING", "llmfleet-n": "RUNNING"}, "127.0.0.3": {"llmfleet-n": "RUNNING"}}
+    found = problems(done, states, MOVE, applying=True)
+    assert "127.0.0.2 still runs n (its installer did not remove it)" in found
+    assert "LiteLLM still routes n to 127.0.0.2:8003" in found
+    assert any("delete llmfleet:127.0.0.2:8003" in f for f in found)
+
+
+def test_a_move_that_did_not_happen() -> None:
+    done = outcome([A, OLD_B], {A.key: ok(A), OLD_B.key: ok(OLD_B)}, [deployment_for(A), deployment_for(OLD_B)])
+    found = problems(done, {"127.0.0.2": {"llmfleet-m": "RUNNING", "llmfleet-n": "RUNNING"}}, MOVE, applying=True)
+    assert "the repository does not place n on 127.0.0.3:8003" in found
+    assert "the repository still places a server on 127.0.0.2:8003" in found
+    assert "LiteLLM does not route n to http://127.0.0.3:8003/v1" in found
+
+
+def test_a_program_supervisor_does_not_run_is_a_problem() -> None:
+    done = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B)])
+    found = problems(done, {"127.0.0.2": {"llmfleet-m": "FATAL"}, "127.0.0.3": None}, None, applying=True)
+    assert found == ["127.0.0.2:8001 m: Supervisor says FATAL", "127.0.0.3:8003 n: Supervisor says no such program"]
+
+
+def test_rows_show_each_server_and_a_removed_servers_deployment() -> None:
+    done = outcome([A, B], {A.key: ok(A), B.key: failed()}, [deployment_for(A), deployment_for(OLD_B)])
+    states = {"127.0.0.2": {"llmfleet-m": "RUNNING", "llmfleet-n": "STOPPED"}, "127.0.0.3": None}
+    found = rows(done, states, applying=True)
+    assert [(r.box, r.port, r.verdict, r.supervisor, r.litellm) for r in found] == [
+        ("127.0.0.2", 8001, "Healthy", "RUNNING", "deployed"),
+        ("127.0.0.3", 8003, "Loading", "no supervisord", "-"),
+        ("127.0.0.2", 8003, "-", "STOPPED", "- delete"),
+    ]
+    # Still serving while n's new server loads: the old deployment is held, not deleted.
+    held = outcome([A, B], {A.key: ok(A), B.key: failed()}, [deployment_for(A), deployment_for(OLD_B)])
+    obs = observation(held.intended, {A.key: ok(A), B.key: failed()}, [deployment_for(A), deployment_for(OLD_B)],
+                      facts={"127.0.0.2": BoxFacts(fetched_at=NOW - 30), "127.0.0.3": BoxFacts(fetched_at=NOW - 30)},
+                      orphan_probes={OLD_B.id: ok(OLD_B)})
+    plan = make_plan(held.intended, obs, assessed(held.intended, obs))
+    kept = rows(PassOutcome(held.intended, plan, (), held.record, obs), states, applying=True)
+    assert kept[2].litellm == "held"
+    planned = rows(outcome([A], {A.key: ok(A)}, []), {}, applying=False)
+    assert planned[0].litellm == "+ would create"
+    assert table(found).row_count == 3
+
+
+def test_the_moved_server_has_arrived_when_healthy_and_deployed() -> None:
+    loading = outcome([A, B], {A.key: ok(A), B.key: failed()}, [deployment_for(A), deployment_for(OLD_B)])
+    assert arrived(loading, MOVE, applying=False) == ["127.0.0.3:8003 n is Loading"]
+    serving = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(OLD_B)])
+    assert arrived(serving, MOVE, applying=False) == []
+    assert arrived(serving, MOVE, applying=True) == ["LiteLLM has no deployment llmfleet:127.0.0.3:8003 yet"]
+    deployed = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B)])
+    assert arrived(deployed, MOVE, applying=True) == []

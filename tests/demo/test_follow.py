@@ -1,0 +1,65 @@
+"""Which boxes a new revision touches, for the live demo to restart, boot or stop."""
+
+from __future__ import annotations
+
+from reconciler.demo.fleet import simulate
+from reconciler.demo.follow import Changes, changes, loopback
+from reconciler.demo.move import choose_move, move_row
+from reconciler.fleet.bearer import Salt
+from reconciler.fleet.model import Fleet
+from reconciler.fleet.render import Bearers
+from reconciler.fleet.source import Snapshot, read_directory
+from reconciler.fleet.validate import validate_snapshot
+from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
+
+BEARERS = Bearers(Salt(TEST_SALT), TEST_LEGACY_KEY)
+
+
+def fleet(files: dict[str, bytes], revision: str) -> Fleet:
+    validation = validate_snapshot(Snapshot(revision, files, {k: k for k in files}))
+    assert validation.fleet is not None, validation.diagnostics
+    return validation.fleet
+
+
+def demo_files() -> dict[str, bytes]:
+    return dict(simulate(read_directory(EXAMPLE)).files)
+
+
+def test_a_move_restarts_exactly_the_two_boxes() -> None:
+    files = demo_files()
+    before = fleet(files, "a" * 40)
+    move = choose_move(before)
+    after = fleet({**files, "placement.yaml": move_row(files["placement.yaml"].decode(), move).encode()}, "b" * 40)
+    assert changes(before, after, BEARERS) == Changes(restart=("127.0.0.2", "127.0.0.3"))
+
+
+def test_a_new_commit_that_changes_no_box_restarts_nothing() -> None:
+    files = demo_files()
+    routes = files["models.yaml"].replace(b"context_window: 40960", b"context_window: 40000")  # live lifetime
+    assert routes != files["models.yaml"]
+    assert changes(fleet(files, "a" * 40), fleet({**files, "models.yaml": routes}, "b" * 40), BEARERS).empty
+
+
+def test_a_recipe_change_restarts_the_boxes_that_run_it() -> None:
+    files = demo_files()
+    dtype = files["models.yaml"].replace(b'"--dtype", "bfloat16"', b'"--dtype", "float16"')  # gemma3-27b's args
+    assert dtype != files["models.yaml"]
+    found = changes(fleet(files, "a" * 40), fleet({**files, "models.yaml": dtype}, "b" * 40), BEARERS)
+    assert found == Changes(restart=("127.0.0.4",))
+
+
+def test_boxes_that_come_and_go() -> None:
+    files = demo_files()
+    placement = files["placement.yaml"].decode()
+    added = placement + "\n  127.0.0.9:\n    - [qwen3-8b, 8001]\n\n  203.0.113.99:\n    - [qwen3-8b, 8001]\n"
+    removed = placement.replace("  127.0.0.4:\n", "  127.0.0.6:\n")
+    before = fleet(files, "a" * 40)
+    assert changes(before, fleet({**files, "placement.yaml": added.encode()}, "b" * 40), BEARERS) == Changes(
+        new=("127.0.0.9",), cannot=("203.0.113.99",))
+    assert changes(before, fleet({**files, "placement.yaml": removed.encode()}, "c" * 40), BEARERS) == Changes(
+        new=("127.0.0.6",), gone=("127.0.0.4",))
+
+
+def test_loopback() -> None:
+    assert loopback("127.0.0.2") and loopback("127.9.9.9") and loopback("::1")
+    assert not loopback("127.0.0.1") and not loopback("10.0.0.1") and not loopback("k7v2m9x4q1w8e3")
