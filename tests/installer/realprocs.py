@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,6 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from reconciler.demo.procs import alive as pid_alive
+from reconciler.demo.procs import pids_mentioning
+
+__all__ = ["SUPERVISORD", "Supervisor", "http_status", "pid_alive", "pids_mentioning", "wait_until",
+           "write_supervisord_conf"]
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
@@ -36,27 +41,6 @@ def http_status(url: str, bearer: str | None = None) -> int | None:
         return int(exc.code)
     except OSError:
         return None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
-
-
-def pids_mentioning(text: str) -> list[int]:
-    """Live processes (other than this one) whose command line contains `text`."""
-    found = []
-    for path in Path("/proc").glob("[0-9]*/cmdline"):
-        pid = int(path.parent.name)
-        try:
-            if text.encode() in path.read_bytes() and pid != os.getpid() and pid_alive(pid):
-                found.append(pid)
-        except OSError:  # gone meanwhile
-            continue
-    return found
 
 
 def write_supervisord_conf(tmp_path: Path, short: Path, conf_dir: Path) -> Path:
