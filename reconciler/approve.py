@@ -22,7 +22,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from reconciler.fleet.diagnostics import format_text
-from reconciler.fleet.model import Fleet
+from reconciler.fleet.model import Fleet, Provider
 from reconciler.fleet.source import PLACEMENT_FILE, GitFleetRepo, Snapshot, SourceError
 from reconciler.fleet.validate import validate_snapshot
 from reconciler.server.hosts import canonical_address
@@ -102,8 +102,10 @@ def _round_trip(text: str) -> tuple[YAML, CommentedMap]:
                        "by hand")
 
 
-def add_box(placement: str, host: str, rows: Sequence[Row], note: str | None = None) -> str:
-    """placement.yaml's text with the box appended under `hosts:`, everything else unchanged."""
+def add_box(placement: str, host: str, rows: Sequence[Row], note: str | None = None,
+            provider: Provider | None = None) -> str:
+    """placement.yaml's text with the box appended under `hosts:`, everything else unchanged. With a
+    provider the box takes the detailed form (`provider:` and `servers:`), else the short row list."""
     yaml, data = _round_trip(placement)
     hosts: CommentedMap = data["hosts"]
     servers = CommentedSeq()
@@ -111,7 +113,13 @@ def add_box(placement: str, host: str, rows: Sequence[Row], note: str | None = N
         item = CommentedSeq(row.yaml())
         item.fa.set_flow_style()
         servers.append(item)
-    hosts[host] = servers
+    if provider is None:
+        hosts[host] = servers
+    else:
+        box = CommentedMap()
+        box["provider"] = provider.value
+        box["servers"] = servers
+        hosts[host] = box
     if note and not hosts.fa.flow_style():
         column = hosts.lc.key(next(iter(hosts)))[1] if len(hosts) > 1 else 2
         blank = "\n" if len(hosts) > 1 else ""
@@ -178,7 +186,7 @@ def open_repo(path: str | os.PathLike[str]) -> GitFleetRepo:
 
 
 def approve(repo: GitFleetRepo, host: str, models: Sequence[str], *, base_branch: str | None = None,
-            onto_tracked: bool = False, note: str | None = None) -> Approved:
+            onto_tracked: bool = False, note: str | None = None, provider: Provider | None = None) -> Approved:
     """Add `host` with `models` to the placement at the head of `base_branch` (default: HEAD) and commit."""
     host = canonical_address(host)
     try:
@@ -193,7 +201,7 @@ def approve(repo: GitFleetRepo, host: str, models: Sequence[str], *, base_branch
     if not isinstance(placement, bytes):
         raise ApproveError(f"{PLACEMENT_FILE} cannot be read at {base[:12]}")
     rows = assign_rows(current.fleet, host, models)
-    text = add_box(placement.decode("utf-8"), host, rows, note)
+    text = add_box(placement.decode("utf-8"), host, rows, note, provider)
     edited = Snapshot(base, {**snapshot.files, PLACEMENT_FILE: text.encode()}, snapshot.display)
     result = validate_snapshot(edited)
     if result.fleet is None:
@@ -210,6 +218,7 @@ def approve(repo: GitFleetRepo, host: str, models: Sequence[str], *, base_branch
         branch = ref_name(host)
     path = PLACEMENT_FILE if str(repo.subdir) in ("", ".") else f"{repo.subdir}/{PLACEMENT_FILE}"
     ports = ", ".join(f"{r.name}:{r.port}" for r in rows)
-    message = f"Approve box {host}: {', '.join(models)}\n\nAdded by llmfleet approve. Servers: {ports}.\n"
+    where = f" ({provider.value})" if provider is not None else ""
+    message = f"Approve box {host}{where}: {', '.join(models)}\n\nAdded by llmfleet approve. Servers: {ports}.\n"
     commit = commit_file(repo, base, path, text, branch, message, create=not onto_tracked)
     return Approved(host, rows, branch, commit, base)

@@ -14,6 +14,7 @@ from typing import Any
 from reconciler.approve import ApproveError, approve, open_repo
 from reconciler.commands.common import EXIT_INVALID, EXIT_OK, CommandError, handle_errors
 from reconciler.config import ApproveTarget, ConfigError, load_config
+from reconciler.fleet.model import Provider
 
 
 def register(subparsers: Any) -> None:
@@ -23,6 +24,10 @@ def register(subparsers: Any) -> None:
                     "commit on a new branch approve/<host> (the working tree is not touched).")
     parser.add_argument("host", metavar="HOST", help="the box name (public IP or provider id)")
     parser.add_argument("models", metavar="MODEL", nargs="+", help="catalog names of the models to run")
+    parser.add_argument("--provider", choices=[p.value for p in Provider],
+                        help="where the box is rented: written as its `provider:` (the reconciler then finds its "
+                             "public ports in that provider's listing); without it the box is static (public port "
+                             "= listen port)")
     parser.add_argument("--repo", default=".", metavar="DIR", help="the fleet repository (default: .)")
     parser.add_argument("--base", metavar="BRANCH", help="branch to start from (default: the checked-out HEAD)")
     parser.add_argument("--onto", metavar="BRANCH", help="commit onto BRANCH instead of a new approve/<host> branch")
@@ -47,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--onto and --base name different branches; give one")
     try:
         done = approve(open_repo(repo_path), args.host, args.models, base_branch=onto or base,
-                       onto_tracked=onto is not None, note=f"Approved with llmfleet approve ({' '.join(args.models)})")
+                       onto_tracked=onto is not None, note=f"Approved with llmfleet approve ({' '.join(args.models)})",
+                       provider=Provider(args.provider) if args.provider else None)
     except ApproveError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from None
     for row in done.rows:

@@ -19,6 +19,7 @@ from flask import Flask, Response, jsonify, request
 
 from reconciler.approve import Approved, ApproveError, approve
 from reconciler.config import ApproveTarget
+from reconciler.fleet.model import Provider
 from reconciler.server.auth import bearer_token, matches_any, token_fingerprint, webhook_signature_ok
 from reconciler.server.box_api import error
 from reconciler.server.logs import get_logger, log_event
@@ -26,6 +27,7 @@ from reconciler.server.reports import report_json, staleness
 from reconciler.server.runtime import Runtime
 from reconciler.state.records import Approval
 
+PROVIDERS = tuple(p.value for p in Provider)
 log = get_logger("admin")
 MAX_LIMIT = 1000
 MAX_HOOK_BYTES = 5 * 1024 * 1024  # a push event for a fleet repository is a few KiB
@@ -117,19 +119,22 @@ def register(app: Flask, rt: Runtime) -> None:
         payload = request.get_json(silent=True)
         host = payload.get("host") if isinstance(payload, dict) else None
         models = payload.get("models") if isinstance(payload, dict) else None
+        provider = payload.get("provider") if isinstance(payload, dict) else None
         if not isinstance(host, str) or not host or not isinstance(models, list) or not models \
-                or not all(isinstance(m, str) for m in models):
-            return error(400, 'send JSON {"host": "<box name>", "models": ["<model>", ...]}')
+                or not all(isinstance(m, str) for m in models) or provider not in (None, *PROVIDERS):
+            return error(400, 'send JSON {"host": "<box name>", "models": ["<model>", ...], '
+                              '"provider": "vast" | "runpod" | "static" (optional)}')
         actor = "admin:" + token_fingerprint(bearer_token(request.headers.get("Authorization")) or "")
         try:
-            done = approve_and_record(rt, host, models, actor)
+            done = approve_and_record(rt, host, models, actor, Provider(provider) if provider else None)
         except ApproveError as exc:
             return error(409, str(exc))
         return jsonify({"host": done.host, "branch": done.branch, "commit": done.commit, "base": done.base,
                         "repository": str(rt.repo.git_dir), "servers": [asdict(r) for r in done.rows]})
 
 
-def approve_and_record(rt: Runtime, host: str, models: list[str], actor: str) -> Approved:
+def approve_and_record(rt: Runtime, host: str, models: list[str], actor: str,
+                       provider: Provider | None = None) -> Approved:
     """The git change of `llmfleet approve`, recorded for the audit trail (POST /admin/approve and the
     status pages' Approve). Raises ApproveError with what to do."""
     cfg = rt.config
@@ -139,7 +144,7 @@ def approve_and_record(rt: Runtime, host: str, models: list[str], actor: str) ->
     onto_tracked = cfg.repo.approve_target is ApproveTarget.TRACKED
     with rt.tracker.git_lock:
         done = approve(rt.repo.fleet_repo, host, models, base_branch=cfg.repo.branch, onto_tracked=onto_tracked,
-                       note=note)
+                       note=note, provider=provider)
     rt.store.record_approval(Approval(rt.clock(), done.host, tuple(models), done.branch, done.commit, done.base,
                                       actor))
     log_event(log, "box approved", host=done.host, models=models, branch=done.branch, commit=done.commit,

@@ -31,10 +31,11 @@ def admin_client(world: World) -> FlaskClient:
     return client
 
 
-def approve(client: FlaskClient, host: str, *models: str, csrf: str | None = None, **headers: str) -> str:
+def approve(client: FlaskClient, host: str, *models: str, csrf: str | None = None, provider: str = "",
+            **headers: str) -> str:
     token = csrf if csrf is not None else csrf_of(client.get("/").get_data(as_text=True))
-    response = client.post("/approve", data={"csrf": token, "host": host, "model": [*models, ""], "next": "/models"},
-                           headers=headers)
+    response = client.post("/approve", data={"csrf": token, "host": host, "model": [*models, ""], "next": "/models",
+                                             "provider": provider}, headers=headers)
     assert response.status_code == 302
     assert response.headers["Location"] == "/models"
     return client.get("/models").get_data(as_text=True)
@@ -77,6 +78,16 @@ def test_approval_onto_the_tracked_branch_serves_the_box(tmp_path: Path, logs: L
         assert client.get("/api/attention").get_json()["unknown_boxes"] == []
     finally:
         world.runtime.stop()
+
+
+def test_the_form_names_the_provider(sound_world: World) -> None:
+    client = admin_client(sound_world)
+    assert '<select name="provider">' in client.get("/").get_data(as_text=True)
+    page = approve(client, UNKNOWN_BOX, "tiny-a", provider="aws")
+    assert "Unknown provider aws: choose vast, runpod or static. Nothing was approved." in page
+    approve(client, UNKNOWN_BOX, "tiny-a", provider="vast")
+    placement = yaml.safe_load(git(sound_world.repo, "show", f"{ref_name(UNKNOWN_BOX)}:placement.yaml"))
+    assert placement["hosts"][UNKNOWN_BOX] == {"provider": "vast", "servers": [["tiny-a", sound_world.ports[0]]]}
 
 
 def test_a_viewer_cannot_approve(sound_world: World) -> None:

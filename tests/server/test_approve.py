@@ -181,3 +181,25 @@ def test_reports_view_tells_stale_boxes(client: FlaskClient) -> None:
     view = client.get("/admin/reports", headers=viewer).get_json()["boxes"]["203.0.113.24"]
     assert view["staleness"]["stale"] is True
     assert view["staleness"]["servers"]["qwen3-8b-b"] == "stale"
+
+
+def test_approve_with_a_provider_writes_the_detailed_form(fleet_git: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Vast or RunPod box must say so, or the reconciler would dial its listen ports (static)."""
+    before = (fleet_git / "placement.yaml").read_text()
+    assert main(["approve", HOST, "qwen3-8b", "--provider", "vast", "--repo", str(fleet_git)]) == 0
+    commit = capsys.readouterr().out.split("commit ")[1].split()[0]
+    committed = git(fleet_git, "show", f"{commit}:placement.yaml")
+    assert added_lines(before.rstrip("\n"), committed)[-4:] == [
+        f"  {HOST}:", "    provider: vast", "    servers:", "      - [qwen3-8b, 8001]"]
+    assert "Approve box 203.0.113.50 (vast)" in git(fleet_git, "log", "-1", "--format=%B", commit)
+    with pytest.raises(SystemExit):
+        main(["approve", "203.0.113.51", "qwen3-8b", "--provider", "aws", "--repo", str(fleet_git)])
+
+
+def test_admin_approve_with_a_provider(client: FlaskClient, fleet_git: Path) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    bad = client.post("/admin/approve", json={"host": HOST, "models": ["qwen3-8b"], "provider": "aws"}, headers=admin)
+    assert bad.status_code == 400 and "provider" in bad.get_json()["error"]
+    done = client.post("/admin/approve", json={"host": HOST, "models": ["qwen3-8b"], "provider": "runpod"},
+                       headers=admin).get_json()
+    assert "provider: runpod" in git(fleet_git, "show", f"{done['commit']}:placement.yaml")

@@ -29,6 +29,7 @@ from flask import (
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from reconciler.approve import ApproveError
+from reconciler.fleet.model import Provider
 from reconciler.fleet.schema import schema_dir
 from reconciler.server.admin_api import approve_and_record
 from reconciler.server.box_api import error
@@ -219,11 +220,15 @@ def build(app: Flask, rt: Runtime) -> Blueprint:
             return redirect(back)
         host = request.form.get("host", "").strip()
         models = [m for m in request.form.getlist("model") if m]
+        provider = request.form.get("provider", "")
         if not host or not models:
             flash(f"Choose at least one model to approve {host or 'the box'} with.", "error")
             return redirect(back)
+        if provider not in ("", *(p.value for p in Provider)):
+            flash(f"Unknown provider {provider}: choose vast, runpod or static. Nothing was approved.", "error")
+            return redirect(back)
         try:
-            done = approve_and_record(rt, host, models, auth.actor())
+            done = approve_and_record(rt, host, models, auth.actor(), Provider(provider) if provider else None)
         except ApproveError as exc:
             flash(f"{host} was not approved: {exc}", "error")
             return redirect(back)
