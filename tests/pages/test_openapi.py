@@ -39,7 +39,8 @@ def test_api_conforms_to_its_openapi_document(world: World, path: str, mode: Gen
     seen: set[int] = set()
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    # derandomize: a fixed example set, so the coverage asserted below cannot depend on the draw
+    @settings(max_examples=25, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
     def check(case: schemathesis.Case) -> None:
         generated = dict(case.headers or {})  # may hold a generated (wrong) bearer: one more wrong token
         for who, token in CREDENTIALS.items():
