@@ -11,6 +11,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from gateway.app import Gateway
 from gateway.config import GatewayConfig
@@ -19,6 +20,65 @@ from gateway.notify import sd_notify
 log = logging.getLogger("gateway")
 
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM (Supervisor's stopwaitsecs is 10)
+HEADER_TIMEOUT = 10.0  # seconds a request gets to send its header block, as LLMhop's (Go's ReadHeaderTimeout)
+
+
+class _HeaderDeadline(RequestHandler):
+    """aiohttp's connection protocol with LLMhop's header-read timeout, which aiohttp lacks: the clock
+    starts when the connection opens, and for each later request at its first byte, and stops when the
+    header block is parsed; past the deadline the connection is closed without an answer, as Go does.
+    Without it a client trickling header bytes holds a connection (and a file descriptor) for ever.
+    Idle keep-alive connections are not timed by this (aiohttp's keep-alive timeout applies), nor are
+    bodies and responses."""
+
+    header_timeout = HEADER_TIMEOUT
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._last_payload: Any = None  # the newest request's body stream
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._start_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        parsed_before = self._request_count
+        if data and self._deadline is None and self._between_requests():
+            self._start_deadline()
+        super().data_received(data)
+        if self._request_count > parsed_before:  # a header block is complete
+            self._cancel_deadline()
+            if self._messages:
+                self._last_payload = self._messages[-1][1]
+
+    def _between_requests(self) -> bool:
+        """True when the next bytes can only start a new request (not a body still being sent)."""
+        body_pending = self._last_payload is not None and not self._last_payload.is_eof()
+        return not (self._messages or self._request_in_progress or body_pending or self._upgraded)
+
+    def _start_deadline(self) -> None:
+        self._deadline = self._loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def _headers_too_slow(self) -> None:
+        self._deadline = None
+        if self.transport is not None:
+            self.force_close()
+            self.transport.close()
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._cancel_deadline()
+        super().connection_lost(exc)
+
+
+class _Server(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _HeaderDeadline(self, loop=self._loop, **self._kwargs)
 
 
 class BindError(Exception):
@@ -39,7 +99,7 @@ def serve_forever(coro: Coroutine[Any, Any, int]) -> int:
 
 async def serve(config: GatewayConfig) -> int:
     gateway = Gateway(config, environ=os.environ)
-    server = web.Server(gateway.handle, handler_cancellation=True, access_log=None, auto_decompress=False)
+    server = _Server(gateway.handle, handler_cancellation=True, access_log=None, auto_decompress=False)
     try:
         runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_GRACE)
     except TypeError:  # aiohttp < 3.9 takes it on the site
