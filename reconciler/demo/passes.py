@@ -3,8 +3,8 @@ control plane's config and state store, one pass at a time under the same lock a
 
 With a LiteLLM proxy a pass applies its plan. Without one the demo plans only, against an empty
 LiteLLM that takes no writes (`NoLitellm`): the plan then says what a fresh proxy would get. Such a
-pass writes nothing, like `llmfleet plan` (so no probe history: a server that stops looks Loading, not
-Down), except its record (mode "plan"), so the status page shows the verdicts.
+pass is recorded like a `reconcile.dry_run` pass (mode "plan": the probe histories and the record with
+its planned actions), so the status page shows the verdicts and what a proxy would be sent.
 """
 
 from __future__ import annotations
@@ -106,9 +106,7 @@ class Passes:
         reconciler.observer.probe_concurrency = fleet.settings.reconcile.probe_concurrency
         try:
             with store.pass_lock():
-                outcome = asyncio.run(reconciler.run_pass(fleet, apply=self.apply))
-                if not self.apply:
-                    store.record_pass(outcome.record)
+                outcome = asyncio.run(reconciler.run_pass(fleet, apply=self.apply, record=True))
         except LockHeld:
             return None
         self.last = outcome

@@ -84,13 +84,14 @@ class PassRunner:
             self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, self.store())
         return self.reconciler
 
-    async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None) -> PassOutcome:
+    async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
+                  record: bool | None = None) -> PassOutcome:
         reconciler = self.build(fleet)
         knobs = fleet.settings.reconcile  # a new commit may change them
         reconciler.observer.probe_timeout_s = knobs.probe_timeout_s
         reconciler.observer.probe_concurrency = knobs.probe_concurrency
         try:
-            return await reconciler.run_pass(fleet, apply=apply, saved=saved)
+            return await reconciler.run_pass(fleet, apply=apply, saved=saved, record=record)
         except (RenderError, StalePlan) as exc:
             raise CommandError(str(exc), EXIT_ERROR) from None
 
@@ -99,8 +100,9 @@ class PassRunner:
         try:
             with store.pass_lock(self.args.lock_file):
                 if self.config.dry_run:
-                    log_event("reconcile_dry_run", reason="reconcile.dry_run is true in the config: nothing is written")
-                outcome = await self.run(fleet, apply=not self.config.dry_run, saved=saved)
+                    log_event("reconcile_dry_run", reason="reconcile.dry_run is true in the config: "
+                                                          "the pass is recorded, LiteLLM is not written")
+                outcome = await self.run(fleet, apply=not self.config.dry_run, saved=saved, record=True)
         except LockHeld as exc:
             log_event("reconcile_pass_skipped", reason=str(exc))
             self.metrics.skipped.inc()

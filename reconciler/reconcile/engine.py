@@ -1,7 +1,10 @@
 """One reconcile pass: intended state -> observation -> verdicts -> plan -> (apply) -> record.
 
 `plan` mode observes and plans but writes nothing (not even the probe history); `apply` mode executes
-the plan, then persists the advanced histories, the pending deletes and the pass record.
+the plan, then persists the advanced histories, the pending deletes and the pass record. A recorded
+plan (`reconcile.dry_run`, the demo) writes nothing to LiteLLM but keeps the histories, so verdicts
+that need several passes (Stalled, Missing) come out as they would, and the record with the planned
+actions; pending deletes do not advance, since nothing was deleted.
 """
 
 from __future__ import annotations
@@ -54,9 +57,12 @@ class Reconciler:
             return self.bearers.salt.derive(box, port)
         return bearer
 
-    async def run_pass(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None) -> PassOutcome:
+    async def run_pass(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
+                       record: bool | None = None) -> PassOutcome:
         """With `saved` (a plan file), apply only if this pass plans exactly the same actions: StalePlan
-        otherwise, before any write and before any state is saved."""
+        otherwise, before any write and before any state is saved. `record` (default: `apply`) keeps
+        the histories and the pass record."""
+        record = apply if record is None else record
         started = self.clock()
         intended = intended_state(fleet, self.bearers)  # RenderError: the pass does not run at all
         connector = aiohttp.TCPConnector(limit=max(self.observer.probe_concurrency, self.write_concurrency) + 8,
@@ -73,14 +79,15 @@ class Reconciler:
             results: tuple[ActionResult, ...] = ()
             if apply:
                 results = await apply_plan(plan, api, self.write_concurrency)
-        if apply:
+        if record:
             self.store.save_histories(assessment.histories)
-            if observation.deployments is not None:
-                self.store.save_pending_deletes(next_pending(pending, plan, results, self.clock()))
-        record = pass_record(started, round(self.clock() - started, 3), apply=apply, intended=intended,
-                             observation=observation, plan=plan, results=results)
-        if apply:
-            self.store.record_pass(record)
-        return PassOutcome(intended, plan, results, record, observation)
+        if apply and observation.deployments is not None:
+            self.store.save_pending_deletes(next_pending(pending, plan, results, self.clock()))
+        outcome = PassOutcome(intended, plan, results, pass_record(
+            started, round(self.clock() - started, 3), apply=apply, intended=intended, observation=observation,
+            plan=plan, results=results), observation)
+        if record:
+            self.store.record_pass(outcome.record)
+        return outcome
 
 

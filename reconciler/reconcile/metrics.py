@@ -22,7 +22,8 @@ class PassMetrics:
         self.last_ok = Gauge("llmfleet_reconcile_last_success_timestamp_seconds",
                              "When the last pass without errors started", registry=r)
         self.servers = Gauge("llmfleet_servers", "Intended servers by verdict (last pass)", ["verdict"], registry=r)
-        self.actions = Counter("llmfleet_reconcile_actions", "LiteLLM writes by kind and result",
+        self.actions = Counter("llmfleet_reconcile_actions",
+                               "LiteLLM writes by kind and result (ok, failed; planned in a dry run)",
                                ["kind", "result"], registry=r)
         self.errors = Gauge("llmfleet_reconcile_last_pass_errors", "Observation errors in the last pass", registry=r)
         self.blocked = Gauge("llmfleet_reconcile_deletes_blocked", "1 when a safety valve held the last pass's "
@@ -39,8 +40,9 @@ class PassMetrics:
             self.last_ok.set(record.started_at)
         for verdict in Verdict:
             self.servers.labels(str(verdict)).set(record.verdicts.get(str(verdict), 0))
-        for action in record.actions:
-            self.actions.labels(action.kind, "ok" if action.ok else "failed").inc()
+        for action in record.actions:  # a dry run's are planned, not written
+            result = "planned" if record.mode == "plan" else "ok" if action.ok else "failed"
+            self.actions.labels(action.kind, result).inc()
         self.errors.set(len(record.errors))
         self.blocked.set(1 if record.blocked else 0)
         self.held.set(record.held)

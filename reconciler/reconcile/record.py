@@ -16,6 +16,8 @@ from reconciler.reconcile.observed import Deployment, Observation
 from reconciler.reconcile.plan import Plan
 from reconciler.state.passes import ActionRecord, DriftRecord, DuplicateRecord, PassRecord, ServerRecord
 
+PLANNED = "planned, not applied"  # the outcome of every action of a pass that only plans
+
 
 def _base(api_base: str | None) -> str:
     return (api_base or "").rstrip("/")
@@ -70,7 +72,8 @@ def pass_record(started_at: float, duration_s: float, *, apply: bool, intended: 
     return PassRecord(
         started_at=started_at, duration_s=duration_s, revision=intended.revision, mode="apply" if apply else "plan",
         verdicts=dict(Counter(str(j.verdict) for j in plan.judgements.values())),
-        actions=tuple(ActionRecord(str(r.action.kind), r.action.id, r.ok, r.outcome, r.error) for r in results),
+        actions=(tuple(ActionRecord(str(r.action.kind), r.action.id, r.ok, r.outcome, r.error) for r in results)
+                 if apply else tuple(ActionRecord(str(a.kind), a.id, True, PLANNED) for a in plan.actions)),
         errors=plan.errors, blocked=plan.blocked, held=len(plan.held), drift=len(plan.drift),
         servers=server_records(intended, observation, plan),
         drift_details=drift_records(intended, observation, plan),

@@ -100,7 +100,8 @@ def build_world(tmp_path: Path, *, passes: int = 2, broken: bool = True, bare: b
     litellm = seeded_litellm(ports[0])
     served = runtime.tracker.served
     assert served is not None
-    outcomes = run_passes(state, served.fleet, litellm, Stubs(ports), clock, passes) if passes else []
+    dry_run = bool(document.get("reconcile", {}).get("dry_run"))
+    outcomes = run_passes(state, served.fleet, litellm, Stubs(ports), clock, passes, apply=not dry_run) if passes else []
     bad = ""
     if broken:
         bad = break_branch(work)

@@ -123,15 +123,16 @@ class Stubs:
 
 
 def run_passes(state: Path, fleet: Fleet, litellm: FakeLitellm, stubs: Stubs, clock: Callable[[], float],
-               count: int = 2) -> list[PassOutcome]:
-    """`count` applied passes by the real Reconciler, recorded in the state file."""
+               count: int = 2, *, apply: bool = True) -> list[PassOutcome]:
+    """`count` passes by the real Reconciler, recorded in the state file; planned only (as with
+    `reconcile.dry_run`) when not `apply`."""
     async def passes() -> list[PassOutcome]:
         store = open_store(str(state))
         try:
             reconciler = Reconciler(Bearers(stubs.salt, TEST_LEGACY_KEY), Observer({}, 2.0, 16, clock=clock),
                                     lambda _session: litellm, store, clock=clock)
             async with stubs.running():
-                return [await reconciler.run_pass(fleet, apply=True) for _ in range(count)]
+                return [await reconciler.run_pass(fleet, apply=apply, record=True) for _ in range(count)]
         finally:
             store.close()
 

@@ -55,13 +55,27 @@ def test_an_overdue_pass_needs_attention(world: World, viewer: FlaskClient) -> N
     assert "Reconcile overdue" in viewer.get("/models").get_data(as_text=True)
 
 
-def test_no_alarm_when_the_reconciler_plans_only(tmp_path: Path, logs: LogCapture) -> None:
-    world = build_world(tmp_path, passes=0, config={"reconcile": {"dry_run": True}})
+def test_a_dry_run_is_judged_and_shows_what_it_would_write(tmp_path: Path, logs: LogCapture) -> None:
+    world = build_world(tmp_path, config={"reconcile": {"dry_run": True}})
     try:
+        seeded = dict(world.litellm.rows)
+        assert world.litellm.writes == [] and world.litellm.rows == seeded  # nothing written
+        planned = {(a.kind, a.id) for a in world.outcomes[-1].plan.actions}
+        assert planned, "the scenario plans writes"
         client = world.app.test_client()
         login(client, VIEWER_TOKEN)
+        passes = client.get("/api/passes").get_json()["passes"]
+        assert [p["mode"] for p in passes] == ["plan", "plan"]
+        assert {(a["kind"], a["id"]) for a in passes[0]["actions"]} == {(str(k), i) for k, i in planned}
+        assert {a["outcome"] for a in passes[0]["actions"]} == {"planned, not applied"}
+        fleet = client.get("/").get_data(as_text=True)
+        assert "a dry run: LiteLLM was not written" in fleet
+        assert "Healthy" in fleet and "Stalled" in fleet  # judged, with the histories kept between passes
+        history = client.get("/history").get_data(as_text=True)
+        assert "dry run: nothing written" in history and "planned, not applied" in history
         assert reconcile_issues(client) == {}
-        assert "the reconciler runs in dry-run mode and records none" in client.get("/").get_data(as_text=True)
+        world.clock.now += overdue_after(world.runtime.tracker.served.fleet.settings.reconcile) + 1  # type: ignore[union-attr]
+        assert list(reconcile_issues(client)) == ["overdue"]  # a dry-run reconciler is expected to run too
     finally:
         world.runtime.stop()
 

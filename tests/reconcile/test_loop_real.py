@@ -117,10 +117,12 @@ async def story(proxy: LitellmProxy, tmp: Path, repo: Path, ports: list[int], cl
 
     dry = tmp / "dry-run.yaml"
     dry.write_text(cli.config.read_text() + "reconcile: {dry_run: true}\n")
-    code, out = await Cli(dry, cli.env)("reconcile", "--once")
+    metrics = tmp / "dry-run.prom"
+    code, out = await Cli(dry, cli.env)("reconcile", "--once", "--metrics-file", str(metrics))
     assert "reconcile_dry_run" in out
     assert "Plan: 2 to add" in out
     assert managed(proxy) == {}  # a dry run writes nothing
+    assert 'llmfleet_reconcile_actions_total{kind="create",result="planned"} 2.0' in metrics.read_text()
 
     saved = tmp / "first.plan.json"
     code, out = await cli("plan", "--out", str(saved))

@@ -27,7 +27,6 @@ class Settings:
     repo_dir: str  # where `llmfleet diff --repo` finds the fleet files on this machine
     branch: str
     reconciler_expected: bool  # a reconciler is configured: a missing or late pass needs attention
-    dry_run: bool  # the reconciler plans only (and records no pass)
     approve_target: ApproveTarget
 
     @classmethod
@@ -39,9 +38,8 @@ class Settings:
         else:
             where = rt.repo.clone_dir
         return cls(repo_where=rt.repo.where, repo_url=repo.url, repo_dir=str(where), branch=repo.branch,
-                   reconciler_expected=(config.reconcile.enabled and not config.reconcile.dry_run
-                                        and config.litellm is not None),
-                   dry_run=config.reconcile.dry_run, approve_target=repo.approve_target)
+                   reconciler_expected=config.reconcile.enabled and config.litellm is not None,
+                   approve_target=repo.approve_target)
 
 
 @dataclass(frozen=True)

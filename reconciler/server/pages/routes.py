@@ -128,7 +128,7 @@ def build(app: Flask, rt: Runtime) -> Blueprint:
                                can_approve=role is Role.ADMIN, csrf=auth.csrf_token(), active=name, pages=PAGES,
                                fragment=request.args.get("fragment") == "1", refresh_s=REFRESH_S,
                                looks=VERDICT_LOOK, not_judged=NOT_JUDGED_LOOK, messages=get_flashed_messages(True),
-                               now=inputs.now, dry_run=inputs.settings.dry_run, branch=inputs.settings.branch,
+                               now=inputs.now, branch=inputs.settings.branch,
                                approve_target=str(inputs.settings.approve_target), api=API[name])
 
     def html_view(name: str, template: str, make: Callable[[Inputs], Any], **gather_args: Any
