@@ -31,7 +31,8 @@ from reconciler.state.records import BoxReport, Endpoint, FetchRecord, Outcome
 
 TOKEN = "bench-viewer-token-0123456789"
 ENV = {"SALT": "bench-salt-0123456789abcdef", "VIEWER": TOKEN, "FLEET_KEY": "bench-fleet-key-0123"}
-PATHS = ("/api/fleet", "/api/models", "/api/attention", "/api/passes", "/", "/?fragment=1", "/models", "/history")
+PATHS = ("/api/fleet", "/api/fleet?show=problems", "/api/models", "/api/attention", "/api/passes", "/", "/?fragment=1",
+         "/?show=problems&fragment=1", "/models", "/history")
 
 
 def git(repo: Path, *args: str) -> None:

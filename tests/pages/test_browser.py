@@ -264,6 +264,19 @@ def test_operator_journey(plane: Plane, context_factory: Any, tmp_path: Path) ->
         narrow.goto(f"{plane.url}{path}")
         no_overflow(narrow)
 
+    # the filter: the boxes needing attention whose server or model matches, kept by the auto-refresh
+    narrow.goto(f"{plane.url}/")
+    narrow.locator("form.filter select[name=show]").select_option("problems")
+    narrow.locator("form.filter input[name=q]").fill("slow")
+    narrow.locator("form.filter button[type=submit]").click()
+    narrow.wait_for_url("**/?show=problems&q=slow")
+    assert narrow.locator("section.box h2").all_inner_texts() == [STALLED_BOX]
+    no_overflow(narrow)
+    narrow.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+    narrow.locator("#refresh-status", has_text="Updated").wait_for(timeout=10_000)
+    assert narrow.locator("section.box h2").all_inner_texts() == [STALLED_BOX]
+    assert "Showing 1 of 4 boxes" in narrow.locator("form.filter").inner_text()
+
 
 def test_pages_work_without_javascript(plane: Plane, context_factory: Any) -> None:
     page = context_factory(java_script_enabled=False, viewport={"width": 1024, "height": 800}).new_page()

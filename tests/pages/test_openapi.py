@@ -28,8 +28,9 @@ def test_document_covers_the_api(world: World) -> None:
     assert world.app.test_client().get("/api/openapi.yaml").headers["Content-Type"].startswith("application/yaml")
 
 
-# Negative cases (parameters that break the document) for the one operation that has a parameter.
-CASES = [*((path, GenerationMode.POSITIVE) for path in OPERATIONS), ("/api/passes", GenerationMode.NEGATIVE)]
+# Negative cases (parameters that break the document) for the operations that have parameters.
+CASES = [*((path, GenerationMode.POSITIVE) for path in OPERATIONS),
+         *((path, GenerationMode.NEGATIVE) for path in ("/api/fleet", "/api/passes"))]
 
 
 @pytest.mark.parametrize(("path", "mode"), CASES)

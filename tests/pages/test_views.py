@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 from flask.testing import FlaskClient
 
+from reconciler.server.pages.fleetview import Fit, FleetFilter, fleet_view, needs_attention
+from reconciler.server.pages.inputs import gather
 from tests.pages.conftest import World
 from tests.pages.scenario import (
     BAD_MODEL_ERROR,
@@ -252,3 +255,51 @@ def test_what_boxes_send_is_escaped(viewer: FlaskClient, world: World) -> None:
     html = viewer.get("/").get_data(as_text=True)
     assert hostile not in html
     assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in html
+
+
+def box_names(fleet: dict[str, Any]) -> list[str]:
+    return [b["name"] for b in fleet["boxes"]]
+
+
+def test_the_fleet_filter_keeps_the_boxes_needing_attention_or_matching_a_search(viewer: FlaskClient) -> None:
+    everything = viewer.get("/api/fleet").get_json()
+    assert (everything["show"], everything["q"], everything["total_boxes"]) == ("all", "", 4)
+    assert box_names(everything) == sorted([HEALTHY_BOX, STALLED_BOX, FOREIGN_BOX, PENDING_BOX])
+    problems = viewer.get("/api/fleet?show=problems").get_json()  # Stale, Stalled, Foreign, Pending: all of them
+    assert box_names(problems) == box_names(everything)
+    assert (problems["total_boxes"], problems["verdicts"]) == (4, everything["verdicts"])  # counts: whole fleet
+    assert box_names(viewer.get("/api/fleet?q=SLOW-C").get_json()) == [STALLED_BOX]  # a model, any case
+    assert box_names(viewer.get("/api/fleet?q=%20127.0.0.2%20").get_json()) == [HEALTHY_BOX]  # a box name, trimmed
+    assert box_names(viewer.get("/api/fleet?show=problems&q=tiny-b").get_json()) == [HEALTHY_BOX, PENDING_BOX]
+
+    page = text_of(viewer.get("/?show=problems&q=tiny").get_data(as_text=True))
+    assert "Showing 3 of 4 boxes · show every box" in page
+    assert STALLED_BOX not in page.split("Showing", 1)[1] and FOREIGN_BOX in page  # slow-c only
+    assert "No box matches the filter." in viewer.get("/?q=nothing-like-this").get_data(as_text=True)
+    assert "Showing" not in text_of(viewer.get("/").get_data(as_text=True))
+
+
+def test_a_bad_fleet_filter_is_a_400_that_says_why(viewer: FlaskClient) -> None:
+    for url in ("/api/fleet?show=bogus", "/?show=bogus"):
+        reply = viewer.get(url)
+        assert reply.status_code == 400
+        assert reply.get_json()["error"] == "show must be one of all, problems, not 'bogus'"
+    reply = viewer.get("/api/fleet?q=" + "x" * 201)
+    assert (reply.status_code, reply.get_json()["error"]) == (400, "q is longer than 200 characters")
+
+
+def test_what_needs_attention(world: World) -> None:
+    view = fleet_view(gather(world.runtime, boxes=True))
+    box = next(b for b in view.boxes if b.name == HEALTHY_BOX)
+    healthy = dataclasses.replace(box, servers=tuple(dataclasses.replace(s, verdict="Healthy") for s in box.servers))
+    assert needs_attention(box) and not needs_attention(healthy)  # its second server is Stale
+    stopped = healthy.servers[1]
+    assert not needs_attention(dataclasses.replace(
+        healthy, servers=(healthy.servers[0], dataclasses.replace(stopped, verdict="Down", paused=True))))
+    assert needs_attention(dataclasses.replace(healthy, servers=(dataclasses.replace(stopped, verdict=None),)))
+    assert needs_attention(dataclasses.replace(healthy, fit=Fit("failed", "does not fit")))
+    assert needs_attention(dataclasses.replace(healthy, fit=Fit("install-failed", "install failed")))
+    assert needs_attention(dataclasses.replace(healthy, boot_config="stale"))
+    assert needs_attention(dataclasses.replace(healthy, render_error="no legacy key"))
+    assert not FleetFilter("problems").keeps(healthy) and FleetFilter("all").keeps(healthy)
+    assert FleetFilter("all", "TINY-A").keeps(healthy) and not FleetFilter("all", "slow").keeps(healthy)

@@ -19,6 +19,8 @@ from reconciler.state.records import BoxReport, Outcome
 
 NOT_JUDGED = "not judged yet"
 NOT_JUDGED_COUNT = "Not judged"  # the key counting them among the verdicts
+SHOW = ("all", "problems")  # the fleet filter's choices
+MAX_QUERY = 200
 # how verdict counts are listed: serving first, then on the way, then failing
 COUNT_ORDER = {name: i for i, name in enumerate((
     Verdict.HEALTHY, Verdict.STALE, Verdict.LOADING, Verdict.PENDING, Verdict.STALLED, Verdict.DOWN, Verdict.FOREIGN,
@@ -89,8 +91,47 @@ class FleetView:
     generated_at: float
     revision: str | None
     last_pass: PassInfo | None
-    verdicts: Mapping[str, int]
-    boxes: tuple[BoxView, ...]
+    verdicts: Mapping[str, int]  # over the whole fleet, whatever the filter lists
+    boxes: tuple[BoxView, ...]  # the boxes the filter keeps
+    total_boxes: int
+    show: str
+    q: str
+
+
+class FilterError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class FleetFilter:
+    """Which boxes the fleet page and /api/fleet list. `show=problems` keeps a box when a server on it
+    is anything but Healthy (or not judged yet; paused servers aside), it does not fit or failed to
+    install, it runs a config older than the served one, or it cannot be given its config. `q` keeps a
+    box when its name, a server's name or a server's model contains it, ignoring case."""
+
+    show: str = "all"
+    q: str = ""
+
+    @classmethod
+    def parse(cls, args: Mapping[str, str]) -> FleetFilter:
+        show, q = args.get("show", "all"), args.get("q", "").strip()
+        if show not in SHOW:
+            raise FilterError(f"show must be one of {', '.join(SHOW)}, not {show[:40]!r}")
+        if len(q) > MAX_QUERY:
+            raise FilterError(f"q is longer than {MAX_QUERY} characters")
+        return cls(show, q)
+
+    def keeps(self, box: BoxView) -> bool:
+        if self.show == "problems" and not needs_attention(box):
+            return False
+        needle = self.q.casefold()
+        names = (box.name, *(s.name for s in box.servers), *(s.model for s in box.servers))
+        return not needle or any(needle in name.casefold() for name in names)
+
+
+def needs_attention(box: BoxView) -> bool:
+    return (box.render_error is not None or box.fit.state in ("failed", "install-failed")
+            or box.boot_config == "stale" or any(s.verdict != Verdict.HEALTHY for s in box.servers if not s.paused))
 
 
 @dataclass(frozen=True)
@@ -183,14 +224,14 @@ def box_view(inputs: Inputs, fleet: Fleet, box: Box, judged: Mapping[tuple[str, 
         render_error=render_error, servers=servers)
 
 
-def fleet_view(inputs: Inputs) -> FleetView:
+def fleet_view(inputs: Inputs, listed: FleetFilter = FleetFilter()) -> FleetView:
     served = inputs.served
     judged = judged_servers(inputs.last_pass)
     boxes = tuple(box_view(inputs, served.fleet, box, judged) for _, box in sorted(served.fleet.boxes.items())) \
         if served is not None else ()
     counts = ordered_counts(s.verdict or NOT_JUDGED_COUNT for b in boxes for s in b.servers)
     return FleetView(inputs.now, served.revision if served else None, pass_info(inputs.last_pass, inputs.now),
-                     counts, boxes)
+                     counts, tuple(b for b in boxes if listed.keeps(b)), len(boxes), listed.show, listed.q)
 
 
 def models_view(inputs: Inputs) -> ModelsView:

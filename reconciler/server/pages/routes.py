@@ -36,7 +36,7 @@ from reconciler.server.box_api import error
 from reconciler.server.logs import get_logger, log_event
 from reconciler.server.pages import session as auth
 from reconciler.server.pages.attention import attention_view
-from reconciler.server.pages.fleetview import fleet_view, models_view
+from reconciler.server.pages.fleetview import FilterError, FleetFilter, FleetView, fleet_view, models_view
 from reconciler.server.pages.inputs import Inputs, gather
 from reconciler.server.pages.revisionview import history_view, revision_view
 from reconciler.server.pages.session import Role
@@ -139,7 +139,11 @@ def build(app: Flask, rt: Runtime) -> Blueprint:
                 back = request.path if request.args.get("fragment") == "1" else request.full_path.rstrip("?")
                 return redirect(url_for("pages.login", next=back))
             inputs = gather(rt, **gather_args)
-            return page(name, template, make(inputs), inputs, role)
+            try:
+                shown = make(inputs)
+            except FilterError as exc:
+                return error(400, str(exc))
+            return page(name, template, shown, inputs, role)
         view.__name__ = f"{name}_page"
         return view
 
@@ -152,14 +156,22 @@ def build(app: Flask, rt: Runtime) -> Blueprint:
 
     def api_view(make: Callable[[Inputs], Any], **gather_args: Any) -> Callable[[], Response]:
         def view() -> Response:
-            return api_denied() or as_json(make(gather(rt, **gather_args)))
+            if (denied := api_denied()) is not None:
+                return denied
+            try:
+                return as_json(make(gather(rt, **gather_args)))
+            except FilterError as exc:
+                return error(400, str(exc))
         return view
 
-    bp.add_url_rule("/", view_func=html_view("fleet", "fleet.html", fleet_view, boxes=True))
+    def filtered_fleet(inputs: Inputs) -> FleetView:
+        return fleet_view(inputs, FleetFilter.parse(request.args))
+
+    bp.add_url_rule("/", view_func=html_view("fleet", "fleet.html", filtered_fleet, boxes=True))
     bp.add_url_rule("/models", view_func=html_view("models", "models.html", models_view))
     bp.add_url_rule("/revision", view_func=html_view("revision", "revision.html", revision_view))
     bp.add_url_rule("/history", view_func=html_view("history", "history.html", history_view, passes=DEFAULT_PASSES))
-    bp.add_url_rule("/api/fleet", "api_fleet", api_view(fleet_view, boxes=True))
+    bp.add_url_rule("/api/fleet", "api_fleet", api_view(filtered_fleet, boxes=True))
     bp.add_url_rule("/api/models", "api_models", api_view(models_view))
     bp.add_url_rule("/api/attention", "api_attention", api_view(attention_view))
     bp.add_url_rule("/api/revision", "api_revision", api_view(revision_view))
