@@ -4,13 +4,15 @@
 
 Builds bench/fleetgen's repository of `--boxes` boxes (3 servers each) in a temp git repo, starts the
 control plane's runtime on it, fills its SQLite state store as a running fleet would (a config fetch
-and a report per box, and a pass record judging every server, 5% Stale and 5% Foreign), then times
+and a report per box with the digests it applied, and a pass record judging every server, 5% of the
+boxes Stale and 5% Foreign, so `show=problems` lists 10% of them), then times
 each page and API call through the real Flask app (its test client: no network), median of `--rounds`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -67,8 +69,10 @@ def main() -> int:
         for n, (name, box) in enumerate(sorted(served.fleet.boxes.items())):
             runtime.store.record_fetch(FetchRecord(now - 60, Endpoint.CONFIG, 200, name, name, None, name,
                                                    served.revision))
+            rendered = json.loads(served.boxes[name].body)["servers"]
+            applied = [{"name": s["name"], "digest": s["digest"]} for s in rendered]
             runtime.store.record_report(BoxReport(name, now - 50, name, served.revision, "0.1.0", Outcome.INSTALLED,
-                                                  freeze_mapping({"fit": {"ok": True}})), 20)
+                                                  freeze_mapping({"fit": {"ok": True}, "servers": applied})), 20)
             for row in box.servers:
                 verdict = "Stale" if n % 20 == 3 else "Foreign" if n % 20 == 7 else "Healthy"
                 servers.append(ServerRecord(name, row.port, row.name, row.model, verdict, f"{verdict} (bench)",
