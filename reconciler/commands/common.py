@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from reconciler.fleet.diagnostics import format_text
@@ -29,10 +30,18 @@ def add_repo_arguments(parser: argparse.ArgumentParser, *, positional: bool = Fa
         parser.add_argument("--repo", default=".", metavar="DIR",
                             help="the fleet repository (default: the current directory)")
     parser.add_argument("--rev", metavar="REV",
-                        help="read the files of this git commit instead of the working tree")
+                        help="read the files of this git commit instead of the working tree "
+                             "(a bare repository has none: its HEAD is read)")
+
+
+def is_bare_repository(path: str) -> bool:
+    root = Path(path)
+    return (root / "HEAD").is_file() and (root / "objects").is_dir() and not (root / "fleet.yaml").exists()
 
 
 def load_validation(repo: str, rev: str | None) -> Validation:
+    if rev is None and is_bare_repository(repo):
+        rev = "HEAD"  # e.g. the control plane's clone (repo.clone_dir): no working tree to read
     try:
         snapshot = read_commit(repo, rev) if rev else read_directory(repo)
     except SourceError as exc:

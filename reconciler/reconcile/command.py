@@ -12,6 +12,8 @@ from reconciler.commands.common import CommandError, add_repo_arguments, eprint,
 from reconciler.fleet.diagnostics import format_text
 from reconciler.fleet.model import Fleet
 from reconciler.fleet.render import RenderError
+from reconciler.fleet.source import SourceError
+from reconciler.fleet.validate import Validation, validate_snapshot
 from reconciler.reconcile.configfile import ConfigError, ReconcileConfig, config_from_env, load_config
 from reconciler.reconcile.engine import PassOutcome, Reconciler
 from reconciler.reconcile.loop import LockHeld, log_event, log_pass
@@ -20,6 +22,7 @@ from reconciler.reconcile.render import render_json, render_text
 from reconciler.reconcile.saved import SavedPlan, StalePlan
 from reconciler.reconcile.store import StateStore, open_store
 from reconciler.reconcile.wiring import build_reconciler
+from reconciler.server.gitsource import TrackedRepo
 from reconciler.state.store import StateError
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
@@ -55,9 +58,26 @@ def repo_and_rev(args: argparse.Namespace, config: ReconcileConfig) -> tuple[str
     return config.repo_path or ".", args.rev or config.branch
 
 
+def fetch_validation(args: argparse.Namespace, config: ReconcileConfig) -> Validation:
+    """The fleet at the tracked branch (or --rev) of a remote repository (repo.url), fetched first into
+    the reconciler's own bare clone, the way the control plane keeps its own."""
+    assert config.remote_repo is not None
+    assert config.clone_dir is not None
+    tracked = TrackedRepo(config.remote_repo, config.clone_dir)
+    try:
+        tracked.update()
+        return validate_snapshot(tracked.snapshot(args.rev or tracked.head()))
+    except SourceError as exc:
+        raise CommandError(f"{tracked.where}: {exc}", EXIT_ERROR) from None
+    finally:
+        tracked.close()
+
+
 def load_fleet(args: argparse.Namespace, config: ReconcileConfig) -> Fleet:
-    repo, rev = repo_and_rev(args, config)
-    validation = load_validation(repo, rev)
+    if config.remote_repo is not None and not args.repo:
+        validation = fetch_validation(args, config)
+    else:
+        validation = load_validation(*repo_and_rev(args, config))
     if validation.diagnostics:  # errors, or warnings such as a deprecated public port
         eprint(format_text(validation.diagnostics))
     if validation.fleet is None:

@@ -3,7 +3,7 @@
 
 What the reconciler uses of the control-plane config:
 
-    repo: {path: /srv/fleet, branch: main}
+    repo: {path: /srv/fleet, branch: main}   (or url: ..., fetched into a clone of the reconciler's own)
     secrets: {vllm_api_salt: ${env:...}, legacy_api_key: ${env:...}}
     state: {url: sqlite:///var/lib/llmfleet/state.sqlite3}   (or postgresql://..., password: ${cred:...})
     litellm: {url, master_key, timeout_s: 30, write_concurrency: 4}
@@ -17,11 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reconciler.config import ConfigError as ControlPlaneConfigError
-from reconciler.config import ControlPlaneConfig
+from reconciler.config import ControlPlaneConfig, RepoConfig
 from reconciler.config import load_config as control_plane_config
 from reconciler.fleet.bearer import Salt, SaltError
 from reconciler.fleet.model import Provider
 from reconciler.reconcile.observe.providers import RUNPOD_URL, VAST_URL, ProviderAccess
+from reconciler.server.gitsource import default_clone_dir
+
+RECONCILER_CLONE = "fleet-repo-reconcile.git"  # not the control plane's clone: two processes, two fetches
 
 
 class ConfigError(Exception):
@@ -39,6 +42,8 @@ class ReconcileConfig:
     providers: Mapping[Provider, ProviderAccess] = field(default_factory=dict, repr=False)
     repo_path: str | None = None
     branch: str | None = None
+    remote_repo: RepoConfig | None = None  # repo.url: fetched into `clone_dir` before each pass
+    clone_dir: Path | None = None
     state_url: str | None = None
     state_password: str | None = field(default=None, repr=False)
     dry_run: bool = False  # reconcile.dry_run: plan and report, never write to LiteLLM
@@ -74,16 +79,21 @@ def from_control_plane(config: ControlPlaneConfig) -> ReconcileConfig:
         if block is not None:
             providers[provider] = ProviderAccess(block.api_key.reveal(), block.url or default_url)
     repo = config.repo
-    if repo.path is None:
-        raise ConfigError(f"{config.source}: repo.url: the reconciler reads a local repository; give repo.path "
-                          "(or --repo DIR)")
+    remote = repo.path is None
+    clone_dir = None
+    if remote:
+        clone_dir = default_clone_dir(config, RECONCILER_CLONE)
+        if repo.clone_dir is not None:  # beside the control plane's: /x/fleet.git -> /x/fleet-reconcile.git
+            clone_dir = repo.clone_dir.with_name(repo.clone_dir.name.removesuffix(".git") + "-reconcile.git")
     legacy = config.secrets.legacy_api_key
     return ReconcileConfig(
         litellm_url=config.litellm.url, litellm_master_key=config.litellm.master_key.reveal(),
         salt=config.secrets.vllm_api_salt, legacy_key=legacy.reveal() if legacy is not None else None,
         litellm_timeout_s=config.litellm.timeout_s, write_concurrency=config.litellm.write_concurrency,
-        providers=providers, repo_path=str(repo.path / repo.subdir if repo.subdir else repo.path),
-        branch=repo.branch, state_url=_absolute_sqlite(config.state.url, config.state.base),
+        providers=providers,
+        repo_path=None if repo.path is None else str(repo.path / repo.subdir if repo.subdir else repo.path),
+        branch=repo.branch, remote_repo=repo if remote else None, clone_dir=clone_dir,
+        state_url=_absolute_sqlite(config.state.url, config.state.base),
         state_password=config.state.password.reveal() if config.state.password is not None else None,
         dry_run=config.reconcile.dry_run)
 

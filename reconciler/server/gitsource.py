@@ -11,8 +11,9 @@ import re
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from reconciler.config import RepoConfig
+from reconciler.config import ControlPlaneConfig, RepoConfig
 from reconciler.fleet.source import GitFleetRepo, Snapshot, SourceError
+from reconciler.state.store import is_postgres, sqlite_path
 
 GIT_TIMEOUT_S = 120
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
@@ -36,6 +37,12 @@ def _git(*args: str, cwd: Path | None = None) -> str:
         message = redact_url(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed")
         raise SourceError(f"git {args[0]}: {message}")
     return result.stdout
+
+
+def default_clone_dir(config: ControlPlaneConfig, name: str = "fleet-repo.git") -> Path:
+    """Beside the SQLite state file (or the config file when the store is in memory or PostgreSQL)."""
+    db = None if is_postgres(config.state.url) else sqlite_path(config.state.url, config.state.base)
+    return (db.parent if db is not None else config.source.resolve().parent) / name
 
 
 class TrackedRepo:

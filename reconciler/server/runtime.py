@@ -20,17 +20,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from installer.zipapp import build_zipapp_bytes
 from reconciler.config import ControlPlaneConfig
 from reconciler.fleet.render import Bearers
 from reconciler.fleet.source import SourceError
-from reconciler.server.gitsource import TrackedRepo
+from reconciler.server.gitsource import TrackedRepo, default_clone_dir
 from reconciler.server.logs import get_logger, log_event
 from reconciler.server.metrics import Metrics
 from reconciler.server.revisions import RevisionTracker
-from reconciler.state.store import StateStore, is_postgres, open_store, sqlite_path
+from reconciler.state.store import StateStore, open_store
 
 log = get_logger("runtime")
 
@@ -87,12 +86,6 @@ class Runtime:
         with self.tracker.git_lock:
             self.repo.close()
         self.store.close()
-
-
-def default_clone_dir(config: ControlPlaneConfig) -> Path:
-    """Beside the SQLite state file (or the config file when the store is in memory or PostgreSQL)."""
-    db = None if is_postgres(config.state.url) else sqlite_path(config.state.url, config.state.base)
-    return (db.parent if db is not None else config.source.resolve().parent) / "fleet-repo.git"
 
 
 def replica_name(port: int | None = None) -> str:

@@ -62,7 +62,6 @@ def test_config_is_the_control_planes(tmp_path: Path) -> None:
     (('master_key: "${env:MK}"', 'master_key: "${env:NOPE}"'), 'env var "NOPE"'),
     (('litellm: {url: "http://127.0.0.1:4000", master_key: "${env:MK}", write_concurrency: 4}', ""),
      "needs a litellm section"),
-    (("repo: {path: fleet, branch: main}", "repo: {url: 'https://example.invalid/fleet.git'}"), "repo.path"),
 ])
 def test_config_errors_name_the_key_and_never_the_secret(tmp_path: Path, replace: tuple[str, str],
                                                          message: str) -> None:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from reconciler.config import load_config
+from reconciler.reconcile.configfile import load_config as reconcile_config
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -84,6 +85,7 @@ def test_kubernetes_manifests(tmp_path: Path) -> None:
     assert cron["concurrencyPolicy"] == "Forbid"
     job = cron["jobTemplate"]["spec"]["template"]["spec"]
     assert job["containers"][0]["args"][:2] == ["reconcile", "--once"]
+    assert "--repo" not in job["containers"][0]["args"]  # it fetches repo.url itself
 
     config_text = found["ConfigMap"]["data"]["control-plane.yaml"]
     secret_keys = set(found["Secret"]["stringData"])
@@ -97,6 +99,11 @@ def test_kubernetes_manifests(tmp_path: Path) -> None:
     assert config.state.url.startswith("postgresql://")
     assert config.state.password is not None
     assert config.state.password.reveal() == "value-of-pg-password-0123456789abcdef"
+    # the reconciler's clone goes beside repo.clone_dir, on a writable volume of the Job's container
+    clone_dir = reconcile_config(config_path, {"CREDENTIALS_DIRECTORY": str(tmp_path / "credentials")}).clone_dir
+    assert clone_dir is not None
+    writable = {m["mountPath"] for m in job["containers"][0]["volumeMounts"] if not m.get("readOnly")}
+    assert str(clone_dir.parent) in writable
 
 
 def systemd_config(tmp_path: Path) -> tuple[str, Path]:
@@ -119,7 +126,10 @@ def test_systemd_units_load_every_credential_the_config_names(tmp_path: Path) ->
     config = load_config(path, {"CREDENTIALS_DIRECTORY": str(credentials_dir(tmp_path, names))})
     assert config.repo.clone_dir == Path("/var/lib/llmfleet/fleet-repo.git")
     reconcile = (SYSTEMD / "llmfleet-reconcile.service").read_text()
-    assert "--repo /var/lib/llmfleet/fleet-repo.git" in reconcile  # the clone the server keeps
+    assert "--repo" not in reconcile  # it fetches repo.url itself, into its own clone in its StateDirectory
+    clone_dir = reconcile_config(path, {"CREDENTIALS_DIRECTORY": str(tmp_path / "credentials")}).clone_dir
+    assert clone_dir == Path("/var/lib/llmfleet/fleet-repo-reconcile.git")
+    assert "StateDirectory=llmfleet" in reconcile
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
