@@ -33,7 +33,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import socket
 import statistics
 import subprocess
@@ -47,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.fleetgen import box_name, write_fleet
+from reconciler.demo.procs import free_port, stop
 
 FLEET_KEY = "bench-fleet-key-0123456789"
 ENV = {"BENCH_FLEET_KEY": FLEET_KEY, "BENCH_SALT": "bench-salt-0123456789abcdef"}
@@ -158,13 +158,6 @@ def serve_variant(variant: str, config_path: str, listen: str) -> None:
     ControlPlaneServer(load_config(config_path), listen, load_app).run()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def start(variant: str, config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     listen = f"127.0.0.1:{port}"
     if variant == "cached":
@@ -183,18 +176,8 @@ def start(variant: str, config: Path, port: int, log: Path) -> subprocess.Popen[
                 return process
         except OSError:
             time.sleep(0.2)
-    stop(process)
+    stop(process, timeout_s=15)
     raise SystemExit(f"{variant} server did not start within 60 s")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 async def load(base: str, boxes: list[str], concurrency: int, max_requests: int, max_seconds: float) -> dict[str, Any]:
@@ -296,7 +279,7 @@ def compare_state(args: argparse.Namespace) -> None:
                                               args.cached_seconds))
                     result["loadavg_before"], result["loadavg_after"] = before, loadavg()
                 finally:
-                    stop(process)  # a graceful stop writes out the buffered fetch records
+                    stop(process, timeout_s=15)  # a graceful stop writes out the buffered fetch records
                 result["recorded"] = recorded_fetches(config)
                 result["answered"] = result["requests"] + min(len(boxes), 200)
                 results[state] = result
@@ -331,7 +314,7 @@ def run(args: argparse.Namespace) -> None:
                 else:
                     results[variant] = asyncio.run(load(base, boxes, args.concurrency, requests, seconds))
             finally:
-                stop(process)
+                stop(process, timeout_s=15)
             print(f"{variant:7} {json.dumps(results[variant])}", flush=True)
         results["loadavg_after"] = loadavg()
         results["speedup"] = round(results["cached"]["rps"] / results["naive"]["rps"], 1)

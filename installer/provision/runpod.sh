@@ -35,9 +35,10 @@ fi
 installer="${LLMFLEET_DATA_DIR}/llmfleet/bin/llmfleet-box.pyz"
 mkdir -p "$(dirname "${installer}")"
 
-# Download GET /vllm/installer (the same code as vast.sh). Python, not curl: the fleet key stays in the
-# environment and never appears on a command line (/proc/*/cmdline is world-readable).
-if ! "${PYTHON}" - "${installer}" <<'PY'
+# Download GET /vllm/installer. Python, not curl: the fleet key stays in the environment and never
+# appears on a command line (/proc/*/cmdline is world-readable). The Python below is the same, byte for
+# byte, in vast.sh (tests/installer/test_provision.py checks it): each script must stand alone.
+if ! "${PYTHON}" - "${installer}" "the pod's environment" <<'PY'
 import hashlib, os, random, ssl, sys, time, urllib.error, urllib.request
 
 def first(*names):
@@ -45,7 +46,7 @@ def first(*names):
 
 url, key = first("LLMFLEET_URL", "ASFQUART_URL").rstrip("/"), first("LLMFLEET_FLEET_KEY", "FLEET_KEY")
 if not url or not key:
-    sys.exit("llmfleet-provision: set LLMFLEET_URL and LLMFLEET_FLEET_KEY in the pod's environment")
+    sys.exit(f"llmfleet-provision: set LLMFLEET_URL and LLMFLEET_FLEET_KEY in {sys.argv[2]}")
 context = ssl.create_default_context(cafile=os.environ.get("LLMFLEET_CA_BUNDLE") or None)
 request = urllib.request.Request(url + "/vllm/installer")
 request.add_unredirected_header("Authorization", "Bearer " + key)

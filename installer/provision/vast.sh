@@ -27,8 +27,9 @@ installer="${LLMFLEET_DATA_DIR}/llmfleet/bin/llmfleet-box.pyz"
 mkdir -p "$(dirname "${installer}")"
 
 # Download GET /vllm/installer. Python, not curl: the fleet key stays in the environment and never
-# appears on a command line (/proc/*/cmdline is world-readable).
-"${PYTHON}" - "${installer}" <<'PY'
+# appears on a command line (/proc/*/cmdline is world-readable). The Python below is the same, byte for
+# byte, in runpod.sh (tests/installer/test_provision.py checks it): each script must stand alone.
+"${PYTHON}" - "${installer}" "the box template" <<'PY'
 import hashlib, os, random, ssl, sys, time, urllib.error, urllib.request
 
 def first(*names):
@@ -36,7 +37,7 @@ def first(*names):
 
 url, key = first("LLMFLEET_URL", "ASFQUART_URL").rstrip("/"), first("LLMFLEET_FLEET_KEY", "FLEET_KEY")
 if not url or not key:
-    sys.exit("llmfleet-provision: set LLMFLEET_URL and LLMFLEET_FLEET_KEY in the box template")
+    sys.exit(f"llmfleet-provision: set LLMFLEET_URL and LLMFLEET_FLEET_KEY in {sys.argv[2]}")
 context = ssl.create_default_context(cafile=os.environ.get("LLMFLEET_CA_BUNDLE") or None)
 request = urllib.request.Request(url + "/vllm/installer")
 request.add_unredirected_header("Authorization", "Bearer " + key)

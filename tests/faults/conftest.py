@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.reconcile.fakes import FakeLitellmHttp
+from tests.support.litellm import LitellmProxy, proxy_from_env
 from tests.support.plane import ControlPlane
+from tests.support.write_killer import ThreadedServer
 
 # Recognisable values, so that a grep for them over logs, files and answers proves their absence.
 FLEET_KEY = "fk-faults-7Qm2ZpX9vL4sN8rT"
@@ -103,3 +106,18 @@ def figures(request: pytest.FixtureRequest) -> Callable[..., None]:
                 out.write(json.dumps({"test": request.node.nodeid, **numbers}) + "\n")
 
     return record
+
+
+@pytest.fixture
+def upstream() -> Iterator[LitellmProxy]:
+    """The real LiteLLM when the environment names one (emptied of test deployments before and after),
+    else the fake of its API on a thread, with a recognisable master key."""
+    real = proxy_from_env()
+    if real is not None:
+        real.reset()
+        yield real
+        real.reset()
+        return
+    fake = FakeLitellmHttp(master_key="sk-faults-fake-master-Zr5Yq")
+    with ThreadedServer(fake.app()) as server:
+        yield LitellmProxy(server.url, fake.master_key)

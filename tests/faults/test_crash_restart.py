@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from reconciler.fleet.bearer import Salt
 from tests.conftest import git
-from tests.reconcile.fakes import FakeLitellmHttp
 from tests.reconcile.procs import Stub
 from tests.support.litellm import LitellmProxy, proxy_from_env
 from tests.support.plane import LLMFLEET, free_port
@@ -52,20 +51,6 @@ def write_fleet(repo: Path, ports: list[int], rows: list[tuple[str, int]], windo
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", f"fleet with {len(rows)} servers")
     return git(repo, "rev-parse", "HEAD")
-
-
-@pytest.fixture
-def upstream() -> Iterator[LitellmProxy]:
-    """The real LiteLLM when the environment names one, else the fake of its API on a thread."""
-    real = proxy_from_env()
-    if real is not None:
-        real.reset()
-        yield real
-        real.reset()
-        return
-    fake = FakeLitellmHttp(master_key="sk-crash-fake-master")
-    with ThreadedServer(fake.app()) as server:
-        yield LitellmProxy(server.url, fake.master_key)
 
 
 def deployments(proxy: LitellmProxy) -> list[dict[str, object]]:

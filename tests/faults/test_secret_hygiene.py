@@ -28,11 +28,9 @@ import pytest
 from reconciler.fleet.bearer import Salt
 from tests.conftest import git
 from tests.installer.realprocs import http_status, wait_until
-from tests.reconcile.fakes import FakeLitellmHttp
 from tests.support.box import Box
 from tests.support.litellm import LitellmProxy, proxy_from_env
 from tests.support.plane import LLMFLEET, ControlPlane, free_port, request
-from tests.support.write_killer import ThreadedServer
 
 from .conftest import ADMIN_TOKEN, FLEET_KEY, HOOK_SECRET, LEGACY_KEY, PLANE_ENV, SALT, VIEWER_TOKEN, plane_document
 
@@ -40,19 +38,6 @@ BOX = "127.0.0.6"
 VAST_KEY = "vast-key-faults-Qx8Wm3Kp6Tz1"
 WRONG_MASTER = "sk-wrong-master-faults-Ue4Rb7"
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def upstream() -> Iterator[LitellmProxy]:
-    real = proxy_from_env()
-    if real is not None:
-        real.reset()
-        yield real
-        real.reset()
-        return
-    fake = FakeLitellmHttp(master_key="sk-hygiene-fake-master-Zr5Yq")
-    with ThreadedServer(fake.app()) as server:
-        yield LitellmProxy(server.url, fake.master_key)
 
 
 @pytest.fixture

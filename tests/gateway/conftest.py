@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
 from tests.gateway.upstreams import Running, start_tcp_echo, start_unix_echo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,12 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 GATEWAY_PYTHON = os.environ.get("LLMFLEET_GATEWAY_PYTHON", sys.executable)
 TOKEN = "tok"
 READY_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
 from reconciler.fleet.bearer import Salt
 from reconciler.fleet.render import Bearers, render_box
 from reconciler.fleet.source import read_directory
@@ -50,12 +50,6 @@ INSTALLER_VARS = [
     "LLMFLEET_SUPERVISOR_CONFIG", "LLMFLEET_VLLM_BIN", "VLLM_BIN", "LLMFLEET_HF_HOME", "LLMFLEET_LISTEN_HOST",
     "LLMFLEET_START_TIMEOUT_S", "LLMFLEET_STARTSECS", "LLMFLEET_FETCH_DEADLINE_S", "LLMFLEET_GATEWAY_PYTHON",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 MODELS = """\

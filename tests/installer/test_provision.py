@@ -101,6 +101,25 @@ def test_vast_script_refuses_an_installer_that_is_not_the_pinned_one(box_env: Pa
     assert not (box_env.parent / "conf.d").exists()
 
 
+def download_code(script: str) -> str:
+    text = (PROVISION / script).read_text()
+    return text.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+
+
+def test_both_scripts_download_the_installer_with_the_same_code() -> None:
+    assert "urllib.request.urlopen" in download_code("vast.sh")
+    assert download_code("vast.sh") == download_code("runpod.sh")
+
+
+def test_vast_script_names_the_missing_setting(box_env: Path, serving_plane: FakeControlPlane) -> None:
+    env = {k: v for k, v in script_env(box_env, serving_plane, PUBLIC_IPADDR=BOX, DATA_DIRECTORY=str(box_env)).items()
+           if k != "FLEET_KEY"}
+    done = subprocess.run(["bash", str(PROVISION / "vast.sh")], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode != 0
+    assert "set LLMFLEET_URL and LLMFLEET_FLEET_KEY in the box template" in done.stderr
+
+
 def test_vast_script_needs_the_public_ip(box_env: Path, serving_plane: FakeControlPlane) -> None:
     done = subprocess.run(["bash", str(PROVISION / "vast.sh")], env=script_env(box_env, serving_plane),
                           capture_output=True, text=True, timeout=60, check=False)

@@ -17,7 +17,6 @@ import hmac
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from typing import Any
 import pytest
 
 from reconciler.approve import ref_name
+from reconciler.demo.procs import stop
 from reconciler.fleet.source import GitFleetRepo
 from reconciler.fleet.validate import validate_snapshot
 from reconciler.state import open_store
@@ -150,13 +150,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
         run_passes(state, fleet, seeded_litellm(ports[0]), Stubs(ports), time.time, 2)
         yield Plane(url, repo, state, ports, log_path)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop(process, timeout_s=15)
         log.close()
 
 

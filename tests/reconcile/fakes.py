@@ -9,12 +9,13 @@ import asyncio
 import base64
 import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
 
 
 @dataclass
@@ -24,12 +25,6 @@ class FakeServer:
     root: str = "org/model"
     max_model_len: int = 4096
     mode: str = "ok"  # ok | hang | unhealthy | not-json
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def model_card(name: str, root: str, max_model_len: int) -> dict[str, Any]:

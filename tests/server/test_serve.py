@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import pytest
 import trustme
 
 from reconciler.cli import main
+from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
+from reconciler.demo.procs import stop
 from reconciler.state import open_store
 from tests.conftest import ROOT, git
 from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config, write_config
@@ -34,13 +35,6 @@ def tls_files(directory: Path) -> tuple[Path, Path, trustme.CA]:
     issued.private_key_pem.write_to_path(str(key_path))
     key_path.chmod(0o600)
     return cert_path, key_path, ca
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture
@@ -155,13 +149,7 @@ def https_server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, ssl.SSL
                 time.sleep(0.2)
         yield base, context, tmp_path / "serve.log", process
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop(process, timeout_s=15)
         log.close()
 
 

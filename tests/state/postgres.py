@@ -13,7 +13,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +20,8 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import psycopg
+
+from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
 
 ENV_URL = "LLMFLEET_TEST_PG_URL"
 
@@ -33,13 +34,6 @@ def find_bindir() -> Path | None:
         return debian[-1].parent
     found = shutil.which("initdb")
     return Path(found).resolve().parent if found and shutil.which("pg_ctl") else None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Cluster:

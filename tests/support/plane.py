@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +20,10 @@ from typing import Any
 
 import yaml
 
+from reconciler.demo.procs import free_port as free_port  # re-exported for the tests
+from reconciler.demo.procs import stop
+
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def request(url: str, headers: dict[str, str] | None = None, method: str = "GET", data: bytes | None = None,
@@ -144,13 +139,5 @@ class ControlPlane:
         """SIGTERM to the whole session (gunicorn writes out what it buffered), SIGKILL after 30 s."""
         if self.process is None:
             return None
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-            except ProcessLookupError:
-                pass
+        stop(self.process, timeout_s=30)
         return self.process.returncode
