@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.fleetgen import box_name, write_fleet
-from reconciler.demo.procs import free_port, stop
+from llmfleet.demo.procs import free_port, stop
 
 FLEET_KEY = "bench-fleet-key-0123456789"
 ENV = {"BENCH_FLEET_KEY": FLEET_KEY, "BENCH_SALT": "bench-salt-0123456789abcdef"}
@@ -90,8 +90,8 @@ def write_config(directory: Path, repo: Path, threads: int = 8, state_url: str |
 
 
 def recorded_fetches(config: Path) -> int:
-    from reconciler.config import load_config
-    from reconciler.state import open_store
+    from llmfleet.adapters.state import open_store
+    from llmfleet.settings import load_config
 
     cp = load_config(config, {**os.environ, **ENV})
     store = open_store(cp.state.url, cp.state.base, password=cp.state.password.reveal() if cp.state.password else None)
@@ -105,12 +105,12 @@ def naive_app(config_path: str) -> Any:
     """The strawman: the same rules, but the repository is re-read and re-rendered on every request."""
     from flask import Flask, Response, jsonify, request
 
-    from reconciler.config import load_config
-    from reconciler.fleet.render import Bearers, render_box
-    from reconciler.fleet.source import GitFleetRepo
-    from reconciler.fleet.validate import validate_snapshot
-    from reconciler.server.auth import bearer_token, matches
-    from reconciler.server.hosts import resolve_host
+    from llmfleet.adapters.fleetsource import GitFleetRepo
+    from llmfleet.core.fleet.render import Bearers, render_box
+    from llmfleet.core.fleet.validate import validate_snapshot
+    from llmfleet.core.hosts import resolve_host
+    from llmfleet.server.auth import bearer_token, matches
+    from llmfleet.settings import load_config
 
     config = load_config(config_path)
     key = config.secrets.fleet_key
@@ -151,8 +151,8 @@ def constant_app() -> Any:
 
 
 def serve_variant(variant: str, config_path: str, listen: str) -> None:
-    from reconciler.config import load_config
-    from reconciler.server.gunicorn_app import ControlPlaneServer
+    from llmfleet.server.gunicorn_app import ControlPlaneServer
+    from llmfleet.settings import load_config
 
     load_app = (lambda: naive_app(config_path)) if variant == "naive" else constant_app
     ControlPlaneServer(load_config(config_path), listen, load_app).run()
@@ -161,7 +161,7 @@ def serve_variant(variant: str, config_path: str, listen: str) -> None:
 def start(variant: str, config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     listen = f"127.0.0.1:{port}"
     if variant == "cached":
-        command = [sys.executable, "-m", "reconciler", "serve", "--config", str(config), "--listen", listen]
+        command = [sys.executable, "-m", "llmfleet", "serve", "--config", str(config), "--listen", listen]
     else:
         command = [sys.executable, __file__, "serve-variant", variant, str(config), listen]
     env = {**os.environ, **ENV, "PYTHONPATH": str(ROOT)}

@@ -24,12 +24,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.fleetgen import write_fleet
-from reconciler.config import load_config
-from reconciler.fleet.jsonvalue import freeze_mapping
-from reconciler.server.app import create_app
-from reconciler.server.runtime import start_up
-from reconciler.state.passes import PassRecord, ServerRecord
-from reconciler.state.records import BoxReport, Endpoint, FetchRecord, Outcome
+from llmfleet.adapters.state.passes import PassRecord, ServerRecord
+from llmfleet.adapters.state.records import BoxReport, Endpoint, FetchRecord, Outcome
+from llmfleet.core.fleet.jsonvalue import freeze_mapping
+from llmfleet.server.app import create_app
+from llmfleet.server.runtime import start_up
+from llmfleet.settings import load_config
 
 TOKEN = "bench-viewer-token-0123456789"
 ENV = {"SALT": "bench-salt-0123456789abcdef", "VIEWER": TOKEN, "FLEET_KEY": "bench-fleet-key-0123"}

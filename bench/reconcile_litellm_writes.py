@@ -20,12 +20,12 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.model import LitellmRoute, Provider
-from reconciler.reconcile.apply import apply_plan
-from reconciler.reconcile.intended import Endpoint, IntendedServer, desired_deployment
-from reconciler.reconcile.observe.litellm import LitellmClient
-from reconciler.reconcile.plan import Action, ActionKind, Plan
+from llmfleet.adapters.litellm import LitellmClient
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.model import LitellmRoute, Provider
+from llmfleet.core.judge.intended import Endpoint, IntendedServer, desired_deployment
+from llmfleet.core.judge.plan import Action, ActionKind, Plan
+from llmfleet.job.apply import apply_plan
 
 SALT = Salt("bench-salt-0123456789abcdef")
 

@@ -26,8 +26,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.model import (
+from llmfleet.adapters.http import RetryPolicy
+from llmfleet.adapters.litellm import LitellmClient
+from llmfleet.adapters.providers import ProviderAccess, VastClient
+from llmfleet.adapters.state.sqlstore import SqlStateStore
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,
@@ -38,14 +42,10 @@ from reconciler.fleet.model import (
     VllmRecipe,
     frozen_map,
 )
-from reconciler.fleet.render import Bearers
-from reconciler.reconcile.engine import Reconciler
-from reconciler.reconcile.observe.http import RetryPolicy
-from reconciler.reconcile.observe.litellm import LitellmClient
-from reconciler.reconcile.observe.observer import Observer
-from reconciler.reconcile.observe.providers import ProviderAccess, VastClient
-from reconciler.reconcile.store import open_store
-from reconciler.state.sqlstore import SqlStateStore
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.job.engine import Reconciler
+from llmfleet.job.observer import Observer
+from llmfleet.job.store import open_store
 
 SALT = "bench-salt-0123456789abcdef"
 PORTS = (8001, 8002, 8003)

@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench import reconcile_pass
 from bench.fleetgen import write_fleet
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.render import Bearers, render_all
-from reconciler.fleet.source import read_directory
-from reconciler.fleet.validate import validate_snapshot
+from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.render import Bearers, render_all
+from llmfleet.core.fleet.validate import validate_snapshot
 from tests.state.postgres import database_url, schema_url
 
 

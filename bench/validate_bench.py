@@ -18,10 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import write_fleet
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.render import Bearers, render_all
-from reconciler.fleet.source import read_directory
-from reconciler.fleet.validate import validate_snapshot
+from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.render import Bearers, render_all
+from llmfleet.core.fleet.validate import validate_snapshot
 
 
 def timed(fn, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.model import Fleet
-from reconciler.fleet.render import Bearers
-from reconciler.fleet.source import read_directory
-from reconciler.fleet.validate import validate_snapshot
+from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.model import Fleet
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.fleet.validate import validate_snapshot
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
 from tests.fleet.helpers import validate
 

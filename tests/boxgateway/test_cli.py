@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
+from llmfleet.cli.main import main
 from tests.boxgateway.fleets import EXAMPLE_GATEWAY_BOX, example_with_gateway
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reconciler.diff.compute import diff_fleets
-from reconciler.diff.report import BoxStatus, Lifetime
-from reconciler.diff.sections import box_verdict
+from llmfleet.core.diff.compute import diff_fleets
+from llmfleet.core.diff.report import BoxStatus, Lifetime
+from llmfleet.core.diff.sections import box_verdict
 from tests.boxgateway.fleets import GATEWAY_PLACEMENT, gateway_fleet
 
 MOVED = GATEWAY_PLACEMENT.replace("gateway: 8001", "gateway: 8003")

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from gateway.config import load_config
-from reconciler.cli import main as llmfleet
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.render import Bearers, render_all, render_box
+from llmfleet.cli.main import main as llmfleet
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.render import Bearers, render_all, render_box
+from llmfleet_gateway.config import load_config
 from tests.boxgateway.fleets import (
     BEARERS,
     BOX,

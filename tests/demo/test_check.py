@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from reconciler.demo.check import arrived, problems, waiting_for
-from reconciler.demo.move import Move
-from reconciler.demo.view import rows, table
-from reconciler.reconcile.engine import PassOutcome
-from reconciler.reconcile.intended import IntendedServer
-from reconciler.reconcile.observed import BoxFacts, Deployment, ProbeResult
-from reconciler.reconcile.plan import make_plan
-from reconciler.reconcile.store import PassRecord
+from llmfleet.core.judge.intended import IntendedServer
+from llmfleet.core.judge.observed import BoxFacts, Deployment, ProbeResult
+from llmfleet.core.judge.plan import make_plan
+from llmfleet.demo.check import arrived, problems, waiting_for
+from llmfleet.demo.move import Move
+from llmfleet.demo.view import rows, table
+from llmfleet.job.engine import PassOutcome
+from llmfleet.job.store import PassRecord
 from tests.reconcile.builders import (
     NOW,
     assessed,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.demo.fleet import addresses
-from reconciler.demo.procs import can_bind, pids_mentioning
-from reconciler.state.store import open_store
+from llmfleet.adapters.state.store import open_store
+from llmfleet.demo.fleet import addresses
+from llmfleet.demo.procs import can_bind, pids_mentioning
 from tests.support.litellm import LitellmProxy, proxy_from_env
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"

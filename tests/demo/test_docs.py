@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from reconciler.cli import build_parser
+from llmfleet.cli.main import build_parser
 from tests.conftest import ROOT
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "installer" / "README.md",

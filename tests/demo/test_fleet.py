@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.demo.fleet import DemoError, SimBox, Template, addresses, simulate
-from reconciler.fleet.model import Provider
-from reconciler.fleet.source import WORKTREE_REVISION, Snapshot, read_directory
+from llmfleet.adapters.fleetsource import WORKTREE_REVISION, Snapshot, read_directory
+from llmfleet.core.fleet.model import Provider
+from llmfleet.demo.fleet import DemoError, SimBox, Template, addresses, simulate
 from tests.conftest import EXAMPLE
 
 
@@ -23,7 +23,7 @@ def example_files() -> dict[str, str]:
 def test_the_example_runs_on_consecutive_loopback_addresses() -> None:
     demo = simulate(read_directory(EXAMPLE))
     example = read_directory(EXAMPLE)
-    from reconciler.fleet.validate import validate_snapshot
+    from llmfleet.core.fleet.validate import validate_snapshot
 
     original = validate_snapshot(example).fleet
     assert original is not None

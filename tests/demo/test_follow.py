@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from reconciler.demo.fleet import simulate
-from reconciler.demo.follow import Changes, changes, loopback
-from reconciler.demo.move import choose_move, move_row
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.model import Fleet
-from reconciler.fleet.render import Bearers
-from reconciler.fleet.source import Snapshot, read_directory
-from reconciler.fleet.validate import validate_snapshot
+from llmfleet.adapters.fleetsource import Snapshot, read_directory
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.model import Fleet
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.demo.fleet import simulate
+from llmfleet.demo.follow import Changes, changes, loopback
+from llmfleet.demo.move import choose_move, move_row
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
 
 BEARERS = Bearers(Salt(TEST_SALT), TEST_LEGACY_KEY)

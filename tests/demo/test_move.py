@@ -6,10 +6,10 @@ import difflib
 
 import pytest
 
-from reconciler.demo.fleet import DemoError, simulate
-from reconciler.demo.move import Move, choose_move, move_row
-from reconciler.fleet.source import WORKTREE_REVISION, Snapshot, read_directory
-from reconciler.fleet.validate import validate_snapshot
+from llmfleet.adapters.fleetsource import WORKTREE_REVISION, Snapshot, read_directory
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.demo.fleet import DemoError, simulate
+from llmfleet.demo.move import Move, choose_move, move_row
 from tests.conftest import EXAMPLE
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
+from llmfleet.cli.main import main
 from tests.conftest import git
 from tests.diff.scenarios import SCENARIOS, apply, branch_with
 
@@ -143,7 +143,7 @@ def test_salt_is_never_needed_nor_bearers_printed(pr: Path, monkeypatch: pytest.
 
 
 def test_console_script_help_documents_exit_codes() -> None:
-    result = subprocess.run([sys.executable, "-m", "reconciler", "diff", "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "llmfleet", "diff", "--help"], capture_output=True, text=True,
                             check=True)
     assert "--detailed-exitcode" in result.stdout and "0  no changes   1  any error   2  changes" in result.stdout
     assert "origin/main if it exists, else main" in result.stdout
@@ -177,7 +177,7 @@ def test_the_pull_request_that_adds_the_fleet_shows_all_of_it_as_new(tmp_path: P
 def test_attach_plan_json_and_text(pr: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A plan saved by the planner (`plan --out`) rides along in every format; a text plan (or the error a
     failed `llmfleet plan` printed) is shown as it is."""
-    from reconciler.reconcile.render import render_json as render_plan_json
+    from llmfleet.core.judge.plantext import render_json as render_plan_json
     from tests.reconcile.builders import failed, ok, server
     from tests.reconcile.test_plan import deployment_for, intended, plan_of
 

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from reconciler.diff.ghcomment import find, marker, payload
+from llmfleet.cli.ghcomment import find, marker, payload
 from tests.conftest import EXAMPLE, ROOT, git
 from tests.diff.scenarios import SCENARIOS, apply, branch_with
 

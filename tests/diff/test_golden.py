@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
+from llmfleet.cli.main import main
 from tests.conftest import git
 from tests.diff.scenarios import SCENARIOS, branch_with
 

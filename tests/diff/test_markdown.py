@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from reconciler.diff import DEFAULT_MAX_CHARS, Section, diff_fleets, render_markdown, render_text
-from reconciler.diff.markdown import GITHUB_COMMENT_LIMIT
-from reconciler.fleet.jsonvalue import freeze_mapping
-from reconciler.fleet.model import Box, Fleet, FleetSettings, LitellmRoute, Recipe, ServerRow, VllmRecipe, frozen_map
+from llmfleet.core.diff import DEFAULT_MAX_CHARS, Section, diff_fleets, render_markdown, render_text
+from llmfleet.core.diff.markdown import GITHUB_COMMENT_LIMIT
+from llmfleet.core.fleet.jsonvalue import freeze_mapping
+from llmfleet.core.fleet.model import Box, Fleet, FleetSettings, LitellmRoute, Recipe, ServerRow, VllmRecipe, frozen_map
 
 MODELS = [f"model-{i}" for i in range(40)]
 

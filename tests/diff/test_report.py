@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reconciler.diff import diff_fleets, render_text
-from reconciler.diff.report import BoxStatus, DeploymentAction, Lifetime, Report, ServerAction
-from reconciler.diff.summary import summary_line
-from reconciler.fleet.model import Fleet
+from llmfleet.core.diff import diff_fleets, render_text
+from llmfleet.core.diff.report import BoxStatus, DeploymentAction, Lifetime, Report, ServerAction
+from llmfleet.core.diff.summary import summary_line
+from llmfleet.core.fleet.model import Fleet
 from tests.fleet.helpers import FLEET, MODELS, PLACEMENT, validate
 
 TWO_BOXES = PLACEMENT + "  203.0.113.11:\n    - [m1, 8001]\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.boot_storm import FLEET_KEY, SALT, clients, make_repo, raise_open_files, run_storm
 from bench.fleetgen import box_name
-from reconciler.state import open_store
+from llmfleet.adapters.state import open_store
 from tests.support.plane import ControlPlane
 
 from .conftest import VIEWER_TOKEN

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.fleet.bearer import Salt
+from llmfleet.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.reconcile.procs import Stub
 from tests.support.litellm import LitellmProxy, proxy_from_env

@@ -31,20 +31,20 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from gateway import forwarding
-from installer import secretref
-from installer.boxjson import BoxJsonError, parse_box, parse_text
-from installer.fit import Placement
-from installer.settings import load as load_settings
-from installer.units import UnitError, render_unit
-from reconciler.config import load_config
-from reconciler.fleet import strictyaml
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.render import Bearers, render_all
-from reconciler.fleet.source import FLEET_FILES, Snapshot
-from reconciler.fleet.validate import validate_snapshot
-from reconciler.server.app import create_app
-from reconciler.server.runtime import Runtime, start_up
+from llmfleet.adapters.fleetsource import FLEET_FILES, Snapshot
+from llmfleet.core.fleet import strictyaml
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.render import Bearers, render_all
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.server.app import create_app
+from llmfleet.server.runtime import Runtime, start_up
+from llmfleet.settings import load_config
+from llmfleet_gateway import forwarding
+from llmfleet_installer import secretref
+from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
+from llmfleet_installer.fit import Placement
+from llmfleet_installer.settings import load as load_settings
+from llmfleet_installer.units import UnitError, render_unit
 from tests.conftest import EXAMPLE, ROOT
 from tests.support.write_killer import ThreadedServer
 
@@ -347,12 +347,12 @@ def test_gateway_route_parsing_takes_any_path(path: str, query: str) -> None:
 
 @pytest.fixture(scope="module")
 def gateway_port() -> Iterator[int]:
-    """The real gateway handler (aiohttp's low-level server, as gateway.serve runs it) in front of an
+    """The real gateway handler (aiohttp's low-level server, as llmfleet_gateway.serve runs it) in front of an
     upstream that answers 200 to anything."""
     from aiohttp import web
 
-    from gateway.app import Gateway
-    from gateway.config import parse_config
+    from llmfleet_gateway.app import Gateway
+    from llmfleet_gateway.config import parse_config
 
     async def ok(request: web.Request) -> web.Response:
         await request.read()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.fleet.source import GitFleetRepo, SourceError
+from llmfleet.adapters.fleetsource import GitFleetRepo, SourceError
 from tests.conftest import git
 
 

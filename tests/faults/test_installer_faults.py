@@ -1,4 +1,4 @@
-"""The box installer under faults, with real parts: installer/provision/vast.sh, the box program it
+"""The box installer under faults, with real parts: installer/llmfleet_installer/provision/vast.sh, the box program it
 downloads, the real control plane process, real supervisord running the stub vLLM.
 
 - the control plane is down when the box boots: the download is retried, then fails saying why; when

@@ -21,8 +21,11 @@ from typing import Any
 
 import pytest
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.model import (
+from llmfleet.adapters.http import RetryPolicy
+from llmfleet.adapters.litellm import LitellmClient
+from llmfleet.adapters.providers import ProviderAccess, VastClient
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,
@@ -34,14 +37,11 @@ from reconciler.fleet.model import (
     VllmRecipe,
     frozen_map,
 )
-from reconciler.fleet.render import Bearers
-from reconciler.reconcile.engine import PassOutcome, Reconciler
-from reconciler.reconcile.observe.http import RetryPolicy
-from reconciler.reconcile.observe.litellm import LitellmClient
-from reconciler.reconcile.observe.observer import Observer
-from reconciler.reconcile.observe.providers import ProviderAccess, VastClient
-from reconciler.reconcile.plan import ActionKind
-from reconciler.reconcile.store import MemoryStore
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.judge.plan import ActionKind
+from llmfleet.job.engine import PassOutcome, Reconciler
+from llmfleet.job.observer import Observer
+from llmfleet.job.store import MemoryStore
 from tests.reconcile.fakes import FakeServer, FakeVllm, free_port, serve, vast_instance
 from tests.support.faulty_http import FaultyLitellm, FaultyVast
 

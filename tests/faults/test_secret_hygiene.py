@@ -2,7 +2,7 @@
 
 Real parts: a fleet git repository; `llmfleet serve` as a process (fleet key, salt, legacy key, admin
 and viewer tokens, webhook secret, a provider key, the LiteLLM master key: all as ${env:} references);
-a box on 127.0.0.6 provisioned by installer/provision/vast.sh (installer download, config fetch, real
+a box on 127.0.0.6 provisioned by installer/llmfleet_installer/provision/vast.sh (installer download, config fetch, real
 supervisord running the stub vLLM with its bearer, report back), one of its servers a legacy pair
 with the legacy key; `llmfleet plan` and `llmfleet apply` against the real LiteLLM (the fake of its
 API without one); requests that fail on purpose (wrong keys and tokens, unknown box, bad report, bad
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.fleet.bearer import Salt
+from llmfleet.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.installer.realprocs import http_status, wait_until
 from tests.support.box import Box

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reconciler.fleet.diagnostics import Diagnostic
-from reconciler.fleet.source import FLEET_FILES, Snapshot
-from reconciler.fleet.validate import Validation, validate_snapshot
+from llmfleet.adapters.fleetsource import FLEET_FILES, Snapshot
+from llmfleet.core.fleet.diagnostics import Diagnostic
+from llmfleet.core.fleet.validate import Validation, validate_snapshot
 
 FLEET = "listen_ports: [8001, 8002, 8003]\n"
 MODELS = """\

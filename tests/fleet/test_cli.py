@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
+from llmfleet.cli.main import main
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT, git
 from tests.fleet.test_bearer import GOLDEN
 
@@ -135,6 +135,6 @@ def test_api_key(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch
 
 def test_console_script_runs(tmp_path: Path) -> None:
     env = {**os.environ, "LLMFLEET_VLLM_API_SALT": TEST_SALT}
-    result = subprocess.run([sys.executable, "-m", "reconciler", "validate", str(EXAMPLE)], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "llmfleet", "validate", str(EXAMPLE)], capture_output=True,
                             text=True, env=env, check=False)
     assert result.returncode == 0, result.stderr

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.render import Bearers, RenderError, render_box
-from reconciler.fleet.source import read_directory
-from reconciler.fleet.validate import validate_snapshot
+from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.render import Bearers, RenderError, render_box
+from llmfleet.core.fleet.validate import validate_snapshot
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
 from tests.fleet.helpers import FLEET, MODELS, validate
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.fleet.diagnostics import Severity
-from reconciler.fleet.rules import box_name_problem
+from llmfleet.core.fleet.diagnostics import Severity
+from llmfleet.core.fleet.rules import box_name_problem
 from tests.fleet.helpers import FLEET, MODELS, PLACEMENT, only, validate
 
 

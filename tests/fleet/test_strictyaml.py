@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.fleet import strictyaml
-from reconciler.fleet.strictyaml import Mark, load
+from llmfleet.core.fleet import strictyaml
+from llmfleet.core.fleet.strictyaml import Mark, load
 
 
 def rules(text: str) -> list[str]:

@@ -1,6 +1,6 @@
 """The conformance suite's harness: fixture upstreams, and the real gateway as a child process.
 
-The gateway is started as `python -m gateway --config FILE` with $NOTIFY_SOCKET pointing at a
+The gateway is started as `python -m llmfleet_gateway --config FILE` with $NOTIFY_SOCKET pointing at a
 datagram socket of the test, so start-up waits for its READY=1 (and proves it comes only once the
 port accepts connections). Ports are ephemeral, sockets live in fresh temp directories, and every
 process is stopped at teardown.
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
+from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
 from tests.gateway.upstreams import Running, start_tcp_echo, start_unix_echo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +136,7 @@ class GatewayProcess:
         notify.bind(notify_path)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": notify_path, **self.env}
         with open(self.stderr_path, "wb") as stderr:
-            self.proc = subprocess.Popen([GATEWAY_PYTHON, "-m", "gateway", "--config", str(self.config_path)],
+            self.proc = subprocess.Popen([GATEWAY_PYTHON, "-m", "llmfleet_gateway", "--config", str(self.config_path)],
                                          env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=self.directory)
         try:
             while True:

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from gateway.forwarding import bearer_ok, client_headers, models_api_name, parse_route, upstream_headers
-from gateway.limiter import Admission, Limiter
-from gateway.metrics import Metrics
-from gateway.target import parse_target
+from llmfleet_gateway.forwarding import bearer_ok, client_headers, models_api_name, parse_route, upstream_headers
+from llmfleet_gateway.limiter import Admission, Limiter
+from llmfleet_gateway.metrics import Metrics
+from llmfleet_gateway.target import parse_target
 
 
 @pytest.mark.parametrize(("url", "path", "query", "expected"), [

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.render import Bearers, render_box
-from reconciler.fleet.source import read_directory
-from reconciler.fleet.validate import validate_snapshot
+from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.render import Bearers, render_box
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
 from tests.conftest import TEST_SALT
 from tests.installer.realprocs import (
     SUPERVISORD,

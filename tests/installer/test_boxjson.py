@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from installer.boxjson import BoxJsonError, parse_box, parse_text
+from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
 from tests.installer.conftest import BOX
 
 

@@ -89,7 +89,7 @@ def test_vast_provisioning_against_the_real_control_plane(real_plane: str, super
                                                           box_env: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "LLMAO_HOST"}
     env.update({"LLMFLEET_URL": real_plane, "PUBLIC_IPADDR": BOX, "LLMFLEET_PYTHON": sys.executable})
-    done = subprocess.run(["bash", str(ROOT / "installer" / "provision" / "vast.sh")], env=env, capture_output=True,
+    done = subprocess.run(["bash", str(ROOT / "installer" / "llmfleet_installer" / "provision" / "vast.sh")], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "reported installed to the control plane" in done.stderr

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trustme
 
-from installer.fetch import CAP_S, Client, FetchError, check_url
+from llmfleet_installer.fetch import CAP_S, Client, FetchError, check_url
 from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane, free_port
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from installer.boxgateway import GatewayError, find_python, python_candidates
-from installer.boxjson import BoxJsonError, parse_box
-from installer.main import main
-from installer.settings import load
-from installer.units import MARKER
+from llmfleet_installer.boxgateway import GatewayError, find_python, python_candidates
+from llmfleet_installer.boxjson import BoxJsonError, parse_box
+from llmfleet_installer.main import main
+from llmfleet_installer.settings import load
+from llmfleet_installer.units import MARKER
 from tests.installer.conftest import BOX, FakeControlPlane, free_port, render, write_fleet
 from tests.installer.test_units import parse_program
 
@@ -72,13 +72,13 @@ def test_gateway_problems_are_named(gateway_json: dict[str, Any]) -> None:
 
     def other_config_port(d: Any) -> None:
         d["gateway"]["config"]["port"] = 1
-    assert any(p.startswith("gateway.config.port: expected the gateway's port") for p in
+    assert any(p.startswith("llmfleet_gateway.config.port: expected the gateway's port") for p in
                broken(gateway_json, other_config_port))
 
     def unknown_credential(d: Any) -> None:
         d["gateway"]["config"]["authTokens"] = ["${cred:someone-else}"]
     assert broken(gateway_json, unknown_credential) == [
-        "gateway.config: credential 'someone-else' is neither 'client-token' nor bearer-<server> of a server in "
+        "llmfleet_gateway.config: credential 'someone-else' is neither 'client-token' nor bearer-<server> of a server in "
         "this JSON"]
 
     def bad_key(d: Any) -> None:

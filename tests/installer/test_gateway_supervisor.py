@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from installer.main import main
+from llmfleet_installer.main import main
 from tests.installer.conftest import BOX, FakeControlPlane, free_port, render, write_fleet
 from tests.installer.realprocs import Supervisor, http_status, pid_alive, wait_until
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from installer import launcher
+from llmfleet_installer import launcher
 from tests.installer.conftest import STUB_VLLM, free_port
 from tests.installer.realprocs import http_status, wait_until
 

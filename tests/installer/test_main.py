@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from installer.main import main
-from installer.units import MARKER
-from installer.zipapp import build_zipapp
+from llmfleet_installer.main import main
+from llmfleet_installer.units import MARKER
+from llmfleet_installer.zipapp import build_zipapp
 from tests.conftest import ROOT
 from tests.installer.conftest import BOX, FakeControlPlane
 
@@ -213,7 +213,7 @@ def test_module_dry_run_from_the_project_root_with_the_standard_library_alone(tm
     path = tmp_path / "box.json"
     path.write_text(json.dumps(box_json))
     # -S: no site-packages at all, so only the standard library and the project root are importable.
-    done = subprocess.run([sys.executable, "-S", "-m", "installer", "--dry-run", "--config-file", str(path),
+    done = subprocess.run([sys.executable, "-S", "-m", "llmfleet_installer", "--dry-run", "--config-file", str(path),
                            "--assume-gpus", "1x80"], cwd=ROOT, capture_output=True, text=True,
                           env=stdlib_env(tmp_path), timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -237,7 +237,7 @@ def test_zipapp_installs_the_launcher_from_inside_the_archive(tmp_path: Path, bo
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     launcher = tmp_path / "data" / "llmfleet" / "bin" / "llmfleet-launch"
-    assert launcher.read_text() == (ROOT / "installer" / "launcher.py").read_text()
+    assert launcher.read_text() == (ROOT / "installer" / "llmfleet_installer" / "launcher.py").read_text()
     assert os.access(launcher, os.X_OK)
 
 

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from supervisor.options import UnhosedConfigParser
 
-from installer.zipapp import build_zipapp_bytes
+from llmfleet_installer.zipapp import build_zipapp_bytes
 from tests.conftest import ROOT
 from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane
 from tests.installer.realprocs import http_status, pid_alive, wait_until, write_supervisord_conf
 
-PROVISION = ROOT / "installer" / "provision"
+PROVISION = ROOT / "installer" / "llmfleet_installer" / "provision"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -192,7 +192,7 @@ def test_runpod_entrypoint_keeps_the_container_up_when_provisioning_fails(entryp
 def test_installer_exec_handover_becomes_supervisord(entrypoint: Any, serving_plane: FakeControlPlane,
                                                      box_json: dict[str, Any]) -> None:
     """`--handover exec`: the installer itself becomes `supervisord -n`, without the fleet key."""
-    process = entrypoint([sys.executable, "-m", "installer", "--handover", "exec"], LLMAO_HOST=BOX,
+    process = entrypoint([sys.executable, "-m", "llmfleet_installer", "--handover", "exec"], LLMAO_HOST=BOX,
                          LLMFLEET_URL=serving_plane.url, LLMFLEET_FLEET_KEY=FLEET_KEY, PYTHONPATH=str(ROOT))
     wait_until("the installer to exec supervisord", lambda: becomes_supervisord(process.pid))
     assert FLEET_KEY not in environ(process.pid)

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from installer.boxjson import parse_box
-from installer.fit import check_fit
-from installer.hardware import Gpu
-from installer.settings import load
-from installer.units import render_unit
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.render import Bearers, render_all
-from reconciler.fleet.source import read_directory
-from reconciler.fleet.validate import validate_snapshot
+from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.render import Bearers, render_all
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet_installer.boxjson import parse_box
+from llmfleet_installer.fit import check_fit
+from llmfleet_installer.hardware import Gpu
+from llmfleet_installer.settings import load
+from llmfleet_installer.units import render_unit
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
 
 pytestmark = pytest.mark.skipif(os.environ.get("LLMFLEET_TEST_REAL_VLLM") != "1",

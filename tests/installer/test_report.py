@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from installer.fit import check_fit
-from installer.report import MAX_MESSAGE, MAX_PROBLEM, MAX_PROBLEMS, Outcome, ServerState, build_report, server_state
+from llmfleet_installer.fit import check_fit
+from llmfleet_installer.report import (
+    MAX_MESSAGE,
+    MAX_PROBLEM,
+    MAX_PROBLEMS,
+    Outcome,
+    ServerState,
+    build_report,
+    server_state,
+)
 
 
 def test_long_texts_are_capped() -> None:

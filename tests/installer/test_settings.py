@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.settings import SettingsError, load
+from llmfleet_installer.settings import SettingsError, load
 
 BASE = {"LLMAO_HOST": "203.0.113.10", "LLMFLEET_URL": "https://fleet.example.org/", "LLMFLEET_FLEET_KEY": "k" * 20}
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from supervisor.datatypes import RestartUnconditionally
 from supervisor.options import ServerOptions, UnhosedConfigParser
 
-from installer.boxjson import parse_box
-from installer.fit import Placement
-from installer.settings import load
-from installer.units import UnitError, command_line, environment_line, quote_token, render_unit
+from llmfleet_installer.boxjson import parse_box
+from llmfleet_installer.fit import Placement
+from llmfleet_installer.settings import load
+from llmfleet_installer.units import UnitError, command_line, environment_line, quote_token, render_unit
 from tests.installer.conftest import BOX
 
 

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.jsonvalue import freeze_mapping
-from reconciler.fleet.model import Fleet
-from reconciler.fleet.render import Bearers
-from reconciler.reconcile.engine import PassOutcome, Reconciler
-from reconciler.reconcile.observe.observer import Observer
-from reconciler.reconcile.observed import Deployment
-from reconciler.reconcile.store import open_store
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.jsonvalue import freeze_mapping
+from llmfleet.core.fleet.model import Fleet
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.judge.observed import Deployment
+from llmfleet.job.engine import PassOutcome, Reconciler
+from llmfleet.job.observer import Observer
+from llmfleet.job.store import open_store
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT, git
 from tests.reconcile.fake_litellm import FakeLitellm
 from tests.reconcile.fakes import FakeServer, FakeVllm, free_port, serve

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from reconciler.approve import ref_name
-from reconciler.server.auth import token_fingerprint
+from llmfleet.job.approve import ref_name
+from llmfleet.server.auth import token_fingerprint
 from tests.conftest import git
 from tests.pages.conftest import LogCapture, World, build_world, csrf_of, login
 from tests.pages.scenario import UNKNOWN_BOX

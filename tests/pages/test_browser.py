@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from reconciler.approve import ref_name
-from reconciler.demo.procs import stop
-from reconciler.fleet.source import GitFleetRepo
-from reconciler.fleet.validate import validate_snapshot
-from reconciler.state import open_store
+from llmfleet.adapters.fleetsource import GitFleetRepo
+from llmfleet.adapters.state import open_store
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.demo.procs import stop
+from llmfleet.job.approve import ref_name
 from tests.conftest import ROOT, git
 from tests.pages.conftest import PAGE_ENV, page_config
 from tests.pages.scenario import (
@@ -122,7 +122,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     port = free_port()
     log_path = root / "serve.log"
     log = log_path.open("w")
-    process = subprocess.Popen([sys.executable, "-m", "reconciler", "serve", "--config", str(config), "--listen",
+    process = subprocess.Popen([sys.executable, "-m", "llmfleet", "serve", "--config", str(config), "--listen",
                                 f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
                                env={**os.environ, **PAGE_ENV}, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from reconciler.server.pages.attention import overdue_after
-from reconciler.server.pages.inputs import gather
-from reconciler.server.pages.revisionview import revision_view, web_url
-from reconciler.server.pages.routes import ago
-from reconciler.state.passes import ActionRecord, PassRecord
+from llmfleet.adapters.state.passes import ActionRecord, PassRecord
+from llmfleet.server.pages.attention import overdue_after
+from llmfleet.server.pages.inputs import gather
+from llmfleet.server.pages.revisionview import revision_view, web_url
+from llmfleet.server.pages.routes import ago
 from tests.pages.conftest import LogCapture, World, build_world, login
 from tests.server.conftest import VIEWER_TOKEN
 

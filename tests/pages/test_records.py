@@ -1,15 +1,15 @@
-"""What a reconcile pass records for the pages (reconciler/reconcile/record.py, reconciler/state/passes.py),
+"""What a reconcile pass records for the pages (reconciler/llmfleet/job/record.py, reconciler/llmfleet/adapters/state/passes.py),
 how the state store keeps it, and which invalid commits the revision tracker remembers."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from reconciler.fleet.jsonvalue import freeze_mapping
-from reconciler.reconcile.intended import MANAGED_BY
-from reconciler.reconcile.observed import Deployment
-from reconciler.reconcile.record import duplicate_records
-from reconciler.state.passes import ActionRecord, DriftRecord, DuplicateRecord, PassRecord, ServerRecord
+from llmfleet.adapters.state.passes import ActionRecord, DriftRecord, DuplicateRecord, PassRecord, ServerRecord
+from llmfleet.core.fleet.jsonvalue import freeze_mapping
+from llmfleet.core.judge.intended import MANAGED_BY
+from llmfleet.core.judge.observed import Deployment
+from llmfleet.job.record import duplicate_records
 from tests.conftest import git
 from tests.pages.conftest import World
 from tests.pages.scenario import FOREIGN_BOX, HEALTHY_BOX, MANUAL_ID, OTHER_ID, PENDING_BOX, STALLED_BOX, break_branch

@@ -8,8 +8,8 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from reconciler.server.pages.fleetview import Fit, FleetFilter, fleet_view, needs_attention
-from reconciler.server.pages.inputs import gather
+from llmfleet.server.pages.fleetview import Fit, FleetFilter, fleet_view, needs_attention
+from llmfleet.server.pages.inputs import gather
 from tests.pages.conftest import World
 from tests.pages.scenario import (
     BAD_MODEL_ERROR,

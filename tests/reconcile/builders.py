@@ -5,18 +5,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.jsonvalue import freeze_mapping
-from reconciler.fleet.model import LitellmRoute, Provider, ReconcileSettings
-from reconciler.reconcile.assess import Assessment, assess
-from reconciler.reconcile.intended import (
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.jsonvalue import freeze_mapping
+from llmfleet.core.fleet.model import LitellmRoute, Provider, ReconcileSettings
+from llmfleet.core.judge.assess import Assessment, assess
+from llmfleet.core.judge.intended import (
     Endpoint,
     Intended,
     IntendedServer,
     ServerKey,
     desired_deployment,
 )
-from reconciler.reconcile.observed import (
+from llmfleet.core.judge.observed import (
     BoxFacts,
     Deployment,
     Observation,
@@ -25,7 +25,7 @@ from reconciler.reconcile.observed import (
     ProviderListing,
     resolve_endpoint,
 )
-from reconciler.reconcile.verdict import ServerHistory
+from llmfleet.core.judge.verdict import ServerHistory
 
 SALT = Salt("test-salt-0123456789abcdef")
 NOW = 1_800_000_000.0

@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from reconciler.reconcile.intended import DeploymentSpec
-from reconciler.reconcile.observe.litellm import LitellmError
-from reconciler.reconcile.observed import Deployment
+from llmfleet.adapters.litellm import LitellmError
+from llmfleet.core.judge.intended import DeploymentSpec
+from llmfleet.core.judge.observed import Deployment
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
+from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
 
 
 @dataclass

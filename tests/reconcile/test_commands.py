@@ -15,7 +15,7 @@ SALT = "cmd-salt-0123456789abcdef"
 
 
 def llmfleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reconciler", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "llmfleet", *args], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, **(env or {})}, timeout=120, check=False)
 
 
@@ -91,7 +91,7 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     lock = tmp_path / "pass.lock"
     metrics_port = free_port()
-    args = [sys.executable, "-m", "reconciler", "reconcile", "--config", str(cfg), "--repo", str(fleet_dir),
+    args = [sys.executable, "-m", "llmfleet", "reconcile", "--config", str(cfg), "--repo", str(fleet_dir),
             "--interval", "1", "--lock-file", str(lock), "--metrics-listen", f"127.0.0.1:{metrics_port}"]
     env = {**os.environ, **ENV}
     first = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -118,7 +118,7 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
     assert "llmfleet_reconcile_last_pass_errors 3.0" in exposition  # vast, runpod (not configured), LiteLLM
     assert "sk-master-cmd-secret" not in err
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom reconciler.reconcile.loop import "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom llmfleet.job.loop import "
                                "pass_lock\nwith pass_lock(sys.argv[1]):\n print('held', flush=True)\n time.sleep(60)",
                                str(lock)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

@@ -8,8 +8,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.model import (
+from llmfleet.adapters.litellm import LitellmClient
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,
@@ -19,11 +20,10 @@ from reconciler.fleet.model import (
     VllmRecipe,
     frozen_map,
 )
-from reconciler.fleet.render import Bearers
-from reconciler.reconcile.engine import Reconciler
-from reconciler.reconcile.observe.litellm import LitellmClient
-from reconciler.reconcile.observe.observer import Observer
-from reconciler.reconcile.store import MemoryStore
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.job.engine import Reconciler
+from llmfleet.job.observer import Observer
+from llmfleet.job.store import MemoryStore
 
 from .fakes import FakeLitellmHttp, FakeServer, FakeVllm, free_port, serve
 

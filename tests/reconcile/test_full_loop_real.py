@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.fleet.bearer import Salt
+from llmfleet.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.installer.realprocs import http_status, wait_until
 from tests.support.box import Box

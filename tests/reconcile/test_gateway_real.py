@@ -18,8 +18,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.model import (
+from llmfleet.adapters.litellm import LitellmClient
+from llmfleet.adapters.probe import probe
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,
@@ -29,14 +31,12 @@ from reconciler.fleet.model import (
     VllmRecipe,
     frozen_map,
 )
-from reconciler.fleet.render import Bearers
-from reconciler.reconcile.engine import Reconciler
-from reconciler.reconcile.intended import Endpoint
-from reconciler.reconcile.observe.litellm import LitellmClient
-from reconciler.reconcile.observe.observer import Observer
-from reconciler.reconcile.observe.probe import probe
-from reconciler.reconcile.observed import ProbeStatus
-from reconciler.reconcile.store import MemoryStore
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.judge.intended import Endpoint
+from llmfleet.core.judge.observed import ProbeStatus
+from llmfleet.job.engine import Reconciler
+from llmfleet.job.observer import Observer
+from llmfleet.job.store import MemoryStore
 from tests.support.litellm import LitellmProxy
 
 from .fakes import free_port

@@ -11,10 +11,10 @@ from typing import TypeVar
 import aiohttp
 import pytest
 
-from reconciler.reconcile.apply import apply_plan
-from reconciler.reconcile.intended import Endpoint, desired_deployment
-from reconciler.reconcile.observe.litellm import LitellmClient, LitellmError
-from reconciler.reconcile.plan import Action, ActionKind, Plan
+from llmfleet.adapters.litellm import LitellmClient, LitellmError
+from llmfleet.core.judge.intended import Endpoint, desired_deployment
+from llmfleet.core.judge.plan import Action, ActionKind, Plan
+from llmfleet.job.apply import apply_plan
 from tests.support.litellm import LitellmProxy
 
 from .builders import server

@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from reconciler.fleet.bearer import Salt
+from llmfleet.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.support.litellm import LitellmProxy
 
@@ -55,7 +55,7 @@ class Cli:
 
     async def __call__(self, *args: str) -> tuple[int, str]:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "reconciler", *args, "--config", str(self.config), env=self.env, cwd=ROOT,
+            sys.executable, "-m", "llmfleet", *args, "--config", str(self.config), env=self.env, cwd=ROOT,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
         return process.returncode or 0, out.decode()

@@ -10,13 +10,13 @@ from typing import TypeVar
 
 import aiohttp
 
-from reconciler.fleet.model import Provider
-from reconciler.reconcile.intended import Endpoint
-from reconciler.reconcile.observe.http import RetryPolicy
-from reconciler.reconcile.observe.observer import Observer
-from reconciler.reconcile.observe.probe import probe
-from reconciler.reconcile.observe.providers import ProviderAccess, RunPodClient, VastClient
-from reconciler.reconcile.observed import ProbeStatus
+from llmfleet.adapters.http import RetryPolicy
+from llmfleet.adapters.probe import probe
+from llmfleet.adapters.providers import ProviderAccess, RunPodClient, VastClient
+from llmfleet.core.fleet.model import Provider
+from llmfleet.core.judge.intended import Endpoint
+from llmfleet.core.judge.observed import ProbeStatus
+from llmfleet.job.observer import Observer
 
 from .builders import intended, server
 from .fake_litellm import FakeLitellm
@@ -162,8 +162,8 @@ def test_litellm_errors_never_carry_a_bearer_or_the_master_key() -> None:
     """FastAPI's 422 echoes its input; a proxy may echo the Authorization header."""
     from aiohttp import web
 
-    from reconciler.reconcile.intended import desired_deployment
-    from reconciler.reconcile.observe.litellm import LitellmClient, LitellmError
+    from llmfleet.adapters.litellm import LitellmClient, LitellmError
+    from llmfleet.core.judge.intended import desired_deployment
 
     async def echo(request: web.Request) -> web.Response:
         body = await request.json()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from reconciler.fleet.bearer import Salt
-from reconciler.fleet.model import Provider
-from reconciler.reconcile.intended import Endpoint, deployment_id
-from reconciler.reconcile.observed import BoxFacts, ProbeStatus, ProviderBox, ProviderListing
-from reconciler.reconcile.plan import ActionKind, PendingDelete, Plan, delete_budget, make_plan
-from reconciler.reconcile.render import render_json, render_text
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.model import Provider
+from llmfleet.core.judge.intended import Endpoint, deployment_id
+from llmfleet.core.judge.observed import BoxFacts, ProbeStatus, ProviderBox, ProviderListing
+from llmfleet.core.judge.plan import ActionKind, PendingDelete, Plan, delete_budget, make_plan
+from llmfleet.core.judge.plantext import render_json, render_text
 
 from .builders import (
     NOW,
@@ -213,7 +213,7 @@ def test_json_plan_has_format_version_and_no_bearer() -> None:
 def test_saved_plan_applies_only_when_the_fleet_plans_the_same(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import pytest
 
-    from reconciler.reconcile.saved import PlanFileError, SavedPlan, StalePlan
+    from llmfleet.job.saved import PlanFileError, SavedPlan, StalePlan
 
     plan = plan_of([A1, B1], {A1.key: ok(A1), B1.key: ok(B1)}, [])
     path = tmp_path / "plan.json"

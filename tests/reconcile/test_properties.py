@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.fleet.model import Provider
-from reconciler.reconcile.apply import apply_plan
-from reconciler.reconcile.assess import Assessment
-from reconciler.reconcile.intended import Endpoint, Intended, IntendedServer
-from reconciler.reconcile.observed import BoxFacts, Deployment, ProbeResult, ProbeStatus, ProviderListing
-from reconciler.reconcile.plan import ActionKind, Plan, delete_budget, make_plan
+from llmfleet.core.fleet.model import Provider
+from llmfleet.core.judge.assess import Assessment
+from llmfleet.core.judge.intended import Endpoint, Intended, IntendedServer
+from llmfleet.core.judge.observed import BoxFacts, Deployment, ProbeResult, ProbeStatus, ProviderListing
+from llmfleet.core.judge.plan import ActionKind, Plan, delete_budget, make_plan
+from llmfleet.job.apply import apply_plan
 
 from .builders import NOW, SETTINGS, assessed, deployment_for, intended, observation, ok, server, unmanaged
 from .fake_litellm import FakeLitellm

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.commands.common import CommandError
-from reconciler.reconcile.command import load_fleet
-from reconciler.reconcile.configfile import load_config
+from llmfleet.cli.common import CommandError
+from llmfleet.job.command import load_fleet
+from llmfleet.job.configfile import load_config
 from tests.conftest import git
 
 ENV = {"FK": "fleet-key-0123", "SALT": "salt-0123456789abcdef", "MK": "sk-master"}

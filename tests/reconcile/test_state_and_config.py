@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.reconcile.configfile import ConfigError, load_config
-from reconciler.reconcile.loop import LockHeld, next_delay, pass_lock
-from reconciler.reconcile.metrics import PassMetrics
-from reconciler.state.passes import ActionRecord, PassRecord
+from llmfleet.adapters.state.passes import ActionRecord, PassRecord
+from llmfleet.job.configfile import ConfigError, load_config
+from llmfleet.job.loop import LockHeld, next_delay, pass_lock
+from llmfleet.job.metrics import PassMetrics
 
 RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
                     (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
@@ -76,7 +76,7 @@ def test_config_errors_name_the_key_and_never_the_secret(tmp_path: Path, replace
 
 HOLDER = """
 import sys, time
-from reconciler.reconcile.loop import pass_lock
+from llmfleet.job.loop import pass_lock
 with pass_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(30)
@@ -119,7 +119,7 @@ def test_metrics_from_a_pass_record(tmp_path: Path) -> None:
 
 
 def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from reconciler.reconcile.loop import log_pass
+    from llmfleet.job.loop import log_pass
 
     log_pass(RECORD)
     line = json.loads(capsys.readouterr().err.strip())
@@ -131,8 +131,8 @@ def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_config_from_the_environment_for_ci_jobs() -> None:
-    from reconciler.fleet.model import Provider
-    from reconciler.reconcile.configfile import config_from_env
+    from llmfleet.core.fleet.model import Provider
+    from llmfleet.job.configfile import config_from_env
 
     env = {"LITELLM_URL": "http://127.0.0.1:4000", "LITELLM_MASTER_KEY": "sk-m", "LLMFLEET_VLLM_API_SALT":
            "salt-0123456789abcdef", "VAST_API_KEY": "vk"}

@@ -13,10 +13,10 @@ import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
-from reconciler.config import ControlPlaneConfig, load_config
-from reconciler.server.app import create_app
-from reconciler.server.logs import setup_logging
-from reconciler.server.runtime import Runtime, start_up
+from llmfleet.server.app import create_app
+from llmfleet.server.logs import setup_logging
+from llmfleet.server.runtime import Runtime, start_up
+from llmfleet.settings import ControlPlaneConfig, load_config
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 
 FLEET_KEY = "fleet-key-for-tests-0123456789"

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from reconciler.approve import ApproveError, Row, add_box, approve, assign_rows, open_repo, ref_name
-from reconciler.cli import main
-from reconciler.fleet.source import read_directory
-from reconciler.fleet.validate import validate_snapshot
-from reconciler.server.app import create_app
-from reconciler.server.runtime import Runtime
+from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.cli.main import main
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.job.approve import ApproveError, Row, add_box, approve, assign_rows, open_repo, ref_name
+from llmfleet.server.app import create_app
+from llmfleet.server.runtime import Runtime
 from tests.conftest import EXAMPLE, git
 from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN, box_headers
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from reconciler.fleet.bearer import Salt
-from reconciler.server.app import create_app
-from reconciler.server.runtime import Runtime
-from reconciler.state.records import Endpoint
+from llmfleet.adapters.state.records import Endpoint
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.server.app import create_app
+from llmfleet.server.runtime import Runtime
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 from tests.server.conftest import FLEET_KEY, KNOWN_BOX, SECRETS, LogCapture, box_headers
 
@@ -280,12 +280,12 @@ def test_box_that_cannot_render_gets_503_others_served(make_runtime: Callable[..
 
 
 def test_the_installers_reports_are_accepted(client: FlaskClient, runtime: Runtime) -> None:
-    """The box side (installer.report) and this server agree on the report's shape."""
-    from installer.boxjson import parse_text
-    from installer.fit import FitResult
-    from installer.hardware import Gpu
-    from installer.report import Outcome as BoxOutcome
-    from installer.report import ServerState, build_report
+    """The box side (llmfleet_installer.report) and this server agree on the report's shape."""
+    from llmfleet_installer.boxjson import parse_text
+    from llmfleet_installer.fit import FitResult
+    from llmfleet_installer.hardware import Gpu
+    from llmfleet_installer.report import Outcome as BoxOutcome
+    from llmfleet_installer.report import ServerState, build_report
 
     served = get_config(client, box_headers())
     box = parse_text(served.get_data(as_text=True), KNOWN_BOX)
@@ -305,9 +305,9 @@ def test_the_installers_reports_are_accepted(client: FlaskClient, runtime: Runti
 
 def test_a_gateway_boxs_report_is_accepted(client: FlaskClient, runtime: Runtime) -> None:
     """Reports from a box running the gateway carry its unit; the schema takes it."""
-    from installer.boxjson import GATEWAY_PROGRAM, GatewaySpec
-    from installer.report import Outcome as BoxOutcome
-    from installer.report import ServerState, build_report
+    from llmfleet_installer.boxjson import GATEWAY_PROGRAM, GatewaySpec
+    from llmfleet_installer.report import Outcome as BoxOutcome
+    from llmfleet_installer.report import ServerState, build_report
 
     gateway = GatewaySpec(port=8003, api_key="sk-vllm-x", config={}, digest="sha256:" + "0" * 64)
     report = build_report(revision="abc", installer_version="0.1.0", outcome=BoxOutcome.INSTALLED, message="ok",

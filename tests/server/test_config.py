@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.config import ApproveTarget, ConfigError, load_config
+from llmfleet.settings import ApproveTarget, ConfigError, load_config
 from tests.conftest import ROOT
 from tests.server.conftest import ENV, FLEET_KEY, base_config, write_config
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from flask.testing import FlaskClient
 
-from reconciler.server.app import create_app
-from reconciler.server.runtime import Runtime
+from llmfleet.server.app import create_app
+from llmfleet.server.runtime import Runtime
 from tests.conftest import git
 from tests.server.conftest import KNOWN_BOX, WEBHOOK_SECRET, LogCapture, box_headers
 

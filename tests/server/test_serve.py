@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import trustme
 
-from reconciler.cli import main
-from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
-from reconciler.demo.procs import stop
-from reconciler.state import open_store
+from llmfleet.adapters.state import open_store
+from llmfleet.cli.main import main
+from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
+from llmfleet.demo.procs import stop
 from tests.conftest import ROOT, git
 from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config, write_config
 
@@ -131,7 +131,7 @@ def https_server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, ssl.SSL
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
     env = {**os.environ, **ENV}
-    process = subprocess.Popen([sys.executable, "-m", "reconciler", "serve", "--config", str(config), "--listen",
+    process = subprocess.Popen([sys.executable, "-m", "llmfleet", "serve", "--config", str(config), "--listen",
                                 f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
     context = ssl.create_default_context()

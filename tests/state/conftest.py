@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.state import open_store
-from reconciler.state.sqlstore import SqlStateStore
+from llmfleet.adapters.state import open_store
+from llmfleet.adapters.state.sqlstore import SqlStateStore
 from tests.state.postgres import ENV_URL, database_url, schema_url
 
 NO_POSTGRES = (f"PostgreSQL is not installed (no initdb/pg_ctl: apt-get install postgresql) and {ENV_URL} is not "

@@ -21,7 +21,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import psycopg
 
-from reconciler.demo.procs import free_port as free_port  # re-exported for this package's tests
+from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
 
 ENV_URL = "LLMFLEET_TEST_PG_URL"
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler.config import load_config
-from reconciler.reconcile.configfile import load_config as reconcile_config
+from llmfleet.job.configfile import load_config as reconcile_config
+from llmfleet.settings import load_config
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"

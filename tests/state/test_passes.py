@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from reconciler.reconcile.store import open_store as open_reconciler_store
-from reconciler.state import sqlstore
-from reconciler.state.sqlstore import SqlStateStore
-from reconciler.state.store import DETAILED_PASSES
+from llmfleet.adapters.state import sqlstore
+from llmfleet.adapters.state.sqlstore import SqlStateStore
+from llmfleet.adapters.state.store import DETAILED_PASSES
+from llmfleet.job.store import open_store as open_reconciler_store
 from tests.pages.test_records import DETAILED
 
 

@@ -1,4 +1,4 @@
-"""The reconciler's state (its Protocol, reconciler/reconcile/store.py) on every store: in memory, and
+"""The reconciler's state (its Protocol, reconciler/llmfleet/job/store.py) on every store: in memory, and
 the control plane's store on SQLite and on PostgreSQL, which is one object for both."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.fleet.jsonvalue import freeze_mapping
-from reconciler.reconcile.observed import BoxReport
-from reconciler.reconcile.plan import PendingDelete
-from reconciler.reconcile.store import MemoryStore, StateStore, open_store
-from reconciler.reconcile.verdict import ServerHistory
-from reconciler.state.passes import ActionRecord, PassRecord
-from reconciler.state.records import BoxReport as ControlPlaneReport
-from reconciler.state.records import Endpoint, FetchRecord, Outcome
-from reconciler.state.sqlstore import SqlStateStore
+from llmfleet.adapters.state.passes import ActionRecord, PassRecord
+from llmfleet.adapters.state.records import BoxReport as ControlPlaneReport
+from llmfleet.adapters.state.records import Endpoint, FetchRecord, Outcome
+from llmfleet.adapters.state.sqlstore import SqlStateStore
+from llmfleet.core.fleet.jsonvalue import freeze_mapping
+from llmfleet.core.judge.observed import BoxReport
+from llmfleet.core.judge.plan import PendingDelete
+from llmfleet.core.judge.verdict import ServerHistory
+from llmfleet.job.store import MemoryStore, StateStore, open_store
 
 RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
                     (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))

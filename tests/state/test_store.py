@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.fleet.jsonvalue import freeze_mapping
-from reconciler.state import (
+from llmfleet.adapters.state import (
     Approval,
     BoxReport,
     Endpoint,
@@ -21,10 +20,11 @@ from reconciler.state import (
     StateError,
     open_store,
 )
-from reconciler.state.migrations import MIGRATIONS
-from reconciler.state.sqlite import SqliteDatabase
-from reconciler.state.sqlstore import SqlStateStore
-from reconciler.state.store import FetchRetention, sqlite_path
+from llmfleet.adapters.state.migrations import MIGRATIONS
+from llmfleet.adapters.state.sqlite import SqliteDatabase
+from llmfleet.adapters.state.sqlstore import SqlStateStore
+from llmfleet.adapters.state.store import FetchRetention, sqlite_path
+from llmfleet.core.fleet.jsonvalue import freeze_mapping
 from tests.state.postgres import free_port, with_schema
 
 
@@ -251,7 +251,7 @@ def test_timestamps_keep_their_precision(store: SqlStateStore) -> None:
 
 
 def test_pass_lock_is_one_per_database_schema(pg_url: str, pg_database: str, tmp_path: Path) -> None:
-    from reconciler.state.locks import LockHeld
+    from llmfleet.adapters.state.locks import LockHeld
     from tests.state.postgres import schema_url
 
     first, second = open_store(pg_url), open_store(pg_url)
@@ -275,7 +275,7 @@ def test_pass_lock_is_one_per_database_schema(pg_url: str, pg_database: str, tmp
 
 
 def test_sqlite_pass_lock_is_a_file_beside_the_database(tmp_path: Path) -> None:
-    from reconciler.state.locks import LockHeld
+    from llmfleet.adapters.state.locks import LockHeld
 
     store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
@@ -288,7 +288,7 @@ def test_sqlite_pass_lock_is_a_file_beside_the_database(tmp_path: Path) -> None:
 
 
 def config_problems(tmp_path: Path, state: str) -> str:
-    from reconciler.config import ConfigError, load_config
+    from llmfleet.settings import ConfigError, load_config
 
     path = tmp_path / "cp.yaml"
     path.write_text(f"repo: {{path: /x}}\nsecrets: {{vllm_api_salt: '${{env:SALT}}'}}\nstate: {state}\n")
@@ -298,7 +298,7 @@ def config_problems(tmp_path: Path, state: str) -> str:
 
 
 def test_config_keeps_the_password_out_of_the_url(tmp_path: Path) -> None:
-    from reconciler.config import load_config
+    from llmfleet.settings import load_config
 
     message = config_problems(tmp_path, "{url: 'postgresql://llmfleet:hunter2-in-url@db/llmfleet'}")
     assert "/state/url: the URL carries a password" in message

@@ -1,5 +1,5 @@
 """A GPU box on a loopback address for end-to-end tests: its own data dir, a real supervisord, the stub
-vLLM as `vllm` and the fake nvidia-smi on its PATH, provisioned by installer/provision/vast.sh against a
+vLLM as `vllm` and the fake nvidia-smi on its PATH, provisioned by installer/llmfleet_installer/provision/vast.sh against a
 control plane URL, as a Vast box would be."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Box:
                 "FAKE_NVIDIA_SMI_GPUS": "NVIDIA H100 80GB HBM3:81559:81080", **extra}
 
     def provision(self, plane: str, fleet_key: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(ROOT / "installer" / "provision" / "vast.sh")],
+        return subprocess.run(["bash", str(ROOT / "installer" / "llmfleet_installer" / "provision" / "vast.sh")],
                               env=self.provision_env(plane, fleet_key, **extra), capture_output=True, text=True,
                               timeout=300, check=False)
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""The fake `nvidia-smi` for tests: runs reconciler/demo/fake_nvidia_smi.py (the one implementation,
+"""The fake `nvidia-smi` for tests: runs reconciler/llmfleet/demo/fake_nvidia_smi.py (the one implementation,
 which `llmfleet demo` also uses), in this process. Symlink it as `nvidia-smi`."""
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, whatever python3 runs this
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reconciler"))  # the llmfleet package, whatever python3 runs this
 
-from reconciler.demo.fake_nvidia_smi import main
+from llmfleet.demo.fake_nvidia_smi import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from reconciler.demo.procs import free_port as free_port  # re-exported for the tests
-from reconciler.demo.procs import stop
+from llmfleet.demo.procs import free_port as free_port  # re-exported for the tests
+from llmfleet.demo.procs import stop
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
 

@@ -1,5 +1,0 @@
-"""`python -m gateway ARGS` = `llmfleet-gateway ARGS`."""
-
-from gateway.cli import main
-
-raise SystemExit(main())

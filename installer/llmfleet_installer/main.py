@@ -1,0 +1,334 @@
+"""The box installer: from the box JSON to vLLM servers under Supervisor, run once at boot.
+
+1. settings from the environment (settings.py);  2. GET /vllm/config with retries, or --config-file
+(fetch.py, boxjson.py);  3. fit check over every GPU and the disk and 4. card division (fit.py);
+5. one Supervisor program per server, and one for the box gateway when the JSON has one (boxgateway.py),
+stale ones removed (units.py, handover.py);  6. start-up ordering by the launcher each program runs
+(launcher.py);  7. hand-over to
+supervisord and its verdict on each program (running, or given up), then POST /vllm/report (never
+fails the box).
+
+Exit codes: 0 installed (or dry run shown), 1 failed (fetch, JSON, fit, Supervisor), 2 usage or
+environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from llmfleet_installer import __version__
+from llmfleet_installer.boxgateway import (
+    GatewayError,
+    GatewayPlan,
+    check_config,
+    plan_gateway,
+    remove_gateway,
+    write_gateway,
+)
+from llmfleet_installer.boxjson import BoxConfig, BoxJsonError, parse_text
+from llmfleet_installer.fetch import Client, FetchError, check_url
+from llmfleet_installer.fit import FitResult, check_fit
+from llmfleet_installer.handover import (
+    HandoverError,
+    exec_supervisord,
+    foreign_vllm_units,
+    owned_units,
+    program_states,
+    reread_and_update,
+    write_units,
+)
+from llmfleet_installer.hardware import Gpu, ProbeError, cached_weights_gb, free_disk_gb, probe_gpus
+from llmfleet_installer.report import Outcome, ServerState, build_report, server_state
+from llmfleet_installer.settings import SAFE_PATH, Settings, SettingsError, load
+from llmfleet_installer.units import STARTRETRIES, Unit, UnitError, render_unit
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+HANDOVERS = ("update", "exec", "none")
+REPORT_DEADLINE_S = 60.0  # retries of POST /vllm/report, never longer than the fetch deadline
+SETTLING = frozenset({"STARTING", "BACKOFF"})  # Supervisor has not decided yet
+SETTLE_MARGIN_S = 15  # Supervisor's back-off between retries (1 + 2 + 3 s) and slack
+SETTLE_POLL_S = 1.0
+
+
+def log(message: str) -> None:
+    print(f"llmfleet-installer: {message}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="llmfleet-installer",
+        description="Fetch this box's servers from the control plane and run them under Supervisor.",
+        epilog="Environment: LLMAO_HOST, LLMFLEET_URL (or ASFQUART_URL), LLMFLEET_FLEET_KEY (or FLEET_KEY), "
+               "optional LLMFLEET_CA_BUNDLE, LLMFLEET_DATA_DIR (or DATA_DIRECTORY), LLMFLEET_SUPERVISOR_CONF_DIR, "
+               "LLMFLEET_SUPERVISOR_CONFIG, LLMFLEET_VLLM_BIN, LLMFLEET_HF_HOME, LLMFLEET_LISTEN_HOST, "
+               "LLMFLEET_START_TIMEOUT_S, LLMFLEET_STARTSECS, LLMFLEET_FETCH_DEADLINE_S, LLMFLEET_GATEWAY_PYTHON.")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the Supervisor files that would be written; change nothing")
+    parser.add_argument("--config-file", metavar="FILE", type=Path,
+                        help="read the box JSON from FILE instead of GET /vllm/config (no report is sent)")
+    parser.add_argument("--handover", choices=HANDOVERS, default="update",
+                        help="update: supervisorctl reread + update (supervisord already runs, as on Vast); "
+                             "exec: become `supervisord -n` (a container's main process, as on RunPod); "
+                             "none: only write the files (default: update)")
+    parser.add_argument("--assume-gpus", metavar="COUNTxGB",
+                        help="with --dry-run on a machine without GPUs: divide COUNT cards of GB each (e.g. 1x80)")
+    parser.add_argument("--version", action="version", version=f"llmfleet-installer {__version__}")
+    args = parser.parse_args(argv)
+    if args.assume_gpus and not args.dry_run:
+        parser.error("--assume-gpus is only for --dry-run")
+    if args.assume_gpus and not re.match(r"^[1-9][0-9]?x[0-9]+(\.[0-9]+)?$", args.assume_gpus):
+        parser.error(f"--assume-gpus {args.assume_gpus!r}: expected COUNTxGB, e.g. 1x80 or 2x24")
+    return args
+
+
+def assumed_gpus(spec: str) -> tuple[Gpu, ...]:
+    count, gb = spec.split("x")
+    mib = int(float(gb) * 1024)
+    return tuple(Gpu(index=i, uuid=f"assumed-{i}", name="assumed", memory_total_mib=mib, memory_free_mib=mib)
+                 for i in range(int(count)))
+
+
+def measure_fit(box: BoxConfig, settings: Settings, assume: str | None) -> FitResult:
+    problems: list[str] = []
+    gpus: tuple[Gpu, ...] | None
+    if assume:
+        gpus = assumed_gpus(assume)
+    else:
+        try:
+            gpus = probe_gpus()
+        except ProbeError as exc:
+            gpus = None
+            problems.append(str(exc))
+    disk = free_disk_gb(settings.hf_home)
+    cached = {s.name: cached_weights_gb(settings.hf_home, s.model) for s in box.servers}
+    return check_fit(box.servers, gpus, disk, cached, tuple(problems))
+
+
+def resolve_vllm(settings: Settings) -> Settings:
+    """Write `vllm` as the absolute path this environment finds: supervisord's PATH may lack the
+    image's virtualenv (Vast's images activate theirs only in login shells)."""
+    found = shutil.which(settings.vllm_bin)
+    if found and SAFE_PATH.match(found):
+        return dataclasses.replace(settings, vllm_bin=found)
+    return settings
+
+
+def own_python() -> str:
+    return sys.executable if sys.executable and SAFE_PATH.match(sys.executable) else "python3"
+
+
+def render_units(box: BoxConfig, fit: FitResult, settings: Settings) -> list[Unit]:
+    ports = {s.name: s.port for s in box.servers}
+    return [render_unit(s, fit.placements[s.name], order=i, ports=ports, settings=settings, python=own_python(),
+                        revision=box.revision, gpu_count=len(fit.gpus))
+            for i, s in enumerate(box.servers)]
+
+
+def show_dry_run(units: list[Unit], fit: FitResult, settings: Settings, gateway: GatewayPlan | None) -> None:
+    keep = {u.path.name for u in units}
+    for unit in units:
+        print(f"# ==> {unit.path} (mode 0600) <==")
+        print(unit.shown)
+    if gateway is not None:
+        print(f"# ==> {settings.gateway_config_path} (mode 0600) <==")
+        print(gateway.config_text, end="")
+        print(f"# gateway credentials in {settings.credentials_dir} (mode 0600): {', '.join(gateway.credentials)}")
+        print(f"# gateway program: {settings.gateway_program_path}, run by {gateway.python}")
+    print(f"# launcher: {settings.launcher_path} (mode 0700); logs: {settings.log_dir}; HF_HOME: {settings.hf_home}")
+    for name in owned_units(settings.conf_dir):
+        if name not in keep:
+            print(f"# would remove {settings.conf_dir / name} (written by an earlier install, no longer named)")
+    for problem in fit.problems:
+        print(f"# fit problem: {problem}")
+
+
+class Installer:
+    """One run. Holds what the report needs as the steps go."""
+
+    def __init__(self, args: argparse.Namespace, settings: Settings) -> None:
+        self.args = args
+        self.settings = settings
+        self.client: Client | None = None
+        self.box: BoxConfig | None = None
+        self.fit: FitResult | None = None
+        self.states: dict[str, ServerState] = {}  # by server name, and "gateway" for the box gateway
+        self.removed: tuple[str, ...] = ()
+
+    def report(self, outcome: Outcome, message: str) -> None:
+        """POST /vllm/report. A failed report is logged and never changes the exit code."""
+        if self.client is None:
+            return
+        body = build_report(revision=self.box.revision if self.box else "unknown", installer_version=__version__,
+                            outcome=outcome, message=message, fit=self.fit,
+                            servers=self.box.servers if self.box else (), states=self.states,
+                            units_removed=self.removed, gateway=self.box.gateway if self.box else None)
+        try:
+            self.client.send_report(body, deadline_s=min(REPORT_DEADLINE_S, self.settings.fetch_deadline_s))
+            log(f"reported {outcome} to the control plane")
+        except FetchError as exc:
+            log(f"could not report to the control plane (the install stands): {exc}")
+
+    def fail(self, outcome: Outcome, message: str) -> int:
+        log(message)
+        self.report(outcome, message)
+        return EXIT_FAILED
+
+    def load_box(self) -> BoxConfig:
+        settings = self.settings
+        if self.args.config_file is not None:
+            try:
+                text = self.args.config_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise BoxJsonError([f"cannot read {self.args.config_file}: {exc.strerror}"]) from None
+            return parse_text(text, settings.host, source=str(self.args.config_file))
+        if not (settings.url and settings.fleet_key and settings.host):
+            raise FetchError("no control plane settings")  # load() requires them without --config-file
+        check_url(settings.url)
+        self.client = Client(settings.url, settings.fleet_key, settings.host, settings.ca_bundle,
+                             deadline_s=settings.fetch_deadline_s, user_agent=f"llmfleet-installer/{__version__}",
+                             log=log)
+        data = self.client.fetch_config()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BoxJsonError(["GET /vllm/config answered bytes that are not UTF-8"]) from None
+        return parse_text(text, settings.host, source="GET /vllm/config")
+
+    def run(self) -> int:
+        try:
+            self.box = self.load_box()
+        except FetchError as exc:
+            log(str(exc))  # the control plane is unusable, so there is no report to send
+            return EXIT_FAILED
+        except BoxJsonError as exc:
+            return self.fail(Outcome.FAILED, "the box JSON is not usable: " + "; ".join(exc.problems))
+        box = self.box
+        log(f"box {box.host} at revision {box.revision}: {len(box.servers)} server(s) "
+            + ", ".join(f"{s.name}:{s.port}" for s in box.servers))
+        self.fit = fit = measure_fit(box, self.settings, self.args.assume_gpus)
+        try:
+            units = render_units(box, fit, self.settings)
+        except UnitError as exc:
+            return self.fail(Outcome.FAILED, f"cannot write a Supervisor program: {exc}")
+        ours = {s.port for s in box.servers} | ({box.gateway.port} if box.gateway else set())
+        clashes = []
+        for name, ports in foreign_vllm_units(self.settings.conf_dir).items():
+            path = self.settings.conf_dir / name
+            if ports & ours:
+                clashes.append(f"{path} (not written by llmfleet, so left in place) runs vLLM on port "
+                               f"{', '.join(map(str, sorted(ports & ours)))}, which this box's servers use: "
+                               "remove it and run the installer again")
+            else:
+                log(f"warning: {path} runs vLLM but was not written by llmfleet; left in place")
+        if self.args.dry_run:
+            for clash in clashes:
+                log("would fail: " + clash)
+            gateway = None
+            try:
+                gateway = self.plan_gateway(box)
+            except GatewayError as exc:
+                log(f"would fail: {exc}")
+            units += [gateway.unit] if gateway else []
+            show_dry_run(units, fit, self.settings, gateway)
+            self.states = {unit.server: ServerState.WRITTEN for unit in units}
+            self.report(Outcome.DRY_RUN, "dry run: nothing written")
+            return EXIT_OK
+        if not fit.ok:
+            return self.fail(Outcome.FIT_FAILED, "will not fit: " + "; ".join(fit.problems))
+        if clashes:
+            return self.fail(Outcome.FAILED, "; ".join(clashes))
+        try:
+            gateway = self.plan_gateway(box)
+        except GatewayError as exc:
+            return self.fail(Outcome.FAILED, str(exc))
+        return self.install(units, gateway)
+
+    def settled_states(self, programs: list[str]) -> dict[str, str]:
+        """Supervisor's verdict on each program: RUNNING once it stayed up `startsecs`, FATAL once it
+        gave up (startretries starts that each ended sooner). Polled while a program is STARTING or in
+        BACKOFF, at most until Supervisor must have decided, so that the report tells a server that
+        crashes while loading from one that runs."""
+        limit = self.settings.startsecs * (STARTRETRIES + 1) + SETTLE_MARGIN_S
+        deadline = time.monotonic() + limit
+        states = program_states(self.settings, programs)
+        if any(states.get(p) in SETTLING for p in programs):
+            log(f"waiting for supervisord's verdict on {len(programs)} program(s), at most {limit} s")
+        while any(states.get(p) in SETTLING for p in programs) and time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL_S)
+            states = program_states(self.settings, programs)
+        return states
+
+    def plan_gateway(self, box: BoxConfig) -> GatewayPlan | None:
+        """The box gateway's program and files, its config checked by the gateway itself; None without one."""
+        if box.gateway is None:
+            return None
+        plan = plan_gateway(box, box.gateway, self.settings, own_python())
+        verdict = check_config(plan)
+        log(f"box gateway on port {box.gateway.port} (run by {plan.python}): {verdict}")
+        return plan
+
+    def install(self, units: list[Unit], gateway: GatewayPlan | None) -> int:
+        assert self.box is not None
+        if gateway is not None:
+            units = [*units, gateway.unit]
+        try:
+            if gateway is not None:
+                write_gateway(self.settings, gateway)
+            elif removed := remove_gateway(self.settings):
+                log(f"no box gateway: removed {', '.join(p.name for p in removed)}")
+            written = write_units(self.settings, units)
+        except OSError as exc:
+            return self.fail(Outcome.FAILED, f"cannot write {exc.filename}: {exc.strerror}")
+        except HandoverError as exc:
+            return self.fail(Outcome.FAILED, str(exc))
+        self.removed = written.removed
+        self.states = {unit.server: ServerState.WRITTEN for unit in units}
+        log(f"wrote {len(units)} program(s) in {self.settings.conf_dir}"
+            + (f"; removed {', '.join(written.removed)}" if written.removed else ""))
+        handover = self.args.handover
+        given_up: list[str] = []
+        if handover == "update":
+            try:
+                reread_and_update(self.settings)
+                states = self.settled_states([u.program for u in units])
+            except HandoverError as exc:
+                return self.fail(Outcome.FAILED, str(exc))
+            self.states = {u.server: server_state(states.get(u.program)) for u in units}
+            given_up = [f"{u.program} ({states.get(u.program, 'unknown to supervisord')})" for u in units
+                        if self.states[u.server] is ServerState.FAILED]
+        servers = len(self.box.servers)
+        message = (f"{servers} server(s){' and the box gateway' if gateway else ''} handed to supervisord "
+                   f"({handover})")
+        if given_up:
+            message += "; supervisord gave up on " + ", ".join(given_up) + ": see their logs in " + str(
+                self.settings.log_dir)
+        self.report(Outcome.INSTALLED, message)
+        if handover == "exec":
+            log("exec supervisord -n")
+            try:
+                exec_supervisord(self.settings)
+            except HandoverError as exc:
+                log(str(exc))
+                return EXIT_FAILED
+        log(message)
+        return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings = load(need_control_plane=args.config_file is None)
+    except SettingsError as exc:
+        log(str(exc))
+        return EXIT_USAGE
+    return Installer(args, resolve_vllm(settings)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,3 +1,0 @@
-from reconciler.cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,3 @@
+from llmfleet.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Adapters to outside systems: git, HTTP (probes, providers, LiteLLM), the state store."""

@@ -1,0 +1,157 @@
+"""The control plane's state behind one small interface, on SQLite (embedded) or PostgreSQL (shared).
+
+Each concern is its own Protocol; `StateStore` is their union. The reconciler's tables have theirs in
+reconciler/llmfleet/job/store.py. One object implements both (`sqlstore.SqlStateStore`, over either
+engine's adapter): to add a table, add a Protocol, a migration (migrations.py) and the methods in
+sqlstore.py.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from llmfleet.adapters.state.passes import PassRecord
+from llmfleet.adapters.state.records import Approval, AttentionEntry, BoxReport, FetchRecord, Sighting
+
+if TYPE_CHECKING:
+    from llmfleet.adapters.state.sqlstore import SqlStateStore
+
+KEEP_PASSES = 1000  # pass records kept
+DETAILED_PASSES = 10  # of which the newest keep their per-server detail (PassRecord.summary() for the rest)
+
+
+class StateError(Exception):
+    """The store cannot be opened or used (bad URL, unwritable file, a newer schema, the database
+    unreachable)."""
+
+
+@dataclass(frozen=True)
+class FetchRetention:
+    """How much of the fetch log is kept: at most `max_rows` records, none older than `max_age_s`.
+    Enforced after a write, at most once every `every_s` (state.fetch_log_max_rows, _max_age_days)."""
+
+    max_rows: int = 200_000
+    max_age_s: float = 30 * 86400.0
+    every_s: float = 60.0
+
+
+class FetchLog(Protocol):
+    def record_fetch(self, fetch: FetchRecord) -> None: ...
+
+    def recent_fetches(self, *, box: str | None = None, limit: int = 100) -> list[FetchRecord]:
+        """Newest first."""
+        ...
+
+    def last_config_served(self) -> dict[str, FetchRecord]:
+        """Per box, the latest GET /vllm/config answered 200 (when it last got its config)."""
+        ...
+
+
+class AttentionList(Protocol):
+    def note_unknown(self, sighting: Sighting, max_entries: int) -> int:
+        """Add or bump the box's entry, evicting the least recently seen beyond `max_entries`.
+        Returns how many entries were evicted."""
+        ...
+
+    def attention(self) -> list[AttentionEntry]:
+        """Most recently seen first."""
+        ...
+
+    def attention_size(self) -> int: ...
+
+    def forget(self, box: str) -> None: ...
+
+
+class ReportStore(Protocol):
+    def record_report(self, report: BoxReport, keep: int) -> None:
+        """Store the report, keeping the newest `keep` of that box."""
+        ...
+
+    def latest_reports(self) -> dict[str, BoxReport]: ...
+
+    def report_history(self, box: str, limit: int = 20) -> list[BoxReport]:
+        """Newest first."""
+        ...
+
+
+class ApprovalLog(Protocol):
+    def record_approval(self, approval: Approval) -> None: ...
+
+    def approvals(self, limit: int = 50) -> list[Approval]:
+        """Newest first."""
+        ...
+
+
+class PassLog(Protocol):
+    """The reconciler's pass records (written by `llmfleet reconcile`/`apply`, read by the status pages)."""
+
+    def record_pass(self, record: PassRecord) -> None:
+        """Store the record, keeping the newest KEEP_PASSES, the newest DETAILED_PASSES in full."""
+        ...
+
+    def recent_passes(self, limit: int = 20) -> list[PassRecord]:
+        """Newest first."""
+        ...
+
+
+class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, Protocol):
+    flush_error: str | None  # why the fetch log could not be written last, until a write succeeds
+
+    @property
+    def backend(self) -> str:
+        """"sqlite" or "postgresql"."""
+        ...
+
+    def prune(self, retention: FetchRetention | None = None, now: float | None = None) -> int:
+        """Apply the fetch-log retention (the store's own by default) now; returns how many records
+        were dropped."""
+        ...
+
+    def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
+        """Single flight for reconcile passes: raises LockHeld when another pass holds it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+SQLITE_PREFIX = "sqlite:///"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def is_postgres(url: str) -> bool:
+    return url.startswith(POSTGRES_PREFIXES)
+
+
+def sqlite_path(url: str, base: Path | None = None) -> Path | None:
+    """The file of a `sqlite:///relative` or `sqlite:////absolute` URL (SQLAlchemy's spelling);
+    None for `sqlite:///:memory:`. Relative paths are taken from `base` (the config file's folder)."""
+    if not url.startswith(SQLITE_PREFIX):
+        raise StateError("state url: give sqlite:///PATH (sqlite:////abs/path for an absolute path) or "
+                         "postgresql://user@host:port/dbname")
+    rest = url[len(SQLITE_PREFIX):]
+    if rest == ":memory:":
+        return None
+    if not rest:
+        raise StateError(f"state url {url!r} names no file")
+    path = Path(rest)
+    return path if path.is_absolute() or base is None else base / path
+
+
+def open_store(url: str, base: Path | None = None, *, password: str | None = None,
+               retention: FetchRetention | None = None, max_connections: int = 10,
+               application_name: str = "llmfleet") -> SqlStateStore:
+    """Open (creating and migrating as needed) the store named by `url`: sqlite:///PATH or
+    postgresql://... (`password` apart from the URL; `max_connections` sizes PostgreSQL's pool)."""
+    from llmfleet.adapters.state.sqlstore import SqlStateStore
+
+    if is_postgres(url):
+        from llmfleet.adapters.state.postgres import PostgresDatabase
+
+        return SqlStateStore(PostgresDatabase(url, password, max_connections=max_connections,
+                                              application_name=application_name), retention)
+    from llmfleet.adapters.state.sqlite import SqliteDatabase
+
+    return SqlStateStore(SqliteDatabase(sqlite_path(url, base)), retention)

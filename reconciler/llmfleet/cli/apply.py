@@ -1,0 +1,46 @@
+"""`llmfleet apply`: one reconcile pass that executes its plan."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from llmfleet.cli.common import CommandError, handle_errors
+from llmfleet.job.command import (
+    EXIT_ERROR,
+    EXIT_OK,
+    PassRunner,
+    add_pass_arguments,
+    apply_exit_code,
+    load_config_arg,
+    load_fleet,
+    print_outcome,
+)
+from llmfleet.job.saved import PlanFileError, SavedPlan
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "apply", help="run one reconcile pass: converge LiteLLM's deployments",
+        description="Observe, judge, plan, and execute the plan (creates and updates first, deletes last).")
+    parser.add_argument("plan_file", nargs="?", metavar="PLANFILE",
+                        help="a plan saved by `llmfleet plan --out`: applied only if the fleet still plans exactly it")
+    add_pass_arguments(parser)
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.set_defaults(run=handle_errors(run))
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config_arg(args)
+    fleet = load_fleet(args, config)
+    try:
+        saved = SavedPlan.load(args.plan_file) if args.plan_file else None
+    except PlanFileError as exc:
+        raise CommandError(str(exc), EXIT_ERROR) from None
+    outcome = asyncio.run(PassRunner(args, config).locked_apply(fleet, saved))
+    if outcome is None:
+        print("skipped: another reconcile pass is running")
+        return EXIT_OK
+    print_outcome(outcome, args.format)
+    return apply_exit_code(outcome)

@@ -1,0 +1,74 @@
+"""Helpers shared by subcommands: loading a fleet from a directory or a commit, reporting errors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmfleet.adapters.fleetsource import SourceError, read_commit, read_directory
+from llmfleet.core.fleet.diagnostics import format_text
+from llmfleet.core.fleet.validate import Validation, validate_snapshot
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class CommandError(Exception):
+    """A usage or I/O problem: printed as `llmfleet: message`, exit 2 unless `code` says otherwise."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def add_repo_arguments(parser: argparse.ArgumentParser, *, positional: bool = False) -> None:
+    if positional:
+        parser.add_argument("repo", nargs="?", default=".", metavar="DIR",
+                            help="the fleet repository (default: the current directory)")
+    else:
+        parser.add_argument("--repo", default=".", metavar="DIR",
+                            help="the fleet repository (default: the current directory)")
+    parser.add_argument("--rev", metavar="REV",
+                        help="read the files of this git commit instead of the working tree "
+                             "(a bare repository has none: its HEAD is read)")
+
+
+def is_bare_repository(path: str) -> bool:
+    root = Path(path)
+    return (root / "HEAD").is_file() and (root / "objects").is_dir() and not (root / "fleet.yaml").exists()
+
+
+def load_validation(repo: str, rev: str | None) -> Validation:
+    if rev is None and is_bare_repository(repo):
+        rev = "HEAD"  # e.g. the control plane's clone (repo.clone_dir): no working tree to read
+    try:
+        snapshot = read_commit(repo, rev) if rev else read_directory(repo)
+    except SourceError as exc:
+        raise CommandError(str(exc)) from None
+    return validate_snapshot(snapshot)
+
+
+def eprint(*parts: Any) -> None:
+    print(*parts, file=sys.stderr)
+
+
+def require_valid(validation: Validation) -> None:
+    if validation.fleet is None:
+        eprint(format_text(validation.diagnostics))
+        raise CommandError(f"the fleet at {validation.revision} is not valid; run `llmfleet validate`",
+                           EXIT_INVALID)
+
+
+def handle_errors(run: Any) -> Any:
+    """Decorator: CommandError -> message on stderr and its exit code."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            code: int = run(args)
+        except CommandError as exc:
+            eprint(f"llmfleet {args.command}: {exc}")
+            return exc.code
+        return code
+
+    return wrapper

@@ -1,0 +1,90 @@
+"""`llmfleet demo`: a whole fleet on this machine. See reconciler/demo/ and docs/quickstart.md."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import llmfleet
+from llmfleet.cli.common import CommandError, handle_errors
+
+SCENARIOS = ("move-model",)
+
+DESCRIPTION = """\
+Run a whole fleet locally: the example fleet repository in a scratch git repository with every box
+simulated on its own loopback address (127.0.0.2, 127.0.0.3, ...; no GPU: vLLM is a stub that speaks
+its HTTP API), the control plane (llmfleet serve), each box booted by its provisioning script and the
+real installer under its own supervisord, and the reconciler judging every server and converging
+LiteLLM (or planning only, without one). Ctrl-C stops every process it started."""
+
+EPILOG = """\
+environment:
+  LITELLM_MASTER_KEY       the master key of the proxy given with --litellm-url
+  LLMFLEET_DEMO_LITELLM=1  build a LiteLLM proxy with PostgreSQL for the run (../shared/litellm-offline,
+                           as CI does; about two minutes, needs root)
+exit status: 0 done (or Ctrl-C, without --once), 1 the demo failed or, with --once, the final state is wrong"""
+
+
+def _example() -> Path:
+    package = Path(llmfleet.__file__).resolve().parent
+    packaged = package / "_fleet_example"
+    return packaged if packaged.is_dir() else package.parents[1] / "fleet-repo-example"
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "demo", help="run a whole simulated fleet on this machine", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", choices=SCENARIOS,
+                        help="once the fleet serves, play a scenario: move-model commits a change that moves a model")
+    parser.add_argument("--once", action="store_true",
+                        help="run to the end without a live display and exit 0 only if the final state is right")
+    parser.add_argument("--litellm-url", metavar="URL", help="a running LiteLLM proxy (with a database) to converge")
+    parser.add_argument("--litellm-master-key-file", metavar="FILE", type=Path,
+                        help="its master key (default: LITELLM_MASTER_KEY from the environment)")
+    parser.add_argument("--litellm-harness", metavar="DIR", type=Path,
+                        help="the offline LiteLLM harness for LLMFLEET_DEMO_LITELLM=1 (default: "
+                             "../shared/litellm-offline beside the project)")
+    parser.add_argument("--first-address", default="127.0.0.2", metavar="ADDR",
+                        help="the first simulated box's address; the others follow (default: 127.0.0.2)")
+    parser.add_argument("--workdir", metavar="DIR", type=Path,
+                        help="the scratch directory (new or empty; kept afterwards). Default: a new one in /tmp, "
+                             "removed at the end")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, repository) afterwards")
+    parser.add_argument("--example", metavar="DIR", type=Path, default=None,
+                        help="the fleet repository to simulate (default: fleet-repo-example)")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="how long the fleet may take to converge, per step (default: 300)")
+    parser.set_defaults(run=handle_errors(run))
+
+
+def _master_key(args: argparse.Namespace) -> str | None:
+    path: Path | None = args.litellm_master_key_file
+    if path is not None:
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise CommandError(f"--litellm-master-key-file {args.litellm_master_key_file}: {exc.strerror}") from None
+    key = os.environ.get("LITELLM_MASTER_KEY", "").strip()
+    return key or None
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from llmfleet.demo.litellm import find_harness
+    from llmfleet.demo.run import Demo, Options
+
+    build = os.environ.get("LLMFLEET_DEMO_LITELLM", "").strip() not in ("", "0")
+    if build and args.litellm_url:
+        raise CommandError("give --litellm-url or LLMFLEET_DEMO_LITELLM=1, not both")
+    options = Options(example=args.example or _example(), scenario=args.scenario, once=args.once,
+                      workdir=args.workdir, keep=args.keep, first_address=args.first_address,
+                      litellm_url=args.litellm_url, litellm_master_key=_master_key(args), build_litellm=build,
+                      litellm_harness=args.litellm_harness or find_harness(), timeout_s=args.timeout)
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a log or a pipe: wide enough for the table and the paths
+        console = Console(highlight=False, width=200)
+    return Demo(options, console).run()

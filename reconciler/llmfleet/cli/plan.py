@@ -1,0 +1,54 @@
+"""`llmfleet plan`: observe the fleet and show what `apply` would change in LiteLLM (writes nothing)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from llmfleet.cli.common import CommandError, handle_errors
+from llmfleet.core.judge.plantext import render_json
+from llmfleet.job.command import (
+    EXIT_CHANGES,
+    EXIT_ERROR,
+    EXIT_OK,
+    PassRunner,
+    add_pass_arguments,
+    load_config_arg,
+    load_fleet,
+    print_outcome,
+)
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "plan", help="show what the reconciler would change in LiteLLM",
+        description="Observe providers, servers and LiteLLM; judge every server; print the plan. Writes nothing.")
+    add_pass_arguments(parser)
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--against", dest="rev", metavar="REV",
+                        help="plan the fleet at REV (e.g. a pull request's head) against the live observation: "
+                             "what the reconciler would do if REV were merged")
+    parser.add_argument("--out", metavar="FILE",
+                        help="also save the plan (JSON, no secret) for `llmfleet apply FILE` to apply exactly")
+    parser.add_argument("--detailed-exitcode", action="store_true",
+                        help="exit 0 when there is nothing to do, 1 on error, 2 when there are changes")
+    parser.set_defaults(run=handle_errors(run))
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config_arg(args)
+    fleet = load_fleet(args, config)
+    outcome = asyncio.run(PassRunner(args, config).run(fleet, apply=False))
+    print_outcome(outcome, args.format)
+    if args.out:
+        try:
+            Path(args.out).write_text(render_json(outcome.plan, outcome.intended) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot write the plan to {args.out}: {exc.strerror}", EXIT_ERROR) from None
+    if outcome.plan.errors:
+        return EXIT_ERROR
+    if args.detailed_exitcode and not outcome.plan.empty:
+        return EXIT_CHANGES
+    return EXIT_OK

@@ -1,0 +1,76 @@
+"""vLLM command-line flags: rendering a recipe's `settings`, and the flags llmfleet manages.
+
+Rendering follows LLMhop's rules for vLLM (../shared/reference/llmhop.md §10): flags in alphabetical
+order; `true` -> `--key`; `false` -> `--no-key` (and `no-key: false` -> `--key`); `null` and `[]`
+dropped; a list -> one flag followed by every element; numbers as JSON; mappings as compact JSON;
+strings verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable, Mapping
+
+from llmfleet.core.fleet.jsonvalue import Frozen, thaw
+
+# Flags whose value llmfleet decides: where the server listens, what it is called, how much of the
+# card and context it takes, and its bearer. A recipe setting one of them would break the contract.
+MANAGED_FLAGS = frozenset({
+    "port", "host", "uds", "served-model-name", "max-model-len", "gpu-memory-utilization", "api-key",
+})
+
+
+def _scalar(value: Frozen) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(thaw(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def render_settings(settings: Mapping[str, Frozen]) -> tuple[str, ...]:
+    """Render a settings mapping into vLLM argv, by the rules above. Pure and deterministic.
+
+    Flags are ordered by the name they are emitted under, so `enable-x: false` sorts as `no-enable-x`
+    (LLMhop's worked example pins this order).
+    """
+    rendered: list[tuple[str, list[str]]] = []
+    for key, value in settings.items():
+        if value is None or (isinstance(value, tuple) and not value):
+            continue
+        if value is False:
+            flag = key[3:] if key.startswith("no-") else f"no-{key}"
+            rendered.append((flag, [f"--{flag}"]))
+        elif value is True:
+            rendered.append((key, [f"--{key}"]))
+        elif isinstance(value, tuple):
+            rendered.append((key, [f"--{key}", *(_scalar(v) for v in value)]))
+        else:
+            rendered.append((key, [f"--{key}", _scalar(value)]))
+    return tuple(token for _, tokens in sorted(rendered) for token in tokens)
+
+
+def split_args(args: str | Iterable[str]) -> tuple[str, ...]:
+    """A recipe's `args`: a list as is, or one string split shell-style."""
+    if isinstance(args, str):
+        return tuple(shlex.split(args))
+    return tuple(args)
+
+
+def flag_name(token: str) -> str | None:
+    """The normalised long-flag name of an argv token (`--Max_Model_Len=4` -> `max-model-len`)."""
+    if not token.startswith("--") or len(token) == 2:
+        return None
+    return token[2:].split("=", 1)[0].replace("_", "-").lower()
+
+
+def managed_flags_in(argv: Iterable[str]) -> list[str]:
+    """Managed flags that argv tries to set (also as their `--no-` twins)."""
+    found = []
+    for token in argv:
+        name = flag_name(token)
+        if name is None:
+            continue
+        base = name[3:] if name.startswith("no-") else name
+        if base in MANAGED_FLAGS:
+            found.append(token.split("=", 1)[0])
+    return found

@@ -1,0 +1,1 @@
+"""Judging and planning: intended and observed state, verdicts, the LiteLLM plan. Pure."""

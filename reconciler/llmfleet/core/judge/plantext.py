@@ -1,0 +1,131 @@
+"""Plan output: Terraform-style text, or JSON (`format_version` 1.x: additive changes only).
+
+Never prints a bearer: `api_key` is dropped from every litellm_params shown.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from llmfleet.core.fleet.jsonvalue import JSON, thaw
+from llmfleet.core.judge.intended import Intended
+from llmfleet.core.judge.plan import Action, ActionKind, Plan
+from llmfleet.core.judge.verdict import rollups
+
+FORMAT_VERSION = "1.0"
+SYMBOL = {ActionKind.CREATE: "+", ActionKind.UPDATE: "~", ActionKind.REPLACE: "-/+", ActionKind.DELETE: "-"}
+WHAT = {ActionKind.CREATE: "will be created", ActionKind.UPDATE: "will be updated in-place",
+        ActionKind.REPLACE: "must be replaced", ActionKind.DELETE: "will be destroyed"}
+JSON_ACTIONS = {ActionKind.CREATE: ["create"], ActionKind.UPDATE: ["update"],
+                ActionKind.REPLACE: ["delete", "create"], ActionKind.DELETE: ["delete"]}
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def summary_line(plan: Plan) -> str:
+    add, change, destroy = plan.summary
+    return f"Plan: {add} to add, {change} to change, {destroy} to destroy."
+
+
+def render_text(plan: Plan, intended: Intended, *, verbose: bool = True) -> str:
+    lines = [f"llmfleet plan: revision {plan.revision[:12]}, observed {iso(plan.observed_at)}", ""]
+    if verbose and intended.servers:
+        lines.append("Servers:")
+        width = max(len(f"{box}:{port}") for box, port in intended.servers)
+        for key, server in sorted(intended.servers.items()):
+            j = plan.judgements.get(key)
+            if j is not None:
+                lines.append(f"  {server.box + ':' + str(server.port):<{width}}  {server.model:<20} "
+                             f"{j.verdict:<8} {j.reason}")
+        models = rollups(intended.servers.values(), plan.judgements, "model")
+        lines.append("Models: " + ", ".join(f"{m} {r.availability} ({r.serving}/{r.total})" for m, r in models.items()))
+        lines.append("")
+    if plan.errors:
+        lines.append("Observation errors:")
+        lines.extend(f"  ! {e}" for e in plan.errors)
+        lines.append("")
+    if plan.drift:
+        lines.append("Drift (in LiteLLM, not managed by llmfleet; never touched):")
+        lines.extend(f"  ? {d.id}  {d.model_name}  {d.reason}" for d in plan.drift)
+        lines.append("")
+    if plan.actions:
+        lines.append("llmfleet will perform the following actions:")
+        lines.append("")
+        for action in plan.actions:
+            lines.extend(_action_lines(action))
+        lines.append("")
+    else:
+        lines.append("No changes. LiteLLM has a deployment exactly for the servers that serve.")
+        lines.append("")
+    if plan.held:
+        lines.append("Held back this pass:")
+        lines.extend(f"  {SYMBOL[h.kind]} {h.id}  {h.model_name}  {h.reason}" for h in plan.held)
+        lines.append("")
+    if plan.blocked:
+        lines.extend(f"Deletes blocked: {b}" for b in plan.blocked)
+        lines.append("")
+    lines.append(summary_line(plan))
+    return "\n".join(lines)
+
+
+def _action_lines(action: Action) -> list[str]:
+    out = [f"  {SYMBOL[action.kind]} deployment {action.id}  {action.model_name}  {WHAT[action.kind]}"]
+    if action.changes:
+        out.extend(f"      ~ {change}" for change in action.changes)
+    else:
+        out.append(f"      # {action.reason}")
+    return out
+
+
+def _spec_view(action: Action) -> JSON:
+    if action.after is None:
+        return None
+    params = {k: v for k, v in action.after.litellm_params.items() if k != "api_key"}
+    return {"model_name": action.after.model_name, "litellm_params": thaw(params),
+            "model_info": thaw(action.after.model_info)}
+
+
+def _before_view(action: Action) -> JSON:
+    before = action.before
+    if before is None:
+        return None
+    return {"model_name": before.model_name, "api_base": before.recorded_api_base, "spec": before.spec,
+            "managed": before.managed}
+
+
+def plan_document(plan: Plan, intended: Intended) -> dict[str, JSON]:
+    add, change, destroy = plan.summary
+    servers: list[JSON] = []
+    for key, server in sorted(intended.servers.items()):
+        j = plan.judgements.get(key)
+        if j is not None:
+            servers.append({"box": server.box, "port": server.port, "name": server.name, "model": server.model,
+                            "id": server.id, "verdict": str(j.verdict), "reason": j.reason,
+                            "paused": server.paused})
+    def rolled(by: str) -> JSON:
+        return {name: {"availability": str(r.availability), "serving": r.serving, "total": r.total}
+                for name, r in rollups(intended.servers.values(), plan.judgements, by).items()}
+    return {
+        "format_version": FORMAT_VERSION,
+        "revision": plan.revision,
+        "observed_at": iso(plan.observed_at),
+        "summary": {"add": add, "change": change, "destroy": destroy},
+        "actions": [{"action": str(a.kind), "actions": list[JSON](JSON_ACTIONS[a.kind]), "id": a.id,
+                     "model_name": a.model_name, "reason": a.reason, "changes": list[JSON](a.changes),
+                     "before": _before_view(a), "after": _spec_view(a)} for a in plan.actions],
+        "held": [{"action": str(h.kind), "id": h.id, "model_name": h.model_name, "reason": h.reason}
+                 for h in plan.held],
+        "drift": [{"id": d.id, "model_name": d.model_name, "reason": d.reason} for d in plan.drift],
+        "blocked": list[JSON](plan.blocked),
+        "errors": list[JSON](plan.errors),
+        "servers": servers,
+        "models": rolled("model"),
+        "boxes": rolled("box"),
+    }
+
+
+def render_json(plan: Plan, intended: Intended) -> str:
+    return json.dumps(plan_document(plan, intended), indent=2, sort_keys=False)

@@ -1,0 +1,117 @@
+"""Reconcile passes for the demo: the reconciler's own engine (observe, judge, plan, apply) over the
+control plane's config and state store, one pass at a time under the same lock as `llmfleet apply`.
+
+With a LiteLLM proxy a pass applies its plan. Without one the demo plans only, against an empty
+LiteLLM that takes no writes (`NoLitellm`): the plan then says what a fresh proxy would get. Such a
+pass is recorded like a `reconcile.dry_run` pass (mode "plan": the probe histories and the record with
+its planned actions), so the status page shows the verdicts and what a proxy would be sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from llmfleet.adapters.litellm import LitellmApi, LitellmError
+from llmfleet.adapters.state.locks import LockHeld
+from llmfleet.adapters.state.sqlstore import SqlStateStore
+from llmfleet.adapters.state.store import open_store
+from llmfleet.cli.common import CommandError, load_validation
+from llmfleet.core.fleet.diagnostics import format_text
+from llmfleet.core.fleet.model import Fleet
+from llmfleet.core.judge.intended import DeploymentSpec
+from llmfleet.core.judge.observed import Deployment
+from llmfleet.demo.fleet import DemoError
+from llmfleet.demo.litellm import Litellm
+from llmfleet.demo.workspace import Workspace
+from llmfleet.job.configfile import ReconcileConfig
+from llmfleet.job.configfile import load_config as reconcile_config
+from llmfleet.job.engine import PassOutcome, Reconciler
+from llmfleet.job.wiring import build_reconciler
+from llmfleet.settings import load_config as control_plane_config
+
+PLAN_ONLY = "plan-only: no LiteLLM given, nothing is written"
+
+
+class NoLitellm:
+    """An empty LiteLLM that refuses every write: what plan-only passes plan against."""
+
+    async def list_deployments(self) -> tuple[Deployment, ...]:
+        return ()
+
+    async def get(self, deployment_id: str) -> Deployment | None:
+        return None
+
+    async def create(self, spec: DeploymentSpec) -> None:
+        raise LitellmError(PLAN_ONLY)
+
+    async def update(self, spec: DeploymentSpec) -> None:
+        raise LitellmError(PLAN_ONLY)
+
+    async def delete(self, deployment_id: str) -> bool:
+        raise LitellmError(PLAN_ONLY)
+
+
+def _plan_only(_session: object) -> LitellmApi:
+    return NoLitellm()
+
+
+@dataclass
+class Passes:
+    workspace: Workspace
+    litellm: Litellm | None
+    fleet: Fleet | None = None  # the last valid commit of main
+    last: PassOutcome | None = None
+    reconciler: Reconciler | None = None
+    store: SqlStateStore | None = None  # the control plane's state store
+    invalid: tuple[str, str] | None = None  # main's head when it is not valid, and why
+
+    @property
+    def apply(self) -> bool:
+        return self.litellm is not None
+
+    def _config(self) -> ReconcileConfig:
+        if self.litellm is not None:  # exactly what `llmfleet reconcile --config` reads
+            return reconcile_config(self.workspace.config)
+        plane = control_plane_config(self.workspace.config)
+        legacy = plane.secrets.legacy_api_key
+        return ReconcileConfig("", "", plane.secrets.vllm_api_salt, legacy.reveal() if legacy else None,
+                               repo_path=str(self.workspace.fleet), branch="main", state_url=self.workspace.state_url)
+
+    def _load_fleet(self) -> Fleet:
+        try:
+            validation = load_validation(str(self.workspace.fleet), "main")
+        except CommandError:
+            validation = None
+        if validation is not None and validation.fleet is not None:
+            self.fleet = validation.fleet
+            self.invalid = None
+        elif validation is not None:
+            self.invalid = (validation.revision, format_text(validation.errors))
+        if self.fleet is None:
+            raise DemoError(f"{self.workspace.fleet}: no valid commit on main")
+        return self.fleet
+
+    def run(self) -> PassOutcome | None:
+        """One pass; None when another pass (a `llmfleet apply` in another terminal) holds the lock."""
+        fleet = self._load_fleet()
+        if self.reconciler is None:
+            self.store = open_store(self.workspace.state_url, application_name="llmfleet-demo")
+            self.reconciler = build_reconciler(self._config(), fleet.settings.reconcile, self.store)
+            if self.litellm is None:
+                self.reconciler.api_factory = _plan_only
+        reconciler, store = self.reconciler, self.store
+        assert store is not None
+        reconciler.observer.probe_timeout_s = fleet.settings.reconcile.probe_timeout_s
+        reconciler.observer.probe_concurrency = fleet.settings.reconcile.probe_concurrency
+        try:
+            with store.pass_lock():
+                outcome = asyncio.run(reconciler.run_pass(fleet, apply=self.apply, record=True))
+        except LockHeld:
+            return None
+        self.last = outcome
+        return outcome
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()

@@ -1,0 +1,155 @@
+"""What `llmfleet plan`, `apply` and `reconcile` share: arguments, loading the config and the last
+valid fleet, running one pass, printing it, and the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+
+from llmfleet.adapters.fleetsource import SourceError
+from llmfleet.adapters.git import TrackedRepo
+from llmfleet.adapters.state.store import StateError
+from llmfleet.cli.common import CommandError, add_repo_arguments, eprint, load_validation
+from llmfleet.core.fleet.diagnostics import format_text
+from llmfleet.core.fleet.model import Fleet
+from llmfleet.core.fleet.render import RenderError
+from llmfleet.core.fleet.validate import Validation, validate_snapshot
+from llmfleet.core.judge.plantext import render_json, render_text
+from llmfleet.job.configfile import ConfigError, ReconcileConfig, config_from_env, load_config
+from llmfleet.job.engine import PassOutcome, Reconciler
+from llmfleet.job.loop import LockHeld, log_event, log_pass
+from llmfleet.job.metrics import PassMetrics
+from llmfleet.job.saved import SavedPlan, StalePlan
+from llmfleet.job.store import StateStore, open_store
+from llmfleet.job.wiring import build_reconciler
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+
+
+def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE",
+                        help="the control-plane config file (LiteLLM, providers, salt, state); without it: "
+                             "LITELLM_URL, LITELLM_MASTER_KEY, LLMFLEET_VLLM_API_SALT, VAST_API_KEY, RUNPOD_API_KEY "
+                             "from the environment")
+    add_repo_arguments(parser)
+    parser.set_defaults(repo=None)
+    parser.add_argument("--state", metavar="URL", help="state store (default: state.url of the config), "
+                        "sqlite:///PATH, postgresql://user@host:port/dbname (password: state.password or "
+                        "PGPASSFILE) or memory:")
+    parser.add_argument("--lock-file", metavar="FILE", help="single-flight lock file (default: beside the SQLite "
+                        "file); a PostgreSQL state store always uses its advisory lock instead")
+    parser.add_argument("--metrics-file", metavar="FILE",
+                        help="write the pass metrics there in the Prometheus text format (node exporter textfile)")
+
+
+def load_config_arg(args: argparse.Namespace) -> ReconcileConfig:
+    try:
+        return load_config(args.config) if args.config else config_from_env(os.environ)
+    except ConfigError as exc:
+        raise CommandError(str(exc), EXIT_ERROR) from None
+
+
+def repo_and_rev(args: argparse.Namespace, config: ReconcileConfig) -> tuple[str, str | None]:
+    """--repo DIR [--rev REV] as given; else the config's repository at its tracked branch."""
+    if args.repo:
+        return args.repo, args.rev
+    return config.repo_path or ".", args.rev or config.branch
+
+
+def fetch_validation(args: argparse.Namespace, config: ReconcileConfig) -> Validation:
+    """The fleet at the tracked branch (or --rev) of a remote repository (repo.url), fetched first into
+    the reconciler's own bare clone, the way the control plane keeps its own."""
+    assert config.remote_repo is not None
+    assert config.clone_dir is not None
+    tracked = TrackedRepo(config.remote_repo, config.clone_dir)
+    try:
+        tracked.update()
+        return validate_snapshot(tracked.snapshot(args.rev or tracked.head()))
+    except SourceError as exc:
+        raise CommandError(f"{tracked.where}: {exc}", EXIT_ERROR) from None
+    finally:
+        tracked.close()
+
+
+def load_fleet(args: argparse.Namespace, config: ReconcileConfig) -> Fleet:
+    if config.remote_repo is not None and not args.repo:
+        validation = fetch_validation(args, config)
+    else:
+        validation = load_validation(*repo_and_rev(args, config))
+    if validation.diagnostics:  # errors, or warnings such as a deprecated public port
+        eprint(format_text(validation.diagnostics))
+    if validation.fleet is None:
+        raise CommandError(f"the fleet at {validation.revision} is not valid: nothing is planned or applied; "
+                           "fix it (llmfleet validate) or revert the commit", EXIT_ERROR)
+    return validation.fleet
+
+
+@dataclass
+class PassRunner:
+    args: argparse.Namespace
+    config: ReconcileConfig
+    metrics: PassMetrics = field(default_factory=PassMetrics)
+    reconciler: Reconciler | None = None
+
+    def store(self) -> StateStore:
+        try:
+            return open_store(self.args.state or self.config.state_url, self.config.state_password)
+        except (ValueError, OSError, StateError) as exc:
+            raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
+
+    def build(self, fleet: Fleet) -> Reconciler:
+        if self.reconciler is None:
+            self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, self.store())
+        return self.reconciler
+
+    async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
+                  record: bool | None = None) -> PassOutcome:
+        reconciler = self.build(fleet)
+        knobs = fleet.settings.reconcile  # a new commit may change them
+        reconciler.observer.probe_timeout_s = knobs.probe_timeout_s
+        reconciler.observer.probe_concurrency = knobs.probe_concurrency
+        try:
+            return await reconciler.run_pass(fleet, apply=apply, saved=saved, record=record)
+        except (RenderError, StalePlan) as exc:
+            raise CommandError(str(exc), EXIT_ERROR) from None
+
+    async def locked_apply(self, fleet: Fleet, saved: SavedPlan | None = None) -> PassOutcome | None:
+        store = self.build(fleet).store
+        try:
+            with store.pass_lock(self.args.lock_file):
+                if self.config.dry_run:
+                    log_event("reconcile_dry_run", reason="reconcile.dry_run is true in the config: "
+                                                          "the pass is recorded, LiteLLM is not written")
+                outcome = await self.run(fleet, apply=not self.config.dry_run, saved=saved, record=True)
+        except LockHeld as exc:
+            log_event("reconcile_pass_skipped", reason=str(exc))
+            self.metrics.skipped.inc()
+            return None
+        except StateError as exc:
+            raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
+        log_pass(outcome.record)
+        self.metrics.observe(outcome.record)
+        if self.args.metrics_file:
+            self.metrics.write_textfile(self.args.metrics_file)
+        return outcome
+
+
+def print_outcome(outcome: PassOutcome, fmt: str = "text") -> None:
+    if fmt == "json":
+        print(render_json(outcome.plan, outcome.intended))
+    else:
+        print(render_text(outcome.plan, outcome.intended))
+    for result in outcome.results:
+        mark = "ok" if result.ok else "FAILED"
+        detail = f": {result.error}" if result.error else ""
+        print(f"  {mark:6} {result.action.kind:7} {result.action.id}  {result.outcome}{detail}",
+              file=sys.stderr if fmt == "json" else sys.stdout)
+
+
+def apply_exit_code(outcome: PassOutcome) -> int:
+    failed = any(not r.ok for r in outcome.results)
+    return EXIT_ERROR if failed or outcome.plan.errors or outcome.plan.blocked else EXIT_OK
+
+

@@ -1,0 +1,93 @@
+"""One reconcile pass: intended state -> observation -> verdicts -> plan -> (apply) -> record.
+
+`plan` mode observes and plans but writes nothing (not even the probe history); `apply` mode executes
+the plan, then persists the advanced histories, the pending deletes and the pass record. A recorded
+plan (`reconcile.dry_run`, the demo) writes nothing to LiteLLM but keeps the histories, so verdicts
+that need several passes (Stalled, Missing) come out as they would, and the record with the planned
+actions; pending deletes do not advance, since nothing was deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from llmfleet.adapters.litellm import LitellmApi
+from llmfleet.adapters.state.passes import PassRecord
+from llmfleet.core.fleet.model import Fleet
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.judge.assess import assess
+from llmfleet.core.judge.intended import Intended, intended_state
+from llmfleet.core.judge.observed import Observation
+from llmfleet.core.judge.plan import Plan, make_plan
+from llmfleet.job.apply import ActionResult, apply_plan, next_pending
+from llmfleet.job.observer import Observer
+from llmfleet.job.record import pass_record
+from llmfleet.job.saved import SavedPlan
+from llmfleet.job.store import StateStore
+
+ApiFactory = Callable[[aiohttp.ClientSession], LitellmApi]
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    intended: Intended
+    plan: Plan
+    results: tuple[ActionResult, ...]
+    record: PassRecord
+    observation: Observation
+
+
+@dataclass
+class Reconciler:
+    bearers: Bearers
+    observer: Observer
+    api_factory: ApiFactory
+    store: StateStore
+    write_concurrency: int = 8
+    clock: Callable[[], float] = field(default=time.time)
+
+    def _bearer_for(self, fleet: Fleet) -> Callable[[str, int], str | None]:
+        def bearer(box: str, port: int) -> str | None:
+            if fleet.settings.is_legacy(box, port):
+                return self.bearers.legacy_key
+            return self.bearers.salt.derive(box, port)
+        return bearer
+
+    async def run_pass(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
+                       record: bool | None = None) -> PassOutcome:
+        """With `saved` (a plan file), apply only if this pass plans exactly the same actions: StalePlan
+        otherwise, before any write and before any state is saved. `record` (default: `apply`) keeps
+        the histories and the pass record."""
+        record = apply if record is None else record
+        started = self.clock()
+        intended = intended_state(fleet, self.bearers)  # RenderError: the pass does not run at all
+        connector = aiohttp.TCPConnector(limit=max(self.observer.probe_concurrency, self.write_concurrency) + 8,
+                                         ttl_dns_cache=300)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            api = self.api_factory(session)
+            observation = await self.observer.observe(session, intended, api, self.store.box_facts(),
+                                                      self._bearer_for(fleet))
+            assessment = assess(intended, observation, self.store.histories())
+            pending = self.store.pending_deletes()
+            plan = make_plan(intended, observation, assessment, pending)
+            if saved is not None:
+                saved.check(plan)
+            results: tuple[ActionResult, ...] = ()
+            if apply:
+                results = await apply_plan(plan, api, self.write_concurrency)
+        if record:
+            self.store.save_histories(assessment.histories)
+        if apply and observation.deployments is not None:
+            self.store.save_pending_deletes(next_pending(pending, plan, results, self.clock()))
+        outcome = PassOutcome(intended, plan, results, pass_record(
+            started, round(self.clock() - started, 3), apply=apply, intended=intended, observation=observation,
+            plan=plan, results=results), observation)
+        if record:
+            self.store.record_pass(outcome.record)
+        return outcome
+
+

@@ -1,0 +1,66 @@
+"""Running passes: the single-flight lock, structured pass logs, and the scheduled loop.
+
+The lock is the state store's (`store.pass_lock()`): with PostgreSQL an advisory lock, which holds
+across replicas and machines; with SQLite (or no store) an exclusive `flock` on a file, which holds
+across processes on one machine (cron, a systemd timer and a manual `llmfleet apply` never run two
+passes at once). A pass that finds it held is skipped with a `reconcile_pass_skipped` log line naming
+the lock (and its holder, when known).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from llmfleet.adapters.state.locks import LockHeld
+from llmfleet.adapters.state.locks import file_lock as pass_lock
+from llmfleet.adapters.state.passes import PassRecord
+from llmfleet.job.metrics import PassMetrics
+
+__all__ = ["LockHeld", "log_event", "log_pass", "next_delay", "pass_lock", "run_forever"]
+
+LOG = logging.getLogger("llmfleet.reconcile")
+
+
+def log_event(event: str, **fields: Any) -> None:
+    """One structured line per event, on stderr (no secret is ever passed in)."""
+    line = json.dumps({"ts": round(time.time(), 3), "event": event, **fields}, default=str, sort_keys=False)
+    print(line, file=sys.stderr, flush=True)
+
+
+def log_pass(record: PassRecord) -> None:
+    data = record.to_json()
+    log_event("reconcile_pass", ok=record.ok, **data)
+
+
+def next_delay(interval_s: float, rng: random.Random | None = None) -> float:
+    """The interval plus up to 10% jitter, so many reconcilers never beat in step."""
+    return interval_s + (rng or random.Random()).uniform(0, interval_s * 0.1)  # noqa: S311 (jitter)
+
+
+async def run_forever(one_pass: Callable[[], Awaitable[int]], interval_s: Callable[[], float],
+                      metrics: PassMetrics | None = None) -> int:
+    """Run passes until SIGTERM/SIGINT; a failing pass is logged and the loop goes on."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    while not stop.is_set():
+        try:
+            await one_pass()
+        except Exception as exc:  # a bug or an unexpected failure must not end the scheduled job
+            log_event("reconcile_pass_crashed", error=f"{type(exc).__name__}: {exc}")
+            if metrics is not None:
+                metrics.passes.labels("crashed").inc()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=next_delay(interval_s()))
+    log_event("reconcile_stopped")
+    return 0

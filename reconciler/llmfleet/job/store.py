@@ -1,0 +1,110 @@
+"""The reconciler's state: what it must remember between passes, and what the control plane records.
+
+- per server: the probe history (hysteresis, first seen, last healthy);
+- pending deletes (a failed delete is retried next pass, never forgotten);
+- pass records (reconciler/llmfleet/adapters/state/passes.py);
+- per box, written by the control plane: the last config fetch and the last report-back.
+
+`MemoryStore` for tests. Otherwise the control plane's state store is the reconciler's too: one
+object (reconciler/llmfleet/adapters/state/sqlstore.py, on SQLite or PostgreSQL) implements this Protocol and the
+control plane's, its tables created by the same migrations (reconciler/llmfleet/adapters/state/migrations.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from llmfleet.adapters.state.locks import default_lock_path, file_lock
+from llmfleet.adapters.state.passes import PassRecord
+from llmfleet.adapters.state.records import BoxReport as ControlPlaneReport
+from llmfleet.adapters.state.records import Outcome
+from llmfleet.core.judge.intended import ServerKey
+from llmfleet.core.judge.observed import BoxFacts, BoxReport
+from llmfleet.core.judge.plan import PendingDelete
+from llmfleet.core.judge.verdict import ServerHistory
+
+
+class StateStore(Protocol):
+    def box_facts(self) -> dict[str, BoxFacts]: ...
+
+    def histories(self) -> dict[ServerKey, ServerHistory]: ...
+
+    def save_histories(self, histories: Mapping[ServerKey, ServerHistory]) -> None: ...
+
+    def pending_deletes(self) -> dict[str, PendingDelete]: ...
+
+    def save_pending_deletes(self, pending: Mapping[str, PendingDelete]) -> None: ...
+
+    def record_pass(self, record: PassRecord) -> None: ...
+
+    def recent_passes(self, limit: int = 20) -> list[PassRecord]: ...
+
+    def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
+        """Single flight for passes (LockHeld when another holds it): a file lock, or PostgreSQL's
+        advisory lock when the state is there."""
+        ...
+
+
+@dataclass
+class MemoryStore:
+    fetches: dict[str, float] = field(default_factory=dict)
+    reports: dict[str, BoxReport] = field(default_factory=dict)
+    history: dict[ServerKey, ServerHistory] = field(default_factory=dict)
+    pending: dict[str, PendingDelete] = field(default_factory=dict)
+    passes: list[PassRecord] = field(default_factory=list)
+
+    def box_facts(self) -> dict[str, BoxFacts]:
+        return {box: BoxFacts(self.fetches.get(box), self.reports.get(box))
+                for box in set(self.fetches) | set(self.reports)}
+
+    def record_fetch(self, box: str, at: float) -> None:
+        self.fetches[box] = at
+
+    def record_report(self, box: str, report: BoxReport) -> None:
+        self.reports[box] = report
+
+    def histories(self) -> dict[ServerKey, ServerHistory]:
+        return dict(self.history)
+
+    def save_histories(self, histories: Mapping[ServerKey, ServerHistory]) -> None:
+        self.history = dict(histories)
+
+    def pending_deletes(self) -> dict[str, PendingDelete]:
+        return dict(self.pending)
+
+    def save_pending_deletes(self, pending: Mapping[str, PendingDelete]) -> None:
+        self.pending = dict(pending)
+
+    def record_pass(self, record: PassRecord) -> None:
+        self.passes.append(record)
+
+    def recent_passes(self, limit: int = 20) -> list[PassRecord]:
+        return list(reversed(self.passes[-limit:]))
+
+    def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
+        return file_lock(lock_file or default_lock_path(None))
+
+
+def box_report(report: ControlPlaneReport) -> BoxReport:
+    return BoxReport(report.revision, report.server_digests(), report.received_at,
+                     fit_ok=report.outcome is not Outcome.FIT_FAILED, failed=report.failed_servers())
+
+
+def open_store(url: str | None, password: str | None = None) -> StateStore:
+    """The control plane's state store (llmfleet.adapters.state.open_store: `sqlite:///path/to/file.db` or
+    `postgresql://user@host/db`, `password` apart), a plain path for SQLite, or None/`memory:` for an
+    in-memory store."""
+    from llmfleet.adapters.state.store import POSTGRES_PREFIXES, SQLITE_PREFIX
+    from llmfleet.adapters.state.store import open_store as open_state_store
+
+    if not url or url in ("memory:", "memory://", "sqlite:///:memory:"):
+        return MemoryStore()
+    if "://" in url and not url.startswith((SQLITE_PREFIX, *POSTGRES_PREFIXES)):
+        raise ValueError(f"unsupported state URL scheme in {url.split('://')[0]}://…: use sqlite:///PATH or "
+                         "postgresql://user@host:port/dbname")
+    return open_state_store(url if "://" in url else SQLITE_PREFIX + url, password=password, max_connections=2,
+                            application_name="llmfleet-reconcile")

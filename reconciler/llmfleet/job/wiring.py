@@ -1,0 +1,37 @@
+"""Building a Reconciler from the config file: provider clients, the LiteLLM client, the store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import aiohttp
+
+from llmfleet.adapters.litellm import LitellmApi, LitellmClient
+from llmfleet.adapters.providers import ProviderClient, RunPodClient, VastClient
+from llmfleet.core.fleet.model import Provider, ReconcileSettings
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.job.configfile import ReconcileConfig
+from llmfleet.job.engine import Reconciler
+from llmfleet.job.observer import Observer
+from llmfleet.job.store import StateStore, open_store
+
+
+def provider_clients(config: ReconcileConfig) -> dict[Provider, ProviderClient]:
+    clients: dict[Provider, ProviderClient] = {}
+    for provider, access in config.providers.items():
+        clients[provider] = VastClient(access) if provider is Provider.VAST else RunPodClient(access)
+    return clients
+
+
+def litellm_factory(config: ReconcileConfig) -> Callable[[aiohttp.ClientSession], LitellmApi]:
+    def make(session: aiohttp.ClientSession) -> LitellmApi:
+        return LitellmClient(session, config.litellm_url, config.litellm_master_key, config.litellm_timeout_s)
+    return make
+
+
+def build_reconciler(config: ReconcileConfig, settings: ReconcileSettings,
+                     store: StateStore | None = None) -> Reconciler:
+    observer = Observer(provider_clients(config), settings.probe_timeout_s, settings.probe_concurrency)
+    return Reconciler(Bearers(config.salt, config.legacy_key), observer, litellm_factory(config),
+                      store if store is not None else open_store(config.state_url, config.state_password),
+                      config.write_concurrency)

@@ -1,0 +1,157 @@
+"""The box-facing endpoints: GET /vllm/config, POST /vllm/report, GET /vllm/installer.
+
+All three take the fleet key (503 when none is configured, 403 when missing or wrong) and every
+request, answered or not, becomes one fetch record and one JSON log line (no secret in either).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from llmfleet.adapters.state.records import Endpoint, FetchRecord, Sighting
+from llmfleet.core.hosts import ResolvedHost, resolve_host
+from llmfleet.server.auth import bearer_token, matches
+from llmfleet.server.logs import get_logger, log_event
+from llmfleet.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
+from llmfleet.server.revisions import Rendered
+from llmfleet.server.runtime import Runtime
+
+access_log = get_logger("access")
+NO_STORE = "no-store"
+
+
+def error(status: int, message: str) -> Response:
+    response = jsonify({"error": message})
+    response.status_code = status
+    return response
+
+
+class BoxRequest:
+    """One box request: what it claimed, where it came from, and how it was answered."""
+
+    def __init__(self, rt: Runtime, endpoint: Endpoint) -> None:
+        self.rt = rt
+        self.endpoint = endpoint
+        self.started = time.perf_counter()
+        self.claimed = request.headers.get("X-LLMAO-Host")
+        self.forwarded_for = ", ".join(request.headers.getlist("X-Forwarded-For")) or None
+        self.peer = request.remote_addr or ""
+        self.resolved: ResolvedHost | None = None
+
+    def denied(self) -> Response | None:
+        """The fleet-key check: 503 when none is configured, 403 when missing or wrong."""
+        key = self.rt.config.secrets.fleet_key
+        if key is None:
+            return error(503, "this control plane has no fleet key configured (secrets.fleet_key)")
+        token = bearer_token(request.headers.get("Authorization"))
+        if token is None:
+            return error(403, "missing fleet key: send Authorization: Bearer <fleet key>")
+        if not matches(token, key):
+            return error(403, "wrong fleet key")
+        return None
+
+    def resolve(self) -> str:
+        self.resolved = resolve_host(self.claimed, self.forwarded_for, self.peer, self.rt.config.trusted_proxies)
+        return self.resolved.name
+
+    def known_box(self) -> tuple[Rendered, str] | Response:
+        """Key check, box resolution and placement lookup shared by config and report: the served
+        revision and the box name, or the (already finished) refusal."""
+        if (denied := self.denied()) is not None:
+            return self.finish(denied)
+        name = self.resolve()
+        served = self.rt.tracker.served
+        if served is None:
+            return self.finish(error(503, "no valid fleet revision has been loaded yet"))
+        if name not in served.fleet.boxes:
+            return self.finish(self.unknown_box(served, name))
+        return served, name
+
+    def unknown_box(self, served: Rendered, name: str) -> Response:
+        evicted = self.rt.store.note_unknown(Sighting(name, self.rt.clock(), self.peer, self.claimed,
+                                                      self.forwarded_for), self.rt.config.attention_max_entries)
+        self.rt.metrics.attention_entries.set(self.rt.store.attention_size())
+        if evicted:
+            self.rt.metrics.attention_evicted.inc(evicted)
+        return error(404, f"box {name!r} is not in the placement at revision {served.revision}; an admin can "
+                          "approve it")
+
+    def finish(self, response: Response, revision: str | None = None) -> Response:
+        box = self.resolved.name if self.resolved else None
+        status = response.status_code
+        self.rt.store.record_fetch(FetchRecord(at=self.rt.clock(), endpoint=self.endpoint, status=status,
+                                               peer=self.peer, claimed_host=self.claimed,
+                                               forwarded_for=self.forwarded_for, box=box, revision=revision,
+                                               replica=self.rt.replica))
+        self.rt.metrics.box_requests.labels(self.endpoint.value, str(status)).inc()
+        log_event(access_log, "box request", logging.INFO if status < 500 else logging.WARNING,
+                  endpoint=self.endpoint.value, status=status, box=box,
+                  host_source=self.resolved.source.value if self.resolved else None, claimed_host=self.claimed,
+                  peer=self.peer, forwarded_for=self.forwarded_for, revision=revision,
+                  ms=round((time.perf_counter() - self.started) * 1000, 2))
+        response.headers["Cache-Control"] = NO_STORE
+        if revision is not None:
+            response.headers["X-Fleet-Revision"] = revision
+        return response
+
+
+def register(app: Flask, rt: Runtime) -> None:
+    @app.get("/vllm/config")
+    def vllm_config() -> Response:
+        box = BoxRequest(rt, Endpoint.CONFIG)
+        known = box.known_box()
+        if isinstance(known, Response):
+            return known
+        served, name = known
+        rendered = served.boxes.get(name)
+        if rendered is None:
+            return box.finish(error(503, f"the control plane cannot render box {name!r}; its operators see why "
+                                         "in its log and /health"), served.revision)
+        if request.if_none_match.contains_weak(rendered.etag.strip('"')):
+            response = Response(status=304)
+        else:
+            response = Response(rendered.body, mimetype="application/json")
+        response.headers["ETag"] = rendered.etag
+        return box.finish(response, served.revision)
+
+    @app.post("/vllm/report")
+    def vllm_report() -> Response:
+        box = BoxRequest(rt, Endpoint.REPORT)
+        known = box.known_box()
+        if isinstance(known, Response):
+            return known
+        served, name = known
+        request.max_content_length = MAX_REPORT_BYTES
+        try:
+            body = request.get_data(cache=False)
+        except RequestEntityTooLarge:
+            return box.finish(error(413, f"the report is larger than {MAX_REPORT_BYTES // 1024} KiB"))
+        try:
+            report = parse_report(body, name, box.peer, rt.clock())
+        except ReportError as exc:
+            return box.finish(error(400, f"bad report: {exc}"))
+        rt.store.record_report(report, keep=rt.config.state.reports_per_box)
+        rt.metrics.box_reports.labels(report.outcome.value).inc()
+        log_event(access_log, "box report", box=name, outcome=report.outcome.value, revision=report.revision,
+                  served_revision=served.revision, installer_version=report.installer_version)
+        return box.finish(jsonify({"status": "recorded"}), served.revision)
+
+    @app.get("/vllm/installer")
+    def vllm_installer() -> Response:
+        box = BoxRequest(rt, Endpoint.INSTALLER)
+        if (denied := box.denied()) is not None:
+            return box.finish(denied)
+        box.resolve()
+        installer = rt.installer
+        if request.if_none_match.contains_weak(installer.sha256):
+            response = Response(status=304)
+        else:
+            response = Response(installer.body, mimetype="application/octet-stream")
+            response.headers["Content-Disposition"] = "attachment; filename=llmfleet-box.pyz"
+        response.headers["ETag"] = installer.etag
+        response.headers["X-Installer-Sha256"] = installer.sha256
+        return box.finish(response)

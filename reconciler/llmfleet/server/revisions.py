@@ -1,0 +1,220 @@
+"""Which revision is served: the last valid commit of the tracked branch, rendered once per commit.
+
+`refresh()` reads the branch head. A commit is validated and rendered the first time it is seen and
+the outcome cached by SHA, so an invalid commit is logged (and counted) once, not once per request.
+When the head is invalid, its first-parent history is walked back to the newest valid commit: that
+keeps the previous revision after a bad push, and after a force-push it serves the newest valid
+commit the branch now has. Nothing is ever rolled back by hand; the fix is a new commit.
+A refresh that fails (fetch, unreadable object) keeps the served revision; it is counted every
+time and logged once per distinct error, and once more when it clears.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from llmfleet.adapters.fleetsource import SourceError
+from llmfleet.adapters.git import TrackedRepo
+from llmfleet.core.fleet.model import Fleet
+from llmfleet.core.fleet.render import Bearers, RenderError, render_all
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.server.logs import get_logger, log_event
+from llmfleet.server.metrics import Metrics
+
+MAX_WALK = 50  # commits examined behind an invalid head
+CACHE_SIZE = 32  # commits whose outcome is remembered
+MAX_ERRORS = 50  # diagnostics kept per invalid commit
+
+log = get_logger("revisions")
+
+
+@dataclass(frozen=True)
+class RenderedBox:
+    body: bytes
+    etag: str
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A valid commit with every box's JSON ready to send."""
+
+    revision: str
+    fleet: Fleet
+    boxes: Mapping[str, RenderedBox]
+    render_errors: Mapping[str, str]  # box -> why it cannot be rendered (server config, e.g. no legacy key)
+
+
+@dataclass(frozen=True)
+class Invalid:
+    revision: str
+    errors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The branch head as last examined (Flux's lastAttemptedRevision)."""
+
+    revision: str
+    valid: bool
+    errors: tuple[str, ...] = ()
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class RefreshStatus:
+    ok_at: float | None = None
+    error: str | None = None
+    error_at: float | None = None
+
+
+@dataclass
+class _State:
+    served: Rendered | None = None
+    applied_at: float | None = None
+    attempted: Attempt | None = None
+    refresh: RefreshStatus = field(default_factory=RefreshStatus)
+    skipped: tuple[Invalid, ...] = ()  # invalid commits newer than the served one, head first
+
+
+def render_commit(fleet: Fleet, bearers: Bearers) -> Rendered:
+    errors: dict[str, str] = {}
+    documents = render_all(fleet, bearers, on_error=lambda box, exc: errors.__setitem__(box, str(exc)))
+    boxes = {}
+    for name, document in documents.items():
+        body = json.dumps(document, separators=(",", ":")).encode()
+        boxes[name] = RenderedBox(body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
+    return Rendered(fleet.revision, fleet, MappingProxyType(boxes), MappingProxyType(errors))
+
+
+class RevisionTracker:
+    def __init__(self, repo: TrackedRepo, bearers: Bearers, metrics: Metrics,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.repo = repo
+        self.bearers = bearers
+        self.metrics = metrics
+        self.clock = clock
+        self._state = _State()
+        self._cache: OrderedDict[str, Rendered | Invalid] = OrderedDict()
+        self._lock = threading.Lock()  # single flight: git access is not thread-safe
+
+    # Readers take one attribute each: the state object is replaced, never mutated in place.
+    @property
+    def git_lock(self) -> threading.Lock:
+        """Held by refresh(); take it for any other use of the repository (approvals)."""
+        return self._lock
+
+    @property
+    def served(self) -> Rendered | None:
+        return self._state.served
+
+    @property
+    def applied_at(self) -> float | None:
+        return self._state.applied_at
+
+    @property
+    def attempted(self) -> Attempt | None:
+        return self._state.attempted
+
+    @property
+    def skipped(self) -> tuple[Invalid, ...]:
+        """The invalid commits on the branch after the served one (first-parent line), head first."""
+        return self._state.skipped
+
+    @property
+    def refresh_status(self) -> RefreshStatus:
+        return self._state.refresh
+
+    def refresh(self) -> bool:
+        """Fetch and re-read the branch; returns True when the served revision changed."""
+        with self._lock:
+            state = dataclasses.replace(self._state)
+            try:
+                self.repo.update()
+                head = self.repo.head()
+                changed = self._advance(state, head)
+            except Exception as exc:  # whatever git or the repository throws: keep serving what we have
+                message = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
+                if message != state.refresh.error:  # told once while the same error persists; counted each time
+                    log_event(log, "git refresh failed", logging.ERROR, repo=self.repo.where,
+                              branch=self.repo.branch, error=message)
+                state.refresh = RefreshStatus(state.refresh.ok_at, message, self.clock())
+                self.metrics.refresh_errors.inc()
+                self._state = state
+                return False
+            if state.refresh.error is not None:
+                log_event(log, "git refresh recovered", repo=self.repo.where, branch=self.repo.branch,
+                          last_error=state.refresh.error)
+            state.refresh = RefreshStatus(self.clock())
+            self.metrics.last_refresh.set(state.refresh.ok_at or 0)
+            self._state = state
+            return changed
+
+    def _advance(self, state: _State, head: str) -> bool:
+        if state.attempted is not None and state.attempted.revision == head:
+            return False
+        outcome = self._evaluate(head)
+        valid = outcome if isinstance(outcome, Rendered) else None
+        errors = outcome.errors if isinstance(outcome, Invalid) else ()
+        state.attempted = Attempt(head, valid is not None, errors, self.clock())
+        self.metrics.last_attempted_valid.set(1 if valid else 0)
+        skipped = [outcome] if isinstance(outcome, Invalid) else []
+        revision: str | None = head
+        for _ in range(MAX_WALK):
+            if valid is not None or revision is None:
+                break
+            if state.served is not None and revision == state.served.revision:
+                valid = state.served
+                break
+            revision = self.repo.first_parent(revision)
+            if revision is not None:
+                found = self._evaluate(revision)
+                valid = found if isinstance(found, Rendered) else None
+                if isinstance(found, Invalid):
+                    skipped.append(found)
+        state.skipped = tuple(skipped)
+        if valid is None:
+            if state.served is not None:
+                log_event(log, f"no valid commit within {MAX_WALK} of the head; keeping the served revision",
+                          logging.WARNING, revision=state.served.revision, branch=self.repo.branch, head=head)
+            return False
+        if state.served is not None and valid.revision == state.served.revision:
+            return False
+        state.served = valid
+        state.applied_at = self.clock()
+        self.metrics.serve_revision(valid.revision, len(valid.fleet.boxes), valid.fleet.server_count)
+        log_event(log, "serving revision", revision=valid.revision, head=head, boxes=len(valid.boxes),
+                  servers=valid.fleet.server_count)
+        return True
+
+    def _evaluate(self, revision: str) -> Rendered | Invalid:
+        cached = self._cache.get(revision)
+        if cached is not None:
+            self._cache.move_to_end(revision)
+            return cached
+        validation = validate_snapshot(self.repo.snapshot(revision))
+        outcome: Rendered | Invalid
+        if validation.fleet is None:
+            errors = tuple(d.text() for d in validation.errors[:MAX_ERRORS])
+            outcome = Invalid(revision, errors)
+            self.metrics.validation_failures.inc()
+            log_event(log, "invalid commit not served", logging.ERROR, revision=revision, errors=list(errors))
+        else:
+            outcome = render_commit(validation.fleet, self.bearers)
+            for box, why in outcome.render_errors.items():
+                log_event(log, "box cannot be rendered", logging.ERROR, revision=revision, box=box, error=why)
+        self._cache[revision] = outcome
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return outcome
+
+
+__all__ = ["Attempt", "Invalid", "RefreshStatus", "RenderError", "Rendered", "RenderedBox", "RevisionTracker"]

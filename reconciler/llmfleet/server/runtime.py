@@ -1,0 +1,118 @@
+"""Start-up: everything the server needs, built from the config and checked before any port is bound.
+
+`start_up(config)` opens (and migrates) the state store, opens or clones the fleet repository, loads
+the last valid commit, and builds the installer once. `llmfleet serve --check` runs exactly this.
+`Runtime.start_background()` then refreshes the branch every `refresh_interval_s` (with jitter).
+
+Several replicas may share one PostgreSQL state store: each tracks the branch on its own and serves
+by commit, so they agree once each has refreshed; `replica` names this one in /health and in the
+fetch log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmfleet.adapters.fleetsource import SourceError
+from llmfleet.adapters.git import TrackedRepo, default_clone_dir
+from llmfleet.adapters.state.store import StateStore, open_store
+from llmfleet.core.fleet.render import Bearers
+from llmfleet.server.logs import get_logger, log_event
+from llmfleet.server.metrics import Metrics
+from llmfleet.server.revisions import RevisionTracker
+from llmfleet.settings import ControlPlaneConfig
+from llmfleet_installer.zipapp import build_zipapp_bytes
+
+log = get_logger("runtime")
+
+
+@dataclass(frozen=True)
+class Installer:
+    """The box program served at GET /vllm/installer, built once at start-up."""
+
+    body: bytes
+    sha256: str
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.sha256}"'
+
+    @classmethod
+    def build(cls) -> Installer:
+        body = build_zipapp_bytes()
+        return cls(body, hashlib.sha256(body).hexdigest())
+
+
+@dataclass
+class Runtime:
+    config: ControlPlaneConfig
+    store: StateStore
+    repo: TrackedRepo
+    tracker: RevisionTracker
+    metrics: Metrics
+    installer: Installer
+    clock: Callable[[], float] = time.time
+    replica: str = field(default_factory=socket.gethostname)
+    started_at: float = field(default_factory=time.time)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start_background(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="llmfleet-refresh", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        interval = self.config.repo.refresh_interval_s
+        while not self._stop.wait(interval * random.uniform(0.9, 1.1)):  # noqa: S311 - jitter, not crypto
+            try:
+                self.tracker.refresh()
+            except Exception as exc:  # the loop must survive anything; the error is logged
+                log_event(log, "refresh loop error", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        with self.tracker.git_lock:
+            self.repo.close()
+        self.store.close()
+
+
+def replica_name(port: int | None = None) -> str:
+    """LLMFLEET_REPLICA when set (a pod name, say); else host name, and the port when given (two
+    replicas on one machine)."""
+    return os.environ.get("LLMFLEET_REPLICA") or socket.gethostname() + (f":{port}" if port else "")
+
+
+def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.time,
+             replica: str | None = None) -> Runtime:
+    """Build the runtime; raises StateError, SourceError or OSError with a clear message on failure."""
+    metrics = Metrics()
+    password = config.state.password.reveal() if config.state.password is not None else None
+    store = open_store(config.state.url, config.state.base, password=password, retention=config.state.retention,
+                       max_connections=config.threads + 2)
+    repo = TrackedRepo(config.repo, default_clone_dir(config))  # opens nothing yet
+    try:
+        legacy = config.secrets.legacy_api_key.reveal() if config.secrets.legacy_api_key else None
+        tracker = RevisionTracker(repo, Bearers(config.secrets.vllm_api_salt, legacy), metrics, clock)
+        tracker.refresh()
+        if tracker.refresh_status.error is not None:
+            raise SourceError(tracker.refresh_status.error)
+        metrics.attention_entries.set(store.attention_size())
+        runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock,
+                          replica or replica_name())
+    except BaseException:
+        repo.close()
+        store.close()
+        raise
+    return runtime
