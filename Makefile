@@ -21,6 +21,7 @@ WORKFLOWS := $(wildcard .github/workflows/*.yml fleet-repo-example/.github/workf
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/actionlint -shellcheck=$(BIN)/shellcheck $(WORKFLOWS)
 
 typecheck: $(STAMP)

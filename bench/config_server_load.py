@@ -105,7 +105,7 @@ def naive_app(config_path: str) -> Any:
     """The strawman: the same rules, but the repository is re-read and re-rendered on every request."""
     from flask import Flask, Response, jsonify, request
 
-    from llmfleet.adapters.fleetsource import GitFleetRepo
+    from llmfleet.adapters.git import GitFleetRepo
     from llmfleet.core.fleet.render import Bearers, render_box
     from llmfleet.core.fleet.validate import validate_snapshot
     from llmfleet.core.hosts import resolve_host

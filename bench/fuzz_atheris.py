@@ -7,7 +7,7 @@ Targets, each fed raw bytes:
   validate    the bytes as placement.yaml beside the example's other files, through schema + semantic
               validation and, when valid, rendering and the installer's parse of every box JSON
   boxjson     llmfleet_installer.boxjson.parse_text: a BoxConfig or BoxJsonError
-  secretref   llmfleet_installer.secretref.expand: a string or SecretRefError, the secret never in the message
+  secretref   llmfleet_contract.secretref.expand: a string or SecretRefError, the secret never in the message
   all         the four above in one process, the first byte picking one (what CI runs, briefly)
 
 Without a corpus directory argument, ./fuzz-corpus-TARGET is used (created and seeded with valid inputs;
@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 with atheris.instrument_imports():
-    from llmfleet.adapters.fleetsource import FLEET_FILES, Snapshot
     from llmfleet.core.fleet import strictyaml
     from llmfleet.core.fleet.bearer import Salt
+    from llmfleet.core.fleet.files import FLEET_FILES, Snapshot
     from llmfleet.core.fleet.render import Bearers, render_all
     from llmfleet.core.fleet.validate import validate_snapshot
-    from llmfleet_installer import secretref
+    from llmfleet_contract import secretref
     from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
 
 EXAMPLE = {name: (ROOT / "fleet-repo-example" / name).read_bytes() for name in FLEET_FILES}

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llmfleet.adapters.http import RetryPolicy
 from llmfleet.adapters.litellm import LitellmClient
 from llmfleet.adapters.providers import ProviderAccess, VastClient
+from llmfleet.adapters.state import open_reconcile_state
 from llmfleet.adapters.state.sqlstore import SqlStateStore
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import (
@@ -45,7 +46,6 @@ from llmfleet.core.fleet.model import (
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
-from llmfleet.job.store import open_store
 
 SALT = "bench-salt-0123456789abcdef"
 PORTS = (8001, 8002, 8003)
@@ -160,7 +160,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             instances.update(shard["instances"])
         process, ready = start_fakes("apis", {"instances": instances})
         fakes.append(process)
-        store = open_store(getattr(args, "state", None))
+        store = open_reconcile_state(getattr(args, "state", None))
         fleet = build_fleet(servers, args.probe_concurrency, args.probe_timeout)
         access = ProviderAccess("vast-test-key", f"http://127.0.0.1:{ready['vast']}", 30, RetryPolicy(attempts=3))
         observer = Observer({Provider.VAST: VastClient(access)}, args.probe_timeout, args.probe_concurrency)

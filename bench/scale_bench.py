@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import reconcile_pass
 from bench.fleetgen import write_fleet
-from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.adapters.git import read_directory
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.render import Bearers, render_all
 from llmfleet.core.fleet.validate import validate_snapshot

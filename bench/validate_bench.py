@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import write_fleet
-from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.adapters.git import read_directory
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.render import Bearers, render_all
 from llmfleet.core.fleet.validate import validate_snapshot

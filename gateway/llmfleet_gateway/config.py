@@ -2,7 +2,7 @@
 
 Pure: text in, an immutable `GatewayConfig` out, or a `ConfigError` listing every problem, each as
 `config: <location>: <message>` with LLMhop's wording where LLMhop has one (llmhop.md §7-§8).
-Secret references in `authTokens[*]` and `models.*.headers.*` are expanded with `llmfleet_installer.secretref`;
+Secret references in `authTokens[*]` and `models.*.headers.*` are expanded with `llmfleet_contract.secretref`;
 with `expand_secrets=False` (`--check`) only their syntax is checked and nothing is read.
 Deviations from LLMhop are listed in gateway/README.md.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmfleet_contract import secretref
 from llmfleet_gateway.target import Target, TargetError, parse_target
-from llmfleet_installer import secretref
 
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
+from llmfleet_contract.addresses import is_loopback
 from llmfleet_gateway.target import Target
-from llmfleet_installer.fetch import is_loopback
 
 
 class ProxyError(ValueError):

@@ -24,7 +24,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmfleet_installer.boxjson import CLIENT_TOKEN_CREDENTIAL, BoxConfig, GatewaySpec, bearer_credential
+from llmfleet_contract.boxjson import CLIENT_TOKEN_CREDENTIAL, bearer_credential
+from llmfleet_installer.boxjson import BoxConfig, GatewaySpec
 from llmfleet_installer.handover import supervisord_environment, write_atomic
 from llmfleet_installer.settings import SAFE_PATH, Settings
 from llmfleet_installer.units import Unit, UnitError, render_gateway_unit

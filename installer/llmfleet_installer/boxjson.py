@@ -2,41 +2,28 @@
 
 Standard library only, so no jsonschema: each problem names the field (`servers[1].port`) and what
 was expected. Values are never echoed for `api_key`. The shape is the box contract's; `revision`,
-per-server `digest` and `listen_host`, and the box gateway (`gateway`, reconciler/llmfleet/core/fleet/boxgateway.py)
-are llmfleet's additions (optional, so an llmao control plane still works).
+per-server `digest` and `listen_host`, and the box gateway (`gateway`) are llmfleet's additions
+(optional, so an llmao control plane still works).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmfleet_installer import secretref
-
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-# Bearers go into Supervisor's `environment=`, whose parser cannot escape: a strict alphabet instead.
-BEARER = re.compile(r"^[A-Za-z0-9_.+/=:@-]{8,512}$")
-# Flags the installer sets itself; a recipe that sets one would break the contract (and --api-key
-# would put the bearer on the command line, readable in /proc/*/cmdline).
-MANAGED_FLAGS = frozenset({
-    "port", "host", "uds", "served-model-name", "max-model-len", "gpu-memory-utilization", "api-key",
-})
-
-
-# The box gateway's credentials: file names in the directory the gateway's program gets as
-# $CREDENTIALS_DIRECTORY, referenced from its config as ${cred:NAME} (shared with the renderer).
-CLIENT_TOKEN_CREDENTIAL = "client-token"  # noqa: S105 - a file name, not a secret
-GATEWAY_PROGRAM = "gateway"  # the gateway's process name: a server may not take it on a gateway box
-
-
-def bearer_credential(server: str) -> str:
-    """The credential holding a server's bearer, which the gateway injects for it."""
-    return f"bearer-{server}"
+from llmfleet_contract import secretref
+from llmfleet_contract.boxjson import (
+    BEARER,
+    CLIENT_TOKEN_CREDENTIAL,
+    GATEWAY_PROGRAM,
+    MANAGED_FLAGS,
+    NAME,
+    bearer_credential,
+)
 
 
 class BoxJsonError(ValueError):

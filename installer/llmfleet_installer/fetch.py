@@ -12,7 +12,6 @@ once with a message that says what to fix.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import random
 import ssl
@@ -24,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from llmfleet_contract.addresses import is_loopback
 
 BASE_S = 1.0
 CAP_S = 60.0
@@ -46,16 +47,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
         raise FetchError(f"the control plane redirected ({code}) to {newurl}: set the control plane URL to the "
                          "final address (redirects are not followed, they would carry the fleet key elsewhere)")
-
-
-def is_loopback(host: str) -> bool:
-    """`localhost` or a loopback address literal."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_url(url: str) -> None:

@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from llmfleet_installer.boxjson import GATEWAY_PROGRAM, GatewaySpec, ServerSpec
+from llmfleet_contract.boxjson import GATEWAY_PROGRAM
+from llmfleet_installer.boxjson import GatewaySpec, ServerSpec
 from llmfleet_installer.fit import FitResult
 from llmfleet_installer.units import program_name
 

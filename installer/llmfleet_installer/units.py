@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmfleet_installer.boxjson import GATEWAY_PROGRAM, GatewaySpec, ServerSpec
+from llmfleet_contract.boxjson import GATEWAY_PROGRAM
+from llmfleet_installer.boxjson import GatewaySpec, ServerSpec
 from llmfleet_installer.fit import Placement
 from llmfleet_installer.settings import SECRET_VARS, Settings
 

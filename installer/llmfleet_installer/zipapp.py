@@ -1,4 +1,4 @@
-"""Build the single-file box program: a zipapp of the `installer` and `gateway` packages.
+"""Build the single-file box program: a zipapp of the box contract, the installer and the gateway.
 
 The control plane serves it at GET /vllm/installer with its sha256, so a box always runs the
 installer of the control plane it talks to. Standard library only; the build is reproducible (fixed
@@ -16,7 +16,7 @@ import io
 import zipfile
 from pathlib import Path
 
-PACKAGES = ("llmfleet_installer", "llmfleet_gateway")
+PACKAGES = ("llmfleet_contract", "llmfleet_installer", "llmfleet_gateway")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 
 MAIN = '''\

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from llmfleet.adapters.state.store import FetchRetention, is_postgres
+from llmfleet.adapters.state.store import FetchRetention, is_postgres, sqlite_path
 from llmfleet.core.fleet import strictyaml
 from llmfleet.core.fleet.bearer import Salt, SaltError
 from llmfleet.core.fleet.diagnostics import Diagnostic, pointer
 from llmfleet.core.fleet.schema import validate_document
-from llmfleet_installer import secretref
+from llmfleet_contract import secretref
+from llmfleet_contract.addresses import is_loopback
 
 SCHEMA = "control-plane"
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -90,12 +91,7 @@ class Listen:
 
     @property
     def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.host)
 
     @property
     def bind(self) -> str:
@@ -347,3 +343,10 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     if config is None:
         raise ConfigError(builder.problems)
     return config
+
+
+def default_clone_dir(config: ControlPlaneConfig, name: str = "fleet-repo.git") -> Path:
+    """Where a remote repository is cloned when repo.clone_dir is not set: beside the SQLite state file (or
+    the config file when the store is in memory or PostgreSQL)."""
+    db = None if is_postgres(config.state.url) else sqlite_path(config.state.url, config.state.base)
+    return (db.parent if db is not None else config.source.resolve().parent) / name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.adapters.git import read_directory
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from llmfleet.adapters.state.reconcile import PassRecord
 from llmfleet.core.judge.intended import IntendedServer
 from llmfleet.core.judge.observed import BoxFacts, Deployment, ProbeResult
 from llmfleet.core.judge.plan import make_plan
@@ -11,7 +12,6 @@ from llmfleet.demo.check import arrived, problems, waiting_for
 from llmfleet.demo.move import Move
 from llmfleet.demo.view import rows, table
 from llmfleet.job.engine import PassOutcome
-from llmfleet.job.store import PassRecord
 from tests.reconcile.builders import (
     NOW,
     assessed,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.state.store import open_store
+from llmfleet.adapters.state import open_store
 from llmfleet.demo.fleet import addresses
 from llmfleet.demo.procs import can_bind, pids_mentioning
 from tests.support.litellm import LitellmProxy, proxy_from_env

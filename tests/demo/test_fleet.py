@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.fleetsource import WORKTREE_REVISION, Snapshot, read_directory
+from llmfleet.adapters.git import read_directory
+from llmfleet.core.fleet.files import WORKTREE_REVISION, Snapshot
 from llmfleet.core.fleet.model import Provider
 from llmfleet.demo.fleet import DemoError, SimBox, Template, addresses, simulate
 from tests.conftest import EXAMPLE

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from llmfleet.adapters.fleetsource import Snapshot, read_directory
+from llmfleet.adapters.git import read_directory
 from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.files import Snapshot
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.core.fleet.validate import validate_snapshot

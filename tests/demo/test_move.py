@@ -6,7 +6,8 @@ import difflib
 
 import pytest
 
-from llmfleet.adapters.fleetsource import WORKTREE_REVISION, Snapshot, read_directory
+from llmfleet.adapters.git import read_directory
+from llmfleet.core.fleet.files import WORKTREE_REVISION, Snapshot
 from llmfleet.core.fleet.validate import validate_snapshot
 from llmfleet.demo.fleet import DemoError, simulate
 from llmfleet.demo.move import Move, choose_move, move_row

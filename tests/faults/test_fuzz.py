@@ -31,16 +31,16 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from llmfleet.adapters.fleetsource import FLEET_FILES, Snapshot
 from llmfleet.core.fleet import strictyaml
 from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.files import FLEET_FILES, Snapshot
 from llmfleet.core.fleet.render import Bearers, render_all
 from llmfleet.core.fleet.validate import validate_snapshot
 from llmfleet.server.app import create_app
 from llmfleet.server.runtime import Runtime, start_up
 from llmfleet.settings import load_config
+from llmfleet_contract import secretref
 from llmfleet_gateway import forwarding
-from llmfleet_installer import secretref
 from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
 from llmfleet_installer.fit import Placement
 from llmfleet_installer.settings import load as load_settings

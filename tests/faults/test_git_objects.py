@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.fleetsource import GitFleetRepo, SourceError
+from llmfleet.adapters.git import GitFleetRepo
+from llmfleet.errors import SourceError
 from tests.conftest import git
 
 

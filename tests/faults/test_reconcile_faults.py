@@ -24,6 +24,7 @@ import pytest
 from llmfleet.adapters.http import RetryPolicy
 from llmfleet.adapters.litellm import LitellmClient
 from llmfleet.adapters.providers import ProviderAccess, VastClient
+from llmfleet.adapters.state.reconcile import MemoryStore
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import (
     Box,
@@ -41,7 +42,6 @@ from llmfleet.core.fleet.render import Bearers
 from llmfleet.core.judge.plan import ActionKind
 from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.observer import Observer
-from llmfleet.job.store import MemoryStore
 from tests.reconcile.fakes import FakeServer, FakeVllm, free_port, serve, vast_instance
 from tests.support.faulty_http import FaultyLitellm, FaultyVast
 

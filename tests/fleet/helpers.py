@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from llmfleet.adapters.fleetsource import FLEET_FILES, Snapshot
 from llmfleet.core.fleet.diagnostics import Diagnostic
+from llmfleet.core.fleet.files import FLEET_FILES, Snapshot
 from llmfleet.core.fleet.validate import Validation, validate_snapshot
 
 FLEET = "listen_ports: [8001, 8002, 8003]\n"

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmfleet.core.fleet.bearer import Salt, SaltError, bearer_fingerprint, load_legacy_key, load_salt, normalise_host
+from llmfleet.core.fleet.bearer import Salt, SaltError, bearer_fingerprint, load_legacy_key, load_salt
+from llmfleet_contract.addresses import normalise_host
 
 # printf 'llmao.vllm.api_key\n203.0.113.10\n8001' | openssl dgst -sha256 -hmac SALT -binary | base64 | tr '+/' '-_'
 GOLDEN = [

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.adapters.git import read_directory
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.render import Bearers, RenderError, render_box
 from llmfleet.core.fleet.validate import validate_snapshot

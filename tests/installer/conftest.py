@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.adapters.git import read_directory
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.render import Bearers, render_box
 from llmfleet.core.fleet.validate import validate_snapshot

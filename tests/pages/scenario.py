@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmfleet.adapters.state import open_reconcile_state
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.jsonvalue import freeze_mapping
 from llmfleet.core.fleet.model import Fleet
@@ -28,7 +29,6 @@ from llmfleet.core.fleet.render import Bearers
 from llmfleet.core.judge.observed import Deployment
 from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.observer import Observer
-from llmfleet.job.store import open_store
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT, git
 from tests.reconcile.fake_litellm import FakeLitellm
 from tests.reconcile.fakes import FakeServer, FakeVllm, free_port, serve
@@ -127,7 +127,7 @@ def run_passes(state: Path, fleet: Fleet, litellm: FakeLitellm, stubs: Stubs, cl
     """`count` passes by the real Reconciler, recorded in the state file; planned only (as with
     `reconcile.dry_run`) when not `apply`."""
     async def passes() -> list[PassOutcome]:
-        store = open_store(str(state))
+        store = open_reconcile_state(str(state))
         try:
             reconciler = Reconciler(Bearers(stubs.salt, TEST_LEGACY_KEY), Observer({}, 2.0, 16, clock=clock),
                                     lambda _session: litellm, store, clock=clock)

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet.adapters.fleetsource import GitFleetRepo
+from llmfleet.adapters.git import GitFleetRepo
 from llmfleet.adapters.state import open_store
 from llmfleet.core.fleet.validate import validate_snapshot
 from llmfleet.demo.procs import stop

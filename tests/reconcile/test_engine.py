@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from llmfleet.adapters.litellm import LitellmClient
+from llmfleet.adapters.state.reconcile import MemoryStore
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import (
     Box,
@@ -23,7 +24,6 @@ from llmfleet.core.fleet.model import (
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
-from llmfleet.job.store import MemoryStore
 
 from .fakes import FakeLitellmHttp, FakeServer, FakeVllm, free_port, serve
 

@@ -20,6 +20,7 @@ import pytest
 
 from llmfleet.adapters.litellm import LitellmClient
 from llmfleet.adapters.probe import probe
+from llmfleet.adapters.state.reconcile import MemoryStore
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import (
     Box,
@@ -36,7 +37,6 @@ from llmfleet.core.judge.intended import Endpoint
 from llmfleet.core.judge.observed import ProbeStatus
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
-from llmfleet.job.store import MemoryStore
 from tests.support.litellm import LitellmProxy
 
 from .fakes import free_port

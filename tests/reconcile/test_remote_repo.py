@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmfleet.cli.common import CommandError
-from llmfleet.job.command import load_fleet
+from llmfleet.cli.passes import load_fleet
 from llmfleet.job.configfile import load_config
 from tests.conftest import git
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.adapters.git import read_directory
 from llmfleet.cli.main import main
 from llmfleet.core.fleet.validate import validate_snapshot
 from llmfleet.job.approve import ApproveError, Row, add_box, approve, assign_rows, open_repo, ref_name

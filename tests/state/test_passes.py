@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
+from llmfleet.adapters.state import open_reconcile_state as open_reconciler_store
 from llmfleet.adapters.state import sqlstore
 from llmfleet.adapters.state.sqlstore import SqlStateStore
 from llmfleet.adapters.state.store import DETAILED_PASSES
-from llmfleet.job.store import open_store as open_reconciler_store
 from tests.pages.test_records import DETAILED
 
 

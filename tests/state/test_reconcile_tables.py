@@ -1,4 +1,4 @@
-"""The reconciler's state (its Protocol, reconciler/llmfleet/job/store.py) on every store: in memory, and
+"""The reconciler's state (its Protocol, reconciler/llmfleet/adapters/state/reconcile.py) on every store: in memory, and
 the control plane's store on SQLite and on PostgreSQL, which is one object for both."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from llmfleet.adapters.state import open_reconcile_state
 from llmfleet.adapters.state.passes import ActionRecord, PassRecord
+from llmfleet.adapters.state.reconcile import MemoryStore, ReconcileState
 from llmfleet.adapters.state.records import BoxReport as ControlPlaneReport
 from llmfleet.adapters.state.records import Endpoint, FetchRecord, Outcome
 from llmfleet.adapters.state.sqlstore import SqlStateStore
@@ -16,25 +18,24 @@ from llmfleet.core.fleet.jsonvalue import freeze_mapping
 from llmfleet.core.judge.observed import BoxReport
 from llmfleet.core.judge.plan import PendingDelete
 from llmfleet.core.judge.verdict import ServerHistory
-from llmfleet.job.store import MemoryStore, StateStore, open_store
 
 RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
                     (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def reconcile_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+def reconcile_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReconcileState]:
     if request.param == "memory":
         yield MemoryStore()
         return
     url = f"sqlite:///{tmp_path / 'state.db'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
-    store = open_store(url)
+    store = open_reconcile_state(url)
     yield store
     assert isinstance(store, SqlStateStore)
     store.close()
 
 
-def record_box_facts(store: StateStore) -> None:
+def record_box_facts(store: ReconcileState) -> None:
     """What the control plane records: two config fetches of b, a report of c."""
     if isinstance(store, MemoryStore):
         store.record_fetch("b", 10.0)
@@ -49,7 +50,7 @@ def record_box_facts(store: StateStore) -> None:
                                            freeze_mapping({"servers": [{"name": "m", "digest": "sha256:1"}]})), 20)
 
 
-def test_store_round_trips(reconcile_store: StateStore) -> None:
+def test_store_round_trips(reconcile_store: ReconcileState) -> None:
     store = reconcile_store
     record_box_facts(store)
     facts = store.box_facts()
@@ -70,11 +71,11 @@ def test_store_round_trips(reconcile_store: StateStore) -> None:
 
 
 def test_passes_survive_reopen(store_url: str) -> None:
-    first = open_store(store_url)
+    first = open_reconcile_state(store_url)
     first.record_pass(RECORD)
     assert isinstance(first, SqlStateStore)
     first.close()
-    again = open_store(store_url)
+    again = open_reconcile_state(store_url)
     assert isinstance(again, SqlStateStore)
     try:
         assert again.recent_passes(1) == [RECORD]
@@ -83,11 +84,11 @@ def test_passes_survive_reopen(store_url: str) -> None:
 
 
 def test_open_store_urls(tmp_path: Path) -> None:
-    assert isinstance(open_store(None), MemoryStore)
-    assert isinstance(open_store("memory:"), MemoryStore)
-    plain = open_store(str(tmp_path / "plain.db"))  # a bare path is a SQLite file
+    assert isinstance(open_reconcile_state(None), MemoryStore)
+    assert isinstance(open_reconcile_state("memory:"), MemoryStore)
+    plain = open_reconcile_state(str(tmp_path / "plain.db"))  # a bare path is a SQLite file
     assert isinstance(plain, SqlStateStore)
     assert plain.backend == "sqlite"
     plain.close()
     with pytest.raises(ValueError, match="unsupported state URL"):
-        open_store("mysql://x/y")
+        open_reconcile_state("mysql://x/y")

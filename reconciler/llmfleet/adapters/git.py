@@ -1,7 +1,7 @@
-"""The tracked fleet repository: a local repository read in place, or a remote URL in a bare clone of
-our own, fetched with a forced refspec so that a force-pushed branch simply replaces the old one.
-
-Files are always read from git objects (llmfleet.adapters.fleetsource.GitFleetRepo), never a checkout.
+"""The one git adapter: the fleet repository read from a directory or from git objects (GitPython, never a
+checkout), the tracked branch (a local repository read in place, or a remote URL in a bare clone of our
+own, fetched with a forced refspec so that a force-pushed branch simply replaces the old one), and the
+commits llmfleet writes itself (approve, the demo). Every git subprocess goes through `run_git`.
 """
 
 from __future__ import annotations
@@ -9,11 +9,31 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
-from llmfleet.adapters.fleetsource import GitFleetRepo, Snapshot, SourceError
-from llmfleet.adapters.state.store import is_postgres, sqlite_path
-from llmfleet.settings import ControlPlaneConfig, RepoConfig
+from llmfleet.core.fleet.files import FLEET_FILES, WORKTREE_REVISION, Content, Oversized, Snapshot
+from llmfleet.core.fleet.strictyaml import MAX_BYTES
+from llmfleet.errors import SourceError
+
+__all__ = [
+    "GitFleetRepo",
+    "RefMoved",
+    "RepoLocation",
+    "SourceError",
+    "TrackedRepo",
+    "commit_blob",
+    "commit_worktree_file",
+    "identity",
+    "is_bare_repository",
+    "read_commit",
+    "read_directory",
+    "read_fleet",
+    "redact_url",
+    "run_git",
+]
 
 GIT_TIMEOUT_S = 120
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
@@ -24,11 +44,16 @@ def redact_url(text: str) -> str:
     return _USERINFO.sub("***@", text)
 
 
-def _git(*args: str, cwd: Path | None = None) -> str:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/false", "LC_ALL": "C"}
+def run_git(*args: str, cwd: Path | None = None, git_dir: str | None = None, stdin: str | None = None,
+            env: Mapping[str, str] | None = None, base_env: Mapping[str, str] | None = None) -> str:
+    """Run one git command; its stdout. `env` adds to `base_env` (default: this process's environment).
+    Never prompts for credentials; a failure is a SourceError naming the command, credentials redacted."""
+    full_env = {**(os.environ if base_env is None else base_env), **(env or {}),
+                "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/false", "LC_ALL": "C"}
+    argv = ["git", *(("--git-dir", git_dir) if git_dir is not None else ()), *args]
     try:
-        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
-                                env=env, check=False)
+        result = subprocess.run(argv, cwd=cwd, input=stdin, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
+                                env=full_env, check=False)
     except subprocess.TimeoutExpired:
         raise SourceError(f"git {args[0]} took longer than {GIT_TIMEOUT_S} s") from None
     except OSError as exc:
@@ -39,16 +64,112 @@ def _git(*args: str, cwd: Path | None = None) -> str:
     return result.stdout
 
 
-def default_clone_dir(config: ControlPlaneConfig, name: str = "fleet-repo.git") -> Path:
-    """Beside the SQLite state file (or the config file when the store is in memory or PostgreSQL)."""
-    db = None if is_postgres(config.state.url) else sqlite_path(config.state.url, config.state.base)
-    return (db.parent if db is not None else config.source.resolve().parent) / name
+class RepoLocation(Protocol):
+    """Where the tracked branch lives (llmfleet.settings.RepoConfig is one)."""
+
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def path(self) -> Path | None: ...
+    @property
+    def branch(self) -> str: ...
+    @property
+    def subdir(self) -> str | None: ...
+    @property
+    def clone_dir(self) -> Path | None: ...
+
+
+def _display_paths(prefix: str) -> dict[str, str]:
+    return {name: os.path.normpath(os.path.join(prefix, name)) if prefix else name for name in FLEET_FILES}
+
+
+def read_directory(directory: str | os.PathLike[str]) -> Snapshot:
+    root = Path(directory)
+    if not root.is_dir():
+        raise SourceError(f"{directory}: not a directory")
+    files: dict[str, Content] = {}
+    for name in FLEET_FILES:
+        path = root / name
+        try:
+            size = path.stat().st_size
+            files[name] = Oversized(size) if size > MAX_BYTES else path.read_bytes()
+        except FileNotFoundError:
+            files[name] = None
+        except OSError as exc:
+            raise SourceError(f"{path}: {exc.strerror}") from None
+    prefix = "" if os.path.abspath(directory) == os.getcwd() else os.fspath(directory)
+    return Snapshot(WORKTREE_REVISION, files, _display_paths(prefix))
+
+
+class GitFleetRepo:
+    """A fleet repository in git; `subdir` is where the fleet files sit inside it ("" for the root)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        import git  # GitPython: imported here so that pure users of the package never need git
+
+        try:
+            self.repo = git.Repo(path, search_parent_directories=True)
+        except (git.NoSuchPathError, git.InvalidGitRepositoryError):
+            raise SourceError(f"{path}: not inside a git repository") from None
+        top = Path(self.repo.working_tree_dir or self.repo.git_dir).resolve()
+        here = Path(path).resolve()
+        self.subdir = PurePosixPath(here.relative_to(top).as_posix()) if here != top else PurePosixPath("")
+        self.display_prefix = os.fspath(path) if here != Path.cwd().resolve() else ""
+
+    def resolve(self, rev: str) -> str:
+        import git
+
+        try:
+            return str(self.repo.commit(rev).hexsha)
+        except (git.BadName, ValueError, git.GitCommandError):
+            raise SourceError(f"{rev}: no such revision in {self.repo.working_tree_dir}") from None
+
+    def snapshot(self, rev: str) -> Snapshot:
+        import git
+
+        sha = self.resolve(rev)
+        tree = self.repo.commit(sha).tree
+        files: dict[str, Content] = {}
+        for name in FLEET_FILES:
+            path = str(self.subdir / name) if str(self.subdir) not in ("", ".") else name
+            try:
+                blob = tree / path
+            except KeyError:
+                files[name] = None
+                continue
+            try:  # a missing or corrupt object fails here, in `size` or in the read
+                if blob.type != "blob":
+                    files[name] = None
+                elif blob.size > MAX_BYTES:
+                    files[name] = Oversized(blob.size)
+                else:
+                    files[name] = blob.data_stream.read()
+            except (git.GitCommandError, ValueError, OSError) as exc:
+                raise SourceError(f"{sha[:12]}:{path}: cannot read the git object: {exc}") from None
+        return Snapshot(sha, files, _display_paths(self.display_prefix))
+
+
+def read_commit(path: str | os.PathLike[str], rev: str) -> Snapshot:
+    return GitFleetRepo(path).snapshot(rev)
+
+
+def is_bare_repository(path: str) -> bool:
+    root = Path(path)
+    return (root / "HEAD").is_file() and (root / "objects").is_dir() and not (root / "fleet.yaml").exists()
+
+
+def read_fleet(repo: str, rev: str | None) -> Snapshot:
+    """The fleet files of `repo`: its working tree, or the commit `rev` (a bare repository has no working
+    tree: its HEAD is read, e.g. the control plane's clone, repo.clone_dir)."""
+    if rev is None and is_bare_repository(repo):
+        rev = "HEAD"
+    return read_commit(repo, rev) if rev else read_directory(repo)
 
 
 class TrackedRepo:
     """One branch of the fleet repository. `update()` fetches (remote) and `head()` resolves the branch."""
 
-    def __init__(self, config: RepoConfig, default_clone_dir: Path) -> None:
+    def __init__(self, config: RepoLocation, default_clone_dir: Path) -> None:
         self.config = config
         self.branch = config.branch
         self.remote = config.url is not None
@@ -90,7 +211,7 @@ class TrackedRepo:
     def _clone(self) -> None:
         assert self.config.url is not None
         if (self.clone_dir / "HEAD").is_file():
-            origin = _git("config", "--get", "remote.origin.url", cwd=self.clone_dir).strip()
+            origin = run_git("config", "--get", "remote.origin.url", cwd=self.clone_dir).strip()
             if origin != self.config.url:
                 raise SourceError(f"{self.clone_dir} is a clone of {redact_url(origin)}, not of {self.where}; "
                                   "remove it or set repo.clone_dir elsewhere")
@@ -98,14 +219,14 @@ class TrackedRepo:
         if self.clone_dir.exists() and any(self.clone_dir.iterdir()):
             raise SourceError(f"clone_dir {self.clone_dir} exists and is not empty; remove it or choose another")
         self.clone_dir.parent.mkdir(parents=True, exist_ok=True)
-        _git("clone", "--quiet", "--bare", "--single-branch", "--branch", self.branch, "--", self.config.url,
+        run_git("clone", "--quiet", "--bare", "--single-branch", "--branch", self.branch, "--", self.config.url,
              str(self.clone_dir))
 
     def update(self) -> None:
         """Bring the branch up to date: a forced fetch for a remote, nothing for a local repository."""
         repo = self.fleet_repo
         if self.remote:
-            _git("fetch", "--quiet", "--prune", "--no-tags", "origin",
+            run_git("fetch", "--quiet", "--prune", "--no-tags", "origin",
                  f"+refs/heads/{self.branch}:refs/heads/{self.branch}", cwd=Path(repo.repo.git_dir))
 
     def head(self) -> str:
@@ -126,3 +247,53 @@ class TrackedRepo:
     def first_parent(self, revision: str) -> str | None:
         parents = self.fleet_repo.repo.commit(revision).parents
         return str(parents[0].hexsha) if parents else None
+
+
+# -- commits llmfleet writes itself -------------------------------------------------------------------
+def identity(name: str, email: str = "llmfleet@localhost") -> dict[str, str]:
+    """Author and committer for the commits llmfleet writes."""
+    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name,
+            "GIT_COMMITTER_EMAIL": email}
+
+
+class RefMoved(SourceError):  # noqa: N818 (reads as what happened)
+    """The branch was not where the commit expected it (compare-and-swap lost, or it already exists)."""
+
+
+def _identity(git_dir: str, name: str) -> dict[str, str]:
+    """The repository's configured identity, else `name` (a server often has none)."""
+    try:
+        run_git("config", "user.email", git_dir=git_dir)
+    except SourceError:
+        return {k: v for k, v in identity(name).items() if k not in os.environ}
+    return {}
+
+
+def commit_blob(git_dir: str, base: str, path: str, content: str, branch: str, message: str, *, create: bool,
+                author: str = "llmfleet") -> str:
+    """Commit `content` at `path` on top of `base` and point `branch` at it, without a working tree
+    (a private index); compare-and-swap on the branch: RefMoved when it is not at `base` (or, with
+    `create`, when it already exists)."""
+    blob = run_git("hash-object", "-w", "--stdin", "--path", path, git_dir=git_dir, stdin=content).strip()
+    with tempfile.TemporaryDirectory(prefix="llmfleet-commit-") as tmp:
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        run_git("read-tree", base, git_dir=git_dir, env=index)
+        run_git("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", git_dir=git_dir, env=index)
+        tree = run_git("write-tree", git_dir=git_dir, env=index).strip()
+    commit = run_git("commit-tree", tree, "-p", base, "-m", message, git_dir=git_dir,
+                     env=_identity(git_dir, author)).strip()
+    expected_old = "0" * len(base) if create else base
+    try:
+        run_git("update-ref", "-m", author, f"refs/heads/{branch}", commit, expected_old, git_dir=git_dir)
+    except SourceError:
+        what = "already exists; delete it or merge it first" if create else "moved meanwhile; try again"
+        raise RefMoved(f"branch {branch} {what}") from None
+    return commit
+
+
+def commit_worktree_file(worktree: Path, name: str, content: str, message: str,
+                         base_env: Mapping[str, str] | None = None) -> str:
+    """Write `name` in a working tree, commit just that file, and return the new HEAD."""
+    (worktree / name).write_text(content, encoding="utf-8")
+    run_git("commit", "-q", "-m", message, "--", name, cwd=worktree, base_env=base_env)
+    return run_git("rev-parse", "HEAD", cwd=worktree, base_env=base_env).strip()

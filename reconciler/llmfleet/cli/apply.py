@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from llmfleet.cli.common import CommandError, handle_errors
-from llmfleet.job.command import (
+from llmfleet.cli.passes import (
     EXIT_ERROR,
     EXIT_OK,
     PassRunner,

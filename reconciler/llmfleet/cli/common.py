@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from llmfleet.adapters.fleetsource import SourceError, read_commit, read_directory
+from llmfleet.adapters.git import read_fleet
 from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.validate import Validation, validate_snapshot
+from llmfleet.errors import SourceError
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -34,16 +34,9 @@ def add_repo_arguments(parser: argparse.ArgumentParser, *, positional: bool = Fa
                              "(a bare repository has none: its HEAD is read)")
 
 
-def is_bare_repository(path: str) -> bool:
-    root = Path(path)
-    return (root / "HEAD").is_file() and (root / "objects").is_dir() and not (root / "fleet.yaml").exists()
-
-
 def load_validation(repo: str, rev: str | None) -> Validation:
-    if rev is None and is_bare_repository(repo):
-        rev = "HEAD"  # e.g. the control plane's clone (repo.clone_dir): no working tree to read
     try:
-        snapshot = read_commit(repo, rev) if rev else read_directory(repo)
+        snapshot = read_fleet(repo, rev)
     except SourceError as exc:
         raise CommandError(str(exc)) from None
     return validate_snapshot(snapshot)

@@ -7,14 +7,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llmfleet.adapters.fleetsource import GitFleetRepo, Snapshot, SourceError
+from llmfleet.adapters.git import GitFleetRepo
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError, handle_errors
 from llmfleet.core.diff import DEFAULT_MAX_CHARS, diff_fleets, render_json, render_markdown, render_text
 from llmfleet.core.diff.invalid import render_invalid_json, render_invalid_markdown, render_invalid_text
 from llmfleet.core.diff.sections import Section
+from llmfleet.core.fleet.files import Snapshot
 from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.core.fleet.model import Fleet, FleetSettings, frozen_map
 from llmfleet.core.fleet.validate import Validation, validate_snapshot
+from llmfleet.errors import SourceError
 
 EXIT_CHANGES = 2  # with --detailed-exitcode only
 DEFAULT_BASE_BRANCHES = ("origin/main", "main")

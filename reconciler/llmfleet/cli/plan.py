@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from llmfleet.cli.common import CommandError, handle_errors
-from llmfleet.core.judge.plantext import render_json
-from llmfleet.job.command import (
+from llmfleet.cli.passes import (
     EXIT_CHANGES,
     EXIT_ERROR,
     EXIT_OK,
@@ -19,6 +18,7 @@ from llmfleet.job.command import (
     load_fleet,
     print_outcome,
 )
+from llmfleet.core.judge.plantext import render_json
 
 
 def register(subparsers: Any) -> None:

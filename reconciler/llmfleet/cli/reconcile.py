@@ -10,8 +10,7 @@ import asyncio
 from typing import Any
 
 from llmfleet.cli.common import CommandError, handle_errors
-from llmfleet.core.fleet.model import Fleet
-from llmfleet.job.command import (
+from llmfleet.cli.passes import (
     EXIT_OK,
     PassRunner,
     add_pass_arguments,
@@ -20,6 +19,7 @@ from llmfleet.job.command import (
     load_fleet,
     print_outcome,
 )
+from llmfleet.core.fleet.model import Fleet
 from llmfleet.job.loop import log_event, run_forever
 
 

@@ -13,9 +13,8 @@ import argparse
 import ssl
 from typing import Any
 
-from llmfleet.adapters.fleetsource import SourceError
-from llmfleet.adapters.state.store import StateError
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError, handle_errors
+from llmfleet.errors import SourceError, StateError
 from llmfleet.settings import ConfigError, ControlPlaneConfig, Listen, load_config
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from llmfleet.core.fleet.bearer import normalise_host
+from llmfleet_contract.addresses import canonical_address
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -31,21 +31,6 @@ class HostSource(StrEnum):
 class ResolvedHost:
     name: str
     source: HostSource
-
-
-def canonical_address(text: str) -> str:
-    """An address in the form box names use (`2001:db8::1`, `203.0.113.10`); other text stripped only."""
-    value = text.strip()
-    if value.startswith("[") and value.endswith("]"):
-        value = value[1:-1]
-    value = normalise_host(value)
-    try:
-        address = ipaddress.ip_address(value)
-    except ValueError:
-        return value
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
 
 
 def _trusted(address: str, networks: Sequence[IPNetwork]) -> bool:

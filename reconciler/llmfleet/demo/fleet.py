@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from llmfleet.adapters.fleetsource import FLEET_FILE, PLACEMENT_FILE, WORKTREE_REVISION, Snapshot
 from llmfleet.core.fleet import strictyaml
 from llmfleet.core.fleet.diagnostics import format_text
+from llmfleet.core.fleet.files import FLEET_FILE, PLACEMENT_FILE, WORKTREE_REVISION, Snapshot
 from llmfleet.core.fleet.model import Box, Fleet, Provider
 from llmfleet.core.fleet.validate import validate_snapshot
 

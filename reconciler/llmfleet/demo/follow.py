@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.jsonvalue import canonical_json
@@ -22,9 +21,7 @@ from llmfleet.core.fleet.render import Bearers, render_box
 from llmfleet.demo import procs
 from llmfleet.demo.boxes import SimulatedBox
 from llmfleet.demo.fleet import binds, sim_box
-
-if TYPE_CHECKING:
-    from llmfleet.demo.run import Demo
+from llmfleet.demo.stage import Stage
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,7 @@ def changes(old: Fleet, new: Fleet, bearers: Bearers) -> Changes:
                    cannot=tuple(b for b in added if not loopback(b)))
 
 
-def follow(demo: Demo, old: Fleet | None) -> Fleet | None:
+def follow(demo: Stage, old: Fleet | None) -> Fleet | None:
     """A newly served revision plays out on the boxes it touches. Returns the fleet now followed."""
     assert demo.passes is not None
     assert demo.workspace is not None
@@ -87,7 +84,7 @@ def follow(demo: Demo, old: Fleet | None) -> Fleet | None:
     return new
 
 
-def add_box(demo: Demo, fleet: Fleet, name: str) -> None:
+def add_box(demo: Stage, fleet: Fleet, name: str) -> None:
     assert demo.workspace is not None
     busy = [f"{a}:{p}" for a, p in binds(fleet) if a == name and not procs.can_bind(a, p)]
     if busy:

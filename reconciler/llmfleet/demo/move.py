@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmfleet.adapters.fleetsource import PLACEMENT_FILE
 from llmfleet.core.fleet import strictyaml
+from llmfleet.core.fleet.files import PLACEMENT_FILE
 from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.core.fleet.model import Box, Fleet, ServerRow
 from llmfleet.demo.fleet import DEFAULT_GPU_MEMORY_GB, DemoError

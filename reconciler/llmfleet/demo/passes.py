@@ -12,18 +12,19 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from llmfleet.adapters.git import read_fleet
 from llmfleet.adapters.litellm import LitellmApi, LitellmError
-from llmfleet.adapters.state.locks import LockHeld
+from llmfleet.adapters.state import open_store
 from llmfleet.adapters.state.sqlstore import SqlStateStore
-from llmfleet.adapters.state.store import open_store
-from llmfleet.cli.common import CommandError, load_validation
 from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.model import Fleet
+from llmfleet.core.fleet.validate import validate_snapshot
 from llmfleet.core.judge.intended import DeploymentSpec
 from llmfleet.core.judge.observed import Deployment
 from llmfleet.demo.fleet import DemoError
 from llmfleet.demo.litellm import Litellm
 from llmfleet.demo.workspace import Workspace
+from llmfleet.errors import LockHeld, SourceError
 from llmfleet.job.configfile import ReconcileConfig
 from llmfleet.job.configfile import load_config as reconcile_config
 from llmfleet.job.engine import PassOutcome, Reconciler
@@ -80,8 +81,8 @@ class Passes:
 
     def _load_fleet(self) -> Fleet:
         try:
-            validation = load_validation(str(self.workspace.fleet), "main")
-        except CommandError:
+            validation = validate_snapshot(read_fleet(str(self.workspace.fleet), "main"))
+        except SourceError:
             validation = None
         if validation is not None and validation.fleet is not None:
             self.fleet = validation.fleet

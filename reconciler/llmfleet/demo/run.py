@@ -22,7 +22,7 @@ from types import FrameType
 from rich.console import Console
 from rich.live import Live
 
-from llmfleet.adapters.fleetsource import read_directory
+from llmfleet.adapters.git import read_directory
 from llmfleet.demo import procs
 from llmfleet.demo.boxes import SimulatedBox
 from llmfleet.demo.check import problems, waiting_for

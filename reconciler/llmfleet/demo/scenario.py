@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import TYPE_CHECKING
 
-from llmfleet.adapters.fleetsource import FLEET_FILES, PLACEMENT_FILE, Snapshot
 from llmfleet.core.fleet.diagnostics import format_text
+from llmfleet.core.fleet.files import FLEET_FILES, PLACEMENT_FILE, Snapshot
 from llmfleet.core.fleet.validate import validate_snapshot
 from llmfleet.demo.check import arrived
 from llmfleet.demo.fleet import DemoError
 from llmfleet.demo.move import Move, choose_move, move_row
+from llmfleet.demo.stage import Stage
 from llmfleet.demo.workspace import commit_file
 
-if TYPE_CHECKING:
-    from llmfleet.demo.run import Demo
 
-
-def move_model(demo: Demo) -> Move:
+def move_model(demo: Stage) -> Move:
     workspace, plane, passes = demo.workspace, demo.control_plane, demo.passes
     assert workspace is not None
     assert plane is not None

@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmfleet.adapters.git import commit_worktree_file, identity, run_git
 from llmfleet.demo.fleet import DemoError
+from llmfleet.errors import SourceError
 from llmfleet_installer.settings import SAFE_PATH
 
 SECRET_NAMES = ("fleet-key", "vllm-api-salt", "legacy-api-key", "admin-token", "litellm-master-key")
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "llmfleet demo", "GIT_AUTHOR_EMAIL": "demo@llmfleet.invalid",
-                "GIT_COMMITTER_NAME": "llmfleet demo", "GIT_COMMITTER_EMAIL": "demo@llmfleet.invalid"}
+GIT_IDENTITY = identity("llmfleet demo", "demo@llmfleet.invalid")
 SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux
 
 
@@ -85,13 +85,16 @@ class Workspace:
             handle.write(value)
         return path
 
+    @property
+    def git_env(self) -> dict[str, str]:
+        """git's environment in the demo: none of the user's configuration, the demo's identity."""
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.root), **GIT_IDENTITY}
+
     def git(self, *args: str) -> str:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.root), **GIT_IDENTITY}
-        done = subprocess.run(["git", "-C", str(self.fleet), *args], capture_output=True, text=True, env=env,
-                              timeout=60, check=False)
-        if done.returncode != 0:
-            raise DemoError(f"git {args[0]} in {self.fleet}: {done.stderr.strip()}")
-        return done.stdout.strip()
+        try:
+            return run_git(*args, cwd=self.fleet, base_env=self.git_env).strip()
+        except SourceError as exc:
+            raise DemoError(f"{exc} (in {self.fleet})") from None
 
 
 def create(root: Path | None) -> Workspace:
@@ -136,9 +139,10 @@ def init_fleet_repo(workspace: Workspace, files: Mapping[str, bytes]) -> str:
 
 
 def commit_file(workspace: Workspace, name: str, content: str, message: str) -> str:
-    (workspace.fleet / name).write_text(content, encoding="utf-8")
-    workspace.git("commit", "-q", "-m", message, "--", name)
-    return workspace.git("rev-parse", "HEAD")
+    try:
+        return commit_worktree_file(workspace.fleet, name, content, message, base_env=workspace.git_env)
+    except SourceError as exc:
+        raise DemoError(f"{exc} (in {workspace.fleet})") from None
 
 
 def control_plane_config(workspace: Workspace, port: int, litellm_url: str | None) -> Path:

@@ -11,25 +11,22 @@ from __future__ import annotations
 import io
 import os
 import re
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
-from llmfleet.adapters.fleetsource import PLACEMENT_FILE, GitFleetRepo, Snapshot, SourceError
+from llmfleet.adapters.git import GitFleetRepo, commit_blob
 from llmfleet.core.fleet.diagnostics import format_text
+from llmfleet.core.fleet.files import PLACEMENT_FILE, Snapshot
 from llmfleet.core.fleet.model import Fleet, Provider
 from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.core.hosts import canonical_address
+from llmfleet.errors import SourceError
+from llmfleet_contract.addresses import canonical_address
 
 _INDENTS = [(m, s, o) for m in (2, 4) for s in (2, 4, 6) for o in (0, 2, 4) if o <= s - 2]
-_FALLBACK_IDENTITY = {"GIT_AUTHOR_NAME": "llmfleet approve", "GIT_AUTHOR_EMAIL": "llmfleet@localhost",
-                      "GIT_COMMITTER_NAME": "llmfleet approve", "GIT_COMMITTER_EMAIL": "llmfleet@localhost"}
 
 
 class ApproveError(Exception):
@@ -134,39 +131,14 @@ def ref_name(host: str) -> str:
     return "approve/" + re.sub(r"[^A-Za-z0-9._-]", "-", host).strip(".-")
 
 
-def _git(git_dir: str, *args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run(["git", "--git-dir", git_dir, *args], input=stdin, capture_output=True, text=True,
-                            env={**os.environ, **(env or {}), "LC_ALL": "C"}, check=False, timeout=60)
-    if result.returncode != 0:
-        raise ApproveError(f"git {args[0]}: {result.stderr.strip() or 'failed'}")
-    return result.stdout.strip()
-
-
-def _identity(git_dir: str) -> dict[str, str]:
-    """The repository's configured identity, else a fallback (a server often has none)."""
-    configured = subprocess.run(["git", "--git-dir", git_dir, "config", "user.email"], capture_output=True,
-                                check=False).returncode == 0
-    return {} if configured else {k: v for k, v in _FALLBACK_IDENTITY.items() if k not in os.environ}
-
-
 def commit_file(repo: GitFleetRepo, base: str, path: str, content: str, branch: str, message: str,
                 *, create: bool) -> str:
     """Commit `content` at `path` on top of `base` and point `branch` at it (compare-and-swap)."""
-    git_dir = str(repo.repo.git_dir)
-    blob = _git(git_dir, "hash-object", "-w", "--stdin", "--path", path, stdin=content)
-    with tempfile.TemporaryDirectory(prefix="llmfleet-approve-") as tmp:
-        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        _git(git_dir, "read-tree", base, env=index)
-        _git(git_dir, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=index)
-        tree = _git(git_dir, "write-tree", env=index)
-    commit = _git(git_dir, "commit-tree", tree, "-p", base, "-m", message, env=_identity(git_dir))
-    expected_old = "0" * len(base) if create else base
     try:
-        _git(git_dir, "update-ref", "-m", "llmfleet approve", f"refs/heads/{branch}", commit, expected_old)
-    except ApproveError:
-        what = "already exists; delete it or merge it first" if create else "moved meanwhile; try again"
-        raise ApproveError(f"branch {branch} {what}") from None
-    return commit
+        return commit_blob(str(repo.repo.git_dir), base, path, content, branch, message, create=create,
+                           author="llmfleet approve")
+    except SourceError as exc:
+        raise ApproveError(str(exc)) from None
 
 
 def _checked_out(repo: GitFleetRepo, branch: str) -> bool:

@@ -16,12 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmfleet.adapters.git import default_clone_dir
 from llmfleet.adapters.providers import RUNPOD_URL, VAST_URL, ProviderAccess
 from llmfleet.core.fleet.bearer import Salt, SaltError
 from llmfleet.core.fleet.model import Provider
 from llmfleet.settings import ConfigError as ControlPlaneConfigError
-from llmfleet.settings import ControlPlaneConfig, RepoConfig
+from llmfleet.settings import ControlPlaneConfig, RepoConfig, default_clone_dir
 from llmfleet.settings import load_config as control_plane_config
 
 RECONCILER_CLONE = "fleet-repo-reconcile.git"  # not the control plane's clone: two processes, two fetches

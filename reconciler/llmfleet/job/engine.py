@@ -17,6 +17,7 @@ import aiohttp
 
 from llmfleet.adapters.litellm import LitellmApi
 from llmfleet.adapters.state.passes import PassRecord
+from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.core.judge.assess import assess
@@ -27,7 +28,6 @@ from llmfleet.job.apply import ActionResult, apply_plan, next_pending
 from llmfleet.job.observer import Observer
 from llmfleet.job.record import pass_record
 from llmfleet.job.saved import SavedPlan
-from llmfleet.job.store import StateStore
 
 ApiFactory = Callable[[aiohttp.ClientSession], LitellmApi]
 
@@ -46,7 +46,7 @@ class Reconciler:
     bearers: Bearers
     observer: Observer
     api_factory: ApiFactory
-    store: StateStore
+    store: ReconcileState
     write_concurrency: int = 8
     clock: Callable[[], float] = field(default=time.time)
 

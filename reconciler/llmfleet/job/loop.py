@@ -20,9 +20,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llmfleet.adapters.state.locks import LockHeld
 from llmfleet.adapters.state.locks import file_lock as pass_lock
 from llmfleet.adapters.state.passes import PassRecord
+from llmfleet.errors import LockHeld
 from llmfleet.job.metrics import PassMetrics
 
 __all__ = ["LockHeld", "log_event", "log_pass", "next_delay", "pass_lock", "run_forever"]

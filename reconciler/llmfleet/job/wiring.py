@@ -8,12 +8,13 @@ import aiohttp
 
 from llmfleet.adapters.litellm import LitellmApi, LitellmClient
 from llmfleet.adapters.providers import ProviderClient, RunPodClient, VastClient
+from llmfleet.adapters.state import open_reconcile_state
+from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.core.fleet.model import Provider, ReconcileSettings
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.job.configfile import ReconcileConfig
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
-from llmfleet.job.store import StateStore, open_store
 
 
 def provider_clients(config: ReconcileConfig) -> dict[Provider, ProviderClient]:
@@ -30,8 +31,8 @@ def litellm_factory(config: ReconcileConfig) -> Callable[[aiohttp.ClientSession]
 
 
 def build_reconciler(config: ReconcileConfig, settings: ReconcileSettings,
-                     store: StateStore | None = None) -> Reconciler:
+                     store: ReconcileState | None = None) -> Reconciler:
     observer = Observer(provider_clients(config), settings.probe_timeout_s, settings.probe_concurrency)
     return Reconciler(Bearers(config.salt, config.legacy_key), observer, litellm_factory(config),
-                      store if store is not None else open_store(config.state_url, config.state_password),
+                      store if store is not None else open_reconcile_state(config.state_url, config.state_password),
                       config.write_concurrency)

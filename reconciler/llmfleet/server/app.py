@@ -7,7 +7,7 @@ import logging
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from llmfleet.adapters.state.store import StateError
+from llmfleet.errors import StateError
 from llmfleet.server import admin_api, box_api, pages
 from llmfleet.server.box_api import error
 from llmfleet.server.logs import get_logger, log_event

@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from llmfleet.adapters.fleetsource import SourceError
 from llmfleet.adapters.git import TrackedRepo
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers, RenderError, render_all
 from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.errors import SourceError
 from llmfleet.server.logs import get_logger, log_event
 from llmfleet.server.metrics import Metrics
 

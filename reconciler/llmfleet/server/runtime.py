@@ -21,14 +21,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmfleet.adapters.fleetsource import SourceError
-from llmfleet.adapters.git import TrackedRepo, default_clone_dir
-from llmfleet.adapters.state.store import StateStore, open_store
+from llmfleet.adapters.git import TrackedRepo
+from llmfleet.adapters.state import open_store
+from llmfleet.adapters.state.store import StateStore
 from llmfleet.core.fleet.render import Bearers
+from llmfleet.errors import SourceError
 from llmfleet.server.logs import get_logger, log_event
 from llmfleet.server.metrics import Metrics
 from llmfleet.server.revisions import RevisionTracker
-from llmfleet.settings import ControlPlaneConfig
+from llmfleet.settings import ControlPlaneConfig, default_clone_dir
 from llmfleet_installer.zipapp import build_zipapp_bytes
 
 log = get_logger("runtime")

@@ -1,16 +1,60 @@
 """The durable state of the control plane and the reconciler (fetch log, attention list, box reports,
-approvals, probe histories, pending deletes, passes), on SQLite or PostgreSQL."""
+approvals, probe histories, pending deletes, passes), on SQLite or PostgreSQL.
 
+`open_store` opens the control plane's store, `open_reconcile_state` the reconciler's view of the same
+database (or an in-memory one for tests and one-off runs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmfleet.adapters.state.postgres import PostgresDatabase
+from llmfleet.adapters.state.reconcile import MemoryStore, ReconcileState
 from llmfleet.adapters.state.records import (
-           Approval,
-           AttentionEntry,
-           BoxReport,
-           Endpoint,
-           FetchRecord,
-           Outcome,
-           Sighting,
+    Approval,
+    AttentionEntry,
+    BoxReport,
+    Endpoint,
+    FetchRecord,
+    Outcome,
+    Sighting,
 )
-from llmfleet.adapters.state.store import FetchRetention, StateError, StateStore, open_store
+from llmfleet.adapters.state.sqlite import SqliteDatabase
+from llmfleet.adapters.state.sqlstore import SqlStateStore
+from llmfleet.adapters.state.store import (
+    POSTGRES_PREFIXES,
+    SQLITE_PREFIX,
+    FetchRetention,
+    StateStore,
+    is_postgres,
+    sqlite_path,
+)
+from llmfleet.errors import StateError
 
 __all__ = ["Approval", "AttentionEntry", "BoxReport", "Endpoint", "FetchRecord", "FetchRetention", "Outcome",
-           "Sighting", "StateError", "StateStore", "open_store"]
+           "ReconcileState", "Sighting", "StateError", "StateStore", "open_reconcile_state", "open_store"]
+
+
+def open_store(url: str, base: Path | None = None, *, password: str | None = None,
+               retention: FetchRetention | None = None, max_connections: int = 10,
+               application_name: str = "llmfleet") -> SqlStateStore:
+    """Open (creating and migrating as needed) the store named by `url`: sqlite:///PATH or
+    postgresql://... (`password` apart from the URL; `max_connections` sizes PostgreSQL's pool)."""
+    if is_postgres(url):
+        return SqlStateStore(PostgresDatabase(url, password, max_connections=max_connections,
+                                              application_name=application_name), retention)
+    return SqlStateStore(SqliteDatabase(sqlite_path(url, base)), retention)
+
+
+def open_reconcile_state(url: str | None, password: str | None = None) -> ReconcileState:
+    """The control plane's state store (llmfleet.adapters.state.open_store: `sqlite:///path/to/file.db` or
+    `postgresql://user@host/db`, `password` apart), a plain path for SQLite, or None/`memory:` for an
+    in-memory store."""
+    if not url or url in ("memory:", "memory://", "sqlite:///:memory:"):
+        return MemoryStore()
+    if "://" in url and not url.startswith((SQLITE_PREFIX, *POSTGRES_PREFIXES)):
+        raise ValueError(f"unsupported state URL scheme in {url.split('://')[0]}://…: use sqlite:///PATH or "
+                         "postgresql://user@host:port/dbname")
+    return open_store(url if "://" in url else SQLITE_PREFIX + url, password=password, max_connections=2,
+                            application_name="llmfleet-reconcile")

@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from llmfleet.errors import LockHeld
 
-class LockHeld(Exception):  # noqa: N818 (a state, not an error)
-    """Another process holds the lock; the message says which lock (and, when known, who)."""
+__all__ = ["LockHeld", "default_lock_path", "file_lock"]
+
+
 
 
 @contextlib.contextmanager

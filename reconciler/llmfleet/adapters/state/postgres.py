@@ -29,9 +29,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from llmfleet.adapters.state.dialect import POSTGRESQL, Row, Tx
-from llmfleet.adapters.state.locks import LockHeld
 from llmfleet.adapters.state.migrations import MIGRATIONS
-from llmfleet.adapters.state.store import StateError
+from llmfleet.errors import LockHeld, StateError
 
 CONNECT_TIMEOUT_S = 10
 # Keepalives notice a vanished peer (and so a vanished lock holder) within about a minute.

@@ -17,7 +17,7 @@ from pathlib import Path
 from llmfleet.adapters.state.dialect import SQLITE, Row, Tx, dict_rows
 from llmfleet.adapters.state.locks import default_lock_path, file_lock
 from llmfleet.adapters.state.migrations import MIGRATIONS
-from llmfleet.adapters.state.store import StateError
+from llmfleet.errors import StateError
 
 
 class SqliteDatabase:

@@ -1,7 +1,7 @@
 """The state store on either engine: the control plane's records and the reconciler's, one object.
 
 `SqlStateStore(database)` implements the control plane's Protocols (reconciler/llmfleet/adapters/state/store.py) and the
-reconciler's (reconciler/llmfleet/job/store.py) with SQL written once (the portable subset,
+reconciler's (reconciler/llmfleet/adapters/state/reconcile.py) with SQL written once (the portable subset,
 reconciler/llmfleet/adapters/state/dialect.py) over an engine adapter: `SqliteDatabase` or `PostgresDatabase`.
 
 Fetch records, the one write on every box request, are buffered and written in batches by a
@@ -36,13 +36,14 @@ from llmfleet.adapters.state.records import (
     Outcome,
     Sighting,
 )
-from llmfleet.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, FetchRetention, StateError
+from llmfleet.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, FetchRetention
 from llmfleet.core.fleet.jsonvalue import canonical_json, freeze_mapping
 from llmfleet.core.judge.intended import ServerKey
 from llmfleet.core.judge.observed import BoxFacts
+from llmfleet.core.judge.observed import BoxReport as JudgedReport
 from llmfleet.core.judge.plan import PendingDelete
 from llmfleet.core.judge.verdict import ServerHistory
-from llmfleet.job.store import box_report
+from llmfleet.errors import StateError
 
 FLUSH_INTERVAL_S = 0.5
 FLUSH_AT = 512  # pending fetch records that trigger an immediate write
@@ -249,7 +250,7 @@ class SqlStateStore:
         return [Approval(at=r["at"], host=r["host"], models=tuple(json.loads(r["models"])), branch=r["branch"],
                          commit=r["commit_sha"], base_revision=r["base_revision"], actor=r["actor"]) for r in rows]
 
-    # The reconciler's state (llmfleet.job.store.StateStore)
+    # The reconciler's state (llmfleet.adapters.state.reconcile.StateStore)
     def box_facts(self) -> dict[str, BoxFacts]:
         fetches = {box: f.at for box, f in self.last_config_served().items()}
         reports = {box: box_report(r) for box, r in self.latest_reports().items()}
@@ -310,3 +311,9 @@ class SqlStateStore:
             self.flush()
         finally:
             self.db.close()
+
+
+def box_report(report: BoxReport) -> JudgedReport:
+    """A box report as the reconciler judges it."""
+    return JudgedReport(report.revision, report.server_digests(), report.received_at,
+                     fit_ok=report.outcome is not Outcome.FIT_FAILED, failed=report.failed_servers())

@@ -1,7 +1,7 @@
 """The control plane's state behind one small interface, on SQLite (embedded) or PostgreSQL (shared).
 
 Each concern is its own Protocol; `StateStore` is their union. The reconciler's tables have theirs in
-reconciler/llmfleet/job/store.py. One object implements both (`sqlstore.SqlStateStore`, over either
+reconcile.py. One object implements both (`sqlstore.SqlStateStore`, over either
 engine's adapter): to add a table, add a Protocol, a migration (migrations.py) and the methods in
 sqlstore.py.
 """
@@ -11,21 +11,14 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from llmfleet.adapters.state.passes import PassRecord
 from llmfleet.adapters.state.records import Approval, AttentionEntry, BoxReport, FetchRecord, Sighting
-
-if TYPE_CHECKING:
-    from llmfleet.adapters.state.sqlstore import SqlStateStore
+from llmfleet.errors import StateError
 
 KEEP_PASSES = 1000  # pass records kept
 DETAILED_PASSES = 10  # of which the newest keep their per-server detail (PassRecord.summary() for the rest)
-
-
-class StateError(Exception):
-    """The store cannot be opened or used (bad URL, unwritable file, a newer schema, the database
-    unreachable)."""
 
 
 @dataclass(frozen=True)
@@ -138,20 +131,3 @@ def sqlite_path(url: str, base: Path | None = None) -> Path | None:
         raise StateError(f"state url {url!r} names no file")
     path = Path(rest)
     return path if path.is_absolute() or base is None else base / path
-
-
-def open_store(url: str, base: Path | None = None, *, password: str | None = None,
-               retention: FetchRetention | None = None, max_connections: int = 10,
-               application_name: str = "llmfleet") -> SqlStateStore:
-    """Open (creating and migrating as needed) the store named by `url`: sqlite:///PATH or
-    postgresql://... (`password` apart from the URL; `max_connections` sizes PostgreSQL's pool)."""
-    from llmfleet.adapters.state.sqlstore import SqlStateStore
-
-    if is_postgres(url):
-        from llmfleet.adapters.state.postgres import PostgresDatabase
-
-        return SqlStateStore(PostgresDatabase(url, password, max_connections=max_connections,
-                                              application_name=application_name), retention)
-    from llmfleet.adapters.state.sqlite import SqliteDatabase
-
-    return SqlStateStore(SqliteDatabase(sqlite_path(url, base)), retention)

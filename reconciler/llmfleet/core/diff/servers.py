@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from llmfleet.core.diff.fields import diff_fields
 from llmfleet.core.diff.report import BearerChange, Lifetime, ServerAction, ServerChange, ServerRef
-from llmfleet.core.fleet.bearer import normalise_host
 from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import server_entry
+from llmfleet_contract.addresses import normalise_host
 
 # Entry keys that are not compared as fields: where the server is (a move says so), its bearer
 # (compared by source) and the digest (a function of the rest).

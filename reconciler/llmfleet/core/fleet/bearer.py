@@ -16,6 +16,8 @@ import hmac
 import os
 from pathlib import Path
 
+from llmfleet_contract.addresses import normalise_host
+
 DOMAIN = "llmao.vllm.api_key"
 PREFIX = "sk-vllm-"
 MIN_SALT_LENGTH = 16
@@ -53,14 +55,6 @@ class Salt:
     def fingerprint(self) -> str:
         """A short, non-reversible id of the salt, to tell two salts apart in logs and state."""
         return hashlib.sha256(b"llmfleet.salt.fingerprint\n" + self._key).hexdigest()[:12]
-
-
-def normalise_host(host: str) -> str:
-    """`::ffff:203.0.113.10` -> `203.0.113.10`; anything else unchanged."""
-    lowered = host.lower()
-    if lowered.startswith("::ffff:") and "." in lowered:
-        return host[len("::ffff:"):]
-    return host
 
 
 def derive_bearer(salt: Salt, host: str, port: int) -> str:

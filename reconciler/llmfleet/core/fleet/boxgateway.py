@@ -20,7 +20,7 @@ import hashlib
 
 from llmfleet.core.fleet.bearer import bearer_fingerprint
 from llmfleet.core.fleet.jsonvalue import JSON, canonical_json
-from llmfleet_installer.boxjson import CLIENT_TOKEN_CREDENTIAL, bearer_credential
+from llmfleet_contract.boxjson import CLIENT_TOKEN_CREDENTIAL, bearer_credential
 
 LOOPBACK = "127.0.0.1"
 PUBLIC_HOST = "0.0.0.0"  # noqa: S104 - the gateway is what the provider's port map publishes

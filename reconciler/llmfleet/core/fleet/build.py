@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from llmfleet.adapters.fleetsource import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE
+from llmfleet.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE
 from llmfleet.core.fleet.flags import split_args
 from llmfleet.core.fleet.jsonvalue import JSON, freeze_mapping
 from llmfleet.core.fleet.model import (

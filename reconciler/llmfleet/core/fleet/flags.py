@@ -13,12 +13,10 @@ import shlex
 from collections.abc import Iterable, Mapping
 
 from llmfleet.core.fleet.jsonvalue import Frozen, thaw
+from llmfleet_contract.boxjson import MANAGED_FLAGS
 
-# Flags whose value llmfleet decides: where the server listens, what it is called, how much of the
-# card and context it takes, and its bearer. A recipe setting one of them would break the contract.
-MANAGED_FLAGS = frozenset({
-    "port", "host", "uds", "served-model-name", "max-model-len", "gpu-memory-utilization", "api-key",
-})
+__all__ = ["MANAGED_FLAGS", "managed_flags_in", "render_settings"]
+
 
 
 def _scalar(value: Frozen) -> str:

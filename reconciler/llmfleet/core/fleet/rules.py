@@ -34,11 +34,11 @@ import ipaddress
 import re
 from collections.abc import Iterator
 
-from llmfleet.adapters.fleetsource import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE
 from llmfleet.core.fleet.build import Built, Finding
+from llmfleet.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE
 from llmfleet.core.fleet.flags import managed_flags_in, render_settings
 from llmfleet.core.fleet.model import Box, Provider, Recipe
-from llmfleet_installer.boxjson import GATEWAY_PROGRAM
+from llmfleet_contract.boxjson import GATEWAY_PROGRAM
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _DNS_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"

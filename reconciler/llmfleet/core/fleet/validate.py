@@ -11,10 +11,10 @@ import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from llmfleet.adapters.fleetsource import FLEET_FILE, FLEET_FILES, MODELS_FILE, PLACEMENT_FILE, Oversized, Snapshot
 from llmfleet.core.fleet import rules, strictyaml
 from llmfleet.core.fleet.build import Finding, build
 from llmfleet.core.fleet.diagnostics import Diagnostic, Severity, has_errors, pointer
+from llmfleet.core.fleet.files import FLEET_FILE, FLEET_FILES, MODELS_FILE, PLACEMENT_FILE, Oversized, Snapshot
 from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.core.fleet.model import Fleet, frozen_map
 from llmfleet.core.fleet.schema import validate_document

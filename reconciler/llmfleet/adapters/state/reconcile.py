@@ -20,15 +20,16 @@ from typing import Protocol
 
 from llmfleet.adapters.state.locks import default_lock_path, file_lock
 from llmfleet.adapters.state.passes import PassRecord
-from llmfleet.adapters.state.records import BoxReport as ControlPlaneReport
-from llmfleet.adapters.state.records import Outcome
 from llmfleet.core.judge.intended import ServerKey
 from llmfleet.core.judge.observed import BoxFacts, BoxReport
 from llmfleet.core.judge.plan import PendingDelete
 from llmfleet.core.judge.verdict import ServerHistory
 
 
-class StateStore(Protocol):
+class ReconcileState(Protocol):
+    """What a reconcile pass reads and writes (llmfleet.adapters.state.store.StateStore is the control
+    plane's side; SqlStateStore implements both)."""
+
     def box_facts(self) -> dict[str, BoxFacts]: ...
 
     def histories(self) -> dict[ServerKey, ServerHistory]: ...
@@ -87,24 +88,3 @@ class MemoryStore:
 
     def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
         return file_lock(lock_file or default_lock_path(None))
-
-
-def box_report(report: ControlPlaneReport) -> BoxReport:
-    return BoxReport(report.revision, report.server_digests(), report.received_at,
-                     fit_ok=report.outcome is not Outcome.FIT_FAILED, failed=report.failed_servers())
-
-
-def open_store(url: str | None, password: str | None = None) -> StateStore:
-    """The control plane's state store (llmfleet.adapters.state.open_store: `sqlite:///path/to/file.db` or
-    `postgresql://user@host/db`, `password` apart), a plain path for SQLite, or None/`memory:` for an
-    in-memory store."""
-    from llmfleet.adapters.state.store import POSTGRES_PREFIXES, SQLITE_PREFIX
-    from llmfleet.adapters.state.store import open_store as open_state_store
-
-    if not url or url in ("memory:", "memory://", "sqlite:///:memory:"):
-        return MemoryStore()
-    if "://" in url and not url.startswith((SQLITE_PREFIX, *POSTGRES_PREFIXES)):
-        raise ValueError(f"unsupported state URL scheme in {url.split('://')[0]}://…: use sqlite:///PATH or "
-                         "postgresql://user@host:port/dbname")
-    return open_state_store(url if "://" in url else SQLITE_PREFIX + url, password=password, max_connections=2,
-                            application_name="llmfleet-reconcile")

@@ -8,21 +8,21 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from llmfleet.adapters.fleetsource import SourceError
 from llmfleet.adapters.git import TrackedRepo
-from llmfleet.adapters.state.store import StateError
+from llmfleet.adapters.state import open_reconcile_state
+from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.cli.common import CommandError, add_repo_arguments, eprint, load_validation
 from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import RenderError
 from llmfleet.core.fleet.validate import Validation, validate_snapshot
 from llmfleet.core.judge.plantext import render_json, render_text
+from llmfleet.errors import SourceError, StateError
 from llmfleet.job.configfile import ConfigError, ReconcileConfig, config_from_env, load_config
 from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.loop import LockHeld, log_event, log_pass
 from llmfleet.job.metrics import PassMetrics
 from llmfleet.job.saved import SavedPlan, StalePlan
-from llmfleet.job.store import StateStore, open_store
 from llmfleet.job.wiring import build_reconciler
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
@@ -93,9 +93,9 @@ class PassRunner:
     metrics: PassMetrics = field(default_factory=PassMetrics)
     reconciler: Reconciler | None = None
 
-    def store(self) -> StateStore:
+    def store(self) -> ReconcileState:
         try:
-            return open_store(self.args.state or self.config.state_url, self.config.state_password)
+            return open_reconcile_state(self.args.state or self.config.state_url, self.config.state_password)
         except (ValueError, OSError, StateError) as exc:
             raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
 

@@ -1,0 +1,32 @@
+"""The fleet repository's files as data: their names and one revision's contents (a Snapshot).
+
+Pure: reading them from a directory or from git objects is llmfleet.adapters.git's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+FLEET_FILE = "fleet.yaml"
+MODELS_FILE = "models.yaml"
+PLACEMENT_FILE = "placement.yaml"
+FLEET_FILES = (FLEET_FILE, MODELS_FILE, PLACEMENT_FILE)
+WORKTREE_REVISION = "working-tree"
+
+
+@dataclass(frozen=True)
+class Oversized:
+    size: int
+
+
+Content = bytes | Oversized | None  # None: the file does not exist
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The fleet files at one revision. `display` maps a file name to the path shown in messages."""
+
+    revision: str
+    files: Mapping[str, Content]
+    display: Mapping[str, str]

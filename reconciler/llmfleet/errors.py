@@ -1,0 +1,64 @@
+"""The one error tree of the control plane, the reconciler and the CLI.
+
+    LlmfleetError                      every error llmfleet raises on purpose
+    ├── ConfigurationError             a config file, a flag or the environment is wrong (exit 2)
+    ├── SourceError                    the fleet repository cannot be read (git, a directory)
+    ├── StateError                     the state store (SQLite, PostgreSQL) failed
+    │   └── LockHeld                   another pass holds the single-flight lock (not a failure)
+    ├── UpstreamError                  an outside system answered badly or not at all (retryable)
+    │   ├── HttpError                  llmfleet.adapters.http: connect, timeout, status, body
+    │   ├── ListingError               llmfleet.adapters.providers: a provider's listing is unusable
+    │   └── LitellmError               llmfleet.adapters.litellm: a LiteLLM answer we cannot use
+    └── OperationError                 a requested operation cannot be carried out as asked
+        (approve, a saved plan that went stale, a render of an unknown box, the demo, ...)
+
+`retryable` says whether trying the same thing again later can succeed; the reconcile loop and the
+control plane's git refresh retry only what says so. The CLI maps the tree to exit codes once
+(llmfleet.cli.main). The box side (llmfleet_installer, llmfleet_gateway) has trees of its own: it
+ships without the control plane.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+EXIT_INVALID = 1  # the fleet (or the final state) is not what it should be
+EXIT_USAGE = 2  # usage, configuration or I/O: the command could not do its job
+
+
+class LlmfleetError(Exception):
+    """The root: anything llmfleet raises on purpose. The message is for a person: it names the file,
+    field, host or header and what to do, and never carries a secret."""
+
+    retryable: ClassVar[bool] = False
+    exit_code: ClassVar[int] = EXIT_USAGE
+
+
+class ConfigurationError(LlmfleetError):
+    """A config file, a command-line flag or the environment is wrong."""
+
+
+class SourceError(LlmfleetError):
+    """The repository could not be read at all (missing directory, not a git repo, unknown rev)."""
+
+    retryable = True  # a fetch or a clone can fail for a moment
+
+
+class StateError(LlmfleetError):
+    """The state store failed (database unreachable, schema newer than this code, ...)."""
+
+    retryable = True
+
+
+class LockHeld(StateError):  # noqa: N818 (a state, not an error)
+    """Another pass holds the single-flight lock."""
+
+
+class UpstreamError(LlmfleetError):
+    """An outside system (a vLLM server, a provider API, LiteLLM) failed or answered unusably."""
+
+    retryable = True
+
+
+class OperationError(LlmfleetError):
+    """An operation that cannot be carried out as asked (the message says why and what to do)."""
