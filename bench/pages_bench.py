@@ -25,11 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.fleetgen import write_fleet
 from llmfleet.adapters.state.passes import PassRecord, ServerRecord
-from llmfleet.adapters.state.records import BoxReport, Endpoint, FetchRecord, Outcome
+from llmfleet.adapters.state.records import BoxReport, Endpoint, FetchRecord
 from llmfleet.core.fleet.jsonvalue import freeze_mapping
 from llmfleet.server.app import create_app
 from llmfleet.server.runtime import start_up
 from llmfleet.settings import load_config
+from llmfleet_contract.report import ReportOutcome
 
 TOKEN = "bench-viewer-token-0123456789"
 ENV = {"SALT": "bench-salt-0123456789abcdef", "VIEWER": TOKEN, "FLEET_KEY": "bench-fleet-key-0123"}
@@ -71,7 +72,8 @@ def main() -> int:
                                                    served.revision))
             rendered = json.loads(served.boxes[name].body)["servers"]
             applied = [{"name": s["name"], "digest": s["digest"]} for s in rendered]
-            runtime.store.record_report(BoxReport(name, now - 50, name, served.revision, "0.1.0", Outcome.INSTALLED,
+            runtime.store.record_report(BoxReport(name, now - 50, name, served.revision, "0.1.0",
+                                                  ReportOutcome.INSTALLED,
                                                   freeze_mapping({"fit": {"ok": True}, "servers": applied})), 20)
             for row in box.servers:
                 verdict = "Stale" if n % 20 == 3 else "Foreign" if n % 20 == 7 else "Healthy"

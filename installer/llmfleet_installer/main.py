@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from llmfleet_contract.report import ReportOutcome, ServerState
 from llmfleet_installer import __version__
 from llmfleet_installer.boxgateway import (
     GatewayError,
@@ -44,7 +45,7 @@ from llmfleet_installer.handover import (
     write_units,
 )
 from llmfleet_installer.hardware import Gpu, ProbeError, cached_weights_gb, free_disk_gb, probe_gpus
-from llmfleet_installer.report import Outcome, ServerState, build_report, server_state
+from llmfleet_installer.report import build_report, server_state
 from llmfleet_installer.settings import SAFE_PATH, Settings, SettingsError, load
 from llmfleet_installer.units import STARTRETRIES, Unit, UnitError, render_unit
 
@@ -160,7 +161,7 @@ class Installer:
         self.states: dict[str, ServerState] = {}  # by server name, and "gateway" for the box gateway
         self.removed: tuple[str, ...] = ()
 
-    def report(self, outcome: Outcome, message: str) -> None:
+    def report(self, outcome: ReportOutcome, message: str) -> None:
         """POST /vllm/report. A failed report is logged and never changes the exit code."""
         if self.client is None:
             return
@@ -174,7 +175,7 @@ class Installer:
         except FetchError as exc:
             log(f"could not report to the control plane (the install stands): {exc}")
 
-    def fail(self, outcome: Outcome, message: str) -> int:
+    def fail(self, outcome: ReportOutcome, message: str) -> int:
         log(message)
         self.report(outcome, message)
         return EXIT_FAILED
@@ -207,7 +208,7 @@ class Installer:
             log(str(exc))  # the control plane is unusable, so there is no report to send
             return EXIT_FAILED
         except BoxJsonError as exc:
-            return self.fail(Outcome.FAILED, "the box JSON is not usable: " + "; ".join(exc.problems))
+            return self.fail(ReportOutcome.FAILED, "the box JSON is not usable: " + "; ".join(exc.problems))
         box = self.box
         log(f"box {box.host} at revision {box.revision}: {len(box.servers)} server(s) "
             + ", ".join(f"{s.name}:{s.port}" for s in box.servers))
@@ -215,7 +216,7 @@ class Installer:
         try:
             units = render_units(box, fit, self.settings)
         except UnitError as exc:
-            return self.fail(Outcome.FAILED, f"cannot write a Supervisor program: {exc}")
+            return self.fail(ReportOutcome.FAILED, f"cannot write a Supervisor program: {exc}")
         ours = {s.port for s in box.servers} | ({box.gateway.port} if box.gateway else set())
         clashes = []
         for name, ports in foreign_vllm_units(self.settings.conf_dir).items():
@@ -237,16 +238,16 @@ class Installer:
             units += [gateway.unit] if gateway else []
             show_dry_run(units, fit, self.settings, gateway)
             self.states = {unit.server: ServerState.WRITTEN for unit in units}
-            self.report(Outcome.DRY_RUN, "dry run: nothing written")
+            self.report(ReportOutcome.DRY_RUN, "dry run: nothing written")
             return EXIT_OK
         if not fit.ok:
-            return self.fail(Outcome.FIT_FAILED, "will not fit: " + "; ".join(fit.problems))
+            return self.fail(ReportOutcome.FIT_FAILED, "will not fit: " + "; ".join(fit.problems))
         if clashes:
-            return self.fail(Outcome.FAILED, "; ".join(clashes))
+            return self.fail(ReportOutcome.FAILED, "; ".join(clashes))
         try:
             gateway = self.plan_gateway(box)
         except GatewayError as exc:
-            return self.fail(Outcome.FAILED, str(exc))
+            return self.fail(ReportOutcome.FAILED, str(exc))
         return self.install(units, gateway)
 
     def settled_states(self, programs: list[str]) -> dict[str, str]:
@@ -284,9 +285,9 @@ class Installer:
                 log(f"no box gateway: removed {', '.join(p.name for p in removed)}")
             written = write_units(self.settings, units)
         except OSError as exc:
-            return self.fail(Outcome.FAILED, f"cannot write {exc.filename}: {exc.strerror}")
+            return self.fail(ReportOutcome.FAILED, f"cannot write {exc.filename}: {exc.strerror}")
         except HandoverError as exc:
-            return self.fail(Outcome.FAILED, str(exc))
+            return self.fail(ReportOutcome.FAILED, str(exc))
         self.removed = written.removed
         self.states = {unit.server: ServerState.WRITTEN for unit in units}
         log(f"wrote {len(units)} program(s) in {self.settings.conf_dir}"
@@ -298,7 +299,7 @@ class Installer:
                 reread_and_update(self.settings)
                 states = self.settled_states([u.program for u in units])
             except HandoverError as exc:
-                return self.fail(Outcome.FAILED, str(exc))
+                return self.fail(ReportOutcome.FAILED, str(exc))
             self.states = {u.server: server_state(states.get(u.program)) for u in units}
             given_up = [f"{u.program} ({states.get(u.program, 'unknown to supervisord')})" for u in units
                         if self.states[u.server] is ServerState.FAILED]
@@ -308,7 +309,7 @@ class Installer:
         if given_up:
             message += "; supervisord gave up on " + ", ".join(given_up) + ": see their logs in " + str(
                 self.settings.log_dir)
-        self.report(Outcome.INSTALLED, message)
+        self.report(ReportOutcome.INSTALLED, message)
         if handover == "exec":
             log("exec supervisord -n")
             try:

@@ -7,27 +7,13 @@ error never turns the report itself into a 400.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from enum import StrEnum
 from typing import Any
 
 from llmfleet_contract.boxjson import GATEWAY_PROGRAM
+from llmfleet_contract.report import ReportOutcome, ServerState
 from llmfleet_installer.boxjson import GatewaySpec, ServerSpec
 from llmfleet_installer.fit import FitResult
 from llmfleet_installer.units import program_name
-
-
-class Outcome(StrEnum):
-    INSTALLED = "installed"
-    FIT_FAILED = "fit_failed"
-    FAILED = "failed"
-    DRY_RUN = "dry_run"
-
-
-class ServerState(StrEnum):
-    WRITTEN = "written"
-    STARTED = "started"
-    FAILED = "failed"
-
 
 # Supervisor states that mean "supervisord has it and is running or starting it".
 STARTED_STATES = frozenset({"RUNNING", "STARTING"})
@@ -67,7 +53,7 @@ def fit_json(fit: FitResult | None) -> dict[str, Any]:
     }
 
 
-def build_report(*, revision: str, installer_version: str, outcome: Outcome, message: str,
+def build_report(*, revision: str, installer_version: str, outcome: ReportOutcome, message: str,
                  fit: FitResult | None, servers: Sequence[ServerSpec], states: Mapping[str, ServerState],
                  units_removed: Sequence[str], gateway: GatewaySpec | None = None) -> dict[str, Any]:
     """`states` is keyed by server name, and by GATEWAY_PROGRAM for the box gateway."""

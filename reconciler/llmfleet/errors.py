@@ -31,7 +31,7 @@ class LlmfleetError(Exception):
     field, host or header and what to do, and never carries a secret."""
 
     retryable: ClassVar[bool] = False
-    exit_code: ClassVar[int] = EXIT_USAGE
+    exit_code: int = EXIT_USAGE  # a class default; CommandError sets its own per instance
 
 
 class ConfigurationError(LlmfleetError):

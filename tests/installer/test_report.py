@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from llmfleet_contract.report import ReportOutcome, ServerState
 from llmfleet_installer.fit import check_fit
 from llmfleet_installer.report import (
     MAX_MESSAGE,
     MAX_PROBLEM,
     MAX_PROBLEMS,
-    Outcome,
-    ServerState,
     build_report,
     server_state,
 )
@@ -16,7 +15,7 @@ from llmfleet_installer.report import (
 
 def test_long_texts_are_capped() -> None:
     fit = check_fit((), None, disk_free_gb=None, probe_problems=tuple("x" * 5000 for _ in range(100)))
-    report = build_report(revision="r" * 300, installer_version="0.1.0", outcome=Outcome.FAILED,
+    report = build_report(revision="r" * 300, installer_version="0.1.0", outcome=ReportOutcome.FAILED,
                           message="m" * 20000, fit=fit, servers=(), states={}, units_removed=())
     assert len(report["message"]) == MAX_MESSAGE
     assert report["message"].endswith("...")
@@ -26,7 +25,7 @@ def test_long_texts_are_capped() -> None:
 
 
 def test_fit_that_never_ran() -> None:
-    report = build_report(revision="r", installer_version="0.1.0", outcome=Outcome.FAILED, message="bad JSON",
+    report = build_report(revision="r", installer_version="0.1.0", outcome=ReportOutcome.FAILED, message="bad JSON",
                           fit=None, servers=(), states={}, units_removed=())
     assert report["fit"]["ok"] is False
     assert report["fit"]["problems"] == ["the fit check did not run"]

@@ -19,7 +19,7 @@ from llmfleet.core.judge.observed import (
 )
 from llmfleet.core.judge.verdict import (
     Availability,
-    Outcome,
+    ProbeOutcome,
     ServerHistory,
     Verdict,
     advance,
@@ -38,13 +38,13 @@ DOWN = ServerHistory(first_seen=NOW - 7200, up=False, ever_up=True, fail_streak=
                      last_healthy=NOW - 600, down_since=NOW - 300)
 
 
-def after(history: ServerHistory, *outcomes: Outcome) -> ServerHistory:
+def after(history: ServerHistory, *outcomes: ProbeOutcome) -> ServerHistory:
     for i, outcome in enumerate(outcomes):
         history = advance(history, outcome, NOW + i, SETTINGS)
     return history
 
 
-G, F, INC = Outcome.GOOD, Outcome.FAILED, Outcome.INCONCLUSIVE
+G, F, INC = ProbeOutcome.GOOD, ProbeOutcome.FAILED, ProbeOutcome.INCONCLUSIVE
 
 CASES = [
     # (name, resolution, probe, history-after, facts, verdict, words in the reason)

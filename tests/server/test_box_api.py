@@ -281,10 +281,10 @@ def test_box_that_cannot_render_gets_503_others_served(make_runtime: Callable[..
 
 def test_the_installers_reports_are_accepted(client: FlaskClient, runtime: Runtime) -> None:
     """The box side (llmfleet_installer.report) and this server agree on the report's shape."""
+    from llmfleet_contract.report import ReportOutcome as BoxOutcome
     from llmfleet_installer.boxjson import parse_text
     from llmfleet_installer.fit import FitResult
     from llmfleet_installer.hardware import Gpu
-    from llmfleet_installer.report import Outcome as BoxOutcome
     from llmfleet_installer.report import ServerState, build_report
 
     served = get_config(client, box_headers())
@@ -305,8 +305,8 @@ def test_the_installers_reports_are_accepted(client: FlaskClient, runtime: Runti
 
 def test_a_gateway_boxs_report_is_accepted(client: FlaskClient, runtime: Runtime) -> None:
     """Reports from a box running the gateway carry its unit; the schema takes it."""
+    from llmfleet_contract.report import ReportOutcome as BoxOutcome
     from llmfleet_installer.boxjson import GATEWAY_PROGRAM, GatewaySpec
-    from llmfleet_installer.report import Outcome as BoxOutcome
     from llmfleet_installer.report import ServerState, build_report
 
     gateway = GatewaySpec(port=8003, api_key="sk-vllm-x", config={}, digest="sha256:" + "0" * 64)

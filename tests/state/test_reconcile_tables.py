@@ -12,12 +12,13 @@ from llmfleet.adapters.state import open_reconcile_state
 from llmfleet.adapters.state.passes import ActionRecord, PassRecord
 from llmfleet.adapters.state.reconcile import MemoryStore, ReconcileState
 from llmfleet.adapters.state.records import BoxReport as ControlPlaneReport
-from llmfleet.adapters.state.records import Endpoint, FetchRecord, Outcome
+from llmfleet.adapters.state.records import Endpoint, FetchRecord
 from llmfleet.adapters.state.sqlstore import SqlStateStore
 from llmfleet.core.fleet.jsonvalue import freeze_mapping
 from llmfleet.core.judge.observed import BoxReport
 from llmfleet.core.judge.plan import PendingDelete
 from llmfleet.core.judge.verdict import ServerHistory
+from llmfleet_contract.report import ReportOutcome
 
 RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
                     (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
@@ -46,7 +47,7 @@ def record_box_facts(store: ReconcileState) -> None:
     for at in (10.0, 20.0):
         store.record_fetch(FetchRecord(at, Endpoint.CONFIG, 200, "127.0.0.1", "b", None, "b", "r" * 40))
     store.record_fetch(FetchRecord(25.0, Endpoint.CONFIG, 404, "127.0.0.1", "b", None, "b", None))
-    store.record_report(ControlPlaneReport("c", 30.0, "127.0.0.1", "r" * 40, "1", Outcome.FIT_FAILED,
+    store.record_report(ControlPlaneReport("c", 30.0, "127.0.0.1", "r" * 40, "1", ReportOutcome.FIT_FAILED,
                                            freeze_mapping({"servers": [{"name": "m", "digest": "sha256:1"}]})), 20)
 
 

@@ -15,7 +15,6 @@ from llmfleet.adapters.state import (
     BoxReport,
     Endpoint,
     FetchRecord,
-    Outcome,
     Sighting,
     StateError,
     open_store,
@@ -25,6 +24,7 @@ from llmfleet.adapters.state.sqlite import SqliteDatabase
 from llmfleet.adapters.state.sqlstore import SqlStateStore
 from llmfleet.adapters.state.store import FetchRetention, sqlite_path
 from llmfleet.core.fleet.jsonvalue import freeze_mapping
+from llmfleet_contract.report import ReportOutcome
 from tests.state.postgres import free_port, with_schema
 
 
@@ -229,13 +229,13 @@ def test_attention_list_is_bounded_lru(store: SqlStateStore) -> None:
 def test_reports_keep_latest_per_box(store: SqlStateStore) -> None:
     for i in range(5):
         body = {"revision": f"r{i}", "servers": [{"name": "s", "digest": f"d{i}"}]}
-        store.record_report(BoxReport("a", float(i), "192.0.2.1", f"r{i}", "0.1", Outcome.INSTALLED,
+        store.record_report(BoxReport("a", float(i), "192.0.2.1", f"r{i}", "0.1", ReportOutcome.INSTALLED,
                                       freeze_mapping(body)), keep=3)
-    store.record_report(BoxReport("b", 9.0, "192.0.2.2", "rb", "0.1", Outcome.FIT_FAILED), keep=3)
+    store.record_report(BoxReport("b", 9.0, "192.0.2.2", "rb", "0.1", ReportOutcome.FIT_FAILED), keep=3)
     assert [r.revision for r in store.report_history("a")] == ["r4", "r3", "r2"]
     latest = store.latest_reports()
     assert latest["a"].server_digests() == {"s": "d4"}
-    assert latest["b"].outcome is Outcome.FIT_FAILED
+    assert latest["b"].outcome is ReportOutcome.FIT_FAILED
 
 
 def test_approvals(store: SqlStateStore) -> None:

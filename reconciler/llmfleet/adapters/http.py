@@ -18,11 +18,12 @@ from typing import Any
 import aiohttp
 
 from llmfleet.core.fleet.jsonvalue import JSON
+from llmfleet.errors import UpstreamError
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
-class HttpError(Exception):
+class HttpError(UpstreamError):
     """A request failed for good (after retries). `status` is None for transport failures."""
 
     def __init__(self, message: str, status: int | None = None, body: JSON = None) -> None:

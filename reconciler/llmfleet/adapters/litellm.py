@@ -22,13 +22,14 @@ from llmfleet.adapters.http import HttpError, RetryPolicy, request_json
 from llmfleet.core.fleet.jsonvalue import JSON, freeze_mapping
 from llmfleet.core.judge.intended import DeploymentSpec
 from llmfleet.core.judge.observed import Deployment
+from llmfleet.errors import UpstreamError
 
 PAGE_SIZE = 500
 MAX_PAGES = 1000
 
 
-class LitellmError(Exception):
-    pass
+class LitellmError(UpstreamError):
+    """LiteLLM answered something we cannot use."""
 
 
 class LitellmApi(Protocol):

@@ -26,6 +26,7 @@ from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.core.fleet.model import Provider
 from llmfleet.core.judge.intended import Endpoint
 from llmfleet.core.judge.observed import ProviderBox, ProviderListing
+from llmfleet.errors import UpstreamError
 
 VAST_URL = "https://console.vast.ai"
 RUNPOD_URL = "https://api.runpod.io"
@@ -34,8 +35,8 @@ MAX_PAGES = 2000  # a loop guard against a paging bug on either side
 VAST_TERMINAL = frozenset({"exited", "unknown", "offline"})
 
 
-class ListingError(Exception):
-    pass
+class ListingError(UpstreamError):
+    """A provider's listing answered but cannot be used (shape, paging)."""
 
 
 class ProviderClient(Protocol):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llmfleet.cli.common import EXIT_OK, CommandError, handle_errors
+from llmfleet.cli.common import EXIT_OK, CommandError
 from llmfleet.core.fleet.bearer import SaltError, load_salt
 
 
@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--port", required=True, type=_port, help="the container listen port")
     parser.add_argument("--salt-file", metavar="FILE",
                         help="file holding the bearer salt (default: $LLMFLEET_VLLM_API_SALT)")
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

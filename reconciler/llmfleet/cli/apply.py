@@ -6,7 +6,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from llmfleet.cli.common import CommandError, handle_errors
+from llmfleet.cli.common import CommandError
 from llmfleet.cli.passes import (
     EXIT_ERROR,
     EXIT_OK,
@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
                         help="a plan saved by `llmfleet plan --out`: applied only if the fleet still plans exactly it")
     add_pass_arguments(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

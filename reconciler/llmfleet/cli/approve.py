@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError, handle_errors
+from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.core.fleet.model import Provider
 from llmfleet.job.approve import ApproveError, approve, open_repo
 from llmfleet.settings import ApproveTarget, ConfigError, load_config
@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--onto", metavar="BRANCH", help="commit onto BRANCH instead of a new approve/<host> branch")
     parser.add_argument("--config", metavar="FILE",
                         help="take the repository, branch and approve.target from a control-plane config")
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,17 +9,24 @@ from typing import Any
 from llmfleet.adapters.git import read_fleet
 from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.validate import Validation, validate_snapshot
-from llmfleet.errors import SourceError
+from llmfleet.errors import EXIT_INVALID, EXIT_USAGE, LlmfleetError, SourceError
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+__all__ = ["EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "CommandError", "add_repo_arguments", "eprint", "load_validation",
+           "require_valid"]
+
+EXIT_OK = 0
 
 
-class CommandError(Exception):
-    """A usage or I/O problem: printed as `llmfleet: message`, exit 2 unless `code` says otherwise."""
+class CommandError(LlmfleetError):
+    """A usage or I/O problem of one command: exit 2 unless `code` says otherwise."""
 
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         super().__init__(message)
-        self.code = code
+        self.exit_code = code
+
+    @property
+    def code(self) -> int:
+        return self.exit_code
 
 
 def add_repo_arguments(parser: argparse.ArgumentParser, *, positional: bool = False) -> None:
@@ -51,17 +58,3 @@ def require_valid(validation: Validation) -> None:
         eprint(format_text(validation.diagnostics))
         raise CommandError(f"the fleet at {validation.revision} is not valid; run `llmfleet validate`",
                            EXIT_INVALID)
-
-
-def handle_errors(run: Any) -> Any:
-    """Decorator: CommandError -> message on stderr and its exit code."""
-
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            code: int = run(args)
-        except CommandError as exc:
-            eprint(f"llmfleet {args.command}: {exc}")
-            return exc.code
-        return code
-
-    return wrapper

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import llmfleet
-from llmfleet.cli.common import CommandError, handle_errors
+from llmfleet.cli.common import CommandError
 
 SCENARIOS = ("move-model",)
 
@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
                         help="the fleet repository to simulate (default: fleet-repo-example)")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="how long the fleet may take to converge, per step (default: 300)")
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def _master_key(args: argparse.Namespace) -> str | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from llmfleet.adapters.git import GitFleetRepo
-from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError, handle_errors
+from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.core.diff import DEFAULT_MAX_CHARS, diff_fleets, render_json, render_markdown, render_text
 from llmfleet.core.diff.invalid import render_invalid_json, render_invalid_markdown, render_invalid_text
 from llmfleet.core.diff.sections import Section
@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS, metavar="N",
                         help=f"cut the markdown report to N characters (default: {DEFAULT_MAX_CHARS}, under "
                              "GitHub's 65,536-character comment limit)")
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def base_revision(repo: GitFleetRepo, head: str, branch: str | None) -> str:

@@ -1,5 +1,9 @@
-"""`llmfleet`: the command line. Each subcommand lives in reconciler/commands/<name>.py and exposes
-`register(subparsers)`, which adds its parser and sets `run(args) -> exit code`."""
+"""`llmfleet`: the command line. Each subcommand lives in llmfleet/cli/<name>.py and exposes
+`register(subparsers)`, which adds its parser and sets `run(args) -> exit code`.
+
+Errors are mapped to exit codes here, once: a LlmfleetError (llmfleet.errors) prints
+`llmfleet COMMAND: message` on stderr and exits with its `exit_code`; nothing else is caught, so a bug
+still shows its traceback. Options are never taken by an abbreviation (`--conf` is not `--config`)."""
 
 from __future__ import annotations
 
@@ -7,22 +11,29 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from llmfleet import __version__
-from llmfleet.cli.common import EXIT_OK, EXIT_USAGE
+from llmfleet.cli.common import EXIT_OK, EXIT_USAGE, eprint
+from llmfleet.errors import LlmfleetError
 
 # Subcommand modules, in the order `llmfleet --help` lists them.
 COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve", "plan", "apply",
             "reconcile", "demo")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse without prefix matching: an abbreviated option is an error, not a guess."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="llmfleet",
-        description="Run a self-hosted vLLM fleet from git.",
-    )
+    parser = Parser(prog="llmfleet", description="Run a self-hosted vLLM fleet from git.")
     parser.add_argument("--version", action="version", version=f"llmfleet {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(f"llmfleet.cli.{name}").register(subparsers)
     return parser
@@ -36,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         code: int = args.run(args)
+    except LlmfleetError as exc:
+        eprint(f"llmfleet {args.command}: {exc}")
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `llmfleet render x | head`

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from llmfleet.cli.common import CommandError, handle_errors
+from llmfleet.cli.common import CommandError
 from llmfleet.cli.passes import (
     EXIT_CHANGES,
     EXIT_ERROR,
@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
                         help="also save the plan (JSON, no secret) for `llmfleet apply FILE` to apply exactly")
     parser.add_argument("--detailed-exitcode", action="store_true",
                         help="exit 0 when there is nothing to do, 1 on error, 2 when there are changes")
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from llmfleet.cli.common import CommandError, handle_errors
+from llmfleet.cli.common import CommandError
 from llmfleet.cli.passes import (
     EXIT_OK,
     PassRunner,
@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
     when.add_argument("--once", action="store_true", help="run one pass and exit with its status")
     parser.add_argument("--metrics-listen", metavar="HOST:PORT",
                         help="serve Prometheus metrics there while looping")
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ from llmfleet.cli.common import (
     EXIT_OK,
     CommandError,
     add_repo_arguments,
-    handle_errors,
     load_validation,
     require_valid,
 )
@@ -40,7 +39,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("host", metavar="HOST", help="the box name, as in placement.yaml")
     add_repo_arguments(parser)
     add_secret_arguments(parser)
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import argparse
 import ssl
 from typing import Any
 
-from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError, handle_errors
+from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.errors import SourceError, StateError
 from llmfleet.settings import ConfigError, ControlPlaneConfig, Listen, load_config
 
@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
                         help="allow plain HTTP on a non-loopback address (boxes would send the fleet key in clear)")
     parser.add_argument("--check", action="store_true",
                         help="run the whole start-up path without binding a port; exit 0 if it would serve")
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def _listen(args: argparse.Namespace, config: ControlPlaneConfig) -> Listen:

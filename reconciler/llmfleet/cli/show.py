@@ -8,14 +8,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from llmfleet.cli.common import EXIT_OK, add_repo_arguments, handle_errors, load_validation, require_valid
+from llmfleet.cli.common import EXIT_OK, add_repo_arguments, load_validation, require_valid
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "show", help="print the placement as a table", description="Print every box and its servers.")
     add_repo_arguments(parser, positional=True)
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

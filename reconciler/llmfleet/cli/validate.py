@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, add_repo_arguments, handle_errors, load_validation
+from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, add_repo_arguments, load_validation
 from llmfleet.core.fleet.diagnostics import format_github, format_json, format_text
 
 
@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
     default = "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
     parser.add_argument("--format", choices=("text", "json", "github"), default=default,
                         help="output format (default: github inside GitHub Actions, else text)")
-    parser.set_defaults(run=handle_errors(run))
+    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

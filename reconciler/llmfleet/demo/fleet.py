@@ -24,13 +24,14 @@ from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.files import FLEET_FILE, PLACEMENT_FILE, WORKTREE_REVISION, Snapshot
 from llmfleet.core.fleet.model import Box, Fleet, Provider
 from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.errors import OperationError
 
 DEFAULT_FIRST_ADDRESS = "127.0.0.2"  # 127.0.0.1 is the control plane's
 DEFAULT_GPU_MEMORY_GB = 80.0  # a simulated box whose placement declares no GPU memory: one 80 GB card
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
 
-class DemoError(Exception):
+class DemoError(OperationError):
     """The demo cannot run as asked; the message says why and what to do."""
 
 

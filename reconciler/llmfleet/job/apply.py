@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from llmfleet.adapters.http import HttpError
 from llmfleet.adapters.litellm import LitellmApi, LitellmError
 from llmfleet.core.judge.plan import Action, ActionKind, PendingDelete, Plan
+from llmfleet.errors import OperationError
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class ActionResult:
     error: str | None = None
 
 
-class NotOursError(Exception):
+class NotOursError(OperationError):
     """The row is not ours (any more): never written."""
 
 

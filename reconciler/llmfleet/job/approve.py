@@ -23,13 +23,13 @@ from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.files import PLACEMENT_FILE, Snapshot
 from llmfleet.core.fleet.model import Fleet, Provider
 from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.errors import SourceError
+from llmfleet.errors import OperationError, SourceError
 from llmfleet_contract.addresses import canonical_address
 
 _INDENTS = [(m, s, o) for m in (2, 4) for s in (2, 4, 6) for o in (0, 2, 4) if o <= s - 2]
 
 
-class ApproveError(Exception):
+class ApproveError(OperationError):
     """The approval cannot be made; the message says why and what to do."""
 
 

@@ -14,16 +14,17 @@ from typing import Any
 
 from llmfleet.core.judge.plan import Plan
 from llmfleet.core.judge.plantext import FORMAT_VERSION
+from llmfleet.errors import OperationError
 
 Signature = tuple[tuple[str, str, str | None], ...]
 
 
-class StalePlan(Exception):  # noqa: N818 (reads as what happened)
-    pass
+class StalePlan(OperationError):  # noqa: N818 (reads as what happened)
+    """The saved plan no longer matches what a new plan would do."""
 
 
-class PlanFileError(Exception):
-    pass
+class PlanFileError(OperationError):
+    """The saved plan file cannot be read or is not one."""
 
 
 def signature(plan: Plan) -> Signature:

@@ -7,10 +7,11 @@ from typing import Any
 
 from jsonschema.exceptions import best_match
 
-from llmfleet.adapters.state.records import BoxReport, Outcome
+from llmfleet.adapters.state.records import BoxReport
 from llmfleet.core.fleet.diagnostics import pointer
 from llmfleet.core.fleet.jsonvalue import freeze_mapping, thaw
 from llmfleet.core.fleet.schema import validator
+from llmfleet_contract.report import ReportOutcome
 
 MAX_REPORT_BYTES = 64 * 1024
 SCHEMA = "box-report"
@@ -39,7 +40,7 @@ def parse_report(body: bytes, box: str, peer: str, received_at: float) -> BoxRep
         message = error.message if len(error.message) <= 300 else error.message[:300] + "..."
         raise ReportError(f"{where}: {message}{more}")
     return BoxReport(box=box, received_at=received_at, peer=peer, revision=document["revision"],
-                     installer_version=document["installer_version"], outcome=Outcome(document["outcome"]),
+                     installer_version=document["installer_version"], outcome=ReportOutcome(document["outcome"]),
                      body=freeze_mapping(document))
 
 
@@ -51,7 +52,7 @@ def staleness(report: BoxReport, served: dict[str, Any]) -> dict[str, Any]:
     servers = {name: ("current" if applied.get(name) == digest else "stale" if name in applied else "missing")
                for name, digest in wanted.items()}
     servers.update({name: "removed" for name in applied if name not in wanted})
-    stale = report.outcome is not Outcome.INSTALLED or any(v != "current" for v in servers.values())
+    stale = report.outcome is not ReportOutcome.INSTALLED or any(v != "current" for v in servers.values())
     return {"stale": stale, "revision_matches": report.revision == served.get("revision"), "servers": servers}
 
 

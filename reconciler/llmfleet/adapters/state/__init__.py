@@ -17,7 +17,6 @@ from llmfleet.adapters.state.records import (
     BoxReport,
     Endpoint,
     FetchRecord,
-    Outcome,
     Sighting,
 )
 from llmfleet.adapters.state.sqlite import SqliteDatabase
@@ -31,9 +30,23 @@ from llmfleet.adapters.state.store import (
     sqlite_path,
 )
 from llmfleet.errors import StateError
+from llmfleet_contract.report import ReportOutcome
 
-__all__ = ["Approval", "AttentionEntry", "BoxReport", "Endpoint", "FetchRecord", "FetchRetention", "Outcome",
-           "ReconcileState", "Sighting", "StateError", "StateStore", "open_reconcile_state", "open_store"]
+__all__ = [
+    "Approval",
+    "AttentionEntry",
+    "BoxReport",
+    "Endpoint",
+    "FetchRecord",
+    "FetchRetention",
+    "ReconcileState",
+    "ReportOutcome",
+    "Sighting",
+    "StateError",
+    "StateStore",
+    "open_reconcile_state",
+    "open_store",
+]
 
 
 def open_store(url: str, base: Path | None = None, *, password: str | None = None,

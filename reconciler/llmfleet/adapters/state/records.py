@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from llmfleet.core.fleet.jsonvalue import EMPTY, Frozen
+from llmfleet_contract.report import ReportOutcome
 
 
 class Endpoint(StrEnum):
@@ -54,13 +55,6 @@ class AttentionEntry:
     forwarded_for: str | None = None
 
 
-class Outcome(StrEnum):
-    INSTALLED = "installed"
-    FIT_FAILED = "fit_failed"
-    FAILED = "failed"
-    DRY_RUN = "dry_run"
-
-
 @dataclass(frozen=True)
 class BoxReport:
     """What a box said it applied (POST /vllm/report). `body` is the whole validated report."""
@@ -70,7 +64,7 @@ class BoxReport:
     peer: str
     revision: str
     installer_version: str
-    outcome: Outcome
+    outcome: ReportOutcome
     body: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY)
 
     def failed_servers(self) -> frozenset[str]:

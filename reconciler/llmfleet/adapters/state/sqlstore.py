@@ -33,7 +33,6 @@ from llmfleet.adapters.state.records import (
     BoxReport,
     Endpoint,
     FetchRecord,
-    Outcome,
     Sighting,
 )
 from llmfleet.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, FetchRetention
@@ -44,6 +43,7 @@ from llmfleet.core.judge.observed import BoxReport as JudgedReport
 from llmfleet.core.judge.plan import PendingDelete
 from llmfleet.core.judge.verdict import ServerHistory
 from llmfleet.errors import StateError
+from llmfleet_contract.report import ReportOutcome
 
 FLUSH_INTERVAL_S = 0.5
 FLUSH_AT = 512  # pending fetch records that trigger an immediate write
@@ -81,7 +81,7 @@ def _fetch(row: Row) -> FetchRecord:
 
 def _report(row: Row) -> BoxReport:
     return BoxReport(box=row["box"], received_at=row["received_at"], peer=row["peer"], revision=row["revision"],
-                     installer_version=row["installer_version"], outcome=Outcome(row["outcome"]),
+                     installer_version=row["installer_version"], outcome=ReportOutcome(row["outcome"]),
                      body=freeze_mapping(json.loads(row["body"])))
 
 
@@ -316,4 +316,4 @@ class SqlStateStore:
 def box_report(report: BoxReport) -> JudgedReport:
     """A box report as the reconciler judges it."""
     return JudgedReport(report.revision, report.server_digests(), report.received_at,
-                     fit_ok=report.outcome is not Outcome.FIT_FAILED, failed=report.failed_servers())
+                     fit_ok=report.outcome is not ReportOutcome.FIT_FAILED, failed=report.failed_servers())

@@ -16,6 +16,7 @@ import hmac
 import os
 from pathlib import Path
 
+from llmfleet.errors import ConfigurationError
 from llmfleet_contract.addresses import normalise_host
 
 DOMAIN = "llmao.vllm.api_key"
@@ -23,7 +24,7 @@ PREFIX = "sk-vllm-"
 MIN_SALT_LENGTH = 16
 
 
-class SaltError(ValueError):
+class SaltError(ConfigurationError, ValueError):
     """The salt is missing or unusable. Messages never contain the salt itself."""
 
 

@@ -18,11 +18,12 @@ from llmfleet.core.fleet.boxgateway import LOOPBACK, gateway_section
 from llmfleet.core.fleet.flags import render_settings
 from llmfleet.core.fleet.jsonvalue import JSON, canonical_json
 from llmfleet.core.fleet.model import Box, Fleet, Recipe, ServerRow
+from llmfleet.errors import OperationError
 
 OPTIONAL_FIELDS = ("gpu_memory_utilization", "max_model_len", "vram_gb", "disk_gb", "kv_bytes_per_token")
 
 
-class RenderError(Exception):
+class RenderError(OperationError):
     """The box cannot be rendered (unknown box, legacy pair without the legacy key)."""
 
 

@@ -64,20 +64,20 @@ class ServerHistory:
     loading_since: float | None = None  # the box's config fetch this (not serving) server's load started at
 
 
-class Outcome(StrEnum):
+class ProbeOutcome(StrEnum):
     GOOD = "good"
     FAILED = "failed"
     INCONCLUSIVE = "inconclusive"
 
 
-def outcome_of(resolution: Resolution, probe: ProbeResult | None) -> Outcome:
+def outcome_of(resolution: Resolution, probe: ProbeResult | None) -> ProbeOutcome:
     if resolution.unknown is not None:
-        return Outcome.INCONCLUSIVE
+        return ProbeOutcome.INCONCLUSIVE
     if not resolution.listed:  # a working listing without the box: counts like a failed probe
-        return Outcome.FAILED
+        return ProbeOutcome.FAILED
     if probe is None or probe.status is ProbeStatus.ERROR:
-        return Outcome.INCONCLUSIVE
-    return Outcome.GOOD if probe.status is ProbeStatus.OK else Outcome.FAILED
+        return ProbeOutcome.INCONCLUSIVE
+    return ProbeOutcome.GOOD if probe.status is ProbeStatus.OK else ProbeOutcome.FAILED
 
 
 def seeded_history(now: float, serving: bool) -> ServerHistory:
@@ -86,11 +86,11 @@ def seeded_history(now: float, serving: bool) -> ServerHistory:
     return ServerHistory(first_seen=now, up=serving, ever_up=serving, last_healthy=now if serving else None)
 
 
-def advance(history: ServerHistory, outcome: Outcome, now: float, settings: ReconcileSettings) -> ServerHistory:
-    if outcome is Outcome.INCONCLUSIVE:
+def advance(history: ServerHistory, outcome: ProbeOutcome, now: float, settings: ReconcileSettings) -> ServerHistory:
+    if outcome is ProbeOutcome.INCONCLUSIVE:
         return history
     window = 2 * settings.down_after_failures - 1
-    if outcome is Outcome.GOOD:
+    if outcome is ProbeOutcome.GOOD:
         ok = history.ok_streak + 1
         up = history.up or not history.ever_up or ok >= settings.up_after_successes
         return dataclasses.replace(

@@ -10,12 +10,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from llmfleet.adapters.state.passes import PassRecord, ServerRecord
-from llmfleet.adapters.state.records import BoxReport, Outcome
+from llmfleet.adapters.state.records import BoxReport
 from llmfleet.core.fleet.jsonvalue import thaw
 from llmfleet.core.fleet.model import Box, Fleet, Provider
 from llmfleet.core.judge.verdict import SERVING, Verdict, rollup
 from llmfleet.server.pages.inputs import Inputs
 from llmfleet.server.reports import staleness
+from llmfleet_contract.report import ReportOutcome
 
 NOT_JUDGED = "not judged yet"
 NOT_JUDGED_COUNT = "Not judged"  # the key counting them among the verdicts
@@ -187,12 +188,12 @@ def fit_of(report: BoxReport | None) -> Fit:
     listed = fit.get("problems") if isinstance(fit, dict) else None
     problems = tuple(str(p) for p in listed) if isinstance(listed, list) else ()
     message = report.body.get("message")
-    if report.outcome is Outcome.FIT_FAILED or (isinstance(fit, dict) and fit.get("ok") is False):
+    if report.outcome is ReportOutcome.FIT_FAILED or (isinstance(fit, dict) and fit.get("ok") is False):
         return Fit("failed", "does not fit: " + ("; ".join(problems) or str(message or "see the box's log")),
                    problems)
-    if report.outcome is Outcome.FAILED:
+    if report.outcome is ReportOutcome.FAILED:
         return Fit("install-failed", f"install failed: {message or 'see the box log'}", problems)
-    if report.outcome is Outcome.DRY_RUN:
+    if report.outcome is ReportOutcome.DRY_RUN:
         return Fit("dry-run", "dry run: checked, nothing installed", problems)
     return Fit("ok", "fits", problems)
 
@@ -211,7 +212,7 @@ def box_view(inputs: Inputs, fleet: Fleet, box: Box, judged: Mapping[tuple[str, 
     rendered = inputs.served.boxes.get(box.name) if inputs.served is not None else None
     boot = "unknown"
     if report is not None and rendered is not None:
-        boot = "not-applied" if report.outcome is not Outcome.INSTALLED else \
+        boot = "not-applied" if report.outcome is not ReportOutcome.INSTALLED else \
             "stale" if staleness(report, json.loads(rendered.body))["stale"] else "current"
     render_error = inputs.served.render_errors.get(box.name) if inputs.served is not None else None
     return BoxView(
