@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -120,14 +121,17 @@ def test_metrics_from_a_pass_record(tmp_path: Path) -> None:
 
 def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
     from llmfleet.job.loop import log_pass
+    from llmfleet.logs import setup_logging
 
+    setup_logging()  # what `llmfleet` does for every command: JSON lines on (captured) stderr
     log_pass(RECORD)
     line = json.loads(capsys.readouterr().err.strip())
     assert line["event"] == "reconcile_pass"
     assert line["ok"] is False
     assert line["verdicts"] == {"Healthy": 2, "Down": 1}
     assert line["actions"][0]["error"] == "HTTP 503"
-    assert time.time() - line["ts"] < 60
+    assert line["level"] == "error"  # a failed pass
+    assert time.time() - datetime.fromisoformat(line["ts"]).timestamp() < 60  # ISO-8601, like every line
 
 
 def test_config_from_the_environment_for_ci_jobs() -> None:

@@ -13,8 +13,8 @@ import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
+from llmfleet.logs import setup_logging
 from llmfleet.server.app import create_app
-from llmfleet.server.logs import setup_logging
 from llmfleet.server.runtime import Runtime, start_up
 from llmfleet.settings import ControlPlaneConfig, load_config
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT

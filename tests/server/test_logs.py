@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from llmfleet.server.logs import MAX_FIELD, BufferedStreamHandler, JsonFormatter, log_event
+from llmfleet.logs import MAX_FIELD, BufferedStreamHandler, JsonFormatter, log_event
 
 
 def test_buffered_handler_writes_every_line_in_order_by_close() -> None:

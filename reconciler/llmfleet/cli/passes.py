@@ -20,10 +20,11 @@ from llmfleet.core.judge.plantext import render_json, render_text
 from llmfleet.errors import SourceError, StateError
 from llmfleet.job.configfile import ConfigError, ReconcileConfig, config_from_env, load_config
 from llmfleet.job.engine import PassOutcome, Reconciler
-from llmfleet.job.loop import LockHeld, log_event, log_pass
+from llmfleet.job.loop import LOG, LockHeld, log_pass
 from llmfleet.job.metrics import PassMetrics
 from llmfleet.job.saved import SavedPlan, StalePlan
 from llmfleet.job.wiring import build_reconciler
+from llmfleet.logs import log_event
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
@@ -120,11 +121,11 @@ class PassRunner:
         try:
             with store.pass_lock(self.args.lock_file):
                 if self.config.dry_run:
-                    log_event("reconcile_dry_run", reason="reconcile.dry_run is true in the config: "
+                    log_event(LOG, "reconcile_dry_run", reason="reconcile.dry_run is true in the config: "
                                                           "the pass is recorded, LiteLLM is not written")
                 outcome = await self.run(fleet, apply=not self.config.dry_run, saved=saved, record=True)
         except LockHeld as exc:
-            log_event("reconcile_pass_skipped", reason=str(exc))
+            log_event(LOG, "reconcile_pass_skipped", reason=str(exc))
             self.metrics.skipped.inc()
             return None
         except StateError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from typing import Any
 
 from llmfleet.cli.common import CommandError
@@ -20,7 +21,8 @@ from llmfleet.cli.passes import (
     print_outcome,
 )
 from llmfleet.core.fleet.model import Fleet
-from llmfleet.job.loop import log_event, run_forever
+from llmfleet.job.loop import LOG, run_forever
+from llmfleet.logs import log_event
 
 
 def register(subparsers: Any) -> None:
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             current[0] = load_fleet(args, config)
         except CommandError as exc:
-            log_event("fleet_invalid", error=str(exc), keeping=current[0].revision)
+            log_event(LOG, "fleet_invalid", logging.WARNING, error=str(exc), keeping=current[0].revision)
         outcome = await runner.locked_apply(current[0])
         return apply_exit_code(outcome) if outcome is not None else EXIT_OK
 

@@ -84,7 +84,7 @@ def check(config: ControlPlaneConfig, listen: Listen) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmfleet.server.logs import setup_logging
+    from llmfleet.logs import setup_logging
 
     setup_logging()
     try:
@@ -103,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
 def serve(config: ControlPlaneConfig, listen: Listen) -> None:
     from flask import Flask
 
+    from llmfleet.logs import setup_logging
     from llmfleet.server.app import create_app
     from llmfleet.server.gunicorn_app import ControlPlaneServer
-    from llmfleet.server.logs import setup_logging
     from llmfleet.server.runtime import Runtime, replica_name, start_up
 
     runtimes: list[Runtime] = []

@@ -11,34 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import signal
-import sys
-import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from llmfleet.adapters.state.locks import file_lock as pass_lock
 from llmfleet.adapters.state.passes import PassRecord
 from llmfleet.errors import LockHeld
 from llmfleet.job.metrics import PassMetrics
+from llmfleet.logs import get_logger, log_event
 
-__all__ = ["LockHeld", "log_event", "log_pass", "next_delay", "pass_lock", "run_forever"]
+__all__ = ["LOG", "LockHeld", "log_pass", "next_delay", "pass_lock", "run_forever"]
 
-LOG = logging.getLogger("llmfleet.reconcile")
-
-
-def log_event(event: str, **fields: Any) -> None:
-    """One structured line per event, on stderr (no secret is ever passed in)."""
-    line = json.dumps({"ts": round(time.time(), 3), "event": event, **fields}, default=str, sort_keys=False)
-    print(line, file=sys.stderr, flush=True)
+LOG = get_logger("reconcile")
 
 
 def log_pass(record: PassRecord) -> None:
     data = record.to_json()
-    log_event("reconcile_pass", ok=record.ok, **data)
+    log_event(LOG, "reconcile_pass", logging.INFO if record.ok else logging.ERROR, ok=record.ok, **data)
 
 
 def next_delay(interval_s: float, rng: random.Random | None = None) -> float:
@@ -57,10 +48,10 @@ async def run_forever(one_pass: Callable[[], Awaitable[int]], interval_s: Callab
         try:
             await one_pass()
         except Exception as exc:  # a bug or an unexpected failure must not end the scheduled job
-            log_event("reconcile_pass_crashed", error=f"{type(exc).__name__}: {exc}")
+            log_event(LOG, "reconcile_pass_crashed", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
             if metrics is not None:
                 metrics.passes.labels("crashed").inc()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=next_delay(interval_s()))
-    log_event("reconcile_stopped")
+    log_event(LOG, "reconcile_stopped")
     return 0

@@ -20,9 +20,9 @@ from flask import Flask, Response, jsonify, request
 from llmfleet.adapters.state.records import Approval
 from llmfleet.core.fleet.model import Provider
 from llmfleet.job.approve import Approved, ApproveError, approve
+from llmfleet.logs import get_logger, log_event
 from llmfleet.server.auth import bearer_token, matches_any, token_fingerprint, webhook_signature_ok
 from llmfleet.server.box_api import error
-from llmfleet.server.logs import get_logger, log_event
 from llmfleet.server.reports import report_json, staleness
 from llmfleet.server.runtime import Runtime
 from llmfleet.settings import ApproveTarget

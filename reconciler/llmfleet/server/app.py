@@ -8,9 +8,9 @@ from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from llmfleet.errors import StateError
+from llmfleet.logs import get_logger, log_event
 from llmfleet.server import admin_api, box_api, pages
 from llmfleet.server.box_api import error
-from llmfleet.server.logs import get_logger, log_event
 from llmfleet.server.metrics import CONTENT_TYPE
 from llmfleet.server.runtime import Runtime
 

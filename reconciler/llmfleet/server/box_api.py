@@ -14,8 +14,8 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from llmfleet.adapters.state.records import Endpoint, FetchRecord, Sighting
 from llmfleet.core.hosts import ResolvedHost, resolve_host
+from llmfleet.logs import get_logger, log_event
 from llmfleet.server.auth import bearer_token, matches
-from llmfleet.server.logs import get_logger, log_event
 from llmfleet.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
 from llmfleet.server.revisions import Rendered
 from llmfleet.server.runtime import Runtime

@@ -27,7 +27,7 @@ from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers, RenderError, render_all
 from llmfleet.core.fleet.validate import validate_snapshot
 from llmfleet.errors import SourceError
-from llmfleet.server.logs import get_logger, log_event
+from llmfleet.logs import get_logger, log_event
 from llmfleet.server.metrics import Metrics
 
 MAX_WALK = 50  # commits examined behind an invalid head

@@ -26,7 +26,7 @@ from llmfleet.adapters.state import open_store
 from llmfleet.adapters.state.store import StateStore
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.errors import SourceError
-from llmfleet.server.logs import get_logger, log_event
+from llmfleet.logs import get_logger, log_event
 from llmfleet.server.metrics import Metrics
 from llmfleet.server.revisions import RevisionTracker
 from llmfleet.settings import ControlPlaneConfig, default_clone_dir
