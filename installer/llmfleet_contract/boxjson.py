@@ -1,6 +1,6 @@
 """The box JSON's names and the rules the control plane and the installer both apply to them.
 
-The shape is the box contract's (../shared/spec/box-contract.txt; summarised in docs/wire-formats.md);
+The shape is the box contract's (summarised in docs/wire-formats.md);
 `revision`, per-server `digest` and `listen_host`, and the box gateway (`gateway`) are llmfleet's
 additions, optional so that an llmao control plane still works.
 """

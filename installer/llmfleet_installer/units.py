@@ -1,6 +1,6 @@
 """Supervisor program files, one per server: pure rendering and the quoting Supervisor 4.3 needs.
 
-Supervisor's parser has traps (../shared/reference/wire-formats.md §5), handled here:
+Supervisor's parser has traps (docs/wire-formats.md, "Supervisor"), handled here:
 - `%` starts an interpolation: written `%%`.
 - ` #` or ` ;` (whitespace, then `#` or `;`) ends the line as a comment, even inside quotes.
 - `command` is split by POSIX shlex (not run by a shell): every character outside a safe alphabet is

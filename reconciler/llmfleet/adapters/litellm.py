@@ -1,4 +1,4 @@
-"""LiteLLM's model API, as observed on 1.108.7 (../shared/reference/litellm.md).
+"""LiteLLM's model API, as observed on 1.108.7 (docs/wire-formats.md, "LiteLLM's model API").
 
 - list: `GET /v2/model/info?size=…&page=…` (default page size 50), every page;
 - get one: `GET /v2/model/info?modelId=<id>`;

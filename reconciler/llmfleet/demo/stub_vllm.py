@@ -9,7 +9,7 @@ Command line (what the installer writes; `vllm` on PATH can be a link to this fi
 
 Defaults: --host 127.0.0.1 (real vLLM: all interfaces), --port 8000, served name = MODEL.
 
-Behaviour (shapes from ../shared/reference/wire-formats.md §1):
+Behaviour (shapes from docs/wire-formats.md, "vLLM's OpenAI server"):
 - While "loading" the port is bound but not listening, so a connect is refused (ECONNREFUSED), as
   with a real vLLM building its engine. Then it logs `Application startup complete.` and serves.
 - GET /health, /ping: 200, empty body. GET /version: {"version": ...}. GET /load: {"server_load": n}.

@@ -1,6 +1,6 @@
 """vLLM command-line flags: rendering a recipe's `settings`, and the flags llmfleet manages.
 
-Rendering follows LLMhop's rules for vLLM (../shared/reference/llmhop.md §10): flags in alphabetical
+Rendering follows LLMhop's rules for vLLM (docs/wire-formats.md, "LLMhop"): flags in alphabetical
 order; `true` -> `--key`; `false` -> `--no-key` (and `no-key: false` -> `--key`); `null` and `[]`
 dropped; a list -> one flag followed by every element; numbers as JSON; mappings as compact JSON;
 strings verbatim.
