@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from llmfleet.adapters.http import HttpError
 from llmfleet.adapters.litellm import LitellmApi, LitellmError
@@ -19,11 +20,25 @@ from llmfleet.core.judge.plan import Action, ActionKind, PendingDelete, Plan
 from llmfleet.errors import OperationError
 
 
+class ActionOutcome(StrEnum):
+    """What writing one action to LiteLLM came to (pass records and the pages show the value)."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    REPLACED = "replaced"
+    DELETED = "deleted"
+    ALREADY_PRESENT = "already present"
+    ALREADY_GONE = "already gone"
+    REFUSED = "refused"  # the row is not ours: never written
+    FAILED = "failed"
+    PLANNED = "planned, not applied"  # every action of a pass that only plans
+
+
 @dataclass(frozen=True)
 class ActionResult:
     action: Action
     ok: bool
-    outcome: str  # created, updated, replaced, deleted, already present, already gone, refused, failed
+    outcome: ActionOutcome
     error: str | None = None
 
 
@@ -31,27 +46,27 @@ class NotOursError(OperationError):
     """The row is not ours (any more): never written."""
 
 
-async def _execute(api: LitellmApi, action: Action) -> str:
+async def _execute(api: LitellmApi, action: Action) -> ActionOutcome:
     current = await api.get(action.id)
     if current is not None and not current.managed:
         raise NotOursError(f"{action.id} exists without llmfleet's managed_by marker")
     if action.kind is ActionKind.DELETE:
         if current is None:
-            return "already gone"
-        return "deleted" if await api.delete(action.id) else "already gone"
+            return ActionOutcome.ALREADY_GONE
+        return ActionOutcome.DELETED if await api.delete(action.id) else ActionOutcome.ALREADY_GONE
     spec = action.after
     assert spec is not None
     if current is None:
         await api.create(spec)
-        return "created"
+        return ActionOutcome.CREATED
     if current.spec == spec.spec and current.model_name == spec.model_name:
-        return "already present"
+        return ActionOutcome.ALREADY_PRESENT
     if action.kind is ActionKind.REPLACE:
         await api.delete(action.id)
         await api.create(spec)
-        return "replaced"
+        return ActionOutcome.REPLACED
     await api.update(spec)
-    return "updated"
+    return ActionOutcome.UPDATED
 
 
 async def _run(api: LitellmApi, gate: asyncio.Semaphore, action: Action) -> ActionResult:
@@ -59,9 +74,9 @@ async def _run(api: LitellmApi, gate: asyncio.Semaphore, action: Action) -> Acti
         try:
             return ActionResult(action, True, await _execute(api, action))
         except NotOursError as exc:
-            return ActionResult(action, False, "refused", str(exc))
+            return ActionResult(action, False, ActionOutcome.REFUSED, str(exc))
         except (LitellmError, HttpError) as exc:
-            return ActionResult(action, False, "failed", str(exc))
+            return ActionResult(action, False, ActionOutcome.FAILED, str(exc))
 
 
 async def apply_plan(plan: Plan, api: LitellmApi, concurrency: int = 8) -> tuple[ActionResult, ...]:

@@ -14,9 +14,7 @@ from llmfleet.adapters.state.passes import ActionRecord, DriftRecord, DuplicateR
 from llmfleet.core.judge.intended import Intended
 from llmfleet.core.judge.observed import Deployment, Observation
 from llmfleet.core.judge.plan import Plan
-from llmfleet.job.apply import ActionResult
-
-PLANNED = "planned, not applied"  # the outcome of every action of a pass that only plans
+from llmfleet.job.apply import ActionOutcome, ActionResult
 
 
 def _base(api_base: str | None) -> str:
@@ -73,7 +71,8 @@ def pass_record(started_at: float, duration_s: float, *, apply: bool, intended: 
         started_at=started_at, duration_s=duration_s, revision=intended.revision, mode="apply" if apply else "plan",
         verdicts=dict(Counter(str(j.verdict) for j in plan.judgements.values())),
         actions=(tuple(ActionRecord(str(r.action.kind), r.action.id, r.ok, r.outcome, r.error) for r in results)
-                 if apply else tuple(ActionRecord(str(a.kind), a.id, True, PLANNED) for a in plan.actions)),
+                 if apply else
+                 tuple(ActionRecord(str(a.kind), a.id, True, ActionOutcome.PLANNED) for a in plan.actions)),
         errors=plan.errors, blocked=plan.blocked, held=len(plan.held), drift=len(plan.drift),
         servers=server_records(intended, observation, plan),
         drift_details=drift_records(intended, observation, plan),
