@@ -46,7 +46,7 @@ def write_atomic(path: Path, text: str | bytes, mode: int = 0o600) -> None:
 
 def launcher_source() -> str:
     """The launcher script's text, read from the package (works inside the zipapp too)."""
-    return resources.files("installer").joinpath("launcher.py").read_text(encoding="utf-8")
+    return resources.files("llmfleet_installer").joinpath("launcher.py").read_text(encoding="utf-8")
 
 
 def owned_units(conf_dir: Path) -> dict[str, Path]:
