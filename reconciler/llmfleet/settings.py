@@ -82,6 +82,7 @@ class Secrets:
     vllm_api_salt: Salt
     fleet_key: Secret | None = None
     legacy_api_key: Secret | None = None
+    previous_vllm_api_salt: Salt | None = None  # a salt rotation in progress, box by box
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,18 @@ class _Builder:
         except SaltError as exc:
             self.problem(["secrets", "vllm_api_salt"], f"{salt_secret.reference}: {exc}")
             return None
-        return Secrets(salt, fleet_key, legacy if legacy is None or legacy.reveal() else None)
+        return Secrets(salt, fleet_key, legacy if legacy is None or legacy.reveal() else None,
+                       self.previous_salt(raw.get("previous_vllm_api_salt")))
+
+    def previous_salt(self, value: str | None) -> Salt | None:
+        secret = self.secret(value, ["secrets", "previous_vllm_api_salt"])
+        if secret is None:
+            return None
+        try:
+            return Salt(secret.reveal())
+        except SaltError as exc:
+            self.problem(["secrets", "previous_vllm_api_salt"], f"{secret.reference}: {exc}")
+            return None
 
     def tokens(self, raw: list[str], key: str) -> tuple[Secret, ...]:
         tokens = [self.secret(value, [key, i]) for i, value in enumerate(raw)]

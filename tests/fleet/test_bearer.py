@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 from pathlib import Path
 
 import pytest
@@ -31,12 +34,26 @@ def test_ipv4_mapped_host_is_normalised() -> None:
     assert normalise_host("2001:db8::1") == "2001:db8::1"
 
 
-@pytest.mark.parametrize("bad", ["", "  padded-salt-0123456789 ", "CHANGE_ME_please_0123456789", "abc123"])
+@pytest.mark.parametrize("bad", ["", "  padded-salt-0123456789 ", "CHANGE_ME_please_0123456789"])
 def test_unusable_salts_are_refused_without_echoing_them(bad: str) -> None:
     with pytest.raises(SaltError) as info:
         Salt(bad)
     if bad.strip():
         assert bad.strip() not in str(info.value)
+
+
+def test_a_short_salt_works_with_a_warning() -> None:
+    """An existing salt already protects a running fleet (llmao takes any length): refusing it would
+    mean a new bearer and a vLLM restart on every box. It derives the contract's bearer, flagged short."""
+    salt = Salt("abc123")
+    message = b"llmao.vllm.api_key\n203.0.113.10\n8001"
+    expected = "sk-vllm-" + base64.urlsafe_b64encode(
+        hmac.new(b"abc123", message, hashlib.sha256).digest()).rstrip(b"=").decode()
+    assert salt.derive("203.0.113.10", 8001) == expected
+    assert salt.short
+    warning = salt.warning()
+    assert warning is not None and "Rotate the salt" in warning and "abc123" not in warning
+    assert not Salt("x" * 16).short and Salt("x" * 16).warning() is None
 
 
 def test_salt_never_appears_in_repr() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import os
 import subprocess
@@ -131,6 +134,21 @@ def test_api_key(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch
     assert exit_info.value.code == 2
     monkeypatch.delenv("LLMFLEET_VLLM_API_SALT")
     assert run(capsys, "api-key", "--host", host, "--port", "8001")[0] == 2
+
+
+def test_api_key_with_a_short_salt_warns_and_gives_llmaos_bearer(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:
+    """A 12-character salt (an llmao fleet's) is accepted: the contract's bearer on stdout, a warning on
+    stderr that names neither the salt nor the bearer."""
+    salt = "twelve-chars"
+    path = tmp_path / "salt"
+    path.write_text(salt + "\n")
+    code, out, err = run(capsys, "api-key", "--host", "::ffff:203.0.113.10", "--port", "8001", "--salt-file", str(path))
+    message = b"llmao.vllm.api_key\n203.0.113.10\n8001"
+    expected = "sk-vllm-" + base64.urlsafe_b64encode(
+        hmac.new(salt.encode(), message, hashlib.sha256).digest()).rstrip(b"=").decode()
+    assert code == 0 and out.strip() == expected
+    assert "warning" in err and "shorter than 16" in err and salt not in err and expected not in err
 
 
 def test_console_script_runs(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def fetch_and_report(client: FlaskClient, box: str, *, fits: bool = True, report
 
 
 def build_world(tmp_path: Path, *, passes: int = 2, broken: bool = True, bare: bool = False,
-                config: dict[str, Any] | None = None) -> World:
+                config: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> World:
     """`config`: top-level keys of the control-plane config to set (mappings are merged), or to drop (None). `broken`: end with an
     invalid commit on main. `bare`: the control plane tracks a bare clone (approvals onto the tracked branch
     need one); `World.repo` is then that clone."""
@@ -89,7 +89,7 @@ def build_world(tmp_path: Path, *, passes: int = 2, broken: bool = True, bare: b
         else:
             document[key] = {**document[key], **value} if isinstance(value, dict) and key in document else value
     path = write_config(tmp_path / "control-plane.yaml", document)
-    runtime = start_up(load_config(path, env=PAGE_ENV), clock=clock)
+    runtime = start_up(load_config(path, env={**PAGE_ENV, **(env or {})}), clock=clock)
     app = create_app(runtime)
     client = app.test_client()
     fetch_and_report(client, HEALTHY_BOX)

@@ -105,6 +105,21 @@ def test_weak_salt_and_short_token(tmp_path: Path) -> None:
     assert "'short'" not in message
 
 
+def test_short_salt_loads_and_a_previous_salt_for_a_rotation(tmp_path: Path) -> None:
+    path = tmp_path / "cp.yaml"
+    path.write_text("repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:S}', previous_vllm_api_salt: '${env:P}'}\n"
+                    "state: {url: 'sqlite:///s.db'}\n")
+    config = load_config(path, env={"S": "a-new-long-salt-0123456789", "P": "old12chars!!"})
+    assert config.secrets.vllm_api_salt.short is False
+    previous = config.secrets.previous_vllm_api_salt
+    assert previous is not None and previous.short and previous.derive("h", 8001) != config.secrets.vllm_api_salt.derive(
+        "h", 8001)
+    message = problems(tmp_path, "repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:S}', "
+                                 "previous_vllm_api_salt: '${env:P}'}\nstate: {url: 'sqlite:///s.db'}\n",
+                       env={"S": "a-new-long-salt-0123456789", "P": "CHANGE_ME_old"})
+    assert "previous_vllm_api_salt" in message and "CHANGE_ME_old" not in message
+
+
 def test_repo_needs_exactly_one_source(tmp_path: Path) -> None:
     both = problems(tmp_path, "repo: {path: /x, url: 'file:///y'}\nsecrets: {vllm_api_salt: '${env:SALT}'}\n"
                               "state: {url: 'sqlite:///s.db'}\n")

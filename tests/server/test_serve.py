@@ -55,6 +55,19 @@ def test_check_ok(config_file: Path, env_secrets: None, capsys: pytest.CaptureFi
     assert "(4 boxes, 7 servers)" in out
 
 
+def test_check_accepts_a_short_salt_with_a_warning(config_file: Path, env_secrets: None,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A 12-character salt (an existing llmao fleet's) serves: every bearer stays as it is; a warning says
+    how to move to a longer one, without the salt."""
+    monkeypatch.setenv("SALT", "salt12chars!")
+    assert main(["serve", "--config", str(config_file), "--check"]) == 0
+    captured = capsys.readouterr()
+    assert "ok: would serve" in captured.out
+    assert "warning: secrets.vllm_api_salt: the bearer salt is shorter than 16 characters" in captured.err
+    assert "Rotate the salt" in captured.err and "salt12chars!" not in captured.out + captured.err
+
+
 def test_check_reports_invalid_config_and_missing_secrets(tmp_path: Path, config_file: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--config", str(config_file), "--check"]) == 1  # no env: references unresolved

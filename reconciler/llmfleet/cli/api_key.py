@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llmfleet.cli.common import EXIT_OK, CommandError
+from llmfleet.cli.common import EXIT_OK, CommandError, eprint
 from llmfleet.core.fleet.bearer import SaltError, load_salt
 
 
@@ -34,7 +34,11 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         salt = load_salt(args.salt_file)
-        print(salt.derive(args.host, args.port))
+        bearer = salt.derive(args.host, args.port)
     except (SaltError, ValueError) as exc:
         raise CommandError(str(exc)) from None
+    if (warning := salt.warning()) is not None:
+        eprint(f"llmfleet api-key: warning: {warning}")
+    print(bearer)
     return EXIT_OK
+

@@ -11,6 +11,7 @@ from llmfleet.cli.passes import (
     EXIT_ERROR,
     EXIT_OK,
     PassRunner,
+    add_adopt_arguments,
     add_pass_arguments,
     apply_exit_code,
     load_config_arg,
@@ -27,6 +28,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("plan_file", nargs="?", metavar="PLANFILE",
                         help="a plan saved by `llmfleet plan --out`: applied only if the fleet still plans exactly it")
     add_pass_arguments(parser)
+    add_adopt_arguments(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.set_defaults(run=run)
 
@@ -38,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         saved = SavedPlan.load(args.plan_file) if args.plan_file else None
     except PlanFileError as exc:
         raise CommandError(str(exc), EXIT_ERROR) from None
+    if saved is not None and saved.adopt_source is not None and not args.adopt:
+        args.adopt = saved.adopt_source  # the plan adopted that owner's deployments: apply it the same way
     outcome = asyncio.run(PassRunner(args, config).locked_apply(fleet, saved))
     if outcome is None:
         print("skipped: another reconcile pass is running")

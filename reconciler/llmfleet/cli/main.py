@@ -19,8 +19,8 @@ from llmfleet.errors import LlmfleetError
 from llmfleet.logs import setup_logging
 
 # Subcommand modules, in the order `llmfleet --help` lists them.
-COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve", "plan", "apply",
-            "reconcile", "demo")
+COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve", "import_llmao", "plan",
+            "apply", "reconcile", "demo")
 
 
 class Parser(argparse.ArgumentParser):

@@ -16,6 +16,7 @@ from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import RenderError
 from llmfleet.core.fleet.validate import Validation, validate_snapshot
+from llmfleet.core.judge.adoption import AdoptSource
 from llmfleet.core.judge.plantext import render_json, render_text
 from llmfleet.errors import SourceError, StateError
 from llmfleet.job.configfile import ConfigError, ReconcileConfig, config_from_env, load_config
@@ -45,11 +46,24 @@ def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the pass metrics there in the Prometheus text format (node exporter textfile)")
 
 
+def add_adopt_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--adopt", choices=[s.value for s in AdoptSource], metavar="SOURCE",
+                        help="adopt another control plane's LiteLLM deployments (llmao: self_hosted, no llmfleet "
+                             "marker): a serving server gets llmfleet's deployment first, then the old one is "
+                             "deleted; commercial entries are never touched")
+    parser.add_argument("--prune-adopted", action="store_true",
+                        help="with --adopt: also delete that owner's deployments for servers the repository does "
+                             "not have (under the delete budget); without it they are reported and left")
+
+
 def load_config_arg(args: argparse.Namespace) -> ReconcileConfig:
     try:
-        return load_config(args.config) if args.config else config_from_env(os.environ)
+        config = load_config(args.config) if args.config else config_from_env(os.environ)
     except ConfigError as exc:
         raise CommandError(str(exc), EXIT_ERROR) from None
+    if (warning := config.salt.warning()) is not None:
+        eprint(f"llmfleet {args.command}: warning: {warning}")
+    return config
 
 
 def repo_and_rev(args: argparse.Namespace, config: ReconcileConfig) -> tuple[str, str | None]:
@@ -112,7 +126,12 @@ class PassRunner:
         reconciler.observer.probe_timeout_s = knobs.probe_timeout_s
         reconciler.observer.probe_concurrency = knobs.probe_concurrency
         try:
-            return await reconciler.run_pass(fleet, apply=apply, saved=saved, record=record)
+            adopt_from = getattr(self.args, "adopt", None)
+            if getattr(self.args, "prune_adopted", False) and not adopt_from:
+                raise CommandError("--prune-adopted needs --adopt SOURCE", EXIT_ERROR)
+            return await reconciler.run_pass(fleet, apply=apply, saved=saved, record=record,
+                                             adopt_from=AdoptSource(adopt_from) if adopt_from else None,
+                                             prune_adopted=bool(getattr(self.args, "prune_adopted", False)))
         except (RenderError, StalePlan) as exc:
             raise CommandError(str(exc), EXIT_ERROR) from None
 

@@ -13,6 +13,7 @@ from llmfleet.cli.passes import (
     EXIT_ERROR,
     EXIT_OK,
     PassRunner,
+    add_adopt_arguments,
     add_pass_arguments,
     load_config_arg,
     load_fleet,
@@ -26,6 +27,7 @@ def register(subparsers: Any) -> None:
         "plan", help="show what the reconciler would change in LiteLLM",
         description="Observe providers, servers and LiteLLM; judge every server; print the plan. Writes nothing.")
     add_pass_arguments(parser)
+    add_adopt_arguments(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--against", dest="rev", metavar="REV",
                         help="plan the fleet at REV (e.g. a pull request's head) against the live observation: "

@@ -14,6 +14,7 @@ from llmfleet.cli.common import CommandError
 from llmfleet.cli.passes import (
     EXIT_OK,
     PassRunner,
+    add_adopt_arguments,
     add_pass_arguments,
     apply_exit_code,
     load_config_arg,
@@ -30,6 +31,7 @@ def register(subparsers: Any) -> None:
         "reconcile", help="run reconcile passes on a schedule (or --once)",
         description="Converge LiteLLM with the fleet: one pass per interval, with jitter, one at a time.")
     add_pass_arguments(parser)
+    add_adopt_arguments(parser)
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--interval", type=float, metavar="SECONDS",
                       help="seconds between passes (default: fleet.yaml reconcile.interval_s)")

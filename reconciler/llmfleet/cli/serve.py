@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ssl
+import sys
 from typing import Any
 
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
@@ -73,6 +74,8 @@ def check(config: ControlPlaneConfig, listen: Listen) -> list[str]:
         if attempted is not None and not attempted.valid:
             warnings.append(f"warning: the branch head {attempted.revision[:12]} is invalid; serving "
                             f"{served.revision[:12]} instead:\n" + "\n".join(attempted.errors))
+        if (salt_warning := config.secrets.vllm_api_salt.warning()) is not None:
+            warnings.append(f"warning: secrets.vllm_api_salt: {salt_warning}")
         if config.secrets.fleet_key is None:
             warnings.append("warning: no secrets.fleet_key: every box request will get 503")
         scheme = "https" if config.tls else "http"
@@ -93,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"invalid config:\n{exc}", EXIT_INVALID) from None
     listen = _listen(args, config)
     for warning in check(config, listen):
-        print(warning)
+        print(warning, file=sys.stderr)
     if args.check:
         return EXIT_OK
     serve(config, listen)

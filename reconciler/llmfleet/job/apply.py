@@ -46,7 +46,25 @@ class NotOursError(OperationError):
     """The row is not ours (any more): never written."""
 
 
+async def _adopted_delete(api: LitellmApi, action: Action) -> ActionOutcome:
+    """Delete another owner's (llmao's) deployment, only while it is still not ours and, for a replacement,
+    only once llmfleet's own deployment for the server is in LiteLLM (re-read now: make-before-break)."""
+    current = await api.get(action.id)
+    if current is None:
+        return ActionOutcome.ALREADY_GONE
+    if current.managed:
+        raise NotOursError(f"{action.id} now carries llmfleet's marker: not deleted as an adopted deployment")
+    if action.requires is not None:
+        ours = await api.get(action.requires)
+        if ours is None or not ours.managed:
+            raise NotOursError(f"llmfleet's deployment {action.requires} is not in LiteLLM: {action.id} kept "
+                               "(make-before-break); the next pass retries")
+    return ActionOutcome.DELETED if await api.delete(action.id) else ActionOutcome.ALREADY_GONE
+
+
 async def _execute(api: LitellmApi, action: Action) -> ActionOutcome:
+    if action.adopted and action.kind is ActionKind.DELETE:
+        return await _adopted_delete(api, action)
     current = await api.get(action.id)
     if current is not None and not current.managed:
         raise NotOursError(f"{action.id} exists without llmfleet's managed_by marker")

@@ -46,6 +46,7 @@ class ReconcileConfig:
     state_url: str | None = None
     state_password: str | None = field(default=None, repr=False)
     dry_run: bool = False  # reconcile.dry_run: plan and report, never write to LiteLLM
+    previous_salt: Salt | None = None  # secrets.previous_vllm_api_salt: a rotation in progress, box by box
 
 
 def config_from_env(env: Mapping[str, str]) -> ReconcileConfig:
@@ -94,7 +95,7 @@ def from_control_plane(config: ControlPlaneConfig) -> ReconcileConfig:
         branch=repo.branch, remote_repo=repo if remote else None, clone_dir=clone_dir,
         state_url=_absolute_sqlite(config.state.url, config.state.base),
         state_password=config.state.password.reveal() if config.state.password is not None else None,
-        dry_run=config.reconcile.dry_run)
+        dry_run=config.reconcile.dry_run, previous_salt=config.secrets.previous_vllm_api_salt)
 
 
 def _absolute_sqlite(url: str, base: Path) -> str:

@@ -20,6 +20,8 @@ from llmfleet.adapters.state.passes import PassRecord
 from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.judge.adopt import adopt
+from llmfleet.core.judge.adoption import AdoptSource
 from llmfleet.core.judge.assess import assess
 from llmfleet.core.judge.intended import Intended, intended_state
 from llmfleet.core.judge.observed import Observation
@@ -58,10 +60,12 @@ class Reconciler:
         return bearer
 
     async def run_pass(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
-                       record: bool | None = None) -> PassOutcome:
+                       record: bool | None = None, adopt_from: AdoptSource | None = None,
+                       prune_adopted: bool = False) -> PassOutcome:
         """With `saved` (a plan file), apply only if this pass plans exactly the same actions: StalePlan
         otherwise, before any write and before any state is saved. `record` (default: `apply`) keeps
-        the histories and the pass record."""
+        the histories and the pass record. `adopt_from`: also adopt that owner's deployments
+        (reconcile.adopt), deleting them after llmfleet's own exist."""
         record = apply if record is None else record
         started = self.clock()
         intended = intended_state(fleet, self.bearers)  # RenderError: the pass does not run at all
@@ -74,6 +78,8 @@ class Reconciler:
             assessment = assess(intended, observation, self.store.histories())
             pending = self.store.pending_deletes()
             plan = make_plan(intended, observation, assessment, pending)
+            if adopt_from is not None:
+                plan = adopt(plan, intended, observation, assessment, adopt_from, prune_adopted=prune_adopted)
             if saved is not None:
                 saved.check(plan)
             results: tuple[ActionResult, ...] = ()

@@ -4,6 +4,7 @@ probed through a bounded pool, plus the control plane's records of each box from
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -79,8 +80,13 @@ class Observer:
         if resolution.endpoint is None:
             return ProbeResult(ProbeStatus.NO_ENDPOINT, f"no public port for listen port {server.port} yet")
         async with gate:
-            return await probe(session, resolution.endpoint, server.bearer, server.served_model_name,
-                               self.probe_timeout_s, via_gateway=server.gateway_port is not None)
+            result = await probe(session, resolution.endpoint, server.bearer, server.served_model_name,
+                                 self.probe_timeout_s, via_gateway=server.gateway_port is not None)
+            if result.status is not ProbeStatus.UNAUTHORIZED or server.previous_bearer is None:
+                return result
+            older = await probe(session, resolution.endpoint, server.previous_bearer, server.served_model_name,
+                                self.probe_timeout_s, via_gateway=server.gateway_port is not None)
+            return dataclasses.replace(older, previous_salt=True) if older.status is ProbeStatus.OK else result
 
     async def _probe_orphan(self, session: aiohttp.ClientSession, gate: asyncio.Semaphore, deployment: Deployment,
                             bearer_for: BearerFor | None) -> ProbeResult | None:

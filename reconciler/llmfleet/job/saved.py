@@ -45,6 +45,7 @@ class SavedPlan:
     path: str
     revision: str
     actions: Signature
+    adopt_source: str | None = None  # made with `plan --adopt SOURCE`: apply adopts the same way
 
     @classmethod
     def load(cls, path: str | Path) -> SavedPlan:
@@ -56,7 +57,10 @@ class SavedPlan:
         if not isinstance(doc, dict) or str(doc.get("format_version", "")).split(".")[0] != major:
             raise PlanFileError(f"{path}: not a plan of format {FORMAT_VERSION} (made by `llmfleet plan --out`)")
         try:
-            return cls(str(path), str(doc["revision"]), _document_signature(doc))
+            adoption = doc.get("adoption")
+            source = adoption.get("source") if isinstance(adoption, dict) else None
+            return cls(str(path), str(doc["revision"]), _document_signature(doc),
+                       source if isinstance(source, str) else None)
         except (KeyError, TypeError, AttributeError) as exc:
             raise PlanFileError(f"{path}: malformed plan file ({exc})") from None
 

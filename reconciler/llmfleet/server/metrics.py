@@ -32,6 +32,8 @@ class Metrics:
                                          registry=r)
         self.box_reports = Counter("llmfleet_box_reports", "Box reports received, by outcome.", ["outcome"],
                                    registry=r)
+        self.weak_secrets = Gauge("llmfleet_weak_secret", "1 for a secret that works but is weak (vllm_api_salt: "
+                                  "shorter than 16 characters), 0 otherwise.", ["secret"], registry=r)
         self._revision: str | None = None
 
     def serve_revision(self, revision: str, boxes: int, servers: int) -> None:

@@ -110,6 +110,7 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
         if tracker.refresh_status.error is not None:
             raise SourceError(tracker.refresh_status.error)
         metrics.attention_entries.set(store.attention_size())
+        metrics.weak_secrets.labels("vllm_api_salt").set(1 if config.secrets.vllm_api_salt.short else 0)
         runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock,
                           replica or replica_name())
     except BaseException:

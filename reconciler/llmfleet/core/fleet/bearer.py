@@ -22,6 +22,9 @@ from llmfleet_contract.addresses import normalise_host
 DOMAIN = "llmao.vllm.api_key"
 PREFIX = "sk-vllm-"
 MIN_SALT_LENGTH = 16
+SHORT_SALT_WARNING = (
+    f"the bearer salt is shorter than {MIN_SALT_LENGTH} characters: it still works (every bearer stays as it "
+    "is), but a longer salt is harder to guess; move to one box by box (docs/runbooks.md, \"Rotate the salt\")")
 
 
 class SaltError(ConfigurationError, ValueError):
@@ -41,9 +44,18 @@ class Salt:
                             "(a salt file may end in one newline)")
         if value.upper().startswith("CHANGE_ME"):
             raise SaltError("the bearer salt is still a CHANGE_ME placeholder")
-        if len(value) < MIN_SALT_LENGTH:
-            raise SaltError(f"the bearer salt is shorter than {MIN_SALT_LENGTH} characters")
+        # A short salt is accepted: it may already protect a running fleet (llmao accepts any length), and a
+        # new salt means a new bearer and a vLLM restart on every box. `short` says so; callers warn.
         self._key = value.encode("utf-8")
+
+    @property
+    def short(self) -> bool:
+        """True for a salt shorter than MIN_SALT_LENGTH characters: it works, with a warning."""
+        return len(self._key.decode("utf-8")) < MIN_SALT_LENGTH
+
+    def warning(self) -> str | None:
+        """The short-salt warning (never the salt, nor its length), or None."""
+        return SHORT_SALT_WARNING if self.short else None
 
     def __repr__(self) -> str:
         return "Salt(<redacted>)"

@@ -33,6 +33,13 @@ class Bearers:
 
     salt: Salt
     legacy_key: str | None = None
+    previous_salt: Salt | None = None  # a salt rotation in progress: what not yet restarted servers run on
+
+    def previous_for(self, fleet: Fleet, box: str, port: int) -> str | None:
+        """The previous salt's bearer for a server (None without one, or for a legacy pair)."""
+        if self.previous_salt is None or fleet.settings.is_legacy(box, port):
+            return None
+        return self.previous_salt.derive(box, port)
 
     def for_server(self, fleet: Fleet, box: str, row: ServerRow) -> str:
         if fleet.settings.is_legacy(box, row.port):

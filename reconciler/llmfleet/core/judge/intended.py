@@ -70,6 +70,9 @@ class IntendedServer:
     # through it (`bearer` is then the gateway's), and `port` is the server's loopback port behind it.
     gateway_port: int | None = None
     gateway_models: int | None = None  # how many models the placement puts behind that gateway
+    # During a box-by-box salt rotation: the bearer of the previous salt, tried when the server refuses
+    # `bearer` (its box has not restarted yet).
+    previous_bearer: str | None = field(default=None, repr=False)
 
     @property
     def dial_port(self) -> int:
@@ -114,8 +117,10 @@ def intended_state(fleet: Fleet, bearers: Bearers) -> Intended:
             recipe = fleet.recipes[row.model]
             bearer = bearers.for_server(fleet, box.name, row)
             entry = server_entry(fleet, box, row, bearer)
+            previous = bearers.previous_for(fleet, box.name, row.port)
             if box.gateway_port is not None:  # callers present the gateway's bearer; it holds the server's
                 bearer = bearers.salt.derive(box.name, box.gateway_port)
+                previous = bearers.previous_for(fleet, box.name, box.gateway_port)
             servers[(box.name, row.port)] = IntendedServer(
                 box=box.name, port=row.port, name=row.name, model=row.model,
                 served_model_name=recipe.vllm.served_model_name, weights=recipe.vllm.model,
@@ -123,7 +128,8 @@ def intended_state(fleet: Fleet, bearers: Bearers) -> Intended:
                 provider=box.provider or Provider.STATIC, pinned_public_port=row.public_port,
                 paused=box.reconcile is ReconcileMode.PAUSED or recipe.reconcile is ReconcileMode.PAUSED,
                 health_grace_s=recipe.health_grace_s if recipe.health_grace_s is not None else grace,
-                route=recipe.litellm, gateway_port=box.gateway_port, gateway_models=behind)
+                route=recipe.litellm, gateway_port=box.gateway_port, gateway_models=behind,
+                previous_bearer=previous)
     return Intended(fleet.revision, fleet.settings.reconcile, servers)
 
 

@@ -52,6 +52,7 @@ class ProbeResult:
     max_model_len: int | None = None
     root: str | None = None
     gateway_models: int | None = None  # behind a box gateway: the model count its own /health reports
+    previous_salt: bool = False  # it refused the bearer and accepted the previous salt's (a rotation in progress)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from llmfleet.core.judge.adoption import Adoption
 from llmfleet.core.judge.assess import Assessment
 from llmfleet.core.judge.intended import (
     ID_PREFIX,
@@ -52,6 +53,8 @@ class Action:
     after: DeploymentSpec | None = None  # create, update, replace
     before: Deployment | None = None  # update, replace, delete
     changes: tuple[str, ...] = ()
+    adopted: bool = False  # a delete of another owner's deployment (llmao's), planned by reconcile.adopt
+    requires: str | None = None  # deleted only once this llmfleet deployment is in LiteLLM (make-before-break)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class Plan:
     blocked: tuple[str, ...] = ()  # why deletes were held as a whole
     errors: tuple[str, ...] = ()  # observation failures
     judgements: Mapping[ServerKey, Judgement] = field(default_factory=lambda: MappingProxyType({}))
+    adoptions: tuple[Adoption, ...] = ()  # `--adopt SOURCE`: the fate of each of that owner's deployments
+    adopt_source: str | None = None
 
     @property
     def empty(self) -> bool:
@@ -251,6 +256,8 @@ def _with_retry(action: Action, pending: PendingDelete | None) -> Action:
 
 def _drift_reason(deployment: Deployment, fleet_bases: Mapping[str, ServerKey]) -> str:
     where = "config-file model" if not deployment.db_model else "unmanaged deployment"
+    if deployment.db_model and deployment.model_info.get("self_hosted") is True:
+        where = "llmao's deployment (self_hosted; `llmfleet apply --adopt llmao` takes it over)"
     key = fleet_bases.get((deployment.api_base or "").rstrip("/"))
     if key is not None:
         return f"{where} pointing at fleet server {key[0]}:{key[1]} (in LiteLLM, not in the repository)"

@@ -13,7 +13,7 @@ from llmfleet.core.judge.intended import Intended
 from llmfleet.core.judge.plan import Action, ActionKind, Plan
 from llmfleet.core.judge.verdict import rollups
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"  # 1.1: "adoption" (plan --adopt)
 SYMBOL = {ActionKind.CREATE: "+", ActionKind.UPDATE: "~", ActionKind.REPLACE: "-/+", ActionKind.DELETE: "-"}
 WHAT = {ActionKind.CREATE: "will be created", ActionKind.UPDATE: "will be updated in-place",
         ActionKind.REPLACE: "must be replaced", ActionKind.DELETE: "will be destroyed"}
@@ -51,6 +51,8 @@ def render_text(plan: Plan, intended: Intended, *, verbose: bool = True) -> str:
         lines.append("Drift (in LiteLLM, not managed by llmfleet; never touched):")
         lines.extend(f"  ? {d.id}  {d.model_name}  {d.reason}" for d in plan.drift)
         lines.append("")
+    if plan.adopt_source is not None:
+        lines.extend(_adoption_lines(plan))
     if plan.actions:
         lines.append("llmfleet will perform the following actions:")
         lines.append("")
@@ -69,6 +71,21 @@ def render_text(plan: Plan, intended: Intended, *, verbose: bool = True) -> str:
         lines.append("")
     lines.append(summary_line(plan))
     return "\n".join(lines)
+
+
+ADOPT_SYMBOL = {"replaced": "-", "pruned": "-", "waiting": "=", "held": "!", "not-intended": "?",
+                "commercial": " "}
+
+
+def _adoption_lines(plan: Plan) -> list[str]:
+    lines = [f"Adoption of {plan.adopt_source}'s deployments ({len(plan.adoptions)} not managed by llmfleet):"]
+    if not plan.adoptions:
+        lines.append(f"  none: LiteLLM has no deployment of {plan.adopt_source}'s")
+    for a in plan.adoptions:
+        where = f" -> {a.address}" if a.address else ""
+        lines.append(f"  {ADOPT_SYMBOL[str(a.fate)]} {a.id}  {a.model_name}{where}  {a.fate}: {a.reason}")
+    lines.append("")
+    return lines
 
 
 def _action_lines(action: Action) -> list[str]:
@@ -120,6 +137,12 @@ def plan_document(plan: Plan, intended: Intended) -> dict[str, JSON]:
                  for h in plan.held],
         "drift": [{"id": d.id, "model_name": d.model_name, "reason": d.reason} for d in plan.drift],
         "blocked": list[JSON](plan.blocked),
+        "adoption": None if plan.adopt_source is None else {
+            "source": plan.adopt_source,
+            "deployments": [{"id": a.id, "model_name": a.model_name, "address": a.address,
+                             "server": None if a.server is None else {"box": a.server[0], "port": a.server[1]},
+                             "fate": str(a.fate), "reason": a.reason, "replacement": a.replacement}
+                            for a in plan.adoptions]},
         "errors": list[JSON](plan.errors),
         "servers": servers,
         "models": rolled("model"),

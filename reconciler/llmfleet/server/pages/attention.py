@@ -5,7 +5,8 @@
 - invalid commits on the tracked branch after the served one, and a failing git refresh;
 - boxes the served revision cannot render for;
 - LiteLLM drift: unmanaged deployments (those pointing at a fleet server first) and duplicates;
-- the reconciler: its last pass failed, its deletes were held, it is overdue, or none was recorded.
+- the reconciler: its last pass failed, its deletes were held, it is overdue, or none was recorded;
+- secrets that work but are weak (a bearer salt shorter than 16 characters).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class AttentionView:
     reconcile: tuple[ReconcileIssue, ...]
     approve_models: tuple[str, ...]  # the catalog an approval may choose from
     approve_slots: int  # at most this many servers on one box
+    secrets: tuple[str, ...] = ()  # weak but working secrets (a short salt): what to do, never a value
 
 
 def _approval_for(box: str, approvals: tuple[Approval, ...]) -> ApprovalView | None:
@@ -139,9 +141,10 @@ def attention_view(inputs: Inputs) -> AttentionView:
     reconcile = reconcile_issues(inputs)
     fleet = inputs.served.fleet if inputs.served is not None else None
     count = (len(unknown) + len(servers) + len(invalid) + (inputs.refresh.error is not None) + len(render_errors)
-             + len(drift) + len(duplicates) + len(reconcile))
+             + len(drift) + len(duplicates) + len(reconcile) + len(inputs.settings.secret_warnings))
     return AttentionView(
         generated_at=inputs.now, count=count, unknown_boxes=unknown, servers=servers, invalid_commits=invalid,
         refresh_error=inputs.refresh.error, render_errors=render_errors, drift=drift, duplicates=duplicates,
         reconcile=reconcile, approve_models=tuple(sorted(fleet.recipes)) if fleet else (),
-        approve_slots=min(len(fleet.settings.listen_ports), fleet.settings.max_servers_per_box) if fleet else 0)
+        approve_slots=min(len(fleet.settings.listen_ports), fleet.settings.max_servers_per_box) if fleet else 0,
+        secrets=inputs.settings.secret_warnings)

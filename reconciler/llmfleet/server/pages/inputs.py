@@ -28,6 +28,7 @@ class Settings:
     branch: str
     reconciler_expected: bool  # a reconciler is configured: a missing or late pass needs attention
     approve_target: ApproveTarget
+    secret_warnings: tuple[str, ...] = ()  # secrets that work but are weak (a short salt); never a value
 
     @classmethod
     def of(cls, rt: Runtime) -> Settings:
@@ -39,7 +40,13 @@ class Settings:
             where = rt.repo.clone_dir
         return cls(repo_where=rt.repo.where, repo_url=repo.url, repo_dir=str(where), branch=repo.branch,
                    reconciler_expected=config.reconcile.enabled and config.litellm is not None,
-                   approve_target=repo.approve_target)
+                   approve_target=repo.approve_target, secret_warnings=secret_warnings(config))
+
+
+def secret_warnings(config: ControlPlaneConfig) -> tuple[str, ...]:
+    """Warnings about secrets that are accepted but weak. Names the config field, never a value."""
+    salt = config.secrets.vllm_api_salt.warning()
+    return (f"secrets.vllm_api_salt: {salt}",) if salt is not None else ()
 
 
 @dataclass(frozen=True)
