@@ -13,7 +13,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from llmfleet.server.app import create_app
-from llmfleet.server.pages.session import COOKIE, SESSION_HOURS, safe_next
+from llmfleet.server.session import COOKIE, SESSION_HOURS, safe_next
 from tests.pages.conftest import LogCapture, World, build_world, csrf_of
 from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN
 

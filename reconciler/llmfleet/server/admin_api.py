@@ -6,6 +6,8 @@
     GET  /admin/fetches     the fetch log, newest first (?box=&limit=)          (viewer or admin)
     GET  /admin/approvals   approvals made through this control plane          (viewer or admin)
     POST /admin/approve     {"host": ..., "models": [...]}: commit the box      (admin)
+
+The tokens are checked by `requires(role)` (Authorization: Bearer only); refusals are JSON (errors.py).
 """
 
 from __future__ import annotations
@@ -15,16 +17,17 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from llmfleet.adapters.state.records import Approval
 from llmfleet.core.fleet.model import Provider
 from llmfleet.job.approve import Approved, ApproveError, approve
+from llmfleet.server.access import requires
+from llmfleet.server.auth import Role, bearer_token, token_fingerprint, webhook_signature_ok
+from llmfleet.server.errors import error
 from llmfleet.logs import get_logger, log_event
-from llmfleet.server.auth import bearer_token, matches_any, token_fingerprint, webhook_signature_ok
-from llmfleet.server.box_api import error
 from llmfleet.server.reports import report_json, staleness
-from llmfleet.server.runtime import Runtime
+from llmfleet.server.runtime import Runtime, current_runtime
 from llmfleet.settings import ApproveTarget
 
 PROVIDERS = tuple(p.value for p in Provider)
@@ -32,105 +35,100 @@ log = get_logger("admin")
 MAX_LIMIT = 1000
 MAX_HOOK_BYTES = 5 * 1024 * 1024  # a push event for a fleet repository is a few KiB
 MAX_APPROVE_BYTES = 64 * 1024
+bp = Blueprint("admin", __name__)
 
 
-def register(app: Flask, rt: Runtime) -> None:
+@bp.post("/hooks/push")
+def push_hook() -> Response:
+    """Authenticated by the webhook's signature, not a token: 404 when webhooks are off, 403 when the
+    signature is missing or wrong."""
+    rt = current_runtime()
     cfg = rt.config
+    secret = cfg.repo.webhook_secret
+    if secret is None:
+        return error(404, "webhooks are off: set repo.webhook_secret")
+    request.max_content_length = MAX_HOOK_BYTES
+    body = request.get_data(cache=False)
+    if not webhook_signature_ok(secret, body, request.headers.get("X-Hub-Signature-256")):
+        log_event(log, "webhook signature rejected", logging.WARNING, peer=request.remote_addr)
+        return error(403, "bad or missing X-Hub-Signature-256")
+    if request.headers.get("X-GitHub-Event") == "ping":
+        return jsonify({"status": "pong"})
+    try:
+        ref = json.loads(body or b"{}").get("ref")
+    except (ValueError, AttributeError):
+        ref = None
+    if isinstance(ref, str) and ref != f"refs/heads/{cfg.repo.branch}":
+        return jsonify({"status": "ignored", "reason": f"{ref} is not the tracked branch"})
+    changed = rt.tracker.refresh()
+    served = rt.tracker.served
+    status = rt.tracker.refresh_status
+    log_event(log, "webhook refresh", changed=changed, revision=served.revision if served else None,
+              error=status.error)
+    if status.error is not None:
+        return error(502, f"refresh failed: {status.error}")
+    return jsonify({"status": "refreshed", "changed": changed, "revision": served.revision if served else None})
 
-    def denied(*, admin: bool) -> Response | None:
-        token = bearer_token(request.headers.get("Authorization"))
-        allowed = cfg.admin_tokens if admin else (*cfg.admin_tokens, *cfg.viewer_tokens)
-        if not allowed:
-            return error(404, "no admin_tokens configured" if admin else "no viewer or admin tokens configured")
-        if token is None or not matches_any(token, allowed):
-            return error(401 if token is None else 403, "an admin token is required" if admin
-                         else "a viewer or admin token is required")
-        return None
 
-    @app.post("/hooks/push")
-    def push_hook() -> Response:
-        secret = cfg.repo.webhook_secret
-        if secret is None:
-            return error(404, "webhooks are off: set repo.webhook_secret")
-        request.max_content_length = MAX_HOOK_BYTES
-        body = request.get_data(cache=False)
-        if not webhook_signature_ok(secret, body, request.headers.get("X-Hub-Signature-256")):
-            log_event(log, "webhook signature rejected", logging.WARNING, peer=request.remote_addr)
-            return error(403, "bad or missing X-Hub-Signature-256")
-        if request.headers.get("X-GitHub-Event") == "ping":
-            return jsonify({"status": "pong"})
-        try:
-            ref = json.loads(body or b"{}").get("ref")
-        except (ValueError, AttributeError):
-            ref = None
-        if isinstance(ref, str) and ref != f"refs/heads/{cfg.repo.branch}":
-            return jsonify({"status": "ignored", "reason": f"{ref} is not the tracked branch"})
-        changed = rt.tracker.refresh()
-        served = rt.tracker.served
-        status = rt.tracker.refresh_status
-        log_event(log, "webhook refresh", changed=changed, revision=served.revision if served else None,
-                  error=status.error)
-        if status.error is not None:
-            return error(502, f"refresh failed: {status.error}")
-        return jsonify({"status": "refreshed", "changed": changed, "revision": served.revision if served else None})
+@bp.get("/admin/attention")
+@requires(Role.VIEWER)
+def attention() -> Response:
+    rt = current_runtime()
+    served = rt.tracker.served
+    placed = served.fleet.boxes if served else {}
+    return jsonify({"entries": [asdict(e) for e in rt.store.attention() if e.box not in placed],
+                    "max_entries": rt.config.attention_max_entries})
 
-    @app.get("/admin/attention")
-    def attention() -> Response:
-        if (no := denied(admin=False)) is not None:
-            return no
-        served = rt.tracker.served
-        placed = served.fleet.boxes if served else {}
-        return jsonify({"entries": [asdict(e) for e in rt.store.attention() if e.box not in placed],
-                        "max_entries": cfg.attention_max_entries})
 
-    @app.get("/admin/reports")
-    def reports() -> Response:
-        if (no := denied(admin=False)) is not None:
-            return no
-        served = rt.tracker.served
-        out: dict[str, Any] = {}
-        for box, report in sorted(rt.store.latest_reports().items()):
-            rendered = served.boxes.get(box) if served else None
-            out[box] = {**report_json(report),
-                        "staleness": staleness(report, json.loads(rendered.body)) if rendered else None}
-        return jsonify({"served_revision": served.revision if served else None, "boxes": out})
+@bp.get("/admin/reports")
+@requires(Role.VIEWER)
+def reports() -> Response:
+    rt = current_runtime()
+    served = rt.tracker.served
+    out: dict[str, Any] = {}
+    for box, report in sorted(rt.store.latest_reports().items()):
+        rendered = served.boxes.get(box) if served else None
+        out[box] = {**report_json(report),
+                    "staleness": staleness(report, json.loads(rendered.body)) if rendered else None}
+    return jsonify({"served_revision": served.revision if served else None, "boxes": out})
 
-    @app.get("/admin/fetches")
-    def fetches() -> Response:
-        if (no := denied(admin=False)) is not None:
-            return no
-        limit = request.args.get("limit", "100")
-        if not limit.isdigit() or not 0 < int(limit) <= MAX_LIMIT:
-            return error(400, f"limit must be an integer in 1..{MAX_LIMIT}")
-        records = rt.store.recent_fetches(box=request.args.get("box"), limit=int(limit))
-        return jsonify({"fetches": [asdict(r) for r in records]})
 
-    @app.get("/admin/approvals")
-    def approvals() -> Response:
-        if (no := denied(admin=False)) is not None:
-            return no
-        return jsonify({"approvals": [asdict(a) for a in rt.store.approvals()]})
+@bp.get("/admin/fetches")
+@requires(Role.VIEWER)
+def fetches() -> Response:
+    limit = request.args.get("limit", "100")
+    if not limit.isdigit() or not 0 < int(limit) <= MAX_LIMIT:
+        return error(400, f"limit must be an integer in 1..{MAX_LIMIT}")
+    records = current_runtime().store.recent_fetches(box=request.args.get("box"), limit=int(limit))
+    return jsonify({"fetches": [asdict(r) for r in records]})
 
-    @app.post("/admin/approve")
-    def approve_box() -> Response:
-        if (no := denied(admin=True)) is not None:
-            return no
-        request.max_content_length = MAX_APPROVE_BYTES
-        payload = request.get_json(silent=True)
-        host = payload.get("host") if isinstance(payload, dict) else None
-        models = payload.get("models") if isinstance(payload, dict) else None
-        provider = payload.get("provider") if isinstance(payload, dict) else None
-        if not isinstance(host, str) or not host or not isinstance(models, list) or not models \
-                or not all(isinstance(m, str) for m in models) or provider not in (None, *PROVIDERS):
-            return error(400, 'send JSON {"host": "<box name>", "models": ["<model>", ...], '
-                              '"provider": "vast" | "runpod" | "static" (optional)}')
-        actor = "admin:" + token_fingerprint(bearer_token(request.headers.get("Authorization")) or "")
-        try:
-            done = approve_and_record(rt, host, models, actor, Provider(provider) if provider else None)
-        except ApproveError as exc:
-            return error(409, str(exc))
-        return jsonify({"host": done.host, "branch": done.branch, "commit": done.commit, "base": done.base,
-                        "repository": str(rt.repo.git_dir), "servers": [asdict(r) for r in done.rows]})
+
+@bp.get("/admin/approvals")
+@requires(Role.VIEWER)
+def approvals() -> Response:
+    return jsonify({"approvals": [asdict(a) for a in current_runtime().store.approvals()]})
+
+
+@bp.post("/admin/approve")
+@requires(Role.ADMIN, action="Approving a box")
+def approve_box() -> Response:
+    rt = current_runtime()
+    request.max_content_length = MAX_APPROVE_BYTES
+    payload = request.get_json(silent=True)
+    host = payload.get("host") if isinstance(payload, dict) else None
+    models = payload.get("models") if isinstance(payload, dict) else None
+    provider = payload.get("provider") if isinstance(payload, dict) else None
+    if not isinstance(host, str) or not host or not isinstance(models, list) or not models \
+            or not all(isinstance(m, str) for m in models) or provider not in (None, *PROVIDERS):
+        return error(400, 'send JSON {"host": "<box name>", "models": ["<model>", ...], '
+                          '"provider": "vast" | "runpod" | "static" (optional)}')
+    actor = "admin:" + token_fingerprint(bearer_token(request.headers.get("Authorization")) or "")
+    try:
+        done = approve_and_record(rt, host, models, actor, Provider(provider) if provider else None)
+    except ApproveError as exc:
+        return error(409, str(exc))
+    return jsonify({"host": done.host, "branch": done.branch, "commit": done.commit, "base": done.base,
+                    "repository": str(rt.repo.git_dir), "servers": [asdict(r) for r in done.rows]})
 
 
 def approve_and_record(rt: Runtime, host: str, models: list[str], actor: str,

@@ -1,4 +1,5 @@
-"""Credentials on requests: the fleet key, admin and viewer tokens, GitHub webhook signatures.
+"""Credentials on requests: the fleet key, admin and viewer tokens, GitHub webhook signatures; and the
+roles they grant (llmfleet.server.access checks them on every guarded view).
 
 Every comparison is constant-time over SHA-256 digests, so neither content nor length leaks by timing.
 """
@@ -8,8 +9,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Sequence
+from enum import StrEnum
 
 from llmfleet.settings import Secret
+
+
+class Role(StrEnum):
+    """Who a request may act as. An admin may do everything a viewer may."""
+
+    FLEET = "fleet"  # a box: the fleet key (the box contract's /vllm/* endpoints)
+    VIEWER = "viewer"  # reads the status pages, their API and the admin API's views
+    ADMIN = "admin"  # a viewer who may also approve boxes
 
 
 def bearer_token(authorization: str | None) -> str | None:

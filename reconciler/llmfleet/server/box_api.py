@@ -1,33 +1,33 @@
-"""The box-facing endpoints: GET /vllm/config, POST /vllm/report, GET /vllm/installer.
+"""The box-facing endpoints (the box contract): GET /vllm/config, POST /vllm/report, GET /vllm/installer.
 
-All three take the fleet key (503 when none is configured, 403 when missing or wrong) and every
-request, answered or not, becomes one fetch record and one JSON log line (no secret in either).
+All three require the fleet key (`requires(Role.FLEET)`: 503 when none is configured, 403 when missing
+or wrong) and every request, answered or refused, becomes one fetch record and one JSON log line (no
+secret in either): `box_request()` is opened before the view and `finish` records the answer.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
-from flask import Flask, Response, jsonify, request
+from flask import Blueprint, Response, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from llmfleet.adapters.state.records import Endpoint, FetchRecord, Sighting
 from llmfleet.core.hosts import ResolvedHost, resolve_host
+from llmfleet.server.access import Refused, requires
+from llmfleet.server.auth import Role
+from llmfleet.server.errors import NO_STORE, error
 from llmfleet.logs import get_logger, log_event
-from llmfleet.server.auth import bearer_token, matches
 from llmfleet.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
 from llmfleet.server.revisions import Rendered
-from llmfleet.server.runtime import Runtime
+from llmfleet.server.runtime import Runtime, current_runtime
 
 access_log = get_logger("access")
-NO_STORE = "no-store"
-
-
-def error(status: int, message: str) -> Response:
-    response = jsonify({"error": message})
-    response.status_code = status
-    return response
+bp = Blueprint("box", __name__)
+ENDPOINTS = {"box.vllm_config": Endpoint.CONFIG, "box.vllm_report": Endpoint.REPORT,
+             "box.vllm_installer": Endpoint.INSTALLER}
 
 
 class BoxRequest:
@@ -42,27 +42,13 @@ class BoxRequest:
         self.peer = request.remote_addr or ""
         self.resolved: ResolvedHost | None = None
 
-    def denied(self) -> Response | None:
-        """The fleet-key check: 503 when none is configured, 403 when missing or wrong."""
-        key = self.rt.config.secrets.fleet_key
-        if key is None:
-            return error(503, "this control plane has no fleet key configured (secrets.fleet_key)")
-        token = bearer_token(request.headers.get("Authorization"))
-        if token is None:
-            return error(403, "missing fleet key: send Authorization: Bearer <fleet key>")
-        if not matches(token, key):
-            return error(403, "wrong fleet key")
-        return None
-
     def resolve(self) -> str:
         self.resolved = resolve_host(self.claimed, self.forwarded_for, self.peer, self.rt.config.trusted_proxies)
         return self.resolved.name
 
     def known_box(self) -> tuple[Rendered, str] | Response:
-        """Key check, box resolution and placement lookup shared by config and report: the served
-        revision and the box name, or the (already finished) refusal."""
-        if (denied := self.denied()) is not None:
-            return self.finish(denied)
+        """Box resolution and placement lookup shared by config and report (after the key check): the
+        served revision and the box name, or the (already finished) refusal."""
         name = self.resolve()
         served = self.rt.tracker.served
         if served is None:
@@ -99,59 +85,78 @@ class BoxRequest:
         return response
 
 
-def register(app: Flask, rt: Runtime) -> None:
-    @app.get("/vllm/config")
-    def vllm_config() -> Response:
-        box = BoxRequest(rt, Endpoint.CONFIG)
-        known = box.known_box()
-        if isinstance(known, Response):
-            return known
-        served, name = known
-        rendered = served.boxes.get(name)
-        if rendered is None:
-            return box.finish(error(503, f"the control plane cannot render box {name!r}; its operators see why "
-                                         "in its log and /health"), served.revision)
-        if request.if_none_match.contains_weak(rendered.etag.strip('"')):
-            response = Response(status=304)
-        else:
-            response = Response(rendered.body, mimetype="application/json")
-        response.headers["ETag"] = rendered.etag
-        return box.finish(response, served.revision)
+@bp.before_request
+def open_box_request() -> None:
+    g.llmfleet_box = BoxRequest(current_runtime(), ENDPOINTS[str(request.endpoint)])
 
-    @app.post("/vllm/report")
-    def vllm_report() -> Response:
-        box = BoxRequest(rt, Endpoint.REPORT)
-        known = box.known_box()
-        if isinstance(known, Response):
-            return known
-        served, name = known
-        request.max_content_length = MAX_REPORT_BYTES
-        try:
-            body = request.get_data(cache=False)
-        except RequestEntityTooLarge:
-            return box.finish(error(413, f"the report is larger than {MAX_REPORT_BYTES // 1024} KiB"))
-        try:
-            report = parse_report(body, name, box.peer, rt.clock())
-        except ReportError as exc:
-            return box.finish(error(400, f"bad report: {exc}"))
-        rt.store.record_report(report, keep=rt.config.state.reports_per_box)
-        rt.metrics.box_reports.labels(report.outcome.value).inc()
-        log_event(access_log, "box report", box=name, outcome=report.outcome.value, revision=report.revision,
-                  served_revision=served.revision, installer_version=report.installer_version)
-        return box.finish(jsonify({"status": "recorded"}), served.revision)
 
-    @app.get("/vllm/installer")
-    def vllm_installer() -> Response:
-        box = BoxRequest(rt, Endpoint.INSTALLER)
-        if (denied := box.denied()) is not None:
-            return box.finish(denied)
-        box.resolve()
-        installer = rt.installer
-        if request.if_none_match.contains_weak(installer.sha256):
-            response = Response(status=304)
-        else:
-            response = Response(installer.body, mimetype="application/octet-stream")
-            response.headers["Content-Disposition"] = "attachment; filename=llmfleet-box.pyz"
-        response.headers["ETag"] = installer.etag
-        response.headers["X-Installer-Sha256"] = installer.sha256
-        return box.finish(response)
+def box_request() -> BoxRequest:
+    """The current box request (opened before the view and its key check)."""
+    return cast(BoxRequest, g.llmfleet_box)
+
+
+@bp.errorhandler(Refused)
+def refused(exc: Refused) -> Response:
+    """The box contract's refusals (503 no fleet key configured, 403 missing or wrong), recorded."""
+    return box_request().finish(error(exc.code or 403, exc.description or exc.name))
+
+
+@bp.get("/vllm/config")
+@requires(Role.FLEET)
+def vllm_config() -> Response:
+    box = box_request()
+    known = box.known_box()
+    if isinstance(known, Response):
+        return known
+    served, name = known
+    rendered = served.boxes.get(name)
+    if rendered is None:
+        return box.finish(error(503, f"the control plane cannot render box {name!r}; its operators see why "
+                                     "in its log and /health"), served.revision)
+    if request.if_none_match.contains_weak(rendered.etag.strip('"')):
+        response = Response(status=304)
+    else:
+        response = Response(rendered.body, mimetype="application/json")
+    response.headers["ETag"] = rendered.etag
+    return box.finish(response, served.revision)
+
+
+@bp.post("/vllm/report")
+@requires(Role.FLEET)
+def vllm_report() -> Response:
+    rt = current_runtime()
+    box = box_request()
+    known = box.known_box()
+    if isinstance(known, Response):
+        return known
+    served, name = known
+    request.max_content_length = MAX_REPORT_BYTES
+    try:
+        body = request.get_data(cache=False)
+    except RequestEntityTooLarge:
+        return box.finish(error(413, f"the report is larger than {MAX_REPORT_BYTES // 1024} KiB"))
+    try:
+        report = parse_report(body, name, box.peer, rt.clock())
+    except ReportError as exc:
+        return box.finish(error(400, f"bad report: {exc}"))
+    rt.store.record_report(report, keep=rt.config.state.reports_per_box)
+    rt.metrics.box_reports.labels(report.outcome.value).inc()
+    log_event(access_log, "box report", box=name, outcome=report.outcome.value, revision=report.revision,
+              served_revision=served.revision, installer_version=report.installer_version)
+    return box.finish(jsonify({"status": "recorded"}), served.revision)
+
+
+@bp.get("/vllm/installer")
+@requires(Role.FLEET)
+def vllm_installer() -> Response:
+    box = box_request()
+    box.resolve()
+    installer = current_runtime().installer
+    if request.if_none_match.contains_weak(installer.sha256):
+        response = Response(status=304)
+    else:
+        response = Response(installer.body, mimetype="application/octet-stream")
+        response.headers["Content-Disposition"] = "attachment; filename=llmfleet-box.pyz"
+    response.headers["ETag"] = installer.etag
+    response.headers["X-Installer-Sha256"] = installer.sha256
+    return box.finish(response)

@@ -20,6 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
+
+from flask import Flask, current_app
 
 from llmfleet.adapters.git import TrackedRepo
 from llmfleet.adapters.state import open_store
@@ -33,6 +36,7 @@ from llmfleet.settings import ControlPlaneConfig, default_clone_dir
 from llmfleet_installer.zipapp import build_zipapp_bytes
 
 log = get_logger("runtime")
+EXTENSION = "llmfleet"  # create_app keeps the Runtime at app.extensions[EXTENSION]
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,16 @@ class Runtime:
         with self.tracker.git_lock:
             self.repo.close()
         self.store.close()
+
+
+def runtime_of(app: Flask) -> Runtime:
+    return cast(Runtime, app.extensions[EXTENSION])
+
+
+def current_runtime() -> Runtime:
+    """The Runtime of the app handling this request: how every view reaches the config, the store and
+    the served revision (no view closes over it)."""
+    return runtime_of(current_app)
 
 
 def replica_name(port: int | None = None) -> str:

@@ -13,17 +13,6 @@ Every page shows the attention strip. Pages need a viewer or admin token (a sess
 login); the API takes the same tokens as `Authorization: Bearer` or the session cookie.
 
 Modules: `inputs` (what is read, once per request), `fleetview`, `attention`, `revisionview` (pure
-views), `session` (login, cookie, CSRF), `routes` (the blueprint).
+views), `routes` (the blueprint). Login, cookie and CSRF are llmfleet.server.session; who may see
+what, llmfleet.server.access.
 """
-
-from __future__ import annotations
-
-from flask import Flask
-
-from llmfleet.server.runtime import Runtime
-
-
-def register(app: Flask, rt: Runtime) -> None:
-    from llmfleet.server.pages.routes import build
-
-    app.register_blueprint(build(app, rt))

@@ -2,7 +2,8 @@
 
 Each page and its API read the same view (`fleet_view(gather(rt))`, ...): the API is the view as JSON,
 the page renders it. `?fragment=1` renders a page's live region only, which pages.js fetches to
-refresh without a full reload.
+refresh without a full reload. Pages and API need a viewer (`requires(Role.VIEWER)`); a page without a
+session is sent to /login, the API answers 401/403 JSON (llmfleet.server.errors).
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from flask import (
     Blueprint,
     Flask,
     Response,
+    current_app,
     flash,
     get_flashed_messages,
     jsonify,
@@ -26,33 +28,31 @@ from flask import (
     send_file,
     url_for,
 )
+from flask.blueprints import BlueprintSetupState
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from llmfleet.core.fleet.model import Provider
 from llmfleet.core.fleet.schema import schema_dir
 from llmfleet.job.approve import ApproveError
-from llmfleet.logs import get_logger, log_event
+from llmfleet.server import session as auth
+from llmfleet.server.access import current_role, requires
 from llmfleet.server.admin_api import approve_and_record
-from llmfleet.server.box_api import error
-from llmfleet.server.pages import session as auth
+from llmfleet.server.auth import Role
+from llmfleet.server.errors import NO_STORE, SECURITY_HEADERS, error
+from llmfleet.logs import get_logger, log_event
 from llmfleet.server.pages.attention import attention_view
 from llmfleet.server.pages.fleetview import FilterError, FleetFilter, FleetView, fleet_view, models_view
 from llmfleet.server.pages.inputs import Inputs, gather
 from llmfleet.server.pages.revisionview import history_view, revision_view
-from llmfleet.server.pages.session import Role
-from llmfleet.server.runtime import Runtime
+from llmfleet.server.runtime import current_runtime, runtime_of
 
 log = get_logger("pages")
+bp = Blueprint("pages", __name__, template_folder="templates", static_folder="static",
+               static_url_path="/pages/static")
 REFRESH_S = 15
 MAX_FORM_BYTES = 64 * 1024
 DEFAULT_PASSES, MAX_PASSES = 20, 200
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
-                               "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "same-origin",  # not no-referrer: Chromium then sends `Origin: null` on our own forms
-}
+PUBLIC = ("pages.static", "pages.openapi")  # served even when the pages are off
 # verdict -> (tone, icon): the colour is the tone, and every badge also carries the icon and the word
 VERDICT_LOOK = {
     "Healthy": ("ok", "check"), "Stale": ("warn", "refresh"), "Loading": ("info", "clock"),
@@ -91,170 +91,208 @@ def as_json(view: Any) -> Response:
     return response
 
 
-def build(app: Flask, rt: Runtime) -> Blueprint:
-    bp = Blueprint("pages", __name__, template_folder="templates", static_folder="static",
-                   static_url_path="/pages/static")
-    config = rt.config
-    enabled = auth.configure(app, config)
+@bp.record_once
+def set_up(state: BlueprintSetupState) -> None:
+    """Signed sessions from the configured tokens (none: the pages are off), and the templates' style."""
+    app = cast(Flask, state.app)
+    auth.configure(app, runtime_of(app).config)
     app.jinja_env.trim_blocks = app.jinja_env.lstrip_blocks = True
 
-    @bp.before_request
-    def pages_enabled() -> Response | None:
-        if enabled or request.endpoint in ("pages.static", "pages.openapi"):
-            return None
-        return error(404, "the status pages are off: configure viewer_tokens or admin_tokens")
 
-    @bp.app_template_filter("when")
-    def _when(ts: float | None) -> str:
-        return when(ts)
+def enabled() -> bool:
+    config = current_runtime().config
+    return bool(config.admin_tokens or config.viewer_tokens)
 
-    @bp.app_template_filter("iso")
-    def _iso(ts: float | None) -> str:
-        return iso(ts)
 
-    @bp.app_template_filter("ago")
-    def _ago(seconds: float | None) -> str:
-        return ago(seconds)
+@bp.before_request
+def pages_enabled() -> Response | None:
+    if enabled() or request.endpoint in PUBLIC:
+        return None
+    return error(404, "the status pages are off: configure viewer_tokens or admin_tokens")
 
-    @bp.app_template_filter("short")
-    def _short(revision: str | None) -> str:
-        return (revision or "—")[:12]
 
-    def role_or_none() -> Role | None:
-        return auth.session_role(app, config, rt.clock())
+@bp.before_request
+def limit_forms() -> None:
+    request.max_content_length = MAX_FORM_BYTES  # before any form (login, logout, approve, a refusal) is read
 
-    def page(name: str, template: str, view: Any, inputs: Inputs, role: Role) -> str:
-        return render_template(template, view=view, attention=attention_view(inputs), role=str(role),
-                               can_approve=role is Role.ADMIN, csrf=auth.csrf_token(), active=name, pages=PAGES,
-                               fragment=request.args.get("fragment") == "1", refresh_s=REFRESH_S,
-                               looks=VERDICT_LOOK, not_judged=NOT_JUDGED_LOOK, messages=get_flashed_messages(True),
-                               now=inputs.now, branch=inputs.settings.branch,
-                               approve_target=str(inputs.settings.approve_target), api=API[name])
 
-    def html_view(name: str, template: str, make: Callable[[Inputs], Any], **gather_args: Any
-                  ) -> Callable[[], str | BaseResponse]:
-        def view() -> str | BaseResponse:
-            role = role_or_none()
-            if role is None:  # back here after login (the page, not a refresh fragment of it)
-                back = request.path if request.args.get("fragment") == "1" else request.full_path.rstrip("?")
-                return redirect(url_for("pages.login", next=back))
-            inputs = gather(rt, **gather_args)
-            try:
-                shown = make(inputs)
-            except FilterError as exc:
-                return error(400, str(exc))
-            return page(name, template, shown, inputs, role)
-        view.__name__ = f"{name}_page"
-        return view
+@bp.errorhandler(FilterError)
+def bad_filter(exc: FilterError) -> Response:
+    return error(400, str(exc))
 
-    def api_denied() -> Response | None:
-        role, presented = auth.request_role(app, config, rt.clock())
-        if role is not None:
-            return None
-        return error(403 if presented else 401, "a viewer or admin token is required: send Authorization: "
-                                                "Bearer <token>, or log in at /login")
 
-    def api_view(make: Callable[[Inputs], Any], **gather_args: Any) -> Callable[[], Response]:
-        def view() -> Response:
-            if (denied := api_denied()) is not None:
-                return denied
-            try:
-                return as_json(make(gather(rt, **gather_args)))
-            except FilterError as exc:
-                return error(400, str(exc))
-        return view
+@bp.app_template_filter("when")
+def _when(ts: float | None) -> str:
+    return when(ts)
 
-    def filtered_fleet(inputs: Inputs) -> FleetView:
-        return fleet_view(inputs, FleetFilter.parse(request.args))
 
-    bp.add_url_rule("/", view_func=html_view("fleet", "fleet.html", filtered_fleet, boxes=True))
-    bp.add_url_rule("/models", view_func=html_view("models", "models.html", models_view))
-    bp.add_url_rule("/revision", view_func=html_view("revision", "revision.html", revision_view))
-    bp.add_url_rule("/history", view_func=html_view("history", "history.html", history_view, passes=DEFAULT_PASSES))
-    bp.add_url_rule("/api/fleet", "api_fleet", api_view(filtered_fleet, boxes=True))
-    bp.add_url_rule("/api/models", "api_models", api_view(models_view))
-    bp.add_url_rule("/api/attention", "api_attention", api_view(attention_view))
-    bp.add_url_rule("/api/revision", "api_revision", api_view(revision_view))
+@bp.app_template_filter("iso")
+def _iso(ts: float | None) -> str:
+    return iso(ts)
 
-    @bp.get("/api/passes")
-    def api_passes() -> Response:
-        if (denied := api_denied()) is not None:
-            return denied
-        limit = request.args.get("limit", str(DEFAULT_PASSES))
-        if not limit.isascii() or not limit.isdigit() or not 0 < int(limit) <= MAX_PASSES:
-            return error(400, f"limit must be an integer in 1..{MAX_PASSES}")
-        return as_json(history_view(gather(rt, passes=int(limit))))
 
-    @bp.get("/api/openapi.yaml")
-    def openapi() -> Response:
-        return send_file(schema_dir() / "openapi.yaml", mimetype="application/yaml", max_age=0)
+@bp.app_template_filter("ago")
+def _ago(seconds: float | None) -> str:
+    return ago(seconds)
 
-    def login_page(target: str, problem: str | None = None, status: int = 200) -> tuple[str, int]:
-        return render_template("login.html", csrf=auth.csrf_token(), next=target, hours=auth.SESSION_HOURS,
-                               problem=problem), status
 
-    @bp.route("/login", methods=["GET", "POST"])
-    def login() -> BaseResponse | tuple[str, int]:
-        request.max_content_length = MAX_FORM_BYTES  # before the form is read
-        target = auth.safe_next(request.values.get("next"))
-        if request.method == "GET":
-            return redirect(target) if role_or_none() is not None else login_page(target)
-        if not auth.csrf_ok(request.form.get("csrf")):
-            return login_page(target, "The form expired: enter the token again.", 400)
-        token = request.form.get("token", "").strip()
-        role = auth.role_of_token(config, token or None)
-        if role is None:
-            log_event(log, "page login refused", logging.WARNING, peer=request.remote_addr)
-            return login_page(target, "That is not a viewer or admin token of this control plane.", 403)
-        auth.log_in(app, role, token, rt.clock())
-        log_event(log, "page login", role=str(role), peer=request.remote_addr)
-        return redirect(target)
+@bp.app_template_filter("short")
+def _short(revision: str | None) -> str:
+    return (revision or "—")[:12]
 
-    @bp.post("/logout")
-    def logout() -> BaseResponse:
-        request.max_content_length = MAX_FORM_BYTES
-        if auth.csrf_ok(request.form.get("csrf")):
-            auth.log_out()
-        return redirect(url_for("pages.login"))
 
-    @bp.post("/approve")
-    def approve() -> BaseResponse:
-        request.max_content_length = MAX_FORM_BYTES
-        role = role_or_none()
-        if role is None:
-            return redirect(url_for("pages.login"))
-        back = auth.safe_next(request.form.get("next"))
-        if not auth.csrf_ok(request.form.get("csrf")):
-            flash("The form expired or came from another site: nothing was approved. Try again.", "error")
-            return redirect(back)
-        if role is not Role.ADMIN:
-            flash("Approving a box needs an admin token: log in with one.", "error")
-            return redirect(back)
-        host = request.form.get("host", "").strip()
-        models = [m for m in request.form.getlist("model") if m]
-        provider = request.form.get("provider", "")
-        if not host or not models:
-            flash(f"Choose at least one model to approve {host or 'the box'} with.", "error")
-            return redirect(back)
-        if provider not in ("", *(p.value for p in Provider)):
-            flash(f"Unknown provider {provider}: choose vast, runpod or static. Nothing was approved.", "error")
-            return redirect(back)
-        try:
-            done = approve_and_record(rt, host, models, auth.actor(), Provider(provider) if provider else None)
-        except ApproveError as exc:
-            flash(f"{host} was not approved: {exc}", "error")
-            return redirect(back)
-        flash(f"Approved {done.host} ({', '.join(models)}): commit {done.commit} on branch {done.branch}.", "ok")
+def role_or_none() -> Role | None:
+    """The logged-in role (the session cookie), or None."""
+    rt = current_runtime()
+    return auth.session_role(current_app, rt.config, rt.clock())
+
+
+def page(name: str, template: str, view: Any, inputs: Inputs, role: Role) -> str:
+    return render_template(template, view=view, attention=attention_view(inputs), role=str(role),
+                           can_approve=role is Role.ADMIN, csrf=auth.csrf_token(), active=name, pages=PAGES,
+                           fragment=request.args.get("fragment") == "1", refresh_s=REFRESH_S,
+                           looks=VERDICT_LOOK, not_judged=NOT_JUDGED_LOOK, messages=get_flashed_messages(True),
+                           now=inputs.now, branch=inputs.settings.branch,
+                           approve_target=str(inputs.settings.approve_target), api=API[name])
+
+
+def html_view(name: str, template: str, make: Callable[[Inputs], Any], **gather_args: Any) -> str:
+    """A page: its view over what is read once for this request, rendered for the logged-in role."""
+    inputs = gather(current_runtime(), **gather_args)
+    return page(name, template, make(inputs), inputs, current_role())
+
+
+def api_view(make: Callable[[Inputs], Any], **gather_args: Any) -> Response:
+    """A page's view as JSON."""
+    return as_json(make(gather(current_runtime(), **gather_args)))
+
+
+def filtered_fleet(inputs: Inputs) -> FleetView:
+    return fleet_view(inputs, FleetFilter.parse(request.args))
+
+
+@bp.get("/")
+@requires(Role.VIEWER)
+def fleet_page() -> str:
+    return html_view("fleet", "fleet.html", filtered_fleet, boxes=True)
+
+
+@bp.get("/models")
+@requires(Role.VIEWER)
+def models_page() -> str:
+    return html_view("models", "models.html", models_view)
+
+
+@bp.get("/revision")
+@requires(Role.VIEWER)
+def revision_page() -> str:
+    return html_view("revision", "revision.html", revision_view)
+
+
+@bp.get("/history")
+@requires(Role.VIEWER)
+def history_page() -> str:
+    return html_view("history", "history.html", history_view, passes=DEFAULT_PASSES)
+
+
+@bp.get("/api/fleet")
+@requires(Role.VIEWER)
+def api_fleet() -> Response:
+    return api_view(filtered_fleet, boxes=True)
+
+
+@bp.get("/api/models")
+@requires(Role.VIEWER)
+def api_models() -> Response:
+    return api_view(models_view)
+
+
+@bp.get("/api/attention")
+@requires(Role.VIEWER)
+def api_attention() -> Response:
+    return api_view(attention_view)
+
+
+@bp.get("/api/revision")
+@requires(Role.VIEWER)
+def api_revision() -> Response:
+    return api_view(revision_view)
+
+
+@bp.get("/api/passes")
+@requires(Role.VIEWER)
+def api_passes() -> Response:
+    limit = request.args.get("limit", str(DEFAULT_PASSES))
+    if not limit.isascii() or not limit.isdigit() or not 0 < int(limit) <= MAX_PASSES:
+        return error(400, f"limit must be an integer in 1..{MAX_PASSES}")
+    return as_json(history_view(gather(current_runtime(), passes=int(limit))))
+
+
+@bp.get("/api/openapi.yaml")
+def openapi() -> Response:
+    return send_file(schema_dir() / "openapi.yaml", mimetype="application/yaml", max_age=0)
+
+
+def login_page(target: str, problem: str | None = None, status: int = 200) -> tuple[str, int]:
+    return render_template("login.html", csrf=auth.csrf_token(), next=target, hours=auth.SESSION_HOURS,
+                           problem=problem), status
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> BaseResponse | tuple[str, int]:
+    rt = current_runtime()
+    target = auth.safe_next(request.values.get("next"))
+    if request.method == "GET":
+        return redirect(target) if role_or_none() is not None else login_page(target)
+    if not auth.csrf_ok(request.form.get("csrf")):
+        return login_page(target, "The form expired: enter the token again.", 400)
+    token = request.form.get("token", "").strip()
+    role = auth.role_of_token(rt.config, token or None)
+    if role is None:
+        log_event(log, "page login refused", logging.WARNING, peer=request.remote_addr)
+        return login_page(target, "That is not a viewer or admin token of this control plane.", 403)
+    auth.log_in(current_app, role, token, rt.clock())
+    log_event(log, "page login", role=str(role), peer=request.remote_addr)
+    return redirect(target)
+
+
+@bp.post("/logout")
+def logout() -> BaseResponse:
+    if auth.csrf_ok(request.form.get("csrf")):
+        auth.log_out()
+    return redirect(url_for("pages.login"))
+
+
+@bp.post("/approve")
+@requires(Role.ADMIN, action="Approving a box")
+def approve() -> BaseResponse:
+    back = auth.safe_next(request.form.get("next"))
+    if not auth.csrf_ok(request.form.get("csrf")):
+        flash("The form expired or came from another site: nothing was approved. Try again.", "error")
         return redirect(back)
+    host = request.form.get("host", "").strip()
+    models = [m for m in request.form.getlist("model") if m]
+    provider = request.form.get("provider", "")
+    if not host or not models:
+        flash(f"Choose at least one model to approve {host or 'the box'} with.", "error")
+        return redirect(back)
+    if provider not in ("", *(p.value for p in Provider)):
+        flash(f"Unknown provider {provider}: choose vast, runpod or static. Nothing was approved.", "error")
+        return redirect(back)
+    try:
+        done = approve_and_record(current_runtime(), host, models, auth.actor(),
+                                  Provider(provider) if provider else None)
+    except ApproveError as exc:
+        flash(f"{host} was not approved: {exc}", "error")
+        return redirect(back)
+    flash(f"Approved {done.host} ({', '.join(models)}): commit {done.commit} on branch {done.branch}.", "ok")
+    return redirect(back)
 
-    @bp.after_request
-    def headers(response: Response) -> Response:
-        for name, value in SECURITY_HEADERS.items():
-            response.headers.setdefault(name, value)
-        if request.endpoint != "pages.static":
-            response.headers["Cache-Control"] = "no-store"
-        return response
 
-    return bp
-
-
+@bp.after_request
+def headers(response: Response) -> Response:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    if request.endpoint != "pages.static":
+        response.headers["Cache-Control"] = NO_STORE
+    return response

@@ -17,21 +17,16 @@ import hashlib
 import hmac
 import secrets
 from datetime import timedelta
-from enum import StrEnum
 from urllib.parse import urlsplit
 
 from flask import Flask, request, session
 
-from llmfleet.server.auth import bearer_token, matches_any, token_fingerprint
+from llmfleet.server.auth import Role, matches_any, token_fingerprint
 from llmfleet.settings import ControlPlaneConfig, Secret
 
 SESSION_HOURS = 12
 COOKIE = "llmfleet_session"
-
-
-class Role(StrEnum):
-    VIEWER = "viewer"
-    ADMIN = "admin"
+SESSION_ROLES = (Role.VIEWER, Role.ADMIN)  # what a login can grant (never Role.FLEET)
 
 
 def configure(app: Flask, config: ControlPlaneConfig) -> bool:
@@ -79,7 +74,7 @@ def log_out() -> None:
 
 def session_role(app: Flask, config: ControlPlaneConfig, now: float) -> Role | None:
     role, proof, at = session.get("role"), session.get("tok"), session.get("at")
-    if role not in tuple(Role) or not isinstance(proof, str) or not isinstance(at, (int, float)):
+    if role not in SESSION_ROLES or not isinstance(proof, str) or not isinstance(at, (int, float)):
         return None
     if not 0 <= now - at <= SESSION_HOURS * 3600:
         return None
@@ -87,15 +82,6 @@ def session_role(app: Flask, config: ControlPlaneConfig, now: float) -> Role | N
     for token in _tokens(config, Role(role)):  # every token, so timing does not tell which matched
         found = hmac.compare_digest(_proof(app, token.reveal()), proof) | found
     return Role(role) if found else None
-
-
-def request_role(app: Flask, config: ControlPlaneConfig, now: float) -> tuple[Role | None, bool]:
-    """The caller's role, from a bearer token (scripts) or the session cookie (browsers); and whether
-    a bearer was presented at all (a wrong bearer is a 403, none a 401)."""
-    token = bearer_token(request.headers.get("Authorization"))
-    if token is not None:
-        return role_of_token(config, token), True
-    return session_role(app, config, now), False
 
 
 def actor() -> str:
