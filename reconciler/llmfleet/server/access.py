@@ -35,6 +35,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 SESSION_BLUEPRINTS = frozenset({"pages"})  # the blueprints whose views take the login session cookie
 PAGES_API_PREFIX = "/api/"
+ROLE_ATTRIBUTE = "llmfleet_required_role"  # set on every guarded view (`required_role`)
 
 
 class Surface(StrEnum):
@@ -97,9 +98,16 @@ def requires(role: Role, *, action: str = "This") -> Callable[[Callable[P, R]], 
             g.llmfleet_role = check(role, action)
             return view(*args, **kwargs)
 
+        setattr(guarded, ROLE_ATTRIBUTE, role)
         return guarded
 
     return decorate
+
+
+def required_role(view: Callable[..., object]) -> Role | None:
+    """The role a view requires, None for a public one (tests check that no view is left unguarded)."""
+    role = getattr(view, ROLE_ATTRIBUTE, None)
+    return role if isinstance(role, Role) else None
 
 
 def current_role() -> Role:
