@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-PAGES = ROOT / "reconciler" / "server" / "pages"
+SOURCES = ROOT / "reconciler"  # the wheel holds the llmfleet package from here
+PAGES = SOURCES / "llmfleet" / "server" / "pages"
 
 
 def test_the_wheel_ships_templates_static_files_and_the_api_document(tmp_path: Path) -> None:
@@ -23,5 +24,5 @@ def test_the_wheel_ships_templates_static_files_and_the_api_document(tmp_path: P
     assets = [p for p in PAGES.rglob("*") if p.is_file() and p.suffix in (".html", ".css", ".js")]
     assert len(assets) >= 10
     for asset in assets:
-        assert str(asset.relative_to(ROOT)) in names
-    assert "reconciler/_schemas/openapi.yaml" in names  # where schema_dir() finds it in an installed wheel
+        assert str(asset.relative_to(SOURCES)) in names
+    assert "llmfleet/_schemas/openapi.yaml" in names  # where schema_dir() finds it in an installed wheel
