@@ -22,10 +22,10 @@ from flask import Blueprint, Response, jsonify, request
 from llmfleet.adapters.state.records import Approval
 from llmfleet.core.fleet.model import Provider
 from llmfleet.job.approve import Approved, ApproveError, approve
+from llmfleet.logs import get_logger, log_event
 from llmfleet.server.access import requires
 from llmfleet.server.auth import Role, bearer_token, token_fingerprint, webhook_signature_ok
 from llmfleet.server.errors import error
-from llmfleet.logs import get_logger, log_event
 from llmfleet.server.reports import report_json, staleness
 from llmfleet.server.runtime import Runtime, current_runtime
 from llmfleet.settings import ApproveTarget

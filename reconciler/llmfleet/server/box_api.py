@@ -16,10 +16,10 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from llmfleet.adapters.state.records import Endpoint, FetchRecord, Sighting
 from llmfleet.core.hosts import ResolvedHost, resolve_host
+from llmfleet.logs import get_logger, log_event
 from llmfleet.server.access import Refused, requires
 from llmfleet.server.auth import Role
 from llmfleet.server.errors import NO_STORE, error
-from llmfleet.logs import get_logger, log_event
 from llmfleet.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
 from llmfleet.server.revisions import Rendered
 from llmfleet.server.runtime import Runtime, current_runtime

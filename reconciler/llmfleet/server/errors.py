@@ -21,8 +21,8 @@ from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from llmfleet.errors import StateError
-from llmfleet.server.access import Refused, Surface, surface
 from llmfleet.logs import get_logger, log_event
+from llmfleet.server.access import Refused, Surface, surface
 from llmfleet.server.session import safe_next
 
 log = get_logger("app")

@@ -34,12 +34,12 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from llmfleet.core.fleet.model import Provider
 from llmfleet.core.fleet.schema import schema_dir
 from llmfleet.job.approve import ApproveError
+from llmfleet.logs import get_logger, log_event
 from llmfleet.server import session as auth
 from llmfleet.server.access import current_role, requires
 from llmfleet.server.admin_api import approve_and_record
 from llmfleet.server.auth import Role
 from llmfleet.server.errors import NO_STORE, SECURITY_HEADERS, error
-from llmfleet.logs import get_logger, log_event
 from llmfleet.server.pages.attention import attention_view
 from llmfleet.server.pages.fleetview import FilterError, FleetFilter, FleetView, fleet_view, models_view
 from llmfleet.server.pages.inputs import Inputs, gather
