@@ -25,6 +25,7 @@ from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import LitellmRoute, Provider
 from llmfleet.core.judge.intended import Endpoint, IntendedServer, desired_deployment
 from llmfleet.core.judge.plan import Action, ActionKind, Plan
+from llmfleet.core.secret import Secret
 from llmfleet.job.apply import apply_plan
 
 SALT = Salt("bench-salt-0123456789abcdef")
@@ -47,7 +48,7 @@ async def run(url: str, key: str, count: int, concurrency: int) -> dict[str, obj
     deletes = Plan("c" * 40, 0, tuple(Action(ActionKind.DELETE, s.id, s.model_name, "bench") for s in specs))
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
     async with aiohttp.ClientSession(connector=connector) as session:
-        client = LitellmClient(session, url, key, timeout_s=120)
+        client = LitellmClient(session, url, Secret(key, "bench"), timeout_s=120)
         t0 = time.perf_counter()
         created = await apply_plan(creates, client, concurrency)
         t_create = time.perf_counter() - t0

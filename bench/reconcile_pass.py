@@ -44,6 +44,7 @@ from llmfleet.core.fleet.model import (
     frozen_map,
 )
 from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.secret import Secret
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
 
@@ -162,11 +163,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         fakes.append(process)
         store = open_reconcile_state(getattr(args, "state", None))
         fleet = build_fleet(servers, args.probe_concurrency, args.probe_timeout)
-        access = ProviderAccess("vast-test-key", f"http://127.0.0.1:{ready['vast']}", 30, RetryPolicy(attempts=3))
+        access = ProviderAccess(Secret("vast-test-key", "bench"), f"http://127.0.0.1:{ready['vast']}", 30,
+                                RetryPolicy(attempts=3))
         observer = Observer({Provider.VAST: VastClient(access)}, args.probe_timeout, args.probe_concurrency)
         reconciler = Reconciler(Bearers(Salt(SALT)), observer,
                                 lambda session: LitellmClient(session, f"http://127.0.0.1:{ready['litellm']}",
-                                                              ready["key"]),
+                                                              Secret(ready["key"], "bench")),
                                 store, write_concurrency=args.write_concurrency)
         results = {}
         for name in ("first pass (creates)", "steady pass"):

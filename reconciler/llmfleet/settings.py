@@ -1,17 +1,26 @@
-"""The control plane's config file: strict YAML, a JSON Schema with unknown keys rejected, secrets only
-as `${env:}`/`${file:}`/`${cred:}` references resolved at start-up.
+"""The one settings object of the control plane, the reconciler and the CLI, and its one builder.
+
+The config file is strict YAML checked against schemas/control-plane.schema.json (unknown keys rejected),
+secrets only as `${env:}`/`${file:}`/`${cred:}` references resolved at start-up into `Secret`s, which
+stay wrapped until the constructor of the client that puts them on the wire.
 
 `load_config(path)` either returns a complete, typed `ControlPlaneConfig` (every secret resolved) or
-raises `ConfigError` listing every problem as `file:line:col: /pointer: message`. No message ever
-contains a secret value: problems under a secret field are reworded without echoing the value.
+raises `ConfigurationError` listing every problem as `file:line:col: /pointer: message`.
+`settings_from_env(env)` builds the same object for a job without a config file (`llmfleet plan`
+without --config) from LITELLM_URL, LITELLM_MASTER_KEY, LLMFLEET_VLLM_API_SALT and the optional
+LLMFLEET_LEGACY_API_KEY, VAST_API_KEY, RUNPOD_API_KEY: the same builder, so the same checks, the same
+defaults and the same `Secret`s; its problems name the variable. No message ever contains a secret value.
+
+Defaults are written once, as the schema's `default`s: the builder reads them (`DEFAULTS`), the
+reference docs/configuration.md is generated from them, and the dataclasses below declare none.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -21,12 +30,14 @@ from llmfleet.adapters.state.store import FetchRetention, is_postgres, sqlite_pa
 from llmfleet.core.fleet import strictyaml
 from llmfleet.core.fleet.bearer import Salt, SaltError
 from llmfleet.core.fleet.diagnostics import Diagnostic, pointer
-from llmfleet.core.fleet.schema import validate_document
+from llmfleet.core.fleet.schema import schema_defaults, validate_document
+from llmfleet.core.secret import Secret
+from llmfleet.errors import ConfigurationError
 from llmfleet_contract import secretref
 from llmfleet_contract.addresses import is_loopback
 
 SCHEMA = "control-plane"
-DEFAULT_LISTEN = "127.0.0.1:8080"
+DEFAULTS: Mapping[str, Any] = schema_defaults(SCHEMA)  # by pointer: the schema's `default`s, the only ones
 HOW_TO_REFER = (
     "write it as one reference: ${env:NAME}, ${file:/absolute/path} or ${cred:NAME}, never the value")
 _SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/admin_tokens", "/viewer_tokens",
@@ -36,53 +47,44 @@ _NAMING_RULES = ("schema-unknown-key", "schema-required")  # these quote a key, 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-class ConfigError(Exception):
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
-
-
-class Secret:
-    """A resolved secret. repr() and str() are redacted; `reveal()` is the only way to the value."""
-
-    __slots__ = ("_value", "reference")
-
-    def __init__(self, value: str, reference: str) -> None:
-        self._value = value
-        self.reference = reference  # e.g. ${env:LLMFLEET_FLEET_KEY}: safe to show
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return f"Secret({self.reference})"
-
-    __str__ = __repr__
-
+# The environment-only settings (no config file): each variable stands for one key of the file.
+ENV_VARIABLES = {
+    "/litellm/url": "LITELLM_URL",
+    "/litellm/master_key": "LITELLM_MASTER_KEY",
+    "/secrets/vllm_api_salt": "LLMFLEET_VLLM_API_SALT",
+    "/secrets/legacy_api_key": "LLMFLEET_LEGACY_API_KEY",
+    "/providers/vast/api_key": "VAST_API_KEY",
+    "/providers/runpod/api_key": "RUNPOD_API_KEY",
+}
+ENV_REQUIRED = ("LITELLM_URL", "LITELLM_MASTER_KEY", "LLMFLEET_VLLM_API_SALT")
+MEMORY_STATE = "sqlite:///:memory:"  # the environment-only settings keep no state between runs
 
 class ApproveTarget(StrEnum):
     BRANCH = "branch"  # a new branch approve/<host> per approval
     TRACKED = "tracked"  # straight onto the tracked branch
 
 
+# No dataclass below declares a default: the builder gives every field, from the file or the schema.
+
+
 @dataclass(frozen=True)
 class RepoConfig:
-    url: str | None
+    url: str | None  # neither url nor path: no repository configured (the environment-only settings)
     path: Path | None
-    branch: str = "main"
-    subdir: str | None = None
-    refresh_interval_s: float = 60.0
-    clone_dir: Path | None = None
-    webhook_secret: Secret | None = None
-    approve_target: ApproveTarget = ApproveTarget.BRANCH
+    branch: str
+    subdir: str | None
+    refresh_interval_s: float
+    clone_dir: Path | None
+    webhook_secret: Secret | None
+    approve_target: ApproveTarget
 
 
 @dataclass(frozen=True)
 class Secrets:
     vllm_api_salt: Salt
-    fleet_key: Secret | None = None
-    legacy_api_key: Secret | None = None
-    previous_vllm_api_salt: Salt | None = None  # a salt rotation in progress, box by box
+    fleet_key: Secret | None
+    legacy_api_key: Secret | None
+    previous_vllm_api_salt: Salt | None  # a salt rotation in progress, box by box
 
 
 @dataclass(frozen=True)
@@ -117,10 +119,10 @@ class TlsConfig:
 class StateConfig:
     url: str  # sqlite:///PATH or postgresql://user@host:port/dbname (never with a password in it)
     base: Path  # relative sqlite paths are taken from here
-    password: Secret | None = None  # PostgreSQL's, from a reference
-    fetch_log_max_rows: int = 200_000
-    fetch_log_max_age_days: float = 30.0
-    reports_per_box: int = 20
+    password: Secret | None  # PostgreSQL's, from a reference
+    fetch_log_max_rows: int
+    fetch_log_max_age_days: float
+    reports_per_box: int
 
     @property
     def retention(self) -> FetchRetention:
@@ -130,47 +132,54 @@ class StateConfig:
 @dataclass(frozen=True)
 class LitellmConfig:
     url: str
-    master_key: Secret | None = None
-    timeout_s: float = 30.0
-    write_concurrency: int = 4
+    master_key: Secret | None
+    timeout_s: float
+    write_concurrency: int
 
 
 @dataclass(frozen=True)
 class ProviderConfig:
     api_key: Secret
-    url: str | None = None  # None: the provider's public API
+    url: str | None  # None: the provider's public API
 
 
 @dataclass(frozen=True)
 class ProvidersConfig:
-    vast: ProviderConfig | None = None
-    runpod: ProviderConfig | None = None
-    static: bool = False
+    vast: ProviderConfig | None
+    runpod: ProviderConfig | None
+    static: bool
 
 
 @dataclass(frozen=True)
 class ReconcileConfig:
-    enabled: bool = True
-    dry_run: bool = False
+    enabled: bool
+    dry_run: bool
 
 
 @dataclass(frozen=True)
 class ControlPlaneConfig:
-    source: Path
+    """The one settings object: what `llmfleet serve`, `plan`, `apply` and `reconcile` run with."""
+
+    source: Path | None  # the config file; None: built from the environment (settings_from_env)
     repo: RepoConfig
     secrets: Secrets
     state: StateConfig
-    listen: Listen = field(default_factory=lambda: Listen.parse(DEFAULT_LISTEN))
-    tls: TlsConfig | None = None
-    trusted_proxies: tuple[IPNetwork, ...] = ()
-    admin_tokens: tuple[Secret, ...] = ()
-    viewer_tokens: tuple[Secret, ...] = ()
-    attention_max_entries: int = 200
-    threads: int = 8
-    timeout_s: int = 60
-    litellm: LitellmConfig | None = None
-    providers: ProvidersConfig = field(default_factory=ProvidersConfig)
-    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    listen: Listen
+    tls: TlsConfig | None
+    trusted_proxies: tuple[IPNetwork, ...]
+    admin_tokens: tuple[Secret, ...]
+    viewer_tokens: tuple[Secret, ...]
+    attention_max_entries: int
+    threads: int
+    timeout_s: int
+    litellm: LitellmConfig | None
+    providers: ProvidersConfig
+    reconcile: ReconcileConfig
+
+    @property
+    def where(self) -> str:
+        """What to name in a message about the settings as a whole."""
+        return str(self.source) if self.source is not None else "the environment"
 
 
 def _redacted(diagnostic: Diagnostic) -> Diagnostic:
@@ -185,19 +194,35 @@ def _redacted(diagnostic: Diagnostic) -> Diagnostic:
 
 
 class _Builder:
-    """Turns the schema-valid document into the typed config, collecting every problem."""
+    """Turns a schema-valid document (a config file, or the environment's stand-in for one) into the
+    typed settings, collecting every problem; a key that is not given takes the schema's default."""
 
-    def __init__(self, doc: strictyaml.Document, base: Path, env: Mapping[str, str] | None) -> None:
-        self.doc = doc
+    def __init__(self, raw: dict[str, Any], where: Callable[[list[str | int]], str], source: Path | None,
+                 base: Path, env: Mapping[str, str] | None) -> None:
+        self.raw = raw
+        self.where = where
+        self.source = source
         self.base = base
         self.env = env
         self.problems: list[str] = []
 
-    def problem(self, path: list[str | int], message: str) -> None:
-        mark = self.doc.mark_at(path)
-        self.problems.append(f"{self.doc.path}:{mark.line}:{mark.column}: {pointer(path)}: {message}")
+    def get(self, where: str) -> Any:
+        """The value at the JSON pointer `where`; the schema's default (or None) when it is not given."""
+        node: Any = self.raw
+        for key in where.strip("/").split("/"):
+            if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            elif isinstance(node, dict) and key in node:
+                node = node[key]
+            else:
+                return DEFAULTS.get(where)
+        return node
 
-    def secret(self, value: Any, path: list[str | int]) -> Secret | None:
+    def problem(self, path: list[str | int], message: str) -> None:
+        self.problems.append(f"{self.where(path)}: {message}")
+
+    def secret(self, path: list[str | int]) -> Secret | None:
+        value = self.get(pointer(path))
         if value is None:
             return None
         try:
@@ -212,24 +237,24 @@ class _Builder:
         candidate = Path(os.path.expanduser(value))
         return Path(os.path.normpath(candidate if candidate.is_absolute() else self.base / candidate))
 
-    def repo(self, raw: dict[str, Any]) -> RepoConfig:
-        url, path = raw.get("url"), raw.get("path")
-        if (url is None) == (path is None):
+    def repo(self) -> RepoConfig:
+        url, path = self.get("/repo/url"), self.get("/repo/path")
+        if "repo" in self.raw and (url is None) == (path is None):
             self.problem(["repo"], "give exactly one of url (a remote to clone) or path (a local repository)")
-        target = ApproveTarget(raw.get("approve", {}).get("target", ApproveTarget.BRANCH))
+        target = ApproveTarget(self.get("/repo/approve/target"))
         if target is ApproveTarget.TRACKED and url is not None:
             self.problem(["repo", "approve", "target"], "approve.target: tracked needs a local path repository; "
                          "with a url the control plane cannot push, so approvals go on new branches")
-        return RepoConfig(url=url, path=self.path(path), branch=raw.get("branch", "main"), subdir=raw.get("subdir"),
-                          refresh_interval_s=float(raw.get("refresh_interval_s", 60)),
-                          clone_dir=self.path(raw.get("clone_dir")),
-                          webhook_secret=self.secret(raw.get("webhook_secret"), ["repo", "webhook_secret"]),
-                          approve_target=target)
+        return RepoConfig(url=url, path=self.path(path), branch=self.get("/repo/branch"),
+                          subdir=self.get("/repo/subdir"),
+                          refresh_interval_s=float(self.get("/repo/refresh_interval_s")),
+                          clone_dir=self.path(self.get("/repo/clone_dir")),
+                          webhook_secret=self.secret(["repo", "webhook_secret"]), approve_target=target)
 
-    def secrets(self, raw: dict[str, Any]) -> Secrets | None:
-        salt_secret = self.secret(raw["vllm_api_salt"], ["secrets", "vllm_api_salt"])
-        fleet_key = self.secret(raw.get("fleet_key"), ["secrets", "fleet_key"])
-        legacy = self.secret(raw.get("legacy_api_key"), ["secrets", "legacy_api_key"])
+    def secrets(self) -> Secrets | None:
+        salt_secret = self.secret(["secrets", "vllm_api_salt"])
+        fleet_key = self.secret(["secrets", "fleet_key"])
+        legacy = self.secret(["secrets", "legacy_api_key"])
         if fleet_key is not None and not fleet_key.reveal():
             self.problem(["secrets", "fleet_key"], f"{fleet_key.reference} is empty; leave fleet_key out to "
                          "refuse every box (503) instead")
@@ -243,10 +268,10 @@ class _Builder:
             self.problem(["secrets", "vllm_api_salt"], f"{salt_secret.reference}: {exc}")
             return None
         return Secrets(salt, fleet_key, legacy if legacy is None or legacy.reveal() else None,
-                       self.previous_salt(raw.get("previous_vllm_api_salt")))
+                       self.previous_salt())
 
-    def previous_salt(self, value: str | None) -> Salt | None:
-        secret = self.secret(value, ["secrets", "previous_vllm_api_salt"])
+    def previous_salt(self) -> Salt | None:
+        secret = self.secret(["secrets", "previous_vllm_api_salt"])
         if secret is None:
             return None
         try:
@@ -255,25 +280,25 @@ class _Builder:
             self.problem(["secrets", "previous_vllm_api_salt"], f"{secret.reference}: {exc}")
             return None
 
-    def tokens(self, raw: list[str], key: str) -> tuple[Secret, ...]:
-        tokens = [self.secret(value, [key, i]) for i, value in enumerate(raw)]
+    def tokens(self, key: str) -> tuple[Secret, ...]:
+        tokens = [self.secret([key, i]) for i in range(len(self.raw.get(key, [])))]
         for i, token in enumerate(tokens):
             if token is not None and len(token.reveal()) < 16:
                 self.problem([key, i], f"{token.reference} is shorter than 16 characters")
         return tuple(t for t in tokens if t is not None)
 
-    def networks(self, raw: list[str]) -> tuple[IPNetwork, ...]:
+    def networks(self) -> tuple[IPNetwork, ...]:
         networks: list[IPNetwork] = []
-        for i, text in enumerate(raw):
+        for i, text in enumerate(self.raw.get("trusted_proxies", [])):
             try:
                 networks.append(ipaddress.ip_network(text, strict=False))
             except ValueError:
                 self.problem(["trusted_proxies", i], f"{text!r} is not an address range such as 10.0.0.0/8 or ::1")
         return tuple(networks)
 
-    def state(self, raw: dict[str, Any]) -> StateConfig:
-        url = raw["url"]
-        password = self.secret(raw.get("password"), ["state", "password"])
+    def state(self) -> StateConfig:
+        url = self.get("/state/url") or MEMORY_STATE  # only the environment-only settings have none
+        password = self.secret(["state", "password"])
         if is_postgres(url):
             try:
                 has_password = bool(urlsplit(url).password)
@@ -282,78 +307,111 @@ class _Builder:
             if has_password:
                 self.problem(["state", "url"], "the URL carries a password: take it out and give it as "
                              "state.password: ${cred:NAME} (or ${env:NAME}, ${file:/path})")
-        elif raw.get("password") is not None:
+        elif password is not None:
             self.problem(["state", "password"], "a password is only for a postgresql:// state url")
-        return StateConfig(url, self.base, password, raw.get("fetch_log_max_rows", 200_000),
-                           float(raw.get("fetch_log_max_age_days", 30)), raw.get("reports_per_box", 20))
+        return StateConfig(url, self.base, password, self.get("/state/fetch_log_max_rows"),
+                           float(self.get("/state/fetch_log_max_age_days")), self.get("/state/reports_per_box"))
 
-    def providers(self, raw: dict[str, Any]) -> ProvidersConfig:
-        def one(name: str) -> ProviderConfig | None:
-            section = raw.get(name)
-            if section is None:
-                return None
-            key = self.secret(section["api_key"], ["providers", name, "api_key"])
-            return ProviderConfig(key, section.get("url")) if key is not None else None
-
-        return ProvidersConfig(vast=one("vast"), runpod=one("runpod"), static="static" in raw)
-
-    def build(self) -> ControlPlaneConfig | None:
-        raw: dict[str, Any] = self.doc.value  # type: ignore[assignment]  # schema-checked mapping
-        repo = self.repo(raw["repo"])
-        secrets = self.secrets(raw["secrets"])
-        listen = Listen.parse(DEFAULT_LISTEN)
+    def listen(self) -> Listen:
         try:
-            listen = Listen.parse(raw.get("listen", DEFAULT_LISTEN))
+            return Listen.parse(self.get("/listen"))
         except ValueError as exc:
             self.problem(["listen"], str(exc))
-        tls_raw = raw.get("tls")
-        tls = None
-        if tls_raw is not None:
-            cert, key = self.path(tls_raw["cert"]), self.path(tls_raw["key"])
-            assert cert is not None
-            assert key is not None
-            for name, file in (("cert", cert), ("key", key)):
-                if not file.is_file():
-                    self.problem(["tls", name], f"{file}: no such file")
-            tls = TlsConfig(cert, key)
-        state = self.state(raw["state"])
-        litellm_raw = raw.get("litellm")
-        litellm = None if litellm_raw is None else LitellmConfig(
-            litellm_raw["url"], self.secret(litellm_raw.get("master_key"), ["litellm", "master_key"]),
-            float(litellm_raw.get("timeout_s", 30)), litellm_raw.get("write_concurrency", 4))
-        reconcile_raw = raw.get("reconcile", {})
-        server = raw.get("server", {})
+            return Listen.parse(DEFAULTS["/listen"])
+
+    def tls(self) -> TlsConfig | None:
+        if "tls" not in self.raw:
+            return None
+        cert, key = self.path(self.get("/tls/cert")), self.path(self.get("/tls/key"))
+        assert cert is not None
+        assert key is not None
+        for name, file in (("cert", cert), ("key", key)):
+            if not file.is_file():
+                self.problem(["tls", name], f"{file}: no such file")
+        return TlsConfig(cert, key)
+
+    def litellm(self) -> LitellmConfig | None:
+        if "litellm" not in self.raw:
+            return None
+        return LitellmConfig(self.get("/litellm/url"), self.secret(["litellm", "master_key"]),
+                             float(self.get("/litellm/timeout_s")), self.get("/litellm/write_concurrency"))
+
+    def providers(self) -> ProvidersConfig:
+        def one(name: str) -> ProviderConfig | None:
+            if self.get(f"/providers/{name}") is None:
+                return None
+            key = self.secret(["providers", name, "api_key"])
+            return ProviderConfig(key, self.get(f"/providers/{name}/url")) if key is not None else None
+
+        return ProvidersConfig(vast=one("vast"), runpod=one("runpod"), static=self.get("/providers/static") is not None)
+
+    def build(self) -> ControlPlaneConfig | None:
+        repo = self.repo()
+        secrets = self.secrets()
         config = ControlPlaneConfig(
-            source=Path(self.doc.path), repo=repo, secrets=secrets,  # type: ignore[arg-type]  # checked below
-            state=state, listen=listen, tls=tls, trusted_proxies=self.networks(raw.get("trusted_proxies", [])),
-            admin_tokens=self.tokens(raw.get("admin_tokens", []), "admin_tokens"),
-            viewer_tokens=self.tokens(raw.get("viewer_tokens", []), "viewer_tokens"),
-            attention_max_entries=raw.get("attention", {}).get("max_entries", 200),
-            threads=server.get("threads", 8), timeout_s=server.get("timeout_s", 60), litellm=litellm,
-            providers=self.providers(raw.get("providers", {})),
-            reconcile=ReconcileConfig(reconcile_raw.get("enabled", True), reconcile_raw.get("dry_run", False)))
+            source=self.source, repo=repo, secrets=secrets,  # type: ignore[arg-type]  # checked below
+            state=self.state(), listen=self.listen(), tls=self.tls(), trusted_proxies=self.networks(),
+            admin_tokens=self.tokens("admin_tokens"), viewer_tokens=self.tokens("viewer_tokens"),
+            attention_max_entries=self.get("/attention/max_entries"), threads=self.get("/server/threads"),
+            timeout_s=self.get("/server/timeout_s"), litellm=self.litellm(), providers=self.providers(),
+            reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run")))
         return None if self.problems or secrets is None else config
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
-    """Read, validate and resolve the config file. Raises ConfigError with every problem found."""
+    """Read, validate and resolve the config file. Raises ConfigurationError with every problem found."""
     display = os.fspath(path)
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigError([f"{display}: cannot read the config file: {exc.strerror}"]) from None
+        raise ConfigurationError(f"{display}: cannot read the config file: {exc.strerror}") from None
     doc = strictyaml.load(data, display)
     problems = [f"{display}:{p.mark.line}:{p.mark.column}: {p.message} [{p.rule}]" for p in doc.problems]
     if doc.root is None or doc.empty:
-        raise ConfigError(problems or [f"{display}: the config file is empty; it needs repo, secrets and state"])
+        raise ConfigurationError(
+            "\n".join(problems or [f"{display}: the config file is empty; it needs repo, secrets and state"]))
     diagnostics, _ = validate_document(doc, SCHEMA)
     problems.extend(_redacted(d).text() for d in sorted(diagnostics))
     if problems:
-        raise ConfigError(problems)
-    builder = _Builder(doc, Path(display).resolve().parent, env)
+        raise ConfigurationError("\n".join(problems))
+
+    def where(at: list[str | int]) -> str:
+        mark = doc.mark_at(at)
+        return f"{doc.path}:{mark.line}:{mark.column}: {pointer(at)}"
+
+    raw: dict[str, Any] = doc.value  # type: ignore[assignment]  # a schema-checked mapping
+    return _built(_Builder(raw, where, Path(display), Path(display).resolve().parent, env))
+
+
+def settings_from_env(env: Mapping[str, str]) -> ControlPlaneConfig:
+    """The settings of a job without a config file: each of ENV_VARIABLES stands for its key (a secret as
+    the reference ${env:NAME}); no repository (--repo or the current directory) and no state store (the
+    probe history starts from LiteLLM each run). Raises ConfigurationError naming the variables."""
+    missing = [name for name in ENV_REQUIRED if not env.get(name)]
+    if missing:
+        raise ConfigurationError("no --config given and " + ", ".join(missing) + " not set: pass --config FILE, "
+                                 "or set LITELLM_URL, LITELLM_MASTER_KEY and LLMFLEET_VLLM_API_SALT")
+    if not env["LITELLM_URL"].startswith(("http://", "https://")):
+        raise ConfigurationError("LITELLM_URL must be the proxy's http(s) URL, e.g. http://127.0.0.1:4000")
+    raw: dict[str, Any] = {}
+    for where, name in ENV_VARIABLES.items():
+        if env.get(name):  # an empty optional variable is an unset one
+            *parents, key = where.strip("/").split("/")
+            node = raw
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[key] = env[name] if where == "/litellm/url" else f"${{env:{name}}}"
+
+    def named(at: list[str | int]) -> str:
+        return ENV_VARIABLES.get(pointer(at), f"the environment ({pointer(at)})")
+
+    return _built(_Builder(raw, named, None, Path.cwd(), env))
+
+
+def _built(builder: _Builder) -> ControlPlaneConfig:
     config = builder.build()
     if config is None:
-        raise ConfigError(builder.problems)
+        raise ConfigurationError("\n".join(builder.problems))
     return config
 
 
@@ -361,4 +419,5 @@ def default_clone_dir(config: ControlPlaneConfig, name: str = "fleet-repo.git") 
     """Where a remote repository is cloned when repo.clone_dir is not set: beside the SQLite state file (or
     the config file when the store is in memory or PostgreSQL)."""
     db = None if is_postgres(config.state.url) else sqlite_path(config.state.url, config.state.base)
-    return (db.parent if db is not None else config.source.resolve().parent) / name
+    beside = config.source.resolve().parent if config.source is not None else Path.cwd()
+    return (db.parent if db is not None else beside) / name

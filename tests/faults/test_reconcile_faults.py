@@ -40,6 +40,7 @@ from llmfleet.core.fleet.model import (
 )
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.core.judge.plan import ActionKind
+from llmfleet.core.secret import Secret
 from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.observer import Observer
 from tests.reconcile.fakes import FakeServer, FakeVllm, free_port, serve, vast_instance
@@ -86,11 +87,11 @@ class World:
 
     def reconciler(self) -> Reconciler:
         dead = f"http://127.0.0.1:{free_port()}"
-        access = ProviderAccess("vast-test-key", self.vast_url, timeout_s=self.timeout_s,
+        access = ProviderAccess(Secret("vast-test-key", "test"), self.vast_url, timeout_s=self.timeout_s,
                                 retry=RetryPolicy(attempts=3, base_delay_s=0.01))
         return Reconciler(Bearers(SALT), Observer({Provider.VAST: VastClient(access)}, 0.5, 16),
                           lambda s: LitellmClient(s, dead if self.litellm_down else self.litellm_url,
-                                                  self.litellm.master_key, self.timeout_s,
+                                                  Secret(self.litellm.master_key, "test"), self.timeout_s,
                                                   read_retry=RetryPolicy(attempts=2, base_delay_s=0.01)),
                           self.store)
 

@@ -22,6 +22,7 @@ from llmfleet.core.fleet.model import (
     frozen_map,
 )
 from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.secret import Secret
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
 
@@ -53,7 +54,7 @@ def test_passes_persist_history_and_retry_a_failed_delete() -> None:
         async with serve(litellm.app()) as (lport,), serve(vllm.app(), [0]) as (up_port,):
             vllm.servers[up_port] = FakeServer("m", SALT.derive("127.0.0.1", up_port), "org/m")
             reconciler = Reconciler(Bearers(SALT), Observer({}, 2, 8),
-                                    lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}", litellm.master_key),
+                                    lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}", Secret(litellm.master_key, "test")),
                                     store)
             both = fleet([up_port, down_port])
             planned = await reconciler.run_pass(both, apply=False)

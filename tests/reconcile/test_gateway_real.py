@@ -35,6 +35,7 @@ from llmfleet.core.fleet.model import (
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.core.judge.intended import Endpoint
 from llmfleet.core.judge.observed import ProbeStatus
+from llmfleet.core.secret import Secret
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
 from tests.support.litellm import LitellmProxy
@@ -121,7 +122,7 @@ def test_probes_go_through_the_gateway_to_each_server(gateway_box: GatewayBox) -
 def test_deployments_point_at_the_gateway_and_chat_goes_through_it(gateway_box: GatewayBox,
                                                                   litellm: LitellmProxy) -> None:
     reconciler = Reconciler(Bearers(SALT), Observer({}, 5, 8),
-                            lambda s: LitellmClient(s, litellm.url, litellm.master_key), MemoryStore())
+                            lambda s: LitellmClient(s, litellm.url, Secret(litellm.master_key, "test")), MemoryStore())
     outcome = asyncio.run(reconciler.run_pass(gateway_box.fleet(), apply=True))
     assert sorted(r.outcome for r in outcome.results) == ["created", "created"]
     rows = {r["model_info"]["id"]: r for r in litellm.deployments() if r["model_info"].get("managed_by")}

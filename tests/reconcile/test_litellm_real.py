@@ -14,6 +14,7 @@ import pytest
 from llmfleet.adapters.litellm import LitellmClient, LitellmError
 from llmfleet.core.judge.intended import Endpoint, desired_deployment
 from llmfleet.core.judge.plan import Action, ActionKind, Plan
+from llmfleet.core.secret import Secret
 from llmfleet.job.apply import apply_plan
 from tests.support.litellm import LitellmProxy
 
@@ -26,7 +27,7 @@ S1, S2 = server("127.0.0.2", 8001, "qwen"), server("127.0.0.2", 8002, "llama")
 def with_client(proxy: LitellmProxy, body: Callable[[LitellmClient], Awaitable[T]], page_size: int = 500) -> T:
     async def go() -> T:
         async with aiohttp.ClientSession() as session:
-            return await body(LitellmClient(session, proxy.url, proxy.master_key, page_size=page_size))
+            return await body(LitellmClient(session, proxy.url, Secret(proxy.master_key, "test"), page_size=page_size))
     return asyncio.run(go())
 
 

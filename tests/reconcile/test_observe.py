@@ -16,6 +16,7 @@ from llmfleet.adapters.providers import ProviderAccess, RunPodClient, VastClient
 from llmfleet.core.fleet.model import Provider
 from llmfleet.core.judge.intended import Endpoint
 from llmfleet.core.judge.observed import ProbeStatus
+from llmfleet.core.secret import Secret
 from llmfleet.job.observer import Observer
 
 from .builders import intended, server
@@ -85,7 +86,7 @@ def test_vast_pages_retries_429_and_reads_ports() -> None:
 
     async def go():  # type: ignore[no-untyped-def]
         async with serve(fake.app()) as (port,), aiohttp.ClientSession() as session:
-            client = VastClient(ProviderAccess(fake.api_key, f"http://127.0.0.1:{port}", 5, FAST_RETRY))
+            client = VastClient(ProviderAccess(Secret(fake.api_key, "test"), f"http://127.0.0.1:{port}", 5, FAST_RETRY))
             return await client.list(session)
 
     listing = run(go)
@@ -105,7 +106,7 @@ def test_vast_failures_are_failed_listings() -> None:
 
     async def go(key: str):  # type: ignore[no-untyped-def]
         async with serve(fake.app()) as (port,), aiohttp.ClientSession() as session:
-            client = VastClient(ProviderAccess(key, f"http://127.0.0.1:{port}", 5, FAST_RETRY))
+            client = VastClient(ProviderAccess(Secret(key, "test"), f"http://127.0.0.1:{port}", 5, FAST_RETRY))
             return await client.list(session)
 
     throttled = run(lambda: go(fake.api_key))
@@ -122,7 +123,7 @@ def test_runpod_late_ports_and_429() -> None:
 
     async def go():  # type: ignore[no-untyped-def]
         async with serve(fake.app()) as (port,), aiohttp.ClientSession() as session:
-            client = RunPodClient(ProviderAccess(fake.api_key, f"http://127.0.0.1:{port}", 5, FAST_RETRY))
+            client = RunPodClient(ProviderAccess(Secret(fake.api_key, "test"), f"http://127.0.0.1:{port}", 5, FAST_RETRY))
             return await client.list(session)
 
     listing = run(go)
@@ -145,7 +146,7 @@ def test_observer_probes_every_server_through_provider_ports() -> None:
             vllm.servers[ports[1]] = FakeServer("other", b.bearer)
             vast = FakeVast([vast_instance(1, "127.0.0.1", {8001: ports[0], 8002: ports[1]})])
             async with serve(vast.app()) as (vport,):
-                observer = Observer({Provider.VAST: VastClient(ProviderAccess(vast.api_key, f"http://127.0.0.1:{vport}",
+                observer = Observer({Provider.VAST: VastClient(ProviderAccess(Secret(vast.api_key, "test"), f"http://127.0.0.1:{vport}",
                                                                               5, FAST_RETRY))},
                                     probe_timeout_s=2, probe_concurrency=2)
                 return await observer.observe(session, intended([a, b, c]), FakeLitellm(), {})
@@ -177,7 +178,7 @@ def test_litellm_errors_never_carry_a_bearer_or_the_master_key() -> None:
 
     async def go() -> str:
         async with serve(app) as (port,), aiohttp.ClientSession() as session:
-            client = LitellmClient(session, f"http://127.0.0.1:{port}", "sk-master-secret-value")
+            client = LitellmClient(session, f"http://127.0.0.1:{port}", Secret("sk-master-secret-value", "test"))
             try:
                 await client.create(spec)
             except LitellmError as exc:

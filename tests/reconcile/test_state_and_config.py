@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from llmfleet.adapters.state.passes import ActionRecord, PassRecord
-from llmfleet.job.configfile import ConfigError, load_config
+from llmfleet.errors import ConfigurationError as ConfigError
+from llmfleet.job.configfile import load_config
 from llmfleet.job.loop import LockHeld, next_delay, pass_lock
 from llmfleet.job.metrics import PassMetrics
 
@@ -44,10 +45,11 @@ def test_config_is_the_control_planes(tmp_path: Path) -> None:
     (tmp_path / "vast.key").write_text("vast-secret\n")
     path = write_config(tmp_path, GOOD % (tmp_path / "vast.key"))
     config = load_config(path, ENV)
-    assert config.litellm_master_key == "sk-master"
+    assert config.litellm_master_key.reveal() == "sk-master"
     assert config.write_concurrency == 4
-    assert config.legacy_key == "sk-legacy"
-    assert config.providers[next(iter(config.providers))].api_key == "vast-secret"
+    assert config.legacy_key is not None
+    assert config.legacy_key.reveal() == "sk-legacy"
+    assert config.providers[next(iter(config.providers))].api_key.reveal() == "vast-secret"
     assert config.repo_path == str(tmp_path / "fleet")
     assert config.branch == "main"
     assert config.state_url == f"sqlite:///{tmp_path.parent / '.state' / 'cp.sqlite3'}"
@@ -141,7 +143,7 @@ def test_config_from_the_environment_for_ci_jobs() -> None:
     env = {"LITELLM_URL": "http://127.0.0.1:4000", "LITELLM_MASTER_KEY": "sk-m", "LLMFLEET_VLLM_API_SALT":
            "salt-0123456789abcdef", "VAST_API_KEY": "vk"}
     config = config_from_env(env)
-    assert config.litellm_master_key == "sk-m"
+    assert config.litellm_master_key.reveal() == "sk-m"
     assert set(config.providers) == {Provider.VAST}
     assert config.state_url is None
     with pytest.raises(ConfigError, match="LITELLM_MASTER_KEY"):

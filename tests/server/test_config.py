@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.settings import ApproveTarget, ConfigError, load_config
+from llmfleet.errors import ConfigurationError as ConfigError
+from llmfleet.settings import ApproveTarget, load_config
 from tests.conftest import ROOT
 from tests.server.conftest import ENV, FLEET_KEY, base_config, write_config
 

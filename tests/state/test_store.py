@@ -288,7 +288,8 @@ def test_sqlite_pass_lock_is_a_file_beside_the_database(tmp_path: Path) -> None:
 
 
 def config_problems(tmp_path: Path, state: str) -> str:
-    from llmfleet.settings import ConfigError, load_config
+    from llmfleet.errors import ConfigurationError as ConfigError
+    from llmfleet.settings import load_config
 
     path = tmp_path / "cp.yaml"
     path.write_text(f"repo: {{path: /x}}\nsecrets: {{vllm_api_salt: '${{env:SALT}}'}}\nstate: {state}\n")

@@ -22,6 +22,7 @@ from llmfleet.adapters.http import HttpError, RetryPolicy, request_json
 from llmfleet.core.fleet.jsonvalue import JSON, freeze_mapping
 from llmfleet.core.judge.intended import DeploymentSpec
 from llmfleet.core.judge.observed import Deployment
+from llmfleet.core.secret import Secret
 from llmfleet.errors import UpstreamError
 
 PAGE_SIZE = 500
@@ -63,13 +64,13 @@ def parse_deployment(item: JSON) -> Deployment | None:
 class LitellmClient:
     session: aiohttp.ClientSession
     url: str
-    master_key: str
+    master_key: Secret  # revealed only into the Authorization header
     timeout_s: float = 30.0
     read_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=3))
     page_size: int = PAGE_SIZE
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.master_key}", "Accept": "application/json"}
+        return {"Authorization": f"Bearer {self.master_key.reveal()}", "Accept": "application/json"}
 
     def _url(self, path: str) -> str:
         return self.url.rstrip("/") + path

@@ -26,6 +26,7 @@ from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.core.fleet.model import Provider
 from llmfleet.core.judge.intended import Endpoint
 from llmfleet.core.judge.observed import ProviderBox, ProviderListing
+from llmfleet.core.secret import Secret
 from llmfleet.errors import UpstreamError
 
 VAST_URL = "https://console.vast.ai"
@@ -47,13 +48,13 @@ class ProviderClient(Protocol):
 
 @dataclass(frozen=True)
 class ProviderAccess:
-    api_key: str
+    api_key: Secret  # revealed only into the Authorization header
     url: str
     timeout_s: float = 30.0
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=4))
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
+        return {"Authorization": f"Bearer {self.api_key.reveal()}", "Accept": "application/json"}
 
 
 def _vast_endpoints(host: str, ports: JSON) -> dict[int, Endpoint]:

@@ -13,8 +13,9 @@ from typing import Any
 
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.core.fleet.model import Provider
+from llmfleet.errors import ConfigurationError
 from llmfleet.job.approve import ApproveError, approve, open_repo
-from llmfleet.settings import ApproveTarget, ConfigError, load_config
+from llmfleet.settings import ApproveTarget, load_config
 
 
 def register(subparsers: Any) -> None:
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config:
         try:
             config = load_config(args.config)
-        except ConfigError as exc:
+        except ConfigurationError as exc:
             raise CommandError(f"invalid config:\n{exc}") from None
         if config.repo.path is None:
             raise CommandError("the config tracks a remote url; run approve in a clone of it with --repo")

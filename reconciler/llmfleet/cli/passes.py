@@ -18,8 +18,8 @@ from llmfleet.core.fleet.render import RenderError
 from llmfleet.core.fleet.validate import Validation, validate_snapshot
 from llmfleet.core.judge.adoption import AdoptSource
 from llmfleet.core.judge.plantext import render_json, render_text
-from llmfleet.errors import SourceError, StateError
-from llmfleet.job.configfile import ConfigError, ReconcileConfig, config_from_env, load_config
+from llmfleet.errors import ConfigurationError, SourceError, StateError
+from llmfleet.job.configfile import ReconcileConfig, config_from_env, load_config
 from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.loop import LOG, LockHeld, log_pass
 from llmfleet.job.metrics import PassMetrics
@@ -59,7 +59,7 @@ def add_adopt_arguments(parser: argparse.ArgumentParser) -> None:
 def load_config_arg(args: argparse.Namespace) -> ReconcileConfig:
     try:
         config = load_config(args.config) if args.config else config_from_env(os.environ)
-    except ConfigError as exc:
+    except ConfigurationError as exc:
         raise CommandError(str(exc), EXIT_ERROR) from None
     if (warning := config.salt.warning()) is not None:
         eprint(f"llmfleet {args.command}: warning: {warning}")

@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
-from llmfleet.errors import SourceError, StateError
-from llmfleet.settings import ConfigError, ControlPlaneConfig, Listen, load_config
+from llmfleet.errors import ConfigurationError, SourceError, StateError
+from llmfleet.settings import ControlPlaneConfig, Listen, load_config
 
 
 def register(subparsers: Any) -> None:
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging()
     try:
         config = load_config(args.config)
-    except ConfigError as exc:
+    except ConfigurationError as exc:
         raise CommandError(f"invalid config:\n{exc}", EXIT_INVALID) from None
     listen = _listen(args, config)
     for warning in check(config, listen):

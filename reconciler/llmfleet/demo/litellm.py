@@ -23,6 +23,7 @@ import aiohttp
 import llmfleet
 from llmfleet.adapters.litellm import LitellmClient
 from llmfleet.core.judge.observed import Deployment
+from llmfleet.core.secret import Secret
 from llmfleet.demo import procs
 from llmfleet.demo.fleet import DemoError
 from llmfleet.demo.workspace import Workspace
@@ -39,7 +40,7 @@ class Litellm:
     tag: str = ""  # procs.TAG of the processes it runs, when built
 
     def _client(self, session: aiohttp.ClientSession) -> LitellmClient:
-        return LitellmClient(session, self.url, self.master_key, timeout_s=30)
+        return LitellmClient(session, self.url, Secret(self.master_key, "the demo's LiteLLM master key"), timeout_s=30)
 
     def deployments(self) -> tuple[Deployment, ...]:
         async def work() -> tuple[Deployment, ...]:

@@ -74,10 +74,7 @@ class Passes:
     def _config(self) -> ReconcileConfig:
         if self.litellm is not None:  # exactly what `llmfleet reconcile --config` reads
             return reconcile_config(self.workspace.config)
-        plane = control_plane_config(self.workspace.config)
-        legacy = plane.secrets.legacy_api_key
-        return ReconcileConfig("", "", plane.secrets.vllm_api_salt, legacy.reveal() if legacy else None,
-                               repo_path=str(self.workspace.fleet), branch="main", state_url=self.workspace.state_url)
+        return ReconcileConfig.plan_only(control_plane_config(self.workspace.config))  # its store is given
 
     def _load_fleet(self) -> Fleet:
         try:

@@ -1,112 +1,157 @@
-"""The reconciler's settings: from the control-plane config file (`llmfleet serve --config`, read by
-`llmfleet.settings`), or from the environment for a CI job without one. One config for both.
+"""What the reconciler reads of the one settings object (llmfleet.settings): a view with no value and no
+default of its own. `load_config(path)` reads the control-plane config file (`llmfleet serve --config`);
+`config_from_env(env)` the environment of a CI job without one; both through llmfleet.settings' one
+builder, so both run the same checks and keep every secret a `Secret` until a client's constructor.
 
 What the reconciler uses of the control-plane config:
 
     repo: {path: /srv/fleet, branch: main}   (or url: ..., fetched into a clone of the reconciler's own)
     secrets: {vllm_api_salt: ${env:...}, legacy_api_key: ${env:...}}
     state: {url: sqlite:///var/lib/llmfleet/state.sqlite3}   (or postgresql://..., password: ${cred:...})
-    litellm: {url, master_key, timeout_s: 30, write_concurrency: 4}
+    litellm: {url, master_key, timeout_s, write_concurrency}
     providers: {vast: {api_key, url}, runpod: {api_key, url}, static: {}}
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from llmfleet.adapters.providers import RUNPOD_URL, VAST_URL, ProviderAccess
-from llmfleet.core.fleet.bearer import Salt, SaltError
+from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import Provider
-from llmfleet.settings import ConfigError as ControlPlaneConfigError
-from llmfleet.settings import ControlPlaneConfig, RepoConfig, default_clone_dir
-from llmfleet.settings import load_config as control_plane_config
+from llmfleet.core.secret import Secret
+from llmfleet.errors import ConfigurationError
+from llmfleet.settings import (
+    DEFAULTS,
+    MEMORY_STATE,
+    ControlPlaneConfig,
+    LitellmConfig,
+    RepoConfig,
+    default_clone_dir,
+    settings_from_env,
+)
+from llmfleet.settings import load_config as load_settings
 
 RECONCILER_CLONE = "fleet-repo-reconcile.git"  # not the control plane's clone: two processes, two fetches
 
 
-class ConfigError(Exception):
-    pass
-
-
 @dataclass(frozen=True)
 class ReconcileConfig:
-    litellm_url: str
-    litellm_master_key: str = field(repr=False)
-    salt: Salt
-    legacy_key: str | None = field(default=None, repr=False)
-    litellm_timeout_s: float = 30.0
-    write_concurrency: int = 8
-    providers: Mapping[Provider, ProviderAccess] = field(default_factory=dict, repr=False)
-    repo_path: str | None = None
-    branch: str | None = None
-    remote_repo: RepoConfig | None = None  # repo.url: fetched into `clone_dir` before each pass
-    clone_dir: Path | None = None
-    state_url: str | None = None
-    state_password: str | None = field(default=None, repr=False)
-    dry_run: bool = False  # reconcile.dry_run: plan and report, never write to LiteLLM
-    previous_salt: Salt | None = None  # secrets.previous_vllm_api_salt: a rotation in progress, box by box
+    """The settings as the reconciler reads them. `litellm` and `master_key` are the settings' own,
+    checked to be there (`of`); every other attribute is read from `settings` when asked."""
+
+    settings: ControlPlaneConfig
+    litellm: LitellmConfig
+    master_key: Secret
+
+    @classmethod
+    def of(cls, settings: ControlPlaneConfig) -> ReconcileConfig:
+        if settings.litellm is None or settings.litellm.master_key is None:
+            raise ConfigurationError(f"{settings.where}: the reconciler needs a litellm section with url and "
+                                     "master_key")
+        return cls(settings, settings.litellm, settings.litellm.master_key)
+
+    @classmethod
+    def plan_only(cls, settings: ControlPlaneConfig) -> ReconcileConfig:
+        """For a caller that never lets it reach a LiteLLM (the demo without one): a missing litellm
+        section stands for one with no URL, no key and the schema's defaults."""
+        if settings.litellm is not None and settings.litellm.master_key is not None:
+            return cls.of(settings)
+        nothing = Secret("", "(none: plans only)")
+        return cls(settings, settings.litellm or LitellmConfig(
+            "", None, float(DEFAULTS["/litellm/timeout_s"]), DEFAULTS["/litellm/write_concurrency"]), nothing)
+
+    @property
+    def litellm_url(self) -> str:
+        return self.litellm.url
+
+    @property
+    def litellm_master_key(self) -> Secret:
+        return self.master_key
+
+    @property
+    def litellm_timeout_s(self) -> float:
+        return self.litellm.timeout_s
+
+    @property
+    def write_concurrency(self) -> int:
+        return self.litellm.write_concurrency
+
+    @property
+    def salt(self) -> Salt:
+        return self.settings.secrets.vllm_api_salt
+
+    @property
+    def legacy_key(self) -> Secret | None:
+        return self.settings.secrets.legacy_api_key
+
+    @property
+    def previous_salt(self) -> Salt | None:
+        """secrets.previous_vllm_api_salt: a salt rotation in progress, box by box."""
+        return self.settings.secrets.previous_vllm_api_salt
+
+    @property
+    def providers(self) -> Mapping[Provider, ProviderAccess]:
+        providers: dict[Provider, ProviderAccess] = {}
+        blocks = self.settings.providers
+        for provider, block, default_url in ((Provider.VAST, blocks.vast, VAST_URL),
+                                             (Provider.RUNPOD, blocks.runpod, RUNPOD_URL)):
+            if block is not None:
+                providers[provider] = ProviderAccess(block.api_key, block.url or default_url)
+        return providers
+
+    @property
+    def _configured_repo(self) -> bool:
+        return self.settings.repo.path is not None or self.settings.repo.url is not None
+
+    @property
+    def repo_path(self) -> str | None:
+        repo = self.settings.repo
+        return None if repo.path is None else str(repo.path / repo.subdir if repo.subdir else repo.path)
+
+    @property
+    def branch(self) -> str | None:  # None: no repository configured, so --repo's working tree
+        return self.settings.repo.branch if self._configured_repo else None
+
+    @property
+    def remote_repo(self) -> RepoConfig | None:  # repo.url: fetched into `clone_dir` before each pass
+        return self.settings.repo if self.settings.repo.url is not None else None
+
+    @property
+    def clone_dir(self) -> Path | None:
+        repo = self.settings.repo
+        if repo.url is None:
+            return None
+        if repo.clone_dir is not None:  # beside the control plane's: /x/fleet.git -> /x/fleet-reconcile.git
+            return repo.clone_dir.with_name(repo.clone_dir.name.removesuffix(".git") + "-reconcile.git")
+        return default_clone_dir(self.settings, RECONCILER_CLONE)
+
+    @property
+    def state_url(self) -> str | None:  # None: an in-memory store
+        state = self.settings.state
+        if state.url == MEMORY_STATE:
+            return None
+        if state.url.startswith("sqlite:///"):
+            path = Path(state.url[len("sqlite:///"):])
+            return "sqlite:///" + str(path if path.is_absolute() else (state.base / path).resolve())
+        return state.url
+
+    @property
+    def state_password(self) -> Secret | None:
+        return self.settings.state.password
+
+    @property
+    def dry_run(self) -> bool:  # reconcile.dry_run: plan and report, never write to LiteLLM
+        return self.settings.reconcile.dry_run
 
 
 def config_from_env(env: Mapping[str, str]) -> ReconcileConfig:
     """LITELLM_URL, LITELLM_MASTER_KEY, LLMFLEET_VLLM_API_SALT, optional LLMFLEET_LEGACY_API_KEY,
-    VAST_API_KEY, RUNPOD_API_KEY. No state store: the probe history starts from LiteLLM each run."""
-    missing = [n for n in ("LITELLM_URL", "LITELLM_MASTER_KEY", "LLMFLEET_VLLM_API_SALT") if not env.get(n)]
-    if missing:
-        raise ConfigError("no --config given and " + ", ".join(missing) + " not set: pass --config FILE, or set "
-                          "LITELLM_URL, LITELLM_MASTER_KEY and LLMFLEET_VLLM_API_SALT")
-    url = env["LITELLM_URL"]
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError("LITELLM_URL must be the proxy's http(s) URL, e.g. http://127.0.0.1:4000")
-    try:
-        salt = Salt(env["LLMFLEET_VLLM_API_SALT"])
-    except SaltError as exc:
-        raise ConfigError(f"LLMFLEET_VLLM_API_SALT: {exc}") from None
-    providers = {provider: ProviderAccess(env[var], default)
-                 for provider, var, default in ((Provider.VAST, "VAST_API_KEY", VAST_URL),
-                                                (Provider.RUNPOD, "RUNPOD_API_KEY", RUNPOD_URL)) if env.get(var)}
-    return ReconcileConfig(url, env["LITELLM_MASTER_KEY"], salt, env.get("LLMFLEET_LEGACY_API_KEY") or None,
-                           providers=providers)
-
-
-def from_control_plane(config: ControlPlaneConfig) -> ReconcileConfig:
-    if config.litellm is None or config.litellm.master_key is None:
-        raise ConfigError(f"{config.source}: the reconciler needs a litellm section with url and master_key")
-    providers: dict[Provider, ProviderAccess] = {}
-    for provider, block, default_url in ((Provider.VAST, config.providers.vast, VAST_URL),
-                                         (Provider.RUNPOD, config.providers.runpod, RUNPOD_URL)):
-        if block is not None:
-            providers[provider] = ProviderAccess(block.api_key.reveal(), block.url or default_url)
-    repo = config.repo
-    remote = repo.path is None
-    clone_dir = None
-    if remote:
-        clone_dir = default_clone_dir(config, RECONCILER_CLONE)
-        if repo.clone_dir is not None:  # beside the control plane's: /x/fleet.git -> /x/fleet-reconcile.git
-            clone_dir = repo.clone_dir.with_name(repo.clone_dir.name.removesuffix(".git") + "-reconcile.git")
-    legacy = config.secrets.legacy_api_key
-    return ReconcileConfig(
-        litellm_url=config.litellm.url, litellm_master_key=config.litellm.master_key.reveal(),
-        salt=config.secrets.vllm_api_salt, legacy_key=legacy.reveal() if legacy is not None else None,
-        litellm_timeout_s=config.litellm.timeout_s, write_concurrency=config.litellm.write_concurrency,
-        providers=providers,
-        repo_path=None if repo.path is None else str(repo.path / repo.subdir if repo.subdir else repo.path),
-        branch=repo.branch, remote_repo=repo if remote else None, clone_dir=clone_dir,
-        state_url=_absolute_sqlite(config.state.url, config.state.base),
-        state_password=config.state.password.reveal() if config.state.password is not None else None,
-        dry_run=config.reconcile.dry_run, previous_salt=config.secrets.previous_vllm_api_salt)
-
-
-def _absolute_sqlite(url: str, base: Path) -> str:
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        path = Path(url[len("sqlite:///"):])
-        return "sqlite:///" + str(path if path.is_absolute() else (base / path).resolve())
-    return url
+    VAST_API_KEY, RUNPOD_API_KEY (llmfleet.settings.settings_from_env)."""
+    return ReconcileConfig.of(settings_from_env(env))
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> ReconcileConfig:
-    try:
-        return from_control_plane(control_plane_config(path, env))
-    except ControlPlaneConfigError as exc:
-        raise ConfigError("\n".join(exc.problems)) from None
+    return ReconcileConfig.of(load_settings(path, env))

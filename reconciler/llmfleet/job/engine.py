@@ -30,6 +30,7 @@ from llmfleet.job.apply import ActionResult, apply_plan, next_pending
 from llmfleet.job.observer import Observer
 from llmfleet.job.record import pass_record
 from llmfleet.job.saved import SavedPlan
+from llmfleet.settings import DEFAULTS
 
 ApiFactory = Callable[[aiohttp.ClientSession], LitellmApi]
 
@@ -49,7 +50,7 @@ class Reconciler:
     observer: Observer
     api_factory: ApiFactory
     store: ReconcileState
-    write_concurrency: int = 8
+    write_concurrency: int = DEFAULTS["/litellm/write_concurrency"]  # the schema's, as the settings'
     clock: Callable[[], float] = field(default=time.time)
 
     def _bearer_for(self, fleet: Fleet) -> Callable[[str, int], str | None]:

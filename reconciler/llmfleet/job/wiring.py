@@ -33,6 +33,7 @@ def litellm_factory(config: ReconcileConfig) -> Callable[[aiohttp.ClientSession]
 def build_reconciler(config: ReconcileConfig, settings: ReconcileSettings,
                      store: ReconcileState | None = None) -> Reconciler:
     observer = Observer(provider_clients(config), settings.probe_timeout_s, settings.probe_concurrency)
-    return Reconciler(Bearers(config.salt, config.legacy_key, config.previous_salt), observer, litellm_factory(config),
+    legacy = config.legacy_key.reveal() if config.legacy_key is not None else None  # into rendered bearers
+    return Reconciler(Bearers(config.salt, legacy, config.previous_salt), observer, litellm_factory(config),
                       store if store is not None else open_reconcile_state(config.state_url, config.state_password),
                       config.write_concurrency)

@@ -11,7 +11,7 @@ import hmac
 from collections.abc import Sequence
 from enum import StrEnum
 
-from llmfleet.settings import Secret
+from llmfleet.core.secret import Secret
 
 
 class Role(StrEnum):

@@ -21,8 +21,9 @@ from urllib.parse import urlsplit
 
 from flask import Flask, request, session
 
+from llmfleet.core.secret import Secret
 from llmfleet.server.auth import Role, matches_any, token_fingerprint
-from llmfleet.settings import ControlPlaneConfig, Secret
+from llmfleet.settings import ControlPlaneConfig
 
 SESSION_HOURS = 12
 COOKIE = "llmfleet_session"

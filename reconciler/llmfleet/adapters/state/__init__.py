@@ -29,6 +29,7 @@ from llmfleet.adapters.state.store import (
     is_postgres,
     sqlite_path,
 )
+from llmfleet.core.secret import Secret
 from llmfleet.errors import StateError
 from llmfleet_contract.report import ReportOutcome
 
@@ -49,18 +50,21 @@ __all__ = [
 ]
 
 
-def open_store(url: str, base: Path | None = None, *, password: str | None = None,
+def open_store(url: str, base: Path | None = None, *, password: Secret | str | None = None,
                retention: FetchRetention | None = None, max_connections: int = 10,
                application_name: str = "llmfleet") -> SqlStateStore:
     """Open (creating and migrating as needed) the store named by `url`: sqlite:///PATH or
-    postgresql://... (`password` apart from the URL; `max_connections` sizes PostgreSQL's pool)."""
+    postgresql://... (`password` apart from the URL; `max_connections` sizes PostgreSQL's pool). A plain
+    str password is still taken from the server's start-up (until it passes state.password's Secret)."""
+    if isinstance(password, str):
+        password = Secret(password, "state.password")
     if is_postgres(url):
         return SqlStateStore(PostgresDatabase(url, password, max_connections=max_connections,
                                               application_name=application_name), retention)
     return SqlStateStore(SqliteDatabase(sqlite_path(url, base)), retention)
 
 
-def open_reconcile_state(url: str | None, password: str | None = None) -> ReconcileState:
+def open_reconcile_state(url: str | None, password: Secret | None = None) -> ReconcileState:
     """The control plane's state store (llmfleet.adapters.state.open_store: `sqlite:///path/to/file.db` or
     `postgresql://user@host/db`, `password` apart), a plain path for SQLite, or None/`memory:` for an
     in-memory store."""

@@ -30,6 +30,7 @@ from psycopg_pool import ConnectionPool
 
 from llmfleet.adapters.state.dialect import POSTGRESQL, Row, Tx
 from llmfleet.adapters.state.migrations import MIGRATIONS
+from llmfleet.core.secret import Secret
 from llmfleet.errors import LockHeld, StateError
 
 CONNECT_TIMEOUT_S = 10
@@ -63,12 +64,12 @@ def lock_key(purpose: str, schema: str) -> int:
 class PostgresDatabase:
     dialect = POSTGRESQL
 
-    def __init__(self, url: str, password: str | None = None, *, max_connections: int = 10,
+    def __init__(self, url: str, password: Secret | None = None, *, max_connections: int = 10,
                  application_name: str = "llmfleet") -> None:
         self.where = display_url(url)
         extra: dict[str, Any] = {**SESSION, "application_name": application_name}
         if password is not None:
-            extra["password"] = password
+            extra["password"] = password.reveal()  # into libpq's connection parameters, nowhere else
         self._conninfo = make_conninfo(url, **extra)
         try:
             with psycopg.connect(self._conninfo, autocommit=True) as conn:  # the clear error, if any

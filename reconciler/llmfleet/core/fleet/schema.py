@@ -156,3 +156,21 @@ def validate_document(doc: Document, schema_name: str) -> tuple[list[Diagnostic]
             seen.add(key)
             diagnostics.append(diagnostic)
     return diagnostics, paths
+
+
+@cache
+def schema_defaults(name: str) -> dict[str, Any]:
+    """Every `default` the schema declares, by JSON pointer (`/litellm/write_concurrency`): the one place
+    the control plane's defaults are written (llmfleet.settings reads them; docs/configuration.md shows
+    them). Only plain `properties` are walked: a default under `$defs` or inside a list would have no one
+    pointer, so the schema declares none there."""
+    found: dict[str, Any] = {}
+
+    def walk(node: dict[str, Any], where: str) -> None:
+        for key, sub in node.get("properties", {}).items():
+            if "default" in sub:
+                found[f"{where}/{key}"] = sub["default"]
+            walk(sub, f"{where}/{key}")
+
+    walk(load_schema(name), "")
+    return found
