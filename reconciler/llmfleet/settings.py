@@ -281,7 +281,7 @@ class _Builder:
             return None
 
     def tokens(self, key: str) -> tuple[Secret, ...]:
-        tokens = [self.secret([key, i]) for i in range(len(self.raw.get(key, [])))]
+        tokens = [self.secret([key, i]) for i in range(len(self.get(f"/{key}") or ()))]
         for i, token in enumerate(tokens):
             if token is not None and len(token.reveal()) < 16:
                 self.problem([key, i], f"{token.reference} is shorter than 16 characters")
@@ -289,7 +289,7 @@ class _Builder:
 
     def networks(self) -> tuple[IPNetwork, ...]:
         networks: list[IPNetwork] = []
-        for i, text in enumerate(self.raw.get("trusted_proxies", [])):
+        for i, text in enumerate(self.get("/trusted_proxies") or ()):
             try:
                 networks.append(ipaddress.ip_network(text, strict=False))
             except ValueError:
