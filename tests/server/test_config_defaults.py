@@ -90,7 +90,8 @@ def test_the_environment_only_settings_take_the_same_defaults(tmp_path: Path) ->
 def test_no_code_declares_a_default_of_its_own() -> None:
     """The settings dataclasses and the reconciler's view declare none; the Reconciler's is the schema's."""
     classes = [getattr(settings, name) for name in dir(settings)]
-    for cls in [c for c in classes if dataclasses.is_dataclass(c) and c.__module__ == settings.__name__]:
+    for cls in [c for c in classes if isinstance(c, type) and dataclasses.is_dataclass(c)
+                and c.__module__ == settings.__name__]:
         for f in dataclasses.fields(cls):
             assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, \
                 f"{cls.__name__}.{f.name} has a default of its own: give it to the schema"
