@@ -14,6 +14,7 @@ from llmfleet.core.judge.assess import assess
 from llmfleet.core.judge.intended import INFO_BEARER, intended_state
 from llmfleet.core.judge.observed import Deployment
 from llmfleet.core.judge.verdict import ServerHistory, Verdict
+from llmfleet.core.secret import Secret
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
 
@@ -37,7 +38,7 @@ def test_rotation_box_by_box_keeps_every_server_routed() -> None:
 
             def reconciler(bearers: Bearers) -> Reconciler:
                 return Reconciler(bearers, Observer({}, 2, 8),
-                                  lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}", litellm.master_key),
+                                  lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}", Secret(litellm.master_key, "test")),
                                   MemoryStore())
 
             without = await reconciler(Bearers(NEW)).run_pass(two, apply=False)
