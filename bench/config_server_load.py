@@ -94,7 +94,7 @@ def recorded_fetches(config: Path) -> int:
     from llmfleet.settings import load_config
 
     cp = load_config(config, {**os.environ, **ENV})
-    store = open_store(cp.state.url, cp.state.base, password=cp.state.password.reveal() if cp.state.password else None)
+    store = open_store(cp.state.url, cp.state.base, password=cp.state.password)
     try:
         return len(store.recent_fetches(limit=10_000_000))
     finally:

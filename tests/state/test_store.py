@@ -24,6 +24,7 @@ from llmfleet.adapters.state.sqlite import SqliteDatabase
 from llmfleet.adapters.state.sqlstore import SqlStateStore
 from llmfleet.adapters.state.store import FetchRetention, sqlite_path
 from llmfleet.core.fleet.jsonvalue import freeze_mapping
+from llmfleet.core.secret import Secret
 from llmfleet_contract.report import ReportOutcome
 from tests.state.postgres import free_port, with_schema
 
@@ -125,7 +126,7 @@ def test_unwritable_location(tmp_path: Path) -> None:
 def test_unreachable_postgres_is_one_clear_error_without_the_password() -> None:
     url = f"postgresql://llmfleet@127.0.0.1:{free_port()}/llmfleet"
     with pytest.raises(StateError) as caught:
-        open_store(url, password="pg-password-never-shown")
+        open_store(url, password=Secret("pg-password-never-shown", "test"))
     message = str(caught.value)
     assert "cannot use the PostgreSQL state database postgresql://llmfleet@127.0.0.1:" in message
     assert "Connection refused" in message or "connection failed" in message
@@ -142,7 +143,7 @@ def test_wrong_password_is_refused_without_echoing_it(pg_database: str) -> None:
 
     bare, _ = split_password(pg_database)
     with pytest.raises(StateError) as caught:
-        open_store(with_schema(bare, "no_such_schema"), password="wrong-password-never-shown")
+        open_store(with_schema(bare, "no_such_schema"), password=Secret("wrong-password-never-shown", "test"))
     if "no schema to create tables in" in str(caught.value):
         pytest.skip("this PostgreSQL trusts every login (CI's shared cluster): no password is checked")
     assert "password authentication failed" in str(caught.value)

@@ -113,8 +113,8 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
              replica: str | None = None) -> Runtime:
     """Build the runtime; raises StateError, SourceError or OSError with a clear message on failure."""
     metrics = Metrics()
-    password = config.state.password.reveal() if config.state.password is not None else None
-    store = open_store(config.state.url, config.state.base, password=password, retention=config.state.retention,
+    store = open_store(config.state.url, config.state.base, password=config.state.password,
+                       retention=config.state.retention,
                        max_connections=config.threads + 2)
     repo = TrackedRepo(config.repo, default_clone_dir(config))  # opens nothing yet
     try:

@@ -50,14 +50,12 @@ __all__ = [
 ]
 
 
-def open_store(url: str, base: Path | None = None, *, password: Secret | str | None = None,
+def open_store(url: str, base: Path | None = None, *, password: Secret | None = None,
                retention: FetchRetention | None = None, max_connections: int = 10,
                application_name: str = "llmfleet") -> SqlStateStore:
     """Open (creating and migrating as needed) the store named by `url`: sqlite:///PATH or
-    postgresql://... (`password` apart from the URL; `max_connections` sizes PostgreSQL's pool). A plain
-    str password is still taken from the server's start-up (until it passes state.password's Secret)."""
-    if isinstance(password, str):
-        password = Secret(password, "state.password")
+    postgresql://... (`password` apart from the URL, revealed only into libpq's connection parameters;
+    `max_connections` sizes PostgreSQL's pool)."""
     if is_postgres(url):
         return SqlStateStore(PostgresDatabase(url, password, max_connections=max_connections,
                                               application_name=application_name), retention)
