@@ -211,16 +211,16 @@ def _gateway(entry: Any, servers: list[ServerSpec], problems: list[str]) -> Gate
     if not isinstance(digest, str):
         problems.append("gateway.digest: expected a string")
     if not isinstance(config, dict):
-        problems.append("llmfleet_gateway.config: expected an object")
+        problems.append("gateway.config: expected an object")
     else:
         if config.get("port") != port:
-            problems.append(f"llmfleet_gateway.config.port: expected the gateway's port {json.dumps(port)}, "
+            problems.append(f"gateway.config.port: expected the gateway's port {json.dumps(port)}, "
                             f"got {json.dumps(config.get('port'))}")
         # The installer writes exactly these credentials; a config naming another would fail at start-up.
         known = {CLIENT_TOKEN_CREDENTIAL, *(bearer_credential(s.name) for s in servers)}
         unknown = sorted({ref.name for text in _strings(config) for ref in secretref.references(text)
                           if ref.scheme == "cred" and ref.name not in known})
-        problems.extend(f"llmfleet_gateway.config: credential {name!r} is neither {CLIENT_TOKEN_CREDENTIAL!r} nor "
+        problems.extend(f"gateway.config: credential {name!r} is neither {CLIENT_TOKEN_CREDENTIAL!r} nor "
                         "bearer-<server> of a server in this JSON" for name in unknown)
     if any(s.name == GATEWAY_PROGRAM for s in servers):
         problems.append(f"servers: a server named {GATEWAY_PROGRAM!r} would take the gateway's program name")
