@@ -72,13 +72,13 @@ def test_gateway_problems_are_named(gateway_json: dict[str, Any]) -> None:
 
     def other_config_port(d: Any) -> None:
         d["gateway"]["config"]["port"] = 1
-    assert any(p.startswith("llmfleet_gateway.config.port: expected the gateway's port") for p in
+    assert any(p.startswith("gateway.config.port: expected the gateway's port") for p in
                broken(gateway_json, other_config_port))
 
     def unknown_credential(d: Any) -> None:
         d["gateway"]["config"]["authTokens"] = ["${cred:someone-else}"]
     assert broken(gateway_json, unknown_credential) == [
-        "llmfleet_gateway.config: credential 'someone-else' is neither 'client-token' nor bearer-<server> of a server in "
+        "gateway.config: credential 'someone-else' is neither 'client-token' nor bearer-<server> of a server in "
         "this JSON"]
 
     def bad_key(d: Any) -> None:
@@ -196,7 +196,8 @@ def test_an_unwritable_digest_fails_the_install(env: Path, control_plane: FakeCo
                                                gateway_json: dict[str, Any]) -> None:
     gateway_json["gateway"]["digest"] = "sha256:not writable"
     assert main(["--handover", "none"]) == 1
-    assert "cannot write the gateway's Supervisor program: environment value of LLMFLEET_DIGEST" in \
+    # refused with the box JSON now, by field name (it failed later, writing the program, before)
+    assert "gateway.digest: expected a string of at most 128 letters, digits and _./+:=,@-" in \
         control_plane.reports[0]["message"]
 
 
