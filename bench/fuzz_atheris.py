@@ -8,7 +8,11 @@ Targets, each fed raw bytes:
               validation and, when valid, rendering and the installer's parse of every box JSON
   boxjson     llmfleet_installer.boxjson.parse_text: a BoxConfig or BoxJsonError
   secretref   llmfleet_contract.secretref.expand: a string or SecretRefError, the secret never in the message
-  all         the four above in one process, the first byte picking one (what CI runs, briefly)
+  installer   the box JSON as Installer.run takes it: parse, fit check and card division on assumed
+              GPUs, every Supervisor program; only BoxJsonError or UnitError (issue 16: OverflowError)
+  flags       one argv token in a recipe's args: `llmfleet validate` and the installer's box-JSON check
+              refuse it exactly when llmfleet_installer.vllmflags says vLLM could read it as a managed flag
+  all         the six above in one process, the first byte picking one (what CI runs, briefly)
 
 Without a corpus directory argument, ./fuzz-corpus-TARGET is used (created and seeded with valid inputs;
 it keeps what the fuzzer finds, so a later run goes on from there). Any other exception is a crash:
@@ -19,6 +23,7 @@ tests/faults/test_fuzz.py runs `all` for a few seconds in CI; run longer by hand
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -34,8 +39,12 @@ with atheris.instrument_imports():
     from llmfleet.core.fleet.files import FLEET_FILES, Snapshot
     from llmfleet.core.fleet.render import Bearers, render_all
     from llmfleet.core.fleet.validate import validate_snapshot
-    from llmfleet_contract import secretref
+    from llmfleet_contract import secretref, vllmflags
     from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
+    from llmfleet_installer.fit import check_fit
+    from llmfleet_installer.main import assumed_gpus, render_units
+    from llmfleet_installer.settings import load as load_settings
+    from llmfleet_installer.units import UnitError
 
 EXAMPLE = {name: (ROOT / "fleet-repo-example" / name).read_bytes() for name in FLEET_FILES}
 BEARERS = Bearers(Salt("atheris-salt-0123456789abcdef"), "sk-atheris-legacy")
@@ -77,15 +86,53 @@ def fuzz_secretref(data: bytes) -> None:
             raise AssertionError(f"the secret is in the error: {exc}") from exc
 
 
+BOX_SETTINGS = load_settings({"LLMFLEET_DATA_DIR": "/srv/data", "LLMFLEET_SUPERVISOR_CONF_DIR": "/srv/conf"},
+                             need_control_plane=False)
+GPUS = assumed_gpus("2x80")
+
+
+def fuzz_installer(data: bytes) -> None:
+    try:
+        box = parse_text(data.decode("utf-8", "replace"), "203.0.113.24")
+    except BoxJsonError:
+        return
+    fit = check_fit(box.servers, GPUS, 500.0)
+    with contextlib.suppress(UnitError):  # refused with its reason, and reported
+        render_units(box, fit, BOX_SETTINGS)
+
+
+FLAGS_MODELS = b"models:\n  m:\n    vllm:\n      model: org/m\n      args: %s\n"
+FLAGS_BOX = {"host": "h", "servers": [{"name": "m", "model": "org/m", "port": 8001, "api_key": "sk-vllm-abcdefgh"}]}
+
+
+def fuzz_flags(data: bytes) -> None:
+    token = "--" + data.decode("utf-8", "replace")
+    if any(ord(c) < 32 or ord(c) == 127 or not c.isascii() for c in token):
+        return  # refused as unsafe-arg on both sides, whatever the flag
+    managed = vllmflags.managed_flag(token) is not None
+    models = FLAGS_MODELS % json.dumps([token]).encode()
+    files = {"fleet.yaml": b"listen_ports: [8001]\n", "models.yaml": models,
+             "placement.yaml": b"hosts:\n  203.0.113.9:\n    - [m, 8001]\n"}
+    result = validate_snapshot(Snapshot("f" * 40, files, {k: k for k in FLEET_FILES}))
+    in_validation = any(d.rule == "managed-flag" for d in result.diagnostics)
+    try:
+        parse_box({**FLAGS_BOX, "servers": [{**FLAGS_BOX["servers"][0], "args": [token]}]}, "h")
+        on_the_box = False
+    except BoxJsonError:
+        on_the_box = True
+    if not in_validation == on_the_box == managed:
+        raise AssertionError(f"{token!r}: validate {in_validation}, box {on_the_box}, rule {managed}")
+
+
 def fuzz_all(data: bytes) -> None:
     """Every target in one process (one start-up): the first byte picks it."""
     if data:
         ONE_BY_ONE[data[0] % len(ONE_BY_ONE)](data[1:])
 
 
-ONE_BY_ONE = [fuzz_yaml, fuzz_validate, fuzz_boxjson, fuzz_secretref]  # the order of seeds()
+ONE_BY_ONE = [fuzz_yaml, fuzz_validate, fuzz_boxjson, fuzz_secretref, fuzz_installer, fuzz_flags]  # seeds()' order
 TARGETS = {"yaml": fuzz_yaml, "validate": fuzz_validate, "boxjson": fuzz_boxjson, "secretref": fuzz_secretref,
-           "all": fuzz_all}
+           "installer": fuzz_installer, "flags": fuzz_flags, "all": fuzz_all}
 
 
 def seeds(target: str) -> list[bytes]:
@@ -94,7 +141,8 @@ def seeds(target: str) -> list[bytes]:
     assert fleet is not None
     box = json.dumps(render_all(fleet, BEARERS)["203.0.113.24"]).encode()
     by_target = {"yaml": list(EXAMPLE.values()), "validate": [EXAMPLE["placement.yaml"]], "boxjson": [box],
-                 "secretref": [b"${env:A}", b"x-${env:B}-$${env:A}", b"${file:/nonexistent} ${cred:c}"]}
+                 "secretref": [b"${env:A}", b"x-${env:B}-$${env:A}", b"${file:/nonexistent} ${cred:c}"],
+                 "installer": [box], "flags": [b"api-ke=x", b"max_model", b"dtype", b"no-port", b"gpu-memory.x"]}
     if target == "all":
         return [bytes([i]) + seed for i, name in enumerate(by_target) for seed in by_target[name]]
     return by_target[target]

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import re
 
+from llmfleet_contract import vllmflags
+
+# `\Z`, not `$`: Python's `$` also matches before a final newline, so `"small\n"` would pass `^...$`.
 # A server's (and a Supervisor program's) name.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 # Bearers go into Supervisor's `environment=`, whose parser cannot escape: a strict alphabet instead.
-BEARER = re.compile(r"^[A-Za-z0-9_.+/=:@-]{8,512}$")
-# Flags whose value llmfleet decides: where the server listens, what it is called, how much of the
-# card and context it takes, and its bearer. A recipe that sets one would break the contract (and
-# --api-key would put the bearer on the command line, readable in /proc/*/cmdline).
-MANAGED_FLAGS = frozenset({
-    "port", "host", "uds", "served-model-name", "max-model-len", "gpu-memory-utilization", "api-key",
-})
+BEARER = re.compile(r"^[A-Za-z0-9_.+/=:@-]{8,512}\Z")
+# Flags whose value llmfleet decides, in every spelling vLLM reads as one of them (vllmflags.py).
+MANAGED_FLAGS = frozenset(vllmflags.MANAGED_FLAGS)
 
 # The box gateway's credentials: file names in the directory the gateway's program gets as
 # $CREDENTIALS_DIRECTORY, referenced from its config as ${cred:NAME}.
@@ -29,3 +28,13 @@ GATEWAY_PROGRAM = "gateway"  # the gateway's process name: a server may not take
 def bearer_credential(server: str) -> str:
     """The credential holding a server's bearer, which the gateway injects for it."""
     return f"bearer-{server}"
+
+
+def unsafe_token(token: str) -> str | None:
+    """Why an argv element cannot go into Supervisor's `command=`, or None (validation and the installer
+    ask the same)."""
+    if any(ord(ch) < 32 or ch in "\x7f\u2028\u2029\x85" for ch in token):
+        return "holds a control character or line break"
+    if not token.isascii():  # supervisord reads its files in the locale's encoding, which may not be UTF-8
+        return "holds a non-ASCII character"
+    return None

@@ -8,12 +8,17 @@ Retries: connection errors, timeouts, 429 and 5xx are retried with capped expone
 full jitter (delay = uniform(0, min(CAP_S, BASE_S * 2**attempt)), a 429's Retry-After respected)
 until the deadline. 401/403 (wrong fleet key) and 404 (this box is not in the placement) fail at
 once with a message that says what to fix.
+
+Proxies: https:// goes through https_proxy (respecting no_proxy) in a CONNECT tunnel; plain http://
+never uses a proxy (proxies_for), so the fleet key is never sent in clear to one.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
+import re
 import ssl
 import time
 import urllib.error
@@ -60,6 +65,18 @@ def check_url(url: str) -> None:
     raise FetchError(f"control plane URL {url!r} is not an https:// URL")
 
 
+def proxies_for(base_url: str) -> dict[str, str]:
+    """The proxies the client may use. Plain http:// (allowed to loopback only) never goes through a proxy:
+    urllib would hand the proxy the whole request, the fleet key in clear (issue 16, finding 12), and
+    a loopback address is not reached through one anyway. https:// uses https_proxy from the environment,
+    minus the hosts of no_proxy (urllib's own rules), through a CONNECT tunnel: the proxy sees the host
+    and port, never the request or its headers. Only the https entry is kept, so nothing else is used."""
+    if urllib.parse.urlsplit(base_url).scheme != "https":
+        return {}
+    https = urllib.request.getproxies().get("https")
+    return {"https": https} if https else {}
+
+
 @dataclass
 class Client:
     base_url: str
@@ -80,7 +97,8 @@ class Client:
         context = ssl.create_default_context()
         if self.ca_bundle is not None:
             context.load_verify_locations(cafile=str(self.ca_bundle))
-        return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
+        return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect(),
+                                           urllib.request.ProxyHandler(proxies_for(self.base_url)))
 
     def _request(self, method: str, path: str, body: bytes | None) -> bytes:
         url = self.base_url + path
@@ -96,7 +114,7 @@ class Client:
                 return bytes(response.read(MAX_BODY + 1))
         except urllib.error.HTTPError as exc:
             raise self._status_error(exc, path) from None
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             if isinstance(reason, ssl.SSLCertVerificationError):
                 raise FetchError(f"TLS certificate of {self.base_url} not trusted: {reason.verify_message}; "
@@ -114,7 +132,8 @@ class Client:
                               "placement.yaml, or fix LLMAO_HOST if the provisioning script set the wrong name")
         if status == 429 or status >= 500:
             retry_after = exc.headers.get("Retry-After") if exc.headers else None
-            seconds = float(retry_after) if retry_after and retry_after.strip().isdigit() else None
+            # ASCII digits only: str.isdigit() takes "²", which float() refuses
+            seconds = float(retry_after) if retry_after and re.fullmatch(r"[0-9]{1,9}", retry_after.strip()) else None
             return _RetryableError(f"{path}: the control plane answered {status}", seconds)
         return FetchError(f"{path}: the control plane answered {status} {exc.reason}")
 
@@ -146,6 +165,6 @@ class Client:
         data = self.call("POST", "/vllm/report", json.dumps(report).encode(), deadline_s=deadline_s)
         try:
             answer = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise FetchError("/vllm/report: the answer is not JSON") from None
         return answer if isinstance(answer, dict) else {"answer": answer}

@@ -30,6 +30,7 @@ CEILING.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -74,7 +75,8 @@ def gpus_needed(args: tuple[str, ...]) -> int:
         if kind is None:
             continue
         raw = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-        if raw.isdigit() and int(raw) > 0:
+        # ASCII digits only (str.isdigit() takes "²", which int() refuses), and few of them
+        if re.fullmatch(r"[0-9]{1,4}", raw) and int(raw) > 0:
             sizes[kind] = int(raw)
     return sizes["tp"] * sizes["pp"] * sizes["dp"]
 

@@ -83,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.assume_gpus and not args.dry_run:
         parser.error("--assume-gpus is only for --dry-run")
-    if args.assume_gpus and not re.match(r"^[1-9][0-9]?x[0-9]+(\.[0-9]+)?$", args.assume_gpus):
+    if args.assume_gpus and not re.match(r"^[1-9][0-9]?x[0-9]+(\.[0-9]+)?\Z", args.assume_gpus):
         parser.error(f"--assume-gpus {args.assume_gpus!r}: expected COUNTxGB, e.g. 1x80 or 2x24")
     return args
 
@@ -328,7 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         log(str(exc))
         return EXIT_USAGE
-    return Installer(args, resolve_vllm(settings)).run()
+    installer = Installer(args, resolve_vllm(settings))
+    try:
+        return installer.run()
+    except Exception as exc:  # a bug: say so and report it, but no traceback (it may quote the box JSON)
+        return installer.fail(ReportOutcome.FAILED, f"internal error in the installer ({type(exc).__name__}); "
+                              "nothing more was done: please report this with the box's log")
 
 
 if __name__ == "__main__":

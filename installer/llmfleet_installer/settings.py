@@ -42,7 +42,7 @@ DEFAULT_FETCH_DEADLINE_S = 600.0
 
 # What a path may contain so that it is safe in every Supervisor value (command, environment, logfile)
 # without quoting: no whitespace, `#`, `;`, `%`, quotes or `,`.
-SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+:@-]+$")
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+:@-]+\Z")
 
 
 class SettingsError(ValueError):
@@ -130,6 +130,8 @@ def _number(env: Mapping[str, str], names: tuple[str, ...], default: float, mini
         value = float(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not a number") from None
+    if not value < 1e9:  # also NaN and infinity, which no deadline or interval means
+        raise SettingsError(f"{name}={raw!r} must be a number of seconds below 1e9")
     if value < minimum:
         raise SettingsError(f"{name}={raw!r} must be at least {minimum:g}")
     return value
@@ -175,7 +177,7 @@ def load(env: Mapping[str, str] | None = None, *, need_control_plane: bool = Tru
         raise SettingsError(f"{gateway_python[0]}={gateway_python[1]!r} must be a command name or path of "
                             "letters, digits and _./+:@-")
     listen = (_first(environ, LISTEN_HOST_VARS) or (LISTEN_HOST_VARS[0], DEFAULT_LISTEN_HOST))
-    if not re.match(r"^[A-Za-z0-9.:-]+$", listen[1]):
+    if not re.match(r"^[A-Za-z0-9.:-]+\Z", listen[1]):
         raise SettingsError(f"{listen[0]}={listen[1]!r} is not an address")
     return Settings(
         host=host,

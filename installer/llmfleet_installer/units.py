@@ -22,14 +22,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmfleet_contract.boxjson import GATEWAY_PROGRAM
+from llmfleet_contract.boxjson import GATEWAY_PROGRAM, unsafe_token
 from llmfleet_installer.boxjson import GatewaySpec, ServerSpec
 from llmfleet_installer.fit import Placement
 from llmfleet_installer.settings import SECRET_VARS, Settings
 
 PREFIX = "llmfleet-"  # program and file namespace; see MARKER
 MARKER = "; llmfleet-installer: managed file, rewritten or removed on every install; do not edit"
-ENV_VALUE = re.compile(r"^[A-Za-z0-9_./+:=,@-]*$")
+ENV_VALUE = re.compile(r"^[A-Za-z0-9_./+:=,@-]*\Z")
 _SAFE_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,@+")
 STOPWAITSECS = 60
 STARTRETRIES = 3
@@ -60,10 +60,9 @@ def program_name(server: str) -> str:
 
 def quote_token(token: str) -> str:
     """One argv element, escaped for Supervisor's `command=` (configparser, then POSIX shlex)."""
-    if any(ord(ch) < 32 or ch in "\x7f\u2028\u2029\x85" for ch in token):
-        raise UnitError(f"argument {token!r} holds a control character or line break")
-    if not token.isascii():  # supervisord reads its files in the locale's encoding, which may not be UTF-8
-        raise UnitError(f"argument {token!r} holds a non-ASCII character")
+    problem = unsafe_token(token)
+    if problem:
+        raise UnitError(f"argument {token!r} {problem}")
     if token == "":
         return "''"
     out = []
@@ -85,7 +84,7 @@ def command_line(argv: list[str]) -> str:
 
 def environment_line(env: dict[str, str]) -> str:
     for key, value in env.items():
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", key):
             raise UnitError(f"environment variable name {key!r} is not valid")
         if not ENV_VALUE.match(value):
             shown = "(value not shown)" if key == "VLLM_API_KEY" else repr(value)

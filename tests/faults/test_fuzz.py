@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +33,7 @@ from hypothesis import strategies as st
 from llmfleet.core.fleet import strictyaml
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.files import FLEET_FILES, Snapshot
+from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers, render_all
 from llmfleet.core.fleet.validate import validate_snapshot
 from llmfleet.server.app import create_app
@@ -41,10 +41,12 @@ from llmfleet.server.runtime import Runtime, start_up
 from llmfleet.settings import load_config
 from llmfleet_contract import secretref
 from llmfleet_gateway import forwarding
-from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
-from llmfleet_installer.fit import Placement
+from llmfleet_installer.boxjson import BoxJsonError, parse_text
+from llmfleet_installer.fit import check_fit
+from llmfleet_installer.main import assumed_gpus, render_units
+from llmfleet_installer.report import fit_json
 from llmfleet_installer.settings import load as load_settings
-from llmfleet_installer.units import UnitError, render_unit
+from llmfleet_installer.units import UnitError
 from tests.conftest import EXAMPLE, ROOT
 from tests.support.write_killer import ThreadedServer
 
@@ -165,18 +167,67 @@ def test_validation_either_accepts_and_renders_or_says_where(files: dict[str, st
         for diagnostic in result.diagnostics:
             assert DIAGNOSTIC.match(diagnostic.text()), diagnostic.text()
         return
-    rendered = render_all(result.fleet, Bearers(Salt(SALT), LEGACY_KEY))
-    environ = {"LLMFLEET_DATA_DIR": "/srv/data", "LLMFLEET_SUPERVISOR_CONF_DIR": "/srv/conf"}
-    box_settings = load_settings(environ, need_control_plane=False)
-    for host, document in rendered.items():
-        box = parse_box(json.loads(json.dumps(document)), host)  # what the installer gets, as it gets it
-        ports = {s.name: s.port for s in box.servers}
-        for order, server in enumerate(box.servers):
-            unit, error = outcome(partial(render_unit, server, Placement((0,), 0.9, ()), order=order, ports=ports,
-                                          settings=box_settings, python="/usr/bin/python3", revision=box.revision,
-                                          gpu_count=1),
-                                  errors=UnitError)  # an argument Supervisor cannot carry is refused, with the reason
-            assert unit is not None or (str(error) and SALT not in str(error))
+    the_installer_takes_every_box_of(result.fleet)
+
+
+BOX_SETTINGS = load_settings({"LLMFLEET_DATA_DIR": "/srv/data", "LLMFLEET_SUPERVISOR_CONF_DIR": "/srv/conf"},
+                             need_control_plane=False)
+
+
+def the_installer_takes_every_box_of(fleet: Fleet) -> None:
+    """Every box JSON rendered from a valid fleet passes the installer's own checks, as the installer gets
+    it (JSON text): the box JSON, the fit check and card division, and the Supervisor program of every
+    server (issue 16, finding 5: what validates must never be refused on the box)."""
+    for host, document in render_all(fleet, Bearers(Salt(SALT), LEGACY_KEY)).items():
+        box = parse_text(json.dumps(document), host)
+        fit = check_fit(box.servers, assumed_gpus("2x80"), 1000.0)
+        render_units(box, fit, BOX_SETTINGS)
+
+
+# Strings a careless or hostile pull request might write: valid-looking, with something after the end.
+TAILS = ["", "\n", "\r\n", "\r", "\x00", "\x01", "\x1b", "\x7f", "\x85", "\u2028", " ", "\t", "\u00e9", "\u00b2"]
+nasty_text = st.tuples(st.sampled_from(["org/m", "/models/m", "m", "x.y", "--dtype", "half", "1", "a b", ""]),
+                       st.just("") | st.sampled_from(TAILS), st.just("") | st.sampled_from(TAILS[:4])).map("".join)
+nasty_numbers = st.sampled_from([0, 1, 4096, 10**30, 2**63, 1e308, 1e-300, -1, 0.5, 1.0000001, 16_777_216,
+                                 16_777_217, 1_000_000, 1_000_001, 1 << 30, (1 << 30) + 1])
+RECIPE_FIELDS = ["model", "served_model_name", "args", "settings", "max_model_len", "vram_gb", "disk_gb",
+                 "kv_bytes_per_token", "gpu_memory_utilization"]
+
+
+@st.composite
+def nasty_fleets(draw: st.DrawFn) -> dict[str, str]:
+    """The example fleet with a recipe's fields, a model name or a row's name replaced by nasty values.
+    Written as JSON, which is YAML: escapes carry every character through the strict loader."""
+    models = yaml.safe_load(EXAMPLE_FILES["models.yaml"])
+    placement = yaml.safe_load(EXAMPLE_FILES["placement.yaml"])
+    name = draw(st.sampled_from(sorted(models["models"])))
+    vllm = models["models"][name]["vllm"]
+    for field in draw(st.lists(st.sampled_from(RECIPE_FIELDS), min_size=1, max_size=2, unique=True)):
+        if field == "settings":
+            vllm[field] = draw(st.dictionaries(nasty_text, nasty_text | nasty_numbers | st.booleans(), max_size=3))
+        elif field == "args":
+            vllm[field] = draw(st.one_of(nasty_text, st.lists(nasty_text, max_size=4)))
+        elif field in ("model", "served_model_name"):
+            vllm[field] = draw(nasty_text)
+        else:
+            vllm[field] = draw(nasty_numbers)
+    if draw(st.integers(0, 3)) == 0:  # a row's third element: the process name
+        rows = next(iter(placement["hosts"].values()))
+        rows = rows["servers"] if isinstance(rows, dict) else rows
+        rows[0] = [*rows[0][:2], draw(nasty_text)]
+    return {**EXAMPLE_FILES, "models.yaml": json.dumps(models), "placement.yaml": json.dumps(placement)}
+
+
+@FUZZ
+@given(nasty_fleets())
+@example({**EXAMPLE_FILES, "models.yaml": EXAMPLE_FILES["models.yaml"].replace(
+    "model: Qwen/Qwen3-8B-FP8", 'model: "Qwen/Qwen3-8B-FP8\\n"')})
+def test_a_valid_fleet_never_renders_a_box_json_the_installer_refuses(files: dict[str, str]) -> None:
+    result = validate_snapshot(Snapshot("n" * 40, {k: v.encode() for k, v in files.items()},
+                                        {k: k for k in FLEET_FILES}))
+    event("valid" if result.fleet is not None else "invalid")
+    if result.fleet is not None:
+        the_installer_takes_every_box_of(result.fleet)
 
 
 # --- secret references -----------------------------------------------------------------------------
@@ -246,6 +297,50 @@ def test_the_installer_parses_any_box_json_or_names_the_problem(rendered_box: di
         assert not any(b and b in "; ".join(error.problems) for b in bearers)
     else:
         assert box is not None and box.host == KNOWN_BOX
+
+
+hostile_numbers = st.one_of(st.floats(), st.integers(), st.sampled_from([10**400, 1e308, -1e308, 2**64]))
+hostile_values = st.one_of(json_values, hostile_numbers, nasty_numbers, nasty_text, st.lists(nasty_text, max_size=3))
+
+
+@st.composite
+def hostile_boxes(draw: st.DrawFn, document: dict[str, Any]) -> str:
+    """The rendered box JSON with a few fields of its servers set to hostile values, as JSON text (NaN and
+    Infinity included, as Python's json writes them), sometimes nested deep or with long integers."""
+    doc = json.loads(json.dumps(document))
+    for _ in range(draw(st.integers(1, 3))):
+        server = draw(st.sampled_from(doc["servers"]))
+        field = draw(st.sampled_from([*RECIPE_FIELDS, "api_key", "name", "port", "digest", "listen_host"]))
+        server[field] = draw(hostile_values)
+    text = json.dumps(doc)
+    wrap = draw(st.sampled_from(["", "deep", "long-int"]))
+    if wrap == "deep":
+        depth = draw(st.sampled_from([63, 65, 5000]))
+        text = text.replace('"servers": [', '"x": ' + "[" * depth + "]" * depth + ', "servers": [', 1)
+    elif wrap == "long-int":
+        text = text.replace('"port": ', '"port": ' + "1" * draw(st.sampled_from([4300, 4301, 100_000])), 1)
+    return text
+
+
+@FUZZ
+@given(data=st.data())
+@example(data=None)
+def test_the_installer_refuses_or_installs_any_box_json(rendered_box: dict[str, Any], data: st.DataObject | None
+                                                        ) -> None:
+    """From the box JSON text to the Supervisor programs, as Installer.run goes: a BoxJsonError or UnitError
+    (refused, reported) or programs; never another exception (issue 16, finding 10: OverflowError)."""
+    text = data.draw(hostile_boxes(rendered_box)) if data is not None else json.dumps(
+        {**rendered_box, "servers": [{**rendered_box["servers"][0], "vram_gb": 1e308, "max_model_len": 10**400}]})
+    box, error = outcome(parse_text, text, KNOWN_BOX, errors=BoxJsonError)
+    if box is None:
+        assert isinstance(error, BoxJsonError) and error.problems
+        assert not any(s["api_key"] in "; ".join(error.problems) for s in rendered_box["servers"])
+        return
+    for gpus in (assumed_gpus("1x80"), assumed_gpus("4x24"), None):
+        fit = check_fit(box.servers, gpus, 500.0)
+        json.dumps(fit_json(fit), allow_nan=False)  # the report's fit part is plain JSON
+        units, unit_error = outcome(render_units, box, fit, BOX_SETTINGS, errors=UnitError)
+        assert units is not None or str(unit_error)
 
 
 # --- GET /vllm/config and POST /vllm/report --------------------------------------------------------

@@ -25,8 +25,13 @@ BOMB = "\n".join(["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
                  + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]) + "\n"
 
 
-def commit(repo: Path, name: str, text: str, message: str) -> str:
-    (repo / name).write_text(text)
+def commit(repo: Path, name: str, text: str | Path, message: str) -> str:
+    """Commit `text` as the file `name`, or a symbolic link to `text` when it is a Path."""
+    (repo / name).unlink(missing_ok=True)
+    if isinstance(text, Path):
+        (repo / name).symlink_to(text)
+    else:
+        (repo / name).write_text(text)
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", message)
     return git(repo, "rev-parse", "HEAD")
@@ -65,11 +70,19 @@ def test_bad_commits_keep_the_last_valid_revision_and_are_told_once(fleet_git: P
     good = git(fleet_git, "rev-parse", "HEAD")
     assert served(plane) == (200, good)
     placement = (fleet_git / "placement.yaml").read_text()
+    models = (fleet_git / "models.yaml").read_text()
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("hosts: secret-on-the-server-Wd93\n")
     cases = {
         "invalid": ("placement.yaml", placement + "\n  203.0.113.98:\n    - [no-such-model, 8001]\n",
                     "unknown model 'no-such-model'"),
         "yaml-bomb": ("placement.yaml", BOMB, "yaml-too-large"),
         "huge-file": ("models.yaml", "# padding\n" * (1_700_000 + 1), "the limit is 16,777,216"),
+        # issue 16, finding 9: a ValueError in the loader was filed as a git refresh error
+        "huge-integer": ("models.yaml", models.replace("max_model_len: 40960", "max_model_len: " + "9" * 5000, 1),
+                         "an integer of 5,000 digits"),
+        # issue 16, finding 4: a committed symbolic link is refused, its target never read
+        "symlink": ("placement.yaml", secret, "a symbolic link, not a regular file"),
     }
     rows = []
     for number, (case, (name, text, why)) in enumerate(cases.items(), start=1):
@@ -86,6 +99,7 @@ def test_bad_commits_keep_the_last_valid_revision_and_are_told_once(fleet_git: P
         assert body["last_attempted"]["revision"] == bad and body["last_attempted"]["valid"] is False
         errors = " ".join(body["last_attempted"]["errors"])
         assert why in errors, (case, errors)
+        assert "secret-on-the-server" not in errors and body["last_refresh"].get("error") is None, body
         text_metrics = metrics(plane)
         assert metric(text_metrics, "llmfleet_commit_validation_failures_total") == number
         assert metric(text_metrics, "llmfleet_last_attempted_revision_valid") == 0

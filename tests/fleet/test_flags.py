@@ -52,7 +52,8 @@ keys = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,20}", fullmatch=True)
 
 def _managed_key(key: str) -> bool:
     name = key.replace("_", "-").lower()
-    return name in MANAGED_FLAGS or name.removeprefix("no-") in MANAGED_FLAGS
+    return any(flag.startswith(candidate) for flag in MANAGED_FLAGS
+               for candidate in (name, name.removeprefix("no-")) if candidate)
 
 
 def _expected_length(settings: dict[str, JSON]) -> int:

@@ -196,7 +196,8 @@ def test_an_unwritable_digest_fails_the_install(env: Path, control_plane: FakeCo
                                                gateway_json: dict[str, Any]) -> None:
     gateway_json["gateway"]["digest"] = "sha256:not writable"
     assert main(["--handover", "none"]) == 1
-    assert "cannot write the gateway's Supervisor program: environment value of LLMFLEET_DIGEST" in \
+    # refused with the box JSON now, by field name (it failed later, writing the program, before)
+    assert "gateway.digest: expected a string of at most 128 letters, digits and _./+:=,@-" in \
         control_plane.reports[0]["message"]
 
 

@@ -107,7 +107,7 @@ def download_code(script: str) -> str:
 
 
 def test_both_scripts_download_the_installer_with_the_same_code() -> None:
-    assert "urllib.request.urlopen" in download_code("vast.sh")
+    assert "opener.open(request" in download_code("vast.sh")
     assert download_code("vast.sh") == download_code("runpod.sh")
 
 

@@ -30,7 +30,7 @@ mkdir -p "$(dirname "${installer}")"
 # appears on a command line (/proc/*/cmdline is world-readable). The Python below is the same, byte for
 # byte, in runpod.sh (tests/installer/test_provision.py checks it): each script must stand alone.
 "${PYTHON}" - "${installer}" "the box template" <<'PY'
-import hashlib, os, random, ssl, sys, time, urllib.error, urllib.request
+import hashlib, ipaddress, os, random, ssl, sys, time, urllib.error, urllib.parse, urllib.request
 
 def first(*names):
     return next((os.environ[n].strip() for n in names if os.environ.get(n, "").strip()), "")
@@ -38,7 +38,22 @@ def first(*names):
 url, key = first("LLMFLEET_URL", "ASFQUART_URL").rstrip("/"), first("LLMFLEET_FLEET_KEY", "FLEET_KEY")
 if not url or not key:
     sys.exit(f"llmfleet-provision: set LLMFLEET_URL and LLMFLEET_FLEET_KEY in {sys.argv[2]}")
+def loopback(host):
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+parts = urllib.parse.urlsplit(url)
+if parts.scheme != "https" and not (parts.scheme == "http" and loopback(parts.hostname or "")):
+    sys.exit(f"llmfleet-provision: {url} must be https:// (plain http only to a loopback address)")
 context = ssl.create_default_context(cafile=os.environ.get("LLMFLEET_CA_BUNDLE") or None)
+# The fleet key never goes to a proxy in clear: plain http (loopback) uses none; https may use https_proxy
+# (no_proxy respected), through a CONNECT tunnel that shows the proxy only the host and port.
+proxies = {"https": urllib.request.getproxies()["https"]} if parts.scheme == "https" and \
+    urllib.request.getproxies().get("https") else {}
+opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies),
+                                     urllib.request.HTTPSHandler(context=context))
 request = urllib.request.Request(url + "/vllm/installer")
 request.add_unredirected_header("Authorization", "Bearer " + key)
 request.add_header("X-LLMAO-Host", os.environ["LLMAO_HOST"])
@@ -48,7 +63,7 @@ deadline = time.monotonic() + float(os.environ.get("LLMFLEET_FETCH_DEADLINE_S") 
 attempt = 0
 while True:
     try:
-        with urllib.request.urlopen(request, timeout=60, context=context) as response:
+        with opener.open(request, timeout=60) as response:
             body, announced = response.read(), response.headers.get("X-Installer-SHA256", "")
         break
     except Exception as exc:  # noqa: BLE001 - retried, or ends provisioning with its reason

@@ -6,15 +6,17 @@ commits llmfleet writes itself (approve, the demo). Every git subprocess goes th
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from llmfleet.core.fleet.files import FLEET_FILES, WORKTREE_REVISION, Content, Oversized, Snapshot
+from llmfleet.core.fleet.files import FLEET_FILES, WORKTREE_REVISION, Content, Oversized, Refused, Snapshot
 from llmfleet.core.fleet.strictyaml import MAX_BYTES
 from llmfleet.errors import SourceError
 
@@ -83,6 +85,44 @@ def _display_paths(prefix: str) -> dict[str, str]:
     return {name: os.path.normpath(os.path.join(prefix, name)) if prefix else name for name in FLEET_FILES}
 
 
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def read_file(path: Path) -> Content:
+    """One fleet file from disk: a regular file of at most MAX_BYTES, read without following a symbolic
+    link (O_NOFOLLOW) or blocking on a FIFO (O_NONBLOCK), checked on the open descriptor (no race between
+    the check and the read), and never more than MAX_BYTES + 1 bytes read."""
+    try:
+        before = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(before.st_mode):
+        return Refused(_kind(before.st_mode))
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # replaced by a link since the lstat
+            return Refused("a symbolic link")
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        opened = os.fstat(fh.fileno())
+        if not stat.S_ISREG(opened.st_mode):
+            return Refused(_kind(opened.st_mode))
+        if opened.st_size > MAX_BYTES:
+            return Oversized(opened.st_size)
+        data = fh.read(MAX_BYTES + 1)
+    return Oversized(len(data)) if len(data) > MAX_BYTES else data
+
+
 def read_directory(directory: str | os.PathLike[str]) -> Snapshot:
     root = Path(directory)
     if not root.is_dir():
@@ -91,10 +131,7 @@ def read_directory(directory: str | os.PathLike[str]) -> Snapshot:
     for name in FLEET_FILES:
         path = root / name
         try:
-            size = path.stat().st_size
-            files[name] = Oversized(size) if size > MAX_BYTES else path.read_bytes()
-        except FileNotFoundError:
-            files[name] = None
+            files[name] = read_file(path)
         except OSError as exc:
             raise SourceError(f"{path}: {exc.strerror}") from None
     prefix = "" if os.path.abspath(directory) == os.getcwd() else os.fspath(directory)
@@ -113,6 +150,8 @@ class GitFleetRepo:
             raise SourceError(f"{path}: not inside a git repository") from None
         top = Path(self.repo.working_tree_dir or self.repo.git_dir).resolve()
         here = Path(path).resolve()
+        if here != top and top not in here.parents:
+            raise SourceError(f"{path}: not inside the git repository at {top} (a symbolic link out of it?)")
         self.subdir = PurePosixPath(here.relative_to(top).as_posix()) if here != top else PurePosixPath("")
         self.display_prefix = os.fspath(path) if here != Path.cwd().resolve() else ""
 
@@ -139,7 +178,9 @@ class GitFleetRepo:
                 continue
             try:  # a missing or corrupt object fails here, in `size` or in the read
                 if blob.type != "blob":
-                    files[name] = None
+                    files[name] = Refused("a directory" if blob.type == "tree" else "a submodule")
+                elif stat.S_ISLNK(blob.mode):  # a symbolic link is a blob of mode 120000 holding its target
+                    files[name] = Refused("a symbolic link")
                 elif blob.size > MAX_BYTES:
                     files[name] = Oversized(blob.size)
                 else:

@@ -20,7 +20,16 @@ class Oversized:
     size: int
 
 
-Content = bytes | Oversized | None  # None: the file does not exist
+@dataclass(frozen=True)
+class Refused:
+    """A fleet file that is not a regular file (a symbolic link, a directory, a device, a FIFO, a
+    submodule): never followed nor read. `kind` says what it is; a link's target is never shown (a pull
+    request could point one at a secret on the machine that validates it)."""
+
+    kind: str
+
+
+Content = bytes | Oversized | Refused | None  # None: the file does not exist
 
 
 @dataclass(frozen=True)

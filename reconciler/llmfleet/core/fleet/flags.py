@@ -13,10 +13,10 @@ import shlex
 from collections.abc import Iterable, Mapping
 
 from llmfleet.core.fleet.jsonvalue import Frozen, thaw
+from llmfleet_contract import vllmflags
 from llmfleet_contract.boxjson import MANAGED_FLAGS
 
-__all__ = ["MANAGED_FLAGS", "managed_flags_in", "render_settings"]
-
+__all__ = ["MANAGED_FLAGS", "managed_flags_in", "managed_tokens", "render_settings"]
 
 
 def _scalar(value: Frozen) -> str:
@@ -56,19 +56,21 @@ def split_args(args: str | Iterable[str]) -> tuple[str, ...]:
 
 def flag_name(token: str) -> str | None:
     """The normalised long-flag name of an argv token (`--Max_Model_Len=4` -> `max-model-len`)."""
-    if not token.startswith("--") or len(token) == 2:
-        return None
-    return token[2:].split("=", 1)[0].replace("_", "-").lower()
+    return vllmflags.flag_key(token)
+
+
+def managed_tokens(argv: Iterable[str]) -> list[tuple[int, str, str]]:
+    """(index, token, managed flag) for every token vLLM could read as a managed flag: the flag itself,
+    its `--no-` twin, `_` for `-`, `--flag=value`, `--flag.key`, and any prefix of it (argparse's
+    allow_abbrev)."""
+    found = []
+    for index, token in enumerate(argv):
+        flag = vllmflags.managed_flag(token)
+        if flag is not None:
+            found.append((index, token, flag))
+    return found
 
 
 def managed_flags_in(argv: Iterable[str]) -> list[str]:
-    """Managed flags that argv tries to set (also as their `--no-` twins)."""
-    found = []
-    for token in argv:
-        name = flag_name(token)
-        if name is None:
-            continue
-        base = name[3:] if name.startswith("no-") else name
-        if base in MANAGED_FLAGS:
-            found.append(token.split("=", 1)[0])
-    return found
+    """The spellings (without values) of the managed flags that argv tries to set."""
+    return [vllmflags.spelling(token) for _, token, _ in managed_tokens(argv)]

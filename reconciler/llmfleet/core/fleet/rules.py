@@ -13,8 +13,8 @@
 | disk-exceeds            | summed disk_gb above the box's declared disk                           |
 | gpu-memory-overcommit   | explicit gpu_memory_utilization values on one card summing above 1    |
 | max-model-len           | context promised beyond max_model_len, or a KV cache that cannot fit   |
-| managed-flag            | args/settings setting a flag llmfleet manages (--port, --api-key, ...) |
-| unsafe-arg              | control characters in an argument (they would break the unit file)     |
+| managed-flag            | args/settings setting a flag llmfleet manages (--port, --api-ke=, ...) |
+| unsafe-arg              | control/non-ASCII characters in an argument (the unit file refuses them)|
 | reserved-route-field    | litellm fields llmfleet sets itself (api_base, api_key, model_info.id) |
 | empty-placement         | no box at all, without allow_empty_placement: true                     |
 | public-port-deprecated  | (warning) a hand-written public port as a row's 4th element            |
@@ -36,9 +36,10 @@ from collections.abc import Iterator
 
 from llmfleet.core.fleet.build import Built, Finding
 from llmfleet.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE
-from llmfleet.core.fleet.flags import managed_flags_in, render_settings
+from llmfleet.core.fleet.flags import managed_tokens, render_settings
 from llmfleet.core.fleet.model import Box, Provider, Recipe
-from llmfleet_contract.boxjson import GATEWAY_PROGRAM
+from llmfleet_contract import vllmflags
+from llmfleet_contract.boxjson import GATEWAY_PROGRAM, unsafe_token
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _DNS_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
@@ -206,20 +207,21 @@ def check_recipes(built: Built) -> Iterator[Finding]:
 def _check_recipe(recipe: Recipe) -> Iterator[Finding]:
     base = ("models", recipe.name)
     vllm = recipe.vllm
-    for flag in managed_flags_in(vllm.args):
-        yield Finding(MODELS_FILE, (*base, "vllm", "args"), f"args set {flag}, which llmfleet manages; use the "
-                      "recipe's own field (max_model_len, gpu_memory_utilization, served_model_name) or "
-                      "leave it to the placement", "managed-flag")
+    for index, token, flag in managed_tokens(vllm.args):
+        yield Finding(MODELS_FILE, (*base, "vllm", "args"), f"args[{index}]: "
+                      f"{vllmflags.explain(token, flag)}", "managed-flag")
+    for key, value in vllm.settings.items():
+        tokens = render_settings({key: value})
+        for _, token, flag in managed_tokens(tokens):
+            rendered_as = "" if token == tokens[0] else f" (in its value {vllmflags.spelling(token)!r})"
+            yield Finding(MODELS_FILE, (*base, "vllm", "settings"), f"settings key {key!r} renders "
+                          f"{tokens[0]}{rendered_as}: {vllmflags.explain(token, flag)}", "managed-flag", key=key)
     rendered = render_settings(vllm.settings)
-    for flag in managed_flags_in(rendered):
-        key = next((k for k in vllm.settings if f"--{k}" == flag or f"--no-{k}" == flag
-                    or f"--{k[3:]}" == flag), None)
-        yield Finding(MODELS_FILE, (*base, "vllm", "settings"), f"settings set {flag}, which llmfleet "
-                      "manages", "managed-flag", key=key)
     for token in (*vllm.args, *rendered):
-        if any(ord(c) < 32 or ord(c) == 127 for c in token):
-            yield Finding(MODELS_FILE, (*base, "vllm"), f"argument {token!r} contains a control character",
-                          "unsafe-arg")
+        problem = unsafe_token(token)
+        if problem:
+            yield Finding(MODELS_FILE, (*base, "vllm"), f"argument {token[:80]!r} {problem}; the box's Supervisor "
+                          "program could not carry it", "unsafe-arg")
     context = recipe.litellm.model_info.get("context_window")
     if (vllm.max_model_len is not None and isinstance(context, int) and not isinstance(context, bool)
             and context > vllm.max_model_len):

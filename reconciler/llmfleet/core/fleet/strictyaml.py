@@ -9,13 +9,15 @@ small node tree from PyYAML's *event* stream (libyaml when available), which giv
   everything else (including `yes`, `017`, `0x1F`, `22:22`, dates) stays a string, so a schema that
   wants an integer or a boolean reports it instead of a silent coercion;
 - duplicate keys, non-string keys, merge keys and custom tags reported with line and column;
-- bounded input: file size, nesting depth and the expanded size of anchors/aliases (a YAML bomb
-  fails fast instead of exhausting memory);
+- bounded input: file size, nesting depth, the expanded size of anchors/aliases (a YAML bomb
+  fails fast instead of exhausting memory), integers of at most MAX_INT_DIGITS digits and floats that
+  stay finite (`1e999` is not read as infinity);
 - a position for every node, so later stages can report `file:line:col` for a JSON pointer.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,9 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
 MAX_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64
 MAX_NODES = 2_000_000
+# Longest integer a fleet file may hold. Python refuses to convert one of more than 4,300 digits
+# (sys.get_int_max_str_digits) with a ValueError; no fleet value needs more than a few digits.
+MAX_INT_DIGITS = 100
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MAP_TAGS = {None, "!", "tag:yaml.org,2002:map"}
@@ -169,6 +174,22 @@ def yaml11_reading(text: str) -> str | None:
     return None
 
 
+def _resolve_number_checked(text: str, mark: Mark) -> JSON:
+    """resolve_plain, refusing a number beyond what a fleet file can mean: an integer of more than
+    MAX_INT_DIGITS digits (Python itself refuses more than 4,300 with a ValueError) or a float that
+    would be infinity."""
+    digits = len(text.lstrip("+-"))
+    if digits > MAX_INT_DIGITS and _INT.fullmatch(text):
+        raise _FatalError(f"an integer of {digits:,} digits; a fleet file's integers have at most "
+                          f"{MAX_INT_DIGITS} (quote it if it is meant as a string)", mark, "yaml-number-too-large")
+    value = resolve_plain(text)
+    if isinstance(value, float) and math.isinf(value):
+        shown = f"{text[:40]}..." if len(text) > 40 else text
+        raise _FatalError(f"{shown} is a number too large for a float (it would read as infinity)", mark,
+                          "yaml-number-too-large")
+    return value
+
+
 def _mark(event: Any) -> Mark:
     return Mark(event.start_mark.line + 1, event.start_mark.column + 1)
 
@@ -232,7 +253,7 @@ class _Builder:
             self.problems.append(Problem(f"YAML tag {event.tag} is not allowed in fleet files",
                                          node.mark, "yaml-tag"))
         plain = not event.style and event.tag is None  # libyaml reports plain style as ""
-        node.scalar = resolve_plain(event.value) if plain else event.value
+        node.scalar = _resolve_number_checked(event.value, node.mark) if plain else event.value
         return node
 
     def _add(self, node: Node, anchor: str | None) -> None:

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from llmfleet.core.fleet import rules, strictyaml
 from llmfleet.core.fleet.build import Finding, build
 from llmfleet.core.fleet.diagnostics import Diagnostic, Severity, has_errors, pointer
-from llmfleet.core.fleet.files import FLEET_FILE, FLEET_FILES, MODELS_FILE, PLACEMENT_FILE, Oversized, Snapshot
+from llmfleet.core.fleet.files import (
+    FLEET_FILE,
+    FLEET_FILES,
+    MODELS_FILE,
+    PLACEMENT_FILE,
+    Oversized,
+    Refused,
+    Snapshot,
+)
 from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.core.fleet.model import Fleet, frozen_map
 from llmfleet.core.fleet.schema import validate_document
@@ -86,6 +94,12 @@ def _validate(snapshot: Snapshot) -> Validation:
         if content is None:
             diagnostics.append(_file_problem(display, f"missing: a fleet repository needs {name}",
                                              "missing-file"))
+            unusable = True
+            continue
+        if isinstance(content, Refused):
+            diagnostics.append(_file_problem(display, f"{content.kind}, not a regular file: llmfleet reads only "
+                                             f"regular files (neither followed nor read); commit {name} itself",
+                                             "not-a-regular-file"))
             unusable = True
             continue
         if isinstance(content, Oversized):
