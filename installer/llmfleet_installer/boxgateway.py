@@ -26,6 +26,7 @@ from pathlib import Path
 
 from llmfleet_contract.boxjson import CLIENT_TOKEN_CREDENTIAL, bearer_credential
 from llmfleet_installer.boxjson import BoxConfig, GatewaySpec
+from llmfleet_installer.errors import InstallerError
 from llmfleet_installer.handover import supervisord_environment, write_atomic
 from llmfleet_installer.settings import SAFE_PATH, Settings
 from llmfleet_installer.units import Unit, UnitError, render_gateway_unit
@@ -34,7 +35,7 @@ PROBE_TIMEOUT_S = 60.0
 CHECK_TIMEOUT_S = 120.0
 
 
-class GatewayError(RuntimeError):
+class BoxGatewayError(InstallerError, RuntimeError):
     """The gateway cannot be set up; the message says what to do."""
 
 
@@ -96,7 +97,7 @@ def find_python(settings: Settings, own: str) -> str:
         if imports_aiohttp(python):
             return python
     tried = ", ".join(candidates) or "none found"
-    raise GatewayError(f"the box gateway needs a Python that imports aiohttp (tried: {tried}); set "
+    raise BoxGatewayError(f"the box gateway needs a Python that imports aiohttp (tried: {tried}); set "
                        "LLMFLEET_GATEWAY_PYTHON to one, e.g. the vLLM image's python3")
 
 
@@ -141,7 +142,7 @@ def plan_gateway(box: BoxConfig, spec: GatewaySpec, settings: Settings, own_pyth
         unit = render_gateway_unit(spec, settings=settings, python=python, revision=box.revision,
                                    config_sha256=sha256(config_text), program_sha256=sha256(program))
     except UnitError as exc:
-        raise GatewayError(f"cannot write the gateway's Supervisor program: {exc}") from None
+        raise BoxGatewayError(f"cannot write the gateway's Supervisor program: {exc}") from None
     return GatewayPlan(spec, python, program, config_text, credentials(box, spec), unit)
 
 
@@ -156,10 +157,10 @@ def check_config(plan: GatewayPlan) -> str:
                                   capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False,
                                   env=supervisord_environment(dict(os.environ)))
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise GatewayError(f"cannot run the gateway's --check with {plan.python}: {exc}") from None
+            raise BoxGatewayError(f"cannot run the gateway's --check with {plan.python}: {exc}") from None
     output = (done.stdout + done.stderr).strip().replace(str(config), "gateway.json")
     if done.returncode != 0:
-        raise GatewayError(f"the box gateway's config fails its --check: {output}")
+        raise BoxGatewayError(f"the box gateway's config fails its --check: {output}")
     return output
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from llmfleet_contract import secretref, vllmflags
 from llmfleet_contract.boxjson import BEARER, CLIENT_TOKEN_CREDENTIAL, GATEWAY_PROGRAM, NAME, bearer_credential
+from llmfleet_installer.errors import InstallerError
 
 ENV_SAFE = re.compile(r"^[A-Za-z0-9_./+:=,@-]*\Z")  # what Supervisor's `environment=` carries unquoted
 
@@ -34,7 +35,7 @@ MAX_DEPTH = 64  # nesting of the decoded document (the gateway's config is the d
 MAX_SHOWN = 80  # characters of a refused value quoted in a problem
 
 
-class BoxJsonError(ValueError):
+class BoxJsonError(InstallerError, ValueError):
     """The JSON is not a usable box config; `problems` lists every problem found."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from llmfleet_contract.addresses import is_loopback
+from llmfleet_installer.errors import InstallerError
 
 BASE_S = 1.0
 CAP_S = 60.0
@@ -38,8 +39,10 @@ MAX_BODY = 8 * 1024 * 1024
 USER_AGENT = "llmfleet-installer"
 
 
-class FetchError(RuntimeError):
+class FetchError(InstallerError, RuntimeError):
     """The control plane could not be used; the message says why and what to do."""
+
+    retryable = True
 
 
 class _RetryableError(Exception):

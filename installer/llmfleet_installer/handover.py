@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from llmfleet_installer.errors import InstallerError
 from llmfleet_installer.settings import SECRET_VARS, Settings
 from llmfleet_installer.units import MARKER, PREFIX, Unit
 
 SUPERVISORCTL_TIMEOUT_S = 120.0
 
 
-class HandoverError(RuntimeError):
+class HandoverError(InstallerError, RuntimeError):
     """Writing the files or talking to supervisord failed; the message says what to do."""
 
 

@@ -8,11 +8,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmfleet_installer.errors import InstallerError
+
 QUERY = ["--query-gpu=index,uuid,name,memory.total,memory.used,memory.free", "--format=csv,noheader,nounits"]
 MIB_PER_GB = 1024  # vram_gb and disk_gb are read as GiB: nvidia-smi's MiB / 1024
 
 
-class ProbeError(RuntimeError):
+class ProbeError(InstallerError, RuntimeError):
     """The box could not be measured (no nvidia-smi, driver unreachable, unreadable output)."""
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from llmfleet_contract.report import ReportOutcome, ServerState
 from llmfleet_installer import __version__
 from llmfleet_installer.boxgateway import (
-    GatewayError,
+    BoxGatewayError,
     GatewayPlan,
     check_config,
     plan_gateway,
@@ -233,7 +233,7 @@ class Installer:
             gateway = None
             try:
                 gateway = self.plan_gateway(box)
-            except GatewayError as exc:
+            except BoxGatewayError as exc:
                 log(f"would fail: {exc}")
             units += [gateway.unit] if gateway else []
             show_dry_run(units, fit, self.settings, gateway)
@@ -246,7 +246,7 @@ class Installer:
             return self.fail(ReportOutcome.FAILED, "; ".join(clashes))
         try:
             gateway = self.plan_gateway(box)
-        except GatewayError as exc:
+        except BoxGatewayError as exc:
             return self.fail(ReportOutcome.FAILED, str(exc))
         return self.install(units, gateway)
 

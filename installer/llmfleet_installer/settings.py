@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmfleet_installer.errors import InstallerError
+
 # (preferred name, legacy names...): the first one set wins.
 HOST_VARS = ("LLMAO_HOST",)
 URL_VARS = ("LLMFLEET_URL", "ASFQUART_URL")
@@ -45,7 +47,7 @@ DEFAULT_FETCH_DEADLINE_S = 600.0
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+:@-]+\Z")
 
 
-class SettingsError(ValueError):
+class SettingsError(InstallerError, ValueError):
     """A missing or bad environment variable; the message names it and says what to set."""
 
 

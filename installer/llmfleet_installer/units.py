@@ -24,6 +24,7 @@ from pathlib import Path
 
 from llmfleet_contract.boxjson import GATEWAY_PROGRAM, unsafe_token
 from llmfleet_installer.boxjson import GatewaySpec, ServerSpec
+from llmfleet_installer.errors import InstallerError
 from llmfleet_installer.fit import Placement
 from llmfleet_installer.settings import SECRET_VARS, Settings
 
@@ -41,7 +42,7 @@ GATEWAY_STARTSECS = 3  # it binds in well under a second; exiting sooner is a fa
 GATEWAY_STOPWAITSECS = 10  # it gives in-flight requests 5 s after SIGTERM
 
 
-class UnitError(ValueError):
+class UnitError(InstallerError, ValueError):
     """A value cannot be written safely into a Supervisor file."""
 
 

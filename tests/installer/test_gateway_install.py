@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer.boxgateway import GatewayError, find_python, python_candidates
+from llmfleet_installer.boxgateway import BoxGatewayError, find_python, python_candidates
 from llmfleet_installer.boxjson import BoxJsonError, parse_box
 from llmfleet_installer.main import main
 from llmfleet_installer.settings import load
@@ -240,7 +240,7 @@ def test_an_env_shebang_is_skipped_and_an_explicit_python_is_the_only_one(tmp_pa
     explicit = load({"LLMFLEET_VLLM_BIN": str(vllm), "LLMFLEET_GATEWAY_PYTHON": "/bin/false"},
                     need_control_plane=False)
     assert python_candidates(explicit, sys.executable) == ["/bin/false"]
-    with pytest.raises(GatewayError, match=r"imports aiohttp \(tried: /bin/false\); set LLMFLEET_GATEWAY_PYTHON"):
+    with pytest.raises(BoxGatewayError, match=r"imports aiohttp \(tried: /bin/false\); set LLMFLEET_GATEWAY_PYTHON"):
         find_python(explicit, sys.executable)
 
 
