@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from llmfleet.adapters.fleetsource import read_commit, read_directory
+from llmfleet.adapters.git import read_commit, read_directory
 
 from llmfleet.cli.main import main
 from llmfleet.core.fleet.strictyaml import MAX_BYTES
