@@ -139,6 +139,6 @@ def test_a_5000_digit_integer_is_a_diagnostic_in_diff(fleet_git: Path, capsys: p
     path = fleet_git / "models.yaml"
     path.write_text(path.read_text().replace("max_model_len: 40960", f"max_model_len: {HUGE}", 1))
     git(fleet_git, "commit", "-qam", "huge")
-    code, out = run(capsys, "diff", "--repo", str(fleet_git), "--base", "main")
+    code, out = run(capsys, "diff", "--repo", str(fleet_git), "--base-branch", "main")
     assert code == 1 and "Cannot compare: HEAD" in out and "yaml-number-too-large" in out
     assert "Traceback" not in out

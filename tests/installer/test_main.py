@@ -208,13 +208,14 @@ def stdlib_env(tmp_path: Path) -> dict[str, str]:
             "LLMFLEET_SUPERVISOR_CONF_DIR": str(tmp_path / "conf.d"), "HOME": str(tmp_path)}
 
 
-def test_module_dry_run_from_the_project_root_with_the_standard_library_alone(tmp_path: Path,
-                                                                              box_json: dict[str, Any]) -> None:
+def test_module_dry_run_from_the_installer_folder_with_the_standard_library_alone(tmp_path: Path,
+                                                                                  box_json: dict[str, Any]) -> None:
     path = tmp_path / "box.json"
     path.write_text(json.dumps(box_json))
-    # -S: no site-packages at all, so only the standard library and the project root are importable.
+    # -S: no site-packages at all, so only the standard library and installer/ (the installer and the box
+    # contract, nothing of the control plane) are importable.
     done = subprocess.run([sys.executable, "-S", "-m", "llmfleet_installer", "--dry-run", "--config-file", str(path),
-                           "--assume-gpus", "1x80"], cwd=ROOT, capture_output=True, text=True,
+                           "--assume-gpus", "1x80"], cwd=ROOT / "installer", capture_output=True, text=True,
                           env=stdlib_env(tmp_path), timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "[program:llmfleet-small]" in done.stdout
