@@ -12,6 +12,10 @@ Targets, each fed raw bytes:
               GPUs, every Supervisor program; only BoxJsonError or UnitError (issue 16: OverflowError)
   flags       one argv token in a recipe's args: `llmfleet validate` and the installer's box-JSON check
               refuse it exactly when llmfleet_installer.vllmflags says vLLM could read it as a managed flag
+  gatewaybody llmfleet_gateway.jsonscan: the scanner finds the same model (or error) as json.loads, also with
+              windows of a few bytes, and never raises anything but BodyError
+  report      llmfleet.server.reports.parse_report: a BoxReport or ReportError (400/413), never
+              another exception (a RecursionError or a ValueError used to be a 500)
   all         the six above in one process, the first byte picking one (what CI runs, briefly)
 
 Without a corpus directory argument, ./fuzz-corpus-TARGET is used (created and seeded with valid inputs;
@@ -34,12 +38,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 with atheris.instrument_imports():
+    import llmfleet_gateway.jsonscan as jsonscan
     from llmfleet.core.fleet import strictyaml
     from llmfleet.core.fleet.bearer import Salt
     from llmfleet.core.fleet.files import FLEET_FILES, Snapshot
     from llmfleet.core.fleet.render import Bearers, render_all
     from llmfleet.core.fleet.validate import validate_snapshot
+    from llmfleet.server.reports import ReportError, parse_report
     from llmfleet_contract import secretref, vllmflags
+    from llmfleet_gateway.forwarding import BodyError
     from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
     from llmfleet_installer.fit import check_fit
     from llmfleet_installer.main import assumed_gpus, render_units
@@ -124,15 +131,50 @@ def fuzz_flags(data: bytes) -> None:
         raise AssertionError(f"{token!r}: validate {in_validation}, box {on_the_box}, rule {managed}")
 
 
+def _model_or_error(find: object, body: bytes) -> str:
+    try:
+        return "model:" + find(body)  # type: ignore[operator]
+    except BodyError as exc:
+        return exc.error.code
+
+
+def fuzz_gatewaybody(data: bytes) -> None:
+    if not data:
+        return
+    window, body = data[0] % 8 + 1, data[1:]
+    if body.count(b"[") + body.count(b"{") > 400:  # json.loads's recursion limit is not the reference
+        return
+    expected = _model_or_error(jsonscan.loads_model, body)
+    got = _model_or_error(jsonscan.scan_model, body)
+    saved = jsonscan.WINDOW, jsonscan.RUN_WINDOW
+    jsonscan.WINDOW = jsonscan.RUN_WINDOW = window
+    try:
+        small_windows = _model_or_error(jsonscan.scan_model, body)
+    finally:
+        jsonscan.WINDOW, jsonscan.RUN_WINDOW = saved
+    if not expected == got == small_windows:
+        raise AssertionError(f"json.loads: {expected}, scanner: {got}, {window}-byte windows: {small_windows}")
+
+
+def fuzz_report(data: bytes) -> None:
+    try:
+        parse_report(data, "203.0.113.24", "127.0.0.1", 0.0)
+    except ReportError as exc:
+        if exc.status not in (400, 413):
+            raise AssertionError(f"status {exc.status}") from exc
+
+
 def fuzz_all(data: bytes) -> None:
     """Every target in one process (one start-up): the first byte picks it."""
     if data:
         ONE_BY_ONE[data[0] % len(ONE_BY_ONE)](data[1:])
 
 
-ONE_BY_ONE = [fuzz_yaml, fuzz_validate, fuzz_boxjson, fuzz_secretref, fuzz_installer, fuzz_flags]  # seeds()' order
+ONE_BY_ONE = [fuzz_yaml, fuzz_validate, fuzz_boxjson, fuzz_secretref, fuzz_installer, fuzz_flags, fuzz_gatewaybody,
+              fuzz_report]  # seeds() order
 TARGETS = {"yaml": fuzz_yaml, "validate": fuzz_validate, "boxjson": fuzz_boxjson, "secretref": fuzz_secretref,
-           "installer": fuzz_installer, "flags": fuzz_flags, "all": fuzz_all}
+           "installer": fuzz_installer, "flags": fuzz_flags, "gatewaybody": fuzz_gatewaybody, "report": fuzz_report,
+           "all": fuzz_all}
 
 
 def seeds(target: str) -> list[bytes]:
@@ -142,7 +184,12 @@ def seeds(target: str) -> list[bytes]:
     box = json.dumps(render_all(fleet, BEARERS)["203.0.113.24"]).encode()
     by_target = {"yaml": list(EXAMPLE.values()), "validate": [EXAMPLE["placement.yaml"]], "boxjson": [box],
                  "secretref": [b"${env:A}", b"x-${env:B}-$${env:A}", b"${file:/nonexistent} ${cred:c}"],
-                 "installer": [box], "flags": [b"api-ke=x", b"max_model", b"dtype", b"no-port", b"gpu-memory.x"]}
+                 "installer": [box], "flags": [b"api-ke=x", b"max_model", b"dtype", b"no-port", b"gpu-memory.x"],
+                 "gatewaybody": [b'\x03{"model": "m", "messages": [{"role": "user", "content": "a\\"\\u00e9"}], '
+                                 b'"n": 1.5e3}',
+                                 b'\x01{"x": [[], {}, [1, [true, null]]], "model": "m"}'],
+                 "report": [json.dumps({"revision": "r", "installer_version": "0.1.0", "outcome": "installed",
+                                        "fit": {"ok": True, "vram_needed_gb": 1.5}}).encode()]}
     if target == "all":
         return [bytes([i]) + seed for i, name in enumerate(by_target) for seed in by_target[name]]
     return by_target[target]

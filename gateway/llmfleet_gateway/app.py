@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -36,10 +36,10 @@ from llmfleet_gateway.forwarding import (
     client_headers,
     models_api_name,
     parse_route,
-    select_model,
     upstream_headers,
 )
-from llmfleet_gateway.limiter import Admission, Limiter
+from llmfleet_gateway.jsonscan import find_model
+from llmfleet_gateway.limiter import Admission, ByteBudget, Limiter
 from llmfleet_gateway.metrics import Metrics, ModelStats
 from llmfleet_gateway.proxyenv import proxy_for
 
@@ -57,6 +57,10 @@ class _BodyTooLargeError(Exception):
 
 
 class _BodyUnreadableError(Exception):
+    pass
+
+
+class _BudgetExhaustedError(Exception):
     pass
 
 
@@ -94,6 +98,12 @@ def error_response(error: errors.GatewayError) -> web.Response:
     return web.Response(status=error.status, body=error.body(), headers=headers)
 
 
+async def _continue(request: web.BaseRequest) -> None:
+    """Answer `Expect: 100-continue` once the gateway is ready to read the body."""
+    if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= (1, 1):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
 def _reason(reason: str) -> str | None:
     return reason if reason.isascii() and reason.isprintable() else None
 
@@ -113,6 +123,8 @@ class Gateway:
                                    proxy=proxy_for(m.target, environ or {})),
                            Limiter(m.max_concurrent, m.max_queued, config.queue_timeout), self.metrics.models[m.name])
             for m in config.models}
+        self.budget = ByteBudget(config.max_buffered_bytes, config.queue_timeout)
+        self.scanning = asyncio.Lock()  # large bodies are scanned one at a time (gateway/llmfleet_gateway/jsonscan.py)
         created = int(time.time()) if created is None else created
         entries = {name: {"id": name, "object": "model", "created": created, "owned_by": "llmhop"}
                    for name in config.listed}
@@ -148,8 +160,6 @@ class Gateway:
         cap = self.config.max_body_bytes
         if cap and request.content_length is not None and request.content_length > cap:
             return self._unrouted(errors.BODY_TOO_LARGE)
-        if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= (1, 1):
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if isinstance(route, PathRoute):
             return await self._path_routed(request, route, query)
         return await self._body_routed(request, raw_path, query)
@@ -167,53 +177,93 @@ class Gateway:
         return web.Response(body=entry, content_type=_JSON) if entry else error_response(errors.unknown_model(name))
 
     async def _body_routed(self, request: web.BaseRequest, raw_path: str, query: str) -> web.StreamResponse:
-        try:
-            body = await self._whole_body(request)
-            name = select_model(body)
-        except _BodyTooLargeError:
+        """The body is needed before the model (so before a model's slot): each chunk is reserved in
+        the gateway-wide ByteBudget before it is kept, and the model is found by llmfleet_gateway.jsonscan
+        without building the document."""
+        budget, length = self.budget, request.content_length
+        if length is not None and not budget.fits(length):
             return self._unrouted(errors.BODY_TOO_LARGE)
-        except _BodyUnreadableError:
-            return self._unrouted(errors.BODY_UNREADABLE)
-        except BodyError as exc:
-            return self._unrouted(exc.error)
-        model = self.models.get(name)
-        if model is None:
-            return self._unrouted(errors.unknown_model(name))
-        target = model.route.target.request_target(raw_path, query)
-        return await self._proxy(request, model, target, body, chunked=False)
+        held = 0
+
+        async def reserve(amount: int) -> None:
+            nonlocal held
+            if not await budget.acquire(amount):
+                raise _BudgetExhaustedError()
+            held += amount
+
+        try:
+            await _continue(request)
+            try:
+                body = await self._whole_body(request, self.config.max_body_bytes or budget.total, reserve)
+                name = await find_model(body, self.scanning)
+            except _BudgetExhaustedError:
+                return self._unrouted(errors.BODIES_AT_LIMIT)
+            except _BodyTooLargeError:
+                return self._unrouted(errors.BODY_TOO_LARGE)
+            except _BodyUnreadableError:
+                return self._unrouted(errors.BODY_UNREADABLE)
+            except BodyError as exc:
+                return self._unrouted(exc.error)
+            model = self.models.get(name)
+            if model is None:
+                return self._unrouted(errors.unknown_model(name))
+            target = model.route.target.request_target(raw_path, query)
+            return await self._proxy(request, model, target, body, chunked=False)
+        finally:
+            budget.release(held)
 
     async def _path_routed(self, request: web.BaseRequest, route: PathRoute, query: str) -> web.StreamResponse:
         model = self.models.get(route.model)
         if model is None:
             return self._unrouted(errors.unknown_model(route.model))
         target = model.route.target.request_target(route.rest, query)
-        body: bytes | AsyncIterator[bytes] | None = None
+        body: bytes | bytearray | AsyncIterator[bytes] | None = None
         length = request.content_length
-        if length is not None and length <= BUFFER_REQUESTS_UP_TO:
-            # Small declared bodies are read first: one write upstream, and a retry stays possible.
-            try:
-                body = await self._whole_body(request)
-            except (_BodyTooLargeError, _BodyUnreadableError) as exc:
-                error = errors.BODY_TOO_LARGE if isinstance(exc, _BodyTooLargeError) else errors.BODY_UNREADABLE
-                model.stats.count(error.status)
-                return error_response(error)
-        elif request.body_exists:
-            body = self._body_chunks(request)
-        return await self._proxy(request, model, target, body, chunked=request.content_length is None)
+        # Small declared bodies are read first (one write upstream, and a retry stays possible), once
+        # the slot is taken; others are streamed.
+        read_first = length is not None and length <= BUFFER_REQUESTS_UP_TO
+        if not read_first and request.body_exists:
+            body = self._body_chunks(request, self.config.max_body_bytes)
+        return await self._proxy(request, model, target, body, chunked=request.content_length is None,
+                                 read_first=read_first)
 
-    async def _whole_body(self, request: web.BaseRequest) -> bytes:
-        """The request body in memory, refused past maxBodyBytes (a declared excess was refused earlier)."""
+    async def _whole_body(self, request: web.BaseRequest, limit: int,
+                          reserve: Callable[[int], Awaitable[None]] | None = None) -> bytes | bytearray:
+        """The request body in memory, refused past `limit` (a declared excess was refused earlier).
+
+        Filled chunk by chunk into one buffer, letting the loop run every MiB: aiohttp's readexactly()
+        joins whatever is buffered in one call (twice), which held the loop for a third of a second on
+        a 99 MiB body and needed twice its size."""
         length = request.content_length
-        if not length:
-            return b"" if length == 0 else b"".join([chunk async for chunk in self._body_chunks(request)])
+        if length == 0:
+            return b""
+        # Grown as it fills (a large buffer grows in place, by mremap): bytearray(length) would write
+        # zeros over all of it first, in one call.
+        buffer = bytearray()
+        filled = unyielded = 0
         try:
-            return await request.content.readexactly(length)
-        except (HttpProcessingError, ConnectionError, asyncio.IncompleteReadError):
+            while chunk := await request.content.readany():
+                end = filled + len(chunk)
+                if length and end > length:
+                    raise _BodyUnreadableError()
+                if not length and limit and end > limit:
+                    raise _BodyTooLargeError()
+                if reserve is not None:
+                    await reserve(len(chunk))
+                buffer += chunk
+                filled, unyielded = end, unyielded + len(chunk)
+                if unyielded >= 1 << 20:
+                    unyielded = 0
+                    await asyncio.sleep(0)
+        except (HttpProcessingError, ConnectionError):
             raise _BodyUnreadableError() from None
+        if length and filled < length:  # the client stopped before the end
+            raise _BodyUnreadableError()
+        return buffer
 
-    async def _body_chunks(self, request: web.BaseRequest) -> AsyncIterator[bytes]:
-        """The request body as it arrives, cut off past maxBodyBytes."""
-        cap, total = self.config.max_body_bytes, 0
+    async def _body_chunks(self, request: web.BaseRequest, cap: int) -> AsyncIterator[bytes]:
+        """The request body as it arrives, cut off past `cap` (0: no cap)."""
+        total = 0
         while True:
             try:
                 chunk = await request.content.readany()
@@ -227,7 +277,9 @@ class Gateway:
             yield chunk
 
     async def _proxy(self, request: web.BaseRequest, model: _Model, target: str,
-                     body: bytes | AsyncIterator[bytes] | None, *, chunked: bool) -> web.StreamResponse:
+                     body: bytes | bytearray | AsyncIterator[bytes] | None, *, chunked: bool,
+                     read_first: bool = False) -> web.StreamResponse:
+        """Take a slot of the model, then (with `read_first`) read the body, then exchange."""
         stats = model.stats
         admission = await model.limiter.acquire()
         if admission is not Admission.ADMITTED:
@@ -236,18 +288,28 @@ class Gateway:
         loop = asyncio.get_running_loop()
         admitted = loop.time()
         try:
+            if read_first:
+                await _continue(request)
+                try:
+                    body = await self._whole_body(request, self.config.max_body_bytes)
+                except (_BodyTooLargeError, _BodyUnreadableError) as exc:
+                    error = errors.BODY_TOO_LARGE if isinstance(exc, _BodyTooLargeError) else errors.BODY_UNREADABLE
+                    stats.count(error.status)
+                    return error_response(error)
+            elif body is not None and not isinstance(body, (bytes, bytearray)):
+                await _continue(request)
             return await self._exchange(request, model, target, body, chunked)
         finally:
             model.limiter.release()
             stats.duration.observe(loop.time() - admitted)
 
     async def _exchange(self, request: web.BaseRequest, model: _Model, target: str,
-                        body: bytes | AsyncIterator[bytes] | None, chunked: bool) -> web.StreamResponse:
+                        body: bytes | bytearray | AsyncIterator[bytes] | None, chunked: bool) -> web.StreamResponse:
         route, stats = model.route, model.stats
         host, headers = upstream_headers(
             list(request.headers.items()), client_ip=request.remote or "", client_host=request.headers.get("Host"),
             strip_authorization=bool(self.tokens), injected=route.headers, default_host=route.target.authority)
-        if isinstance(body, bytes):
+        if isinstance(body, (bytes, bytearray)):
             framing = f"Content-Length: {len(body)}\r\n"
         elif body is None:
             framing = ""

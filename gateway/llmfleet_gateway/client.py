@@ -28,6 +28,7 @@ from llmfleet_gateway.target import Target
 __all__ = ["IDLE_TIMEOUT", "Pool", "Response", "UpstreamError", "describe"]
 
 IDLE_TIMEOUT = 4.0
+SMALL_WRITE = 64 * 1024  # bodies up to this size go out in one write with the head
 
 
 class Pool:
@@ -102,7 +103,7 @@ class Pool:
         while self._idle:
             self._idle.pop().abort()
 
-    async def send(self, head: bytes, body: bytes | AsyncIterable[bytes] | None, *,
+    async def send(self, head: bytes, body: bytes | bytearray | AsyncIterable[bytes] | None, *,
                    chunked: bool, head_request: bool) -> Response:
         """Send one request and return its response once the head has arrived."""
         for _attempt in range(2):
@@ -112,14 +113,18 @@ class Pool:
                 conn = await self._connect()
             conn.received = False
             try:
-                if isinstance(body, bytes):
-                    conn.write(head + body)
+                if isinstance(body, (bytes, bytearray)):
+                    if len(body) <= SMALL_WRITE:
+                        conn.write(head + body)  # one segment
+                    else:  # no copy of a large body
+                        conn.write(head)
+                        conn.write(body)
                 else:
                     conn.write(head)
                     if body is not None:
                         await _send_stream(conn, body, chunked)
                 return await read_response(conn, self.release, head_request,
-                                           may_be_stale=reused and isinstance(body, bytes))
+                                           may_be_stale=reused and isinstance(body, (bytes, bytearray)))
             except StaleError:
                 conn.abort()
                 continue

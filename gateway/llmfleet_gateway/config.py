@@ -26,9 +26,10 @@ DEFAULT_MAX_CONCURRENT = 64  # per model (LLMhop: 8 for the whole router)
 DEFAULT_MAX_QUEUED = 16  # per model (LLMhop: no queue)
 DEFAULT_QUEUE_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # or maxBodyBytes when larger
 
 _TOP_KEYS = frozenset({"host", "port", "maxBodyBytes", "maxConcurrentRequests", "authTokens", "models",
-                       "maxQueuedRequests", "queueTimeoutSeconds", "connectTimeoutSeconds"})
+                       "maxQueuedRequests", "queueTimeoutSeconds", "connectTimeoutSeconds", "maxBufferedBytes"})
 _MODEL_KEYS = frozenset({"url", "headers", "unlisted", "maxConcurrentRequests", "maxQueuedRequests"})
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -64,6 +65,7 @@ class GatewayConfig:
     connect_timeout: float
     auth_tokens: tuple[str, ...] = field(repr=False)
     models: tuple[ModelRoute, ...] = ()  # sorted by name
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES  # request bodies held at once; 0: no limit
 
     @property
     def listed(self) -> tuple[str, ...]:
@@ -200,6 +202,10 @@ class _Reader:
             if not 0 <= port <= 65535:
                 self.problems.append(f"port {port} is outside 0..65535")
         max_body = self._int(document, "maxBodyBytes", DEFAULT_MAX_BODY_BYTES)
+        max_buffered = self._int(document, "maxBufferedBytes", max(DEFAULT_MAX_BUFFERED_BYTES, max_body))
+        if max_buffered and max_body and max_buffered < max_body:
+            self.problems.append(f"maxBufferedBytes ({max_buffered}) must be at least maxBodyBytes ({max_body}), "
+                                 "or a body of the largest allowed size could never be read")
         max_concurrent = self._int(document, "maxConcurrentRequests", DEFAULT_MAX_CONCURRENT)
         max_queued = self._int(document, "maxQueuedRequests", DEFAULT_MAX_QUEUED)
         queue_timeout = self._seconds(document, "queueTimeoutSeconds", DEFAULT_QUEUE_TIMEOUT, zero_ok=True)
@@ -218,7 +224,7 @@ class _Reader:
             return None
         return GatewayConfig(host=host, port=port or DEFAULT_PORT, max_body_bytes=max_body,
                              queue_timeout=queue_timeout, connect_timeout=connect_timeout,
-                             auth_tokens=tokens, models=tuple(models))
+                             auth_tokens=tokens, models=tuple(models), max_buffered_bytes=max_buffered)
 
     def _host(self, host: Any) -> str:
         if not self._typed("host", host, lambda v: isinstance(v, str), "a string"):

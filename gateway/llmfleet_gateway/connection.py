@@ -67,7 +67,7 @@ class Connection(asyncio.Protocol):
             self._data_waiter.set_result(None)
 
     # used by the exchange
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         if self.closed or self.transport is None or self.transport.is_closing():
             raise UpstreamError("upstream closed the connection")
         self.transport.write(data)

@@ -29,6 +29,8 @@ BODY_UNREADABLE = GatewayError(400, "failed to read request body", "invalid_body
 INVALID_JSON = GatewayError(400, "invalid JSON request body", "invalid_json")
 MISSING_MODEL = GatewayError(400, "missing model", "missing_model")
 QUEUE_FULL = GatewayError(503, "too many concurrent requests", "too_many_concurrent_requests", "server_error")
+BODIES_AT_LIMIT = GatewayError(503, "too many concurrent requests (request bodies in memory at maxBufferedBytes)",
+                               "too_many_concurrent_requests", "server_error")
 QUEUE_TIMEOUT = GatewayError(503, "too many concurrent requests (timed out waiting for a slot)",
                              "too_many_concurrent_requests", "server_error")
 
@@ -42,3 +44,8 @@ def upstream_failed(model: str, reason: str) -> GatewayError:
     """502: the upstream could not be reached or broke the exchange. `reason` never holds a secret."""
     return GatewayError(502, f"upstream of model {json.dumps(model, ensure_ascii=False)} failed: {reason}",
                         "upstream_error", "server_error")
+
+
+def body_too_complex(limit: int) -> GatewayError:
+    """413 for a body with more '[' and '{' than the gateway scans (gateway/llmfleet_gateway/jsonscan.py)."""
+    return GatewayError(413, f"request body too large (more than {limit} '[' and '{{')", "request_too_large")

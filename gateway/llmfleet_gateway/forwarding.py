@@ -7,7 +7,6 @@ in both directions. Header lists are `(name, value)` pairs in arrival order, dup
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -49,27 +48,12 @@ def bearer_ok(authorization: str | None, tokens: Sequence[bytes]) -> bool:
     return matched
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
 def select_model(body: bytes) -> str:
-    """The top-level `model` of a JSON body (last duplicate wins, nested ones ignored)."""
-    try:
-        # Invalid UTF-8 is replaced, not refused, as Go's decoder does.
-        document = json.loads(body.decode("utf-8", "replace"), parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        raise BodyError(errors.INVALID_JSON) from None
-    if document is None:  # Go decodes `null` into an empty probe: no model
-        raise BodyError(errors.MISSING_MODEL)
-    if not isinstance(document, dict):
-        raise BodyError(errors.INVALID_JSON)
-    model = document.get("model")
-    if model is None:
-        raise BodyError(errors.MISSING_MODEL)
-    if not isinstance(model, str):
-        raise BodyError(errors.INVALID_JSON)
-    return model
+    """The top-level `model` of a JSON body (last duplicate wins, nested ones ignored), or BodyError.
+    Synchronous; the gateway itself uses llmfleet_gateway.jsonscan.find_model, which lets the loop run."""
+    from llmfleet_gateway import jsonscan  # it imports BodyError from here
+
+    return jsonscan.select_model(body)
 
 
 @dataclass(frozen=True)

@@ -70,3 +70,74 @@ class Limiter:
                 waiter.set_result(True)
                 return
         self.active -= 1
+
+
+class ByteBudget:
+    """Bytes of request bodies the gateway may hold in memory at once, shared by every model.
+
+    A body-routed request needs its body before its model, hence before a model's slot, so it reserves
+    each chunk of its body here before keeping it, and holds what it reserved until it ends: a client
+    that sends slowly holds only what it sent. Reservations wait in FIFO order for at most `timeout`
+    seconds (0: as long as it takes); `total` 0 means no budget. A body declared larger than `total`
+    could never be held: the caller answers 413 before reading it.
+    """
+
+    __slots__ = ("_waiters", "held", "timeout", "total")
+
+    def __init__(self, total: int, timeout: float) -> None:
+        self.total = total
+        self.timeout = timeout
+        self.held = 0
+        self._waiters: deque[tuple[int, asyncio.Future[bool]]] = deque()
+
+    def fits(self, amount: int) -> bool:
+        return self.total == 0 or amount <= self.total
+
+    async def acquire(self, amount: int) -> bool:
+        """True once `amount` bytes are reserved, False when the wait ran out."""
+        if self.total == 0 or amount == 0:
+            return True
+        if not self._waiters and self.held + amount <= self.total:
+            self.held += amount
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        entry = (amount, waiter)
+        self._waiters.append(entry)
+        timer = loop.call_later(self.timeout, self._expire, entry) if self.timeout > 0 else None
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.release(amount)  # granted as we were cancelled: give it back
+            elif entry in self._waiters:
+                self._waiters.remove(entry)
+                self._grant()
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _expire(self, entry: tuple[int, asyncio.Future[bool]]) -> None:
+        if not entry[1].done():
+            self._waiters.remove(entry)
+            entry[1].set_result(False)
+            self._grant()  # a large head-of-line request gave up: smaller ones behind it may fit
+
+    def release(self, amount: int) -> None:
+        if self.total == 0 or amount == 0:
+            return
+        self.held -= amount
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters:
+            amount, waiter = self._waiters[0]
+            if waiter.done():
+                self._waiters.popleft()
+                continue
+            if self.held + amount > self.total:
+                return
+            self._waiters.popleft()
+            self.held += amount
+            waiter.set_result(True)

@@ -11,7 +11,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import Response, StreamResponse
 
 from llmfleet_gateway.app import Gateway
 from llmfleet_gateway.config import GatewayConfig
@@ -62,9 +65,22 @@ class _HeaderDeadline(RequestHandler):
 
     def _headers_too_slow(self) -> None:
         self._deadline = None
-        if self.transport is not None:
-            self.force_close()
-            self.transport.close()
+        self.force_close()  # closes the transport (and forgets it): nothing else to do
+
+    def handle_error(self, request: BaseRequest, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> StreamResponse:
+        """Malformed requests (aiohttp's parser raised HttpProcessingError) are the client's fault:
+        one log line naming the peer and the kind of error, and a 400 whose body names the kind too.
+        aiohttp's own handler logs a traceback whose message quotes the raw request, Authorization
+        header included, and sends that quote back in the body; neither may happen here."""
+        if not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        what = client_error(exc)
+        log.info("refused a malformed request from %s: %s", request.remote or "?", what)
+        response = Response(status=exc.code if 400 <= exc.code < 500 else 400, text=f"Bad Request: {what}\n",
+                            content_type="text/plain")
+        response.force_close()
+        return response
 
     def _cancel_deadline(self) -> None:
         if self._deadline is not None:
@@ -74,6 +90,27 @@ class _HeaderDeadline(RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._cancel_deadline()
         super().connection_lost(exc)
+
+
+_CLIENT_ERRORS = {  # aiohttp's exception class -> what the client is told (never the bytes it sent)
+    "LineTooLong": "a request line or header line is too long (limit 8190 bytes)",
+    "BadStatusLine": "malformed request line (HTTP/1.x with CRLF line endings expected)",
+    "BadHttpMethod": "malformed request method",
+    "InvalidHeader": "malformed header",
+    "InvalidURLError": "malformed request target",
+    "TransferEncodingError": "malformed chunked body",
+    "ContentLengthError": "the body is shorter than its Content-Length",
+    "ContentEncodingError": "malformed content encoding",
+    "BadHttpMessage": "malformed header block or chunked framing",
+}
+
+
+def client_error(exc: HttpProcessingError) -> str:
+    """A fixed description of a parse error: aiohttp's messages quote the offending bytes."""
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _CLIENT_ERRORS:
+            return _CLIENT_ERRORS[cls.__name__]
+    return "malformed HTTP request"
 
 
 class _Server(web.Server):

@@ -411,6 +411,37 @@ def test_report_requests_with_any_headers_and_body(plane_client: FlaskClient, au
     check_answer(response.status_code, response.data, response.mimetype if response.status_code >= 400 else None)
 
 
+@st.composite
+def hostile_reports(draw: st.DrawFn) -> bytes:
+    """Valid reports with one hostile part (issue 16, finding 8): deep nesting, a long or huge number,
+    or padding past 64 KiB."""
+    report = {"revision": "r", "installer_version": "0.1.0", "outcome": "installed"}
+    text = json.dumps(report).encode()[:-1]
+    kind = draw(st.sampled_from(["deep", "number", "float", "large"]))
+    if kind == "deep":
+        depth = draw(st.integers(1, 30_000))
+        opener = draw(st.sampled_from([b"[", b'{"a":']))
+        closer = b"]" if opener == b"[" else b"}"
+        return text + b', "fit": ' + opener * depth + b"1" + closer * depth + b"}"
+    if kind == "number":
+        return text + b', "fit": {"ok": true, "vram_needed_gb": ' + b"7" * draw(st.integers(1, 6000)) + b"}}"
+    if kind == "float":
+        return text + b', "fit": {"ok": true, "vram_needed_gb": 1e' + str(draw(st.integers(0, 9999))).encode() + b"}}"
+    return text + b', "message": "' + b"x" * draw(st.integers(60_000, 70_000)) + b'"}'
+
+
+@FEW
+@given(hostile_reports())
+def test_hostile_reports_get_a_4xx_and_are_recorded(plane_client: FlaskClient, body: bytes) -> None:
+    headers = {"Authorization": f"Bearer {FLEET_KEY}", "X-LLMAO-Host": KNOWN_BOX}
+    response = plane_client.post("/vllm/report", headers=headers, data=body)
+    event(f"HTTP {response.status_code}")
+    assert response.status_code in (200, 400, 413), (response.status_code, response.data[:300])
+    check_answer(response.status_code, response.data, response.mimetype if response.status_code >= 400 else None)
+    metrics = plane_client.get("/metrics").get_data(as_text=True)
+    assert 'endpoint="report",status="500"' not in metrics
+
+
 # --- the gateway -----------------------------------------------------------------------------------
 
 @FUZZ

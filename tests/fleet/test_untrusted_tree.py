@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from llmfleet.adapters.git import read_commit, read_directory
 
+from llmfleet.adapters.git import read_commit, read_directory
 from llmfleet.cli.main import main
 from llmfleet.core.fleet.strictyaml import MAX_BYTES
 from tests.conftest import git

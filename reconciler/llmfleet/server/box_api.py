@@ -12,7 +12,7 @@ import time
 from typing import cast
 
 from flask import Blueprint, Response, g, jsonify, request
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
 from llmfleet.adapters.state.records import Endpoint, FetchRecord, Sighting
 from llmfleet.core.hosts import ResolvedHost, resolve_host
@@ -85,6 +85,35 @@ class BoxRequest:
         return response
 
 
+def read_report_body() -> bytes:
+    """The request body; ReportError 413 when it is larger than MAX_REPORT_BYTES, declared or
+    chunked, 400 when the client stops sending before its end.
+
+    Read here rather than with `request.max_content_length` + `get_data()`: a chunked body past the
+    limit came back cut to the limit instead of raising, and was then refused as bad JSON (or worse,
+    accepted) instead of getting its 413."""
+    too_large = ReportError(f"the report is larger than {MAX_REPORT_BYTES // 1024} KiB", status=413)
+    if request.content_length is not None and request.content_length > MAX_REPORT_BYTES:
+        raise too_large
+    stream = request.stream
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while size <= MAX_REPORT_BYTES:
+            part = stream.read(MAX_REPORT_BYTES + 1 - size)
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
+    except RequestEntityTooLarge:
+        raise too_large from None
+    except ClientDisconnected:
+        raise ReportError("the body ended before its Content-Length") from None
+    if size > MAX_REPORT_BYTES:
+        raise too_large
+    return b"".join(parts)
+
+
 @bp.before_request
 def open_box_request() -> None:
     g.llmfleet_box = BoxRequest(current_runtime(), ENDPOINTS[str(request.endpoint)])
@@ -130,11 +159,12 @@ def vllm_report() -> Response:
     if isinstance(known, Response):
         return known
     served, name = known
-    request.max_content_length = MAX_REPORT_BYTES
     try:
-        body = request.get_data(cache=False)
-    except RequestEntityTooLarge:
-        return box.finish(error(413, f"the report is larger than {MAX_REPORT_BYTES // 1024} KiB"))
+        body = read_report_body()
+    except ReportError as exc:
+        refused = error(exc.status, str(exc))
+        refused.headers["Connection"] = "close"  # the rest of the body is left unread
+        return box.finish(refused)
     try:
         report = parse_report(body, name, box.peer, rt.clock())
     except ReportError as exc:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from jsonschema.exceptions import best_match
@@ -14,22 +16,62 @@ from llmfleet.core.fleet.schema import validator
 from llmfleet_contract.report import ReportOutcome
 
 MAX_REPORT_BYTES = 64 * 1024
+MAX_REPORT_DEPTH = 32  # a valid report nests 5 levels (report > fit > gpus > gpu > field)
+MAX_NUMBER_CHARS = 40  # a valid report's numbers are MiB counts and GB figures
 SCHEMA = "box-report"
+# A string, or an unterminated one up to the end (so that no start is scanned twice: linear time).
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 class ReportError(ValueError):
-    """The report is not acceptable; the message says where and why (sent back as a 400)."""
+    """The report is not acceptable; the message says where and why (sent back with `status`)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _no_constants(name: str) -> None:
     raise ReportError(f"{name} is not a JSON number")
 
 
+def _number(literal: str) -> int | float:
+    """A JSON number, refused when longer than any report needs: Python refuses to convert an
+    integer of more than 4,300 digits (ValueError, a 500 before this check), and a float literal
+    like 1e999 would become infinity, which the state store cannot write back as JSON."""
+    if len(literal) > MAX_NUMBER_CHARS:
+        raise ReportError(f"a number has {len(literal)} characters (at most {MAX_NUMBER_CHARS})")
+    value = float(literal) if any(c in literal for c in ".eE") else int(literal)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ReportError(f"the number {literal} is out of range")
+    return value
+
+
+def nesting_depth(body: bytes) -> int:
+    """How deep the arrays and objects of a JSON text nest (strings skipped; not a validation)."""
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    depth = deepest = 0
+    for byte in brackets:
+        if byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
 def parse_report(body: bytes, box: str, peer: str, received_at: float) -> BoxReport:
+    """The report in `body` (at most MAX_REPORT_BYTES, which the endpoint enforces), or ReportError."""
     try:
-        document: Any = json.loads(body.decode("utf-8"), parse_constant=_no_constants)
+        text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise ReportError("the body is not UTF-8 text") from None
+    depth = nesting_depth(body)
+    if depth > MAX_REPORT_DEPTH:  # checked first: json and jsonschema recurse, and fail past ~1,000
+        raise ReportError(f"the body nests {depth} levels deep (at most {MAX_REPORT_DEPTH})")
+    try:
+        document: Any = json.loads(text, parse_constant=_no_constants, parse_int=_number, parse_float=_number)
     except json.JSONDecodeError as exc:
         raise ReportError(f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     errors = list(validator(SCHEMA).iter_errors(document))
