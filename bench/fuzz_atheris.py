@@ -46,7 +46,7 @@ with atheris.instrument_imports():
     from llmfleet.core.fleet.validate import validate_snapshot
     from llmfleet.server.reports import ReportError, parse_report
     from llmfleet_contract import secretref, vllmflags
-    from llmfleet_gateway.forwarding import BodyError
+    from llmfleet_gateway.errors import BodyError
     from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
     from llmfleet_installer.fit import check_fit
     from llmfleet_installer.main import assumed_gpus, render_units

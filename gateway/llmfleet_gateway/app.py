@@ -28,8 +28,8 @@ from multidict import CIMultiDict
 from llmfleet_gateway import errors
 from llmfleet_gateway.client import Pool, Response, UpstreamError, describe
 from llmfleet_gateway.config import GatewayConfig, ModelRoute
+from llmfleet_gateway.errors import BodyError
 from llmfleet_gateway.forwarding import (
-    BodyError,
     PathRoute,
     Redirect,
     bearer_ok,
@@ -91,7 +91,7 @@ def _json_bytes(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-def error_response(error: errors.GatewayError) -> web.Response:
+def error_response(error: errors.ErrorResponse) -> web.Response:
     headers = {"Content-Type": _JSON, "X-Content-Type-Options": "nosniff"}
     if error.status == 503:
         headers["Retry-After"] = "1"
@@ -136,7 +136,7 @@ class Gateway:
         for model in self.models.values():
             model.pool.close()
 
-    def _unrouted(self, error: errors.GatewayError) -> web.Response:
+    def _unrouted(self, error: errors.ErrorResponse) -> web.Response:
         self.metrics.count_unrouted(error.status)
         return error_response(error)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llmfleet_contract import secretref
+from llmfleet_gateway.errors import GatewayError
 from llmfleet_gateway.target import Target, TargetError, parse_target
 
 DEFAULT_PORT = 8080
@@ -36,7 +37,7 @@ _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9
                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 
 
-class ConfigError(ValueError):
+class ConfigError(GatewayError, ValueError):
     """The configuration is unusable; `problems` holds one `config: ...` line per problem."""
 
     def __init__(self, problems: list[str]) -> None:

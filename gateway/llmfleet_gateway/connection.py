@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+from llmfleet_gateway.errors import GatewayError
+
 _HIGH_WATER = 256 * 1024
 
 
-class UpstreamError(Exception):
+class UpstreamError(GatewayError):
     """The upstream could not be reached or broke HTTP; the message is safe to show (no secrets)."""
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from llmfleet_gateway import errors
+from llmfleet_gateway import jsonscan
 
 # Never forwarded in either direction (Go's httputil.ReverseProxy list), plus what the header
 # `Connection` names. Content-Length and Expect are recomputed by the gateway for its own framing.
@@ -22,14 +22,6 @@ _REQUEST_DROP = HOP_BY_HOP | {"content-length", "expect", "host", "forwarded", "
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
 # The gateway frames the upstream request itself; Go's transport likewise ignores these in a header map.
 _NOT_INJECTABLE = frozenset({"content-length", "transfer-encoding", "trailer"})
-
-
-class BodyError(Exception):
-    """The body of a body-routed request does not name a model."""
-
-    def __init__(self, error: errors.GatewayError) -> None:
-        super().__init__(error.message)
-        self.error = error
 
 
 def bearer_ok(authorization: str | None, tokens: Sequence[bytes]) -> bool:
@@ -51,8 +43,6 @@ def bearer_ok(authorization: str | None, tokens: Sequence[bytes]) -> bool:
 def select_model(body: bytes) -> str:
     """The top-level `model` of a JSON body (last duplicate wins, nested ones ignored), or BodyError.
     Synchronous; the gateway itself uses llmfleet_gateway.jsonscan.find_model, which lets the loop run."""
-    from llmfleet_gateway import jsonscan  # it imports BodyError from here
-
     return jsonscan.select_model(body)
 
 

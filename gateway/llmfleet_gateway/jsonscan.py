@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Generator
 
 from llmfleet_gateway import errors
-from llmfleet_gateway.forwarding import BodyError
+from llmfleet_gateway.errors import BodyError
 
 MAX_DEPTH = 10_000  # Go's encoding/json maxNestingDepth; the top-level value is level 1
 MAX_BRACKETS = 500_000  # '[' and '{' bytes in a body; more: 413

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from llmfleet_contract.addresses import is_loopback
+from llmfleet_gateway.errors import GatewayError
 from llmfleet_gateway.target import Target
 
 
-class ProxyError(ValueError):
+class ProxyError(GatewayError, ValueError):
     """A proxy variable the gateway cannot use; the message never includes the proxy's credentials."""
 
 

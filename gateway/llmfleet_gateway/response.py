@@ -8,13 +8,14 @@ import re
 from collections.abc import AsyncIterator, Callable
 
 from llmfleet_gateway.connection import Connection, UpstreamError
+from llmfleet_gateway.errors import GatewayError
 
 MAX_HEAD_BYTES = 64 * 1024
 _NO_BODY_STATUS = frozenset({204, 304})
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
-class StaleError(Exception):
+class StaleError(GatewayError):
     """A reused connection was closed by the upstream before it answered."""
 
 

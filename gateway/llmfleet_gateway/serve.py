@@ -18,6 +18,7 @@ from aiohttp.web_response import Response, StreamResponse
 
 from llmfleet_gateway.app import Gateway
 from llmfleet_gateway.config import GatewayConfig
+from llmfleet_gateway.errors import GatewayError
 from llmfleet_gateway.notify import sd_notify
 
 log = logging.getLogger("gateway")
@@ -118,7 +119,7 @@ class _Server(web.Server):
         return _HeaderDeadline(self, loop=self._loop, **self._kwargs)
 
 
-class BindError(Exception):
+class BindError(GatewayError):
     pass
 
 

@@ -11,10 +11,12 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from llmfleet_gateway.errors import GatewayError
+
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class TargetError(ValueError):
+class TargetError(GatewayError, ValueError):
     """A model url that is not an absolute http(s) URL or unix:///<absolute socket path>."""
 
 

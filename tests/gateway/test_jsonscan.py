@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from llmfleet_gateway import errors
-from llmfleet_gateway.forwarding import BodyError
+from llmfleet_gateway.errors import BodyError
 from llmfleet_gateway.jsonscan import (
     MAX_BRACKETS,
     MAX_DEPTH,
