@@ -86,11 +86,17 @@ def clients(boxes: list[str], wrong_keys: int, made_up: int, spread_s: float, se
     return sorted(out, key=lambda c: c.at)
 
 
-async def _one(base: str, client: Client, started: float, storm: Storm, timeout_s: float) -> None:
+def source_address(i: int) -> str:
+    """A loopback source address of its own for client i (127.1.0.1 on), as boxes have addresses of
+    their own: the control plane caps connections per peer address."""
+    return f"127.1.{i // 250}.{i % 250 + 1}"
+
+
+async def _one(base: str, client: Client, started: float, storm: Storm, timeout_s: float, source: str) -> None:
     await asyncio.sleep(max(0.0, started + client.at - time.monotonic()))
     storm.last_start_s = max(storm.last_start_s, time.monotonic() - started)
     headers = {"Authorization": f"Bearer {client.key}", "X-LLMAO-Host": client.host}
-    connector = aiohttp.TCPConnector(force_close=True)  # a box of its own: no shared connection
+    connector = aiohttp.TCPConnector(force_close=True, local_addr=(source, 0))  # a box of its own
     try:
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
             if client.kind == "box":
@@ -116,7 +122,7 @@ async def _one(base: str, client: Client, started: float, storm: Storm, timeout_
 async def run_storm(base: str, crowd: list[Client], timeout_s: float = 120.0) -> Storm:
     storm = Storm()
     started = time.monotonic()
-    await asyncio.gather(*(_one(base, c, started, storm, timeout_s) for c in crowd))
+    await asyncio.gather(*(_one(base, c, started, storm, timeout_s, source_address(i)) for i, c in enumerate(crowd)))
     storm.duration_s = time.monotonic() - started
     return storm
 

@@ -45,6 +45,9 @@ _SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/adm
 _NAMING_RULES = ("schema-unknown-key", "schema-required")  # these quote a key, never a value
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+MIN_TOKEN_CHARS = 24  # admin and viewer tokens: refused when shorter
+MIN_FLEET_KEY_CHARS = 24  # the fleet key: a warning only (every box template holds it; see fleet_key_warning)
+HOW_TO_GENERATE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 # The environment-only settings (no config file): each variable stands for one key of the file.
@@ -157,6 +160,18 @@ class ReconcileConfig:
 
 
 @dataclass(frozen=True)
+class ServerLimits:
+    """What one connection may hold (server.*; reconciler/llmfleet/server/httpserver.py enforces them)."""
+
+    header_timeout_s: float  # the whole header block, from connect or from the previous answer
+    body_timeout_s: float  # the whole body, once the headers are in
+    max_header_bytes: int
+    max_connections: int
+    max_connections_per_peer: int  # per IPv4 address or IPv6 /64; trusted proxies exempt
+    body_buffer_bytes: int  # bodies over 64 KiB being read at once, in all
+
+
+@dataclass(frozen=True)
 class ControlPlaneConfig:
     """The one settings object: what `llmfleet serve`, `plan`, `apply` and `reconcile` run with."""
 
@@ -171,7 +186,8 @@ class ControlPlaneConfig:
     viewer_tokens: tuple[Secret, ...]
     attention_max_entries: int
     threads: int
-    timeout_s: int
+    timeout_s: int  # a response a client does not read is dropped after this
+    limits: ServerLimits
     litellm: LitellmConfig | None
     providers: ProvidersConfig
     reconcile: ReconcileConfig
@@ -283,8 +299,9 @@ class _Builder:
     def tokens(self, key: str) -> tuple[Secret, ...]:
         tokens = [self.secret([key, i]) for i in range(len(self.get(f"/{key}") or ()))]
         for i, token in enumerate(tokens):
-            if token is not None and len(token.reveal()) < 16:
-                self.problem([key, i], f"{token.reference} is shorter than 16 characters")
+            if token is not None and len(token.reveal()) < MIN_TOKEN_CHARS:
+                self.problem([key, i], f"{key}[{i}] ({token.reference}) is {len(token.reveal())} characters; "
+                             f"{key} need at least {MIN_TOKEN_CHARS}: generate one with {HOW_TO_GENERATE}")
         return tuple(t for t in tokens if t is not None)
 
     def networks(self) -> tuple[IPNetwork, ...]:
@@ -353,9 +370,24 @@ class _Builder:
             state=self.state(), listen=self.listen(), tls=self.tls(), trusted_proxies=self.networks(),
             admin_tokens=self.tokens("admin_tokens"), viewer_tokens=self.tokens("viewer_tokens"),
             attention_max_entries=self.get("/attention/max_entries"), threads=self.get("/server/threads"),
-            timeout_s=self.get("/server/timeout_s"), litellm=self.litellm(), providers=self.providers(),
+            timeout_s=self.get("/server/timeout_s"), limits=ServerLimits(
+                float(self.get("/server/header_timeout_s")), float(self.get("/server/body_timeout_s")),
+                self.get("/server/max_header_bytes"), self.get("/server/max_connections"),
+                self.get("/server/max_connections_per_peer"), self.get("/server/body_buffer_bytes")),
+            litellm=self.litellm(), providers=self.providers(),
             reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run")))
         return None if self.problems or secrets is None else config
+
+
+def fleet_key_warning(config: ControlPlaneConfig) -> str | None:
+    """A short fleet key is a warning, never a refusal: it is baked into every box's provisioning
+    template, so refusing it would cut off every box at the next restart of the control plane."""
+    key = config.secrets.fleet_key
+    if key is None or len(key.reveal()) >= MIN_FLEET_KEY_CHARS:
+        return None
+    return (f"warning: secrets.fleet_key ({key.reference}) is {len(key.reveal())} characters, shorter than "
+            f"{MIN_FLEET_KEY_CHARS}: anyone who guesses it gets every box's config and bearers. It keeps working; "
+            "rotate it (docs/runbooks.md, \"Rotate the fleet key\")")
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> ControlPlaneConfig:

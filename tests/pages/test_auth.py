@@ -147,3 +147,73 @@ def test_security_headers(viewer: FlaskClient) -> None:
 ])
 def test_only_local_paths_after_login(target: str | None, expected: str) -> None:
     assert safe_next(target) == expected
+
+
+def test_logout_ends_the_session_for_every_copy_of_the_cookie(world: World, viewer: FlaskClient) -> None:
+    """Issue 16, finding 11: before, a copy of the cookie kept working for 12 h after logout."""
+    copied = session_cookie(viewer)
+    thief = world.app.test_client()
+    thief.set_cookie(COOKIE, copied)
+    assert thief.get("/").status_code == 200
+    csrf = csrf_of(viewer.get("/").get_data(as_text=True))
+    assert viewer.post("/logout", data={"csrf": csrf}).status_code == 302
+    assert thief.get("/").status_code == 302
+    assert thief.get("/api/fleet").status_code == 401
+    # another replica sharing the store (a second app over the same runtime) refuses it as well
+    other = create_app(world.runtime).test_client()
+    other.set_cookie(COOKIE, copied)
+    assert other.get("/api/attention").status_code == 401
+
+
+def test_a_session_unknown_to_the_store_is_refused(world: World, viewer: FlaskClient) -> None:
+    """A cookie signed with the right key but naming no stored session (or none at all) is refused."""
+    serializer = world.app.session_interface.get_signing_serializer(world.app)  # type: ignore[attr-defined]
+    data: dict[str, Any] = serializer.loads(session_cookie(viewer))
+    for forged in ({**data, "sid": "made-up"}, {k: v for k, v in data.items() if k != "sid"}):
+        viewer.set_cookie(COOKIE, serializer.dumps(forged))
+        assert viewer.get("/").status_code == 302
+
+
+def test_login_is_rate_limited_per_peer_and_logged_without_the_token(world: World, logs: LogCapture) -> None:
+    """Issue 16, finding 11: 60 wrong tokens in 0.4 s were all checked. Now 10 a peer, then 429."""
+    client = world.app.test_client()
+    csrf = csrf_of(client.get("/login").get_data(as_text=True))
+    statuses = [client.post("/login", data={"token": f"guess-{i:04d}-0123456789", "csrf": csrf}).status_code
+                for i in range(60)]
+    assert statuses[:10] == [403] * 10
+    assert statuses[10:] == [429] * 50
+    limited = client.post("/login", data={"token": VIEWER_TOKEN, "csrf": csrf})  # even the right one, for now
+    assert limited.status_code == 429
+    assert int(limited.headers["Retry-After"]) >= 1
+    other = world.app.test_client()  # another peer is not affected
+    other.environ_base["REMOTE_ADDR"] = "192.0.2.50"
+    other_csrf = csrf_of(other.get("/login").get_data(as_text=True))
+    assert other.post("/login", data={"token": VIEWER_TOKEN, "csrf": other_csrf}).status_code == 302
+    refused = logs.events("page login refused")
+    assert [e["reason"] for e in refused] == ["not a viewer or admin token"] * 10 + ["rate limited"]
+    assert all("guess-" not in json.dumps(e) for e in refused)
+    assert VIEWER_TOKEN not in logs.text
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'llmfleet_login_refused_total{reason="rate_limited"} 51.0' in metrics
+    assert 'llmfleet_login_refused_total{reason="wrong_token"} 10.0' in metrics
+
+
+def test_forwarded_for_does_not_dodge_the_login_limit(world: World) -> None:
+    """X-Forwarded-For is believed from a trusted proxy only: a client cannot name a new peer each time."""
+    client = world.app.test_client()
+    csrf = csrf_of(client.get("/login").get_data(as_text=True))
+    statuses = [client.post("/login", data={"token": "wrong-token-0123456789", "csrf": csrf},
+                            headers={"X-Forwarded-For": f"198.51.100.{i}"}).status_code for i in range(12)]
+    assert statuses[-1] == 429
+
+
+def test_the_global_login_limit() -> None:
+    from llmfleet.server.ratelimit import LoginLimiter
+
+    limiter = LoginLimiter(peer_per_minute=10, peer_burst=10, global_per_minute=60, global_burst=30, max_keys=5)
+    verdicts = [limiter.allow(f"192.0.2.{i}", 100.0) for i in range(40)]  # 40 peers, one attempt each
+    assert sum(v.allowed for v in verdicts) == 30
+    assert {v.scope for v in verdicts if not v.allowed} == {"global"}
+    assert limiter.tracked <= 5  # peers tracked stay bounded
+    assert limiter.allow("192.0.2.99", 101.0).allowed  # one token back per second
+    assert not limiter.allow("192.0.2.98", 101.0).allowed

@@ -101,7 +101,7 @@ def test_weak_salt_and_short_token(tmp_path: Path) -> None:
                                  "state: {url: 'sqlite:///s.db'}\nadmin_tokens: ['${env:T}']\n",
                        env={"S": "CHANGE_ME_salt_value", "T": "short"})
     assert "CHANGE_ME" in message
-    assert "shorter than 16" in message
+    assert "admin_tokens[0] (${env:T}) is 5 characters; admin_tokens need at least 24" in message
     assert "CHANGE_ME_salt_value" not in message
     assert "'short'" not in message
 
@@ -119,6 +119,17 @@ def test_short_salt_loads_and_a_previous_salt_for_a_rotation(tmp_path: Path) -> 
                                  "previous_vllm_api_salt: '${env:P}'}\nstate: {url: 'sqlite:///s.db'}\n",
                        env={"S": "a-new-long-salt-0123456789", "P": "CHANGE_ME_old"})
     assert "previous_vllm_api_salt" in message and "CHANGE_ME_old" not in message
+def test_tokens_need_24_characters_and_the_message_names_the_key(tmp_path: Path) -> None:
+    """Issue 16, finding 12: a minimum length for admin and viewer tokens, named in the refusal."""
+    document = ("repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:S}'}\nstate: {url: 'sqlite:///s.db'}\n"
+                "admin_tokens: ['${env:A}']\nviewer_tokens: ['${env:OK}', '${env:V}']\n")
+    message = problems(tmp_path, document, env={"S": "a-good-salt-for-the-tests-0123", "A": "a" * 23, "V": "v" * 16,
+                                                "OK": "o" * 24})
+    assert "/admin_tokens/0: admin_tokens[0] (${env:A}) is 23 characters; admin_tokens need at least 24" in message
+    assert "/viewer_tokens/1: viewer_tokens[1] (${env:V}) is 16 characters" in message
+    assert "viewer_tokens[0]" not in message
+    assert "secrets.token_urlsafe" in message  # how to make one
+    assert "a" * 23 not in message
 
 
 def test_repo_needs_exactly_one_source(tmp_path: Path) -> None:

@@ -44,6 +44,12 @@ TAKEN: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     "/attention/max_entries": lambda c: c.attention_max_entries,
     "/server/threads": lambda c: c.threads,
     "/server/timeout_s": lambda c: c.timeout_s,
+    "/server/header_timeout_s": lambda c: c.limits.header_timeout_s,
+    "/server/body_timeout_s": lambda c: c.limits.body_timeout_s,
+    "/server/max_header_bytes": lambda c: c.limits.max_header_bytes,
+    "/server/max_connections": lambda c: c.limits.max_connections,
+    "/server/max_connections_per_peer": lambda c: c.limits.max_connections_per_peer,
+    "/server/body_buffer_bytes": lambda c: c.limits.body_buffer_bytes,
     "/litellm/timeout_s": lambda c: c.litellm.timeout_s if c.litellm else None,
     "/litellm/write_concurrency": lambda c: c.litellm.write_concurrency if c.litellm else None,
     "/reconcile/enabled": lambda c: c.reconcile.enabled,
@@ -138,7 +144,7 @@ def test_the_environment_only_settings_name_what_is_missing() -> None:
 # the rendered bearers.
 REVEALED = {
     "adapters/litellm.py": 1, "adapters/providers.py": 1, "adapters/state/postgres.py": 1,
-    "settings.py": 7, "job/wiring.py": 1,
+    "settings.py": 10, "cli/serve.py": 1, "job/wiring.py": 1,
     "server/auth.py": 2, "server/session.py": 2, "server/runtime.py": 1,
 }
 

@@ -219,3 +219,21 @@ def test_check_fails_when_a_box_cannot_render(tmp_path: Path, fleet_git: Path, e
     del document["secrets"]["legacy_api_key"]
     assert main(["serve", "--config", str(write_config(tmp_path / "cp.yaml", document)), "--check"]) == 1
     assert "box 198.51.100.23: server llama3.1-8b on 198.51.100.23:8000 is a legacy pair" in capsys.readouterr().err
+
+
+def test_check_warns_on_a_short_fleet_key_and_still_serves(config_file: Path, env_secrets: None,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 16, finding 12: a 5-character fleet key passed silently. It is baked into every box's
+    template, so it must keep working: a warning in --check and in the log, never a refusal."""
+    monkeypatch.setenv("FLEET_KEY", "abcde")
+    assert main(["serve", "--config", str(config_file), "--check"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: secrets.fleet_key (${env:FLEET_KEY}) is 5 characters, shorter than 24" in captured.err
+    assert "Rotate the fleet key" in captured.err
+    logged = [json.loads(line) for line in captured.err.splitlines() if line.startswith("{")]
+    assert [(e["event"], e["length"]) for e in logged if e["event"] == "short fleet key"] == [("short fleet key", 5)]
+    assert "abcde" not in captured.out + captured.err
+    monkeypatch.setenv("FLEET_KEY", "k" * 24)
+    assert main(["serve", "--config", str(config_file), "--check"]) == 0
+    assert "fleet_key" not in capsys.readouterr().out

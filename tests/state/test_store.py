@@ -20,6 +20,7 @@ from llmfleet.adapters.state import (
     open_store,
 )
 from llmfleet.adapters.state.migrations import MIGRATIONS
+from llmfleet.adapters.state.records import MAX_RECORD_CHARS, STORED_CHARS
 from llmfleet.adapters.state.sqlite import SqliteDatabase
 from llmfleet.adapters.state.sqlstore import SqlStateStore
 from llmfleet.adapters.state.store import FetchRetention, sqlite_path
@@ -319,3 +320,55 @@ def test_config_keeps_the_password_out_of_the_url(tmp_path: Path) -> None:
     assert config.state.password.reveal() == "pg-secret"
     assert "pg-secret" not in repr(config)
     assert config.state.retention == FetchRetention(5000, 43200.0)
+
+
+def test_client_text_is_cut_and_marked_before_it_is_stored(store: SqlStateStore) -> None:
+    """Issue 16, finding 2: X-Forwarded-For, X-LLMAO-Host and the box name come from the client: each
+    is stored cut to its cap with a mark, so one request stores at most MAX_RECORD_CHARS of text."""
+    huge_xff = ", ".join(["198.51.100.7" * 700] * 95)  # about 800 kB, as 95 headers of 8 kB joined
+    huge_host = "h" * 8192
+    store.record_fetch(FetchRecord(at=1.0, endpoint=Endpoint.CONFIG, status=403, peer="192.0.2.1",
+                                   claimed_host=huge_host, forwarded_for=huge_xff, box=huge_host))
+    stored = store.recent_fetches(limit=1)[0]
+    assert stored.forwarded_for == huge_xff[:STORED_CHARS["forwarded_for"]] + f"...[truncated: {len(huge_xff)} chars]"
+    assert stored.claimed_host is not None and stored.claimed_host.endswith("[truncated: 8192 chars]")
+    assert stored.box is not None and stored.box.startswith("h" * 256)
+    text = sum(len(v) for v in (stored.peer, stored.claimed_host, stored.forwarded_for, stored.box) if v)
+    assert text <= MAX_RECORD_CHARS
+    assert MAX_RECORD_CHARS < 2000
+    for i in range(3):  # the attention list too, and its key: one entry per (cut) name
+        store.note_unknown(Sighting(huge_host + str(i), 2.0 + i, "192.0.2.1", huge_host, huge_xff), 10)
+    entries = store.attention()
+    assert len(entries) == 1
+    assert entries[0].count == 3
+    assert entries[0].forwarded_for is not None and len(entries[0].forwarded_for) <= 512 + 40
+    short = FetchRecord(at=3.0, endpoint=Endpoint.CONFIG, status=200, peer="192.0.2.1", box="a")
+    store.record_fetch(short)
+    assert store.recent_fetches(limit=1)[0] == short  # what fits is stored as it is
+
+
+def test_fetch_log_pages_by_id(store: SqlStateStore) -> None:
+    for i in range(7):
+        store.record_fetch(fetch(100.0 + i, "a" if i % 2 else "b"))
+    first = store.recent_fetches(limit=3)
+    assert [r.at for r in first] == [106.0, 105.0, 104.0]
+    assert first[-1].id is not None
+    assert [r.at for r in store.recent_fetches(limit=3, before=first[-1].id)] == [103.0, 102.0, 101.0]
+    assert [r.at for r in store.recent_fetches(box="a", limit=5, before=first[1].id)] == [103.0, 101.0]
+
+
+def test_page_sessions_are_held_server_side(store: SqlStateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16, finding 11: logout deletes the session row, so every copy of its cookie is refused."""
+    store.create_session("d1", "viewer", "fp1", 100.0, 200.0)
+    store.create_session("d2", "admin", "fp2", 110.0, 210.0)
+    assert store.session_alive("d1", 150.0) == "viewer"
+    assert store.session_alive("d2", 150.0) == "admin"
+    assert store.session_alive("d1", 200.0) is None  # expired
+    assert store.session_alive("nope", 150.0) is None
+    assert store.end_session("d2")
+    assert not store.end_session("d2")
+    assert store.session_alive("d2", 150.0) is None
+    monkeypatch.setattr("llmfleet.adapters.state.sqlstore.MAX_SESSIONS", 3)
+    for i in range(5):  # expired ones go first, then the oldest beyond the cap
+        store.create_session(f"n{i}", "viewer", "fp", 300.0 + i, 900.0)
+    assert [store.session_alive(f"n{i}", 400.0) for i in range(5)] == [None, None, "viewer", "viewer", "viewer"]

@@ -2,7 +2,7 @@
 
 A config file in a temp dir (secrets as ${env:} references only), an ephemeral loopback port, its log
 (stdout + stderr) in a file, and every process of its session group stopped at the end. `rss()` reads
-the resident and peak memory (VmRSS, VmHWM) of the server and its gunicorn worker from /proc.
+the resident and peak memory (VmRSS, VmHWM) of the server process (and any children) from /proc.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class ControlPlane:
         return [e for e in lines if name is None or e.get("event") == name]
 
     def pids(self) -> list[int]:
-        """The server process and its gunicorn worker(s)."""
+        """The server process and its children (none since the server runs in one process)."""
         assert self.process is not None
         return [self.process.pid, *children(self.process.pid)]
 
@@ -136,7 +136,7 @@ class ControlPlane:
         return Memory(sum(_proc_kib(p, "VmRSS") for p in pids), sum(_proc_kib(p, "VmHWM") for p in pids))
 
     def stop(self) -> int | None:
-        """SIGTERM to the whole session (gunicorn writes out what it buffered), SIGKILL after 30 s."""
+        """SIGTERM to the whole session (the server writes out what it buffered), SIGKILL after 30 s."""
         if self.process is None:
             return None
         stop(self.process, timeout_s=30)

@@ -1,7 +1,8 @@
 """`llmfleet serve --config FILE [--listen HOST:PORT] [--insecure-http] [--check]`: the control plane.
 
-Runs the Flask app under gunicorn (in process, one gthread worker), HTTPS when the config has a
-certificate and key. Without TLS it only listens on loopback addresses unless --insecure-http.
+Runs the Flask app in process behind Tornado's HTTP server (one event loop reads every connection,
+a pool of `server.threads` runs complete requests: reconciler/llmfleet/server/httpserver.py), HTTPS when the
+config has a certificate and key. Without TLS it only listens on loopback addresses unless --insecure-http.
 `--check` runs the whole start-up path (config, secrets, TLS files, state store and its migrations,
 the repository and its last valid commit, every box rendered, the installer built) and exits 0, or
 1 with the reason, without binding a port.
@@ -10,13 +11,15 @@ the repository and its last valid commit, every box rendered, the installer buil
 from __future__ import annotations
 
 import argparse
+import logging
 import ssl
 import sys
 from typing import Any
 
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.errors import ConfigurationError, SourceError, StateError
-from llmfleet.settings import ControlPlaneConfig, Listen, load_config
+from llmfleet.logs import get_logger, log_event
+from llmfleet.settings import MIN_FLEET_KEY_CHARS, ControlPlaneConfig, Listen, fleet_key_warning, load_config
 
 
 def register(subparsers: Any) -> None:
@@ -78,6 +81,12 @@ def check(config: ControlPlaneConfig, listen: Listen) -> list[str]:
             warnings.append(f"warning: secrets.vllm_api_salt: {salt_warning}")
         if config.secrets.fleet_key is None:
             warnings.append("warning: no secrets.fleet_key: every box request will get 503")
+        if (short_key := fleet_key_warning(config)) is not None:
+            warnings.append(short_key)
+            log_event(get_logger("serve"), "short fleet key", logging.WARNING,
+                      reference=config.secrets.fleet_key.reference if config.secrets.fleet_key else None,
+                      length=len(config.secrets.fleet_key.reveal()) if config.secrets.fleet_key else 0,
+                      minimum=MIN_FLEET_KEY_CHARS)
         scheme = "https" if config.tls else "http"
         print(f"ok: would serve {served.revision} ({len(served.fleet.boxes)} boxes, {served.fleet.server_count} "
               f"servers) from {runtime.repo.where} branch {runtime.repo.branch} at {scheme}://{listen.bind}")
@@ -107,21 +116,21 @@ def serve(config: ControlPlaneConfig, listen: Listen) -> None:
     from flask import Flask
 
     from llmfleet.logs import setup_logging
+    from llmfleet.server import httpserver
     from llmfleet.server.app import create_app
-    from llmfleet.server.gunicorn_app import ControlPlaneServer
     from llmfleet.server.runtime import Runtime, replica_name, start_up
 
     runtimes: list[Runtime] = []
 
-    def load_app() -> Flask:  # runs in the worker, after the fork
+    def load_app() -> Flask:
         setup_logging(buffered=True)
         runtime = start_up(config, replica=replica_name(listen.port))
         runtimes.append(runtime)
         runtime.start_background()
         return create_app(runtime)
 
-    def worker_exit() -> None:  # write out buffered fetch records, close the database
+    def on_exit() -> None:  # write out buffered fetch records, close the database
         for runtime in runtimes:
             runtime.stop()
 
-    ControlPlaneServer(config, listen.bind, load_app, worker_exit).run()
+    httpserver.run(config, listen, load_app, on_exit)

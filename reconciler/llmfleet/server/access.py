@@ -128,7 +128,7 @@ def check(role: Role, action: str = "This") -> Role:
     if token is not None:
         held = role_of_token(rt.config, token)
     elif request.blueprint in SESSION_BLUEPRINTS:
-        held = session_role(current_app, rt.config, rt.clock())
+        held = session_role(current_app, rt.config, rt.clock(), rt.store)
     else:
         held = None
     if held is Role.ADMIN or (held is not None and held is role):

@@ -3,7 +3,7 @@
     POST /hooks/push        GitHub-style webhook (X-Hub-Signature-256), refreshes the tracked branch
     GET  /admin/attention   unknown boxes that presented the fleet key          (viewer or admin)
     GET  /admin/reports     each box's latest report, and whether it is stale   (viewer or admin)
-    GET  /admin/fetches     the fetch log, newest first (?box=&limit=)          (viewer or admin)
+    GET  /admin/fetches     the fetch log, newest first (?box=&limit=&before=)  (viewer or admin)
     GET  /admin/approvals   approvals made through this control plane          (viewer or admin)
     POST /admin/approve     {"host": ..., "models": [...]}: commit the box      (admin)
 
@@ -17,7 +17,7 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, jsonify, request, url_for
 
 from llmfleet.adapters.state.records import Approval
 from llmfleet.core.fleet.model import Provider
@@ -26,13 +26,14 @@ from llmfleet.logs import get_logger, log_event
 from llmfleet.server.access import requires
 from llmfleet.server.auth import Role, bearer_token, token_fingerprint, webhook_signature_ok
 from llmfleet.server.errors import error
+from llmfleet.server.params import ParamError, int_param
 from llmfleet.server.reports import report_json, staleness
 from llmfleet.server.runtime import Runtime, current_runtime
 from llmfleet.settings import ApproveTarget
 
 PROVIDERS = tuple(p.value for p in Provider)
 log = get_logger("admin")
-MAX_LIMIT = 1000
+DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 MAX_HOOK_BYTES = 5 * 1024 * 1024  # a push event for a fleet repository is a few KiB
 MAX_APPROVE_BYTES = 64 * 1024
 bp = Blueprint("admin", __name__)
@@ -96,11 +97,20 @@ def reports() -> Response:
 @bp.get("/admin/fetches")
 @requires(Role.VIEWER)
 def fetches() -> Response:
-    limit = request.args.get("limit", "100")
-    if not limit.isdigit() or not 0 < int(limit) <= MAX_LIMIT:
-        return error(400, f"limit must be an integer in 1..{MAX_LIMIT}")
-    records = current_runtime().store.recent_fetches(box=request.args.get("box"), limit=int(limit))
-    return jsonify({"fetches": [asdict(r) for r in records]})
+    try:
+        limit = int_param(request.args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT) or DEFAULT_LIMIT
+        before = int_param(request.args, "before", None, 1, 2**62)
+    except ParamError as exc:
+        return error(400, str(exc))
+    box = request.args.get("box")
+    records = current_runtime().store.recent_fetches(box=box, limit=limit, before=before)
+    # Paging: records are bounded in size (records.STORED_CHARS), so a page is at most
+    # MAX_LIMIT * MAX_RECORD_CHARS of text; `next` asks for the older ones.
+    last = records[-1].id if len(records) == limit else None
+    query: dict[str, Any] = {"limit": limit, "before": last} if box is None else \
+        {"box": box, "limit": limit, "before": last}
+    following = None if last is None else url_for(".fetches", **query)
+    return jsonify({"fetches": [asdict(r) for r in records], "limit": limit, "next": following})
 
 
 @bp.get("/admin/approvals")

@@ -1,5 +1,9 @@
 """Running the app under gunicorn, in process (gunicorn's documented custom-application API).
 
+No longer how `llmfleet serve` runs (since issue 16 that is reconciler/llmfleet/server/httpserver.py: slow
+clients held gunicorn's request threads); kept for bench/config_server_load.py's naive and constant
+variants, which compare handlers under one fixed WSGI server.
+
 One worker process with `threads` request threads (gthread): the served revision, the commit cache
 and the refresh loop live in that one process, so a webhook refresh is seen by every request at
 once. The runtime is built inside the worker (after the fork), so no thread, SQLite connection or

@@ -34,6 +34,11 @@ class Metrics:
                                    registry=r)
         self.weak_secrets = Gauge("llmfleet_weak_secret", "1 for a secret that works but is weak (vllm_api_salt: "
                                   "shorter than 16 characters), 0 otherwise.", ["secret"], registry=r)
+        self.connections_open = Gauge("llmfleet_http_connections_open", "Open client connections.", registry=r)
+        self.connections_refused = Counter("llmfleet_http_connections_refused", "Connections or bodies refused "
+                                           "at a cap (per_peer, total, body_budget).", ["reason"], registry=r)
+        self.login_refused = Counter("llmfleet_login_refused", "Login attempts refused (wrong token, or rate "
+                                     "limited).", ["reason"], registry=r)
         self._revision: str | None = None
 
     def serve_revision(self, revision: str, boxes: int, servers: int) -> None:

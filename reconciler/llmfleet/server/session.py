@@ -3,7 +3,10 @@ session cookie (Secure, HttpOnly, SameSite=Strict), or sent as `Authorization: B
 
 The cookie never holds a token: it holds the role, a keyed digest of the token (checked against the
 configured tokens on every request, so a removed token stops working at once), the login time
-(sessions end SESSION_HOURS after login) and a random CSRF token for the forms.
+(sessions end SESSION_HOURS after login), a random CSRF token for the forms, and a random session id.
+The state store keeps the id's SHA-256 digest until logout or expiry (reconciler/llmfleet/adapters/state/store.py,
+SessionStore): a cookie whose session is gone from the store is refused, so POST /logout ends the
+session on every replica sharing the store, and a copy of the cookie stops working with it.
 
 The signing key is derived, not configured: HMAC-SHA256 keyed with every configured admin and viewer
 token. Sessions therefore survive a restart and hold across replicas with the same config, and
@@ -21,6 +24,7 @@ from urllib.parse import urlsplit
 
 from flask import Flask, request, session
 
+from llmfleet.adapters.state.store import SessionStore
 from llmfleet.core.secret import Secret
 from llmfleet.server.auth import Role, matches_any, token_fingerprint
 from llmfleet.settings import ControlPlaneConfig
@@ -62,27 +66,41 @@ def role_of_token(config: ControlPlaneConfig, token: str | None) -> Role | None:
     return None
 
 
-def log_in(app: Flask, role: Role, token: str, now: float) -> None:
+def _sid_digest(sid: str) -> str:
+    return hashlib.sha256(b"llmfleet.pages.sid\n" + sid.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def log_in(app: Flask, role: Role, token: str, now: float, store: SessionStore) -> None:
     session.clear()  # a fresh session (and CSRF token) at every login
     session.permanent = True
-    session.update(role=str(role), tok=_proof(app, token), fp=token_fingerprint(token), at=now,
+    sid = secrets.token_urlsafe(32)
+    fingerprint = token_fingerprint(token)
+    store.create_session(_sid_digest(sid), str(role), fingerprint, now, now + SESSION_HOURS * 3600)
+    session.update(role=str(role), tok=_proof(app, token), fp=fingerprint, at=now, sid=sid,
                    csrf=secrets.token_urlsafe(32))
 
 
-def log_out() -> None:
+def log_out(store: SessionStore) -> None:
+    """End the session server-side (every copy of the cookie stops working), then clear the cookie."""
+    sid = session.get("sid")
+    if isinstance(sid, str):
+        store.end_session(_sid_digest(sid))
     session.clear()
 
 
-def session_role(app: Flask, config: ControlPlaneConfig, now: float) -> Role | None:
-    role, proof, at = session.get("role"), session.get("tok"), session.get("at")
-    if role not in SESSION_ROLES or not isinstance(proof, str) or not isinstance(at, (int, float)):
+def session_role(app: Flask, config: ControlPlaneConfig, now: float, store: SessionStore) -> Role | None:
+    role, proof, at, sid = session.get("role"), session.get("tok"), session.get("at"), session.get("sid")
+    if (role not in SESSION_ROLES or not isinstance(proof, str) or not isinstance(at, (int, float))
+            or not isinstance(sid, str)):
         return None
     if not 0 <= now - at <= SESSION_HOURS * 3600:
         return None
     found = False
     for token in _tokens(config, Role(role)):  # every token, so timing does not tell which matched
         found = hmac.compare_digest(_proof(app, token.reveal()), proof) | found
-    return Role(role) if found else None
+    if not found or store.session_alive(_sid_digest(sid), now) != role:
+        return None
+    return Role(role)
 
 
 def actor() -> str:

@@ -83,4 +83,15 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE fetches ADD COLUMN replica TEXT;
     CREATE INDEX fetches_by_at ON fetches (at);
     """,
+    # 4: status-page sessions held server-side, so that logging out ends them on every replica.
+    """
+    CREATE TABLE page_sessions (
+        digest TEXT PRIMARY KEY,
+        role TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        created_at {real} NOT NULL,
+        expires_at {real} NOT NULL
+    );
+    CREATE INDEX page_sessions_by_expiry ON page_sessions (expires_at);
+    """,
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from llmfleet.core.fleet.jsonvalue import EMPTY, Frozen
@@ -16,6 +16,23 @@ class Endpoint(StrEnum):
     CONFIG = "config"
     REPORT = "report"
     INSTALLER = "installer"
+
+
+# What one request may put in the store: its text fields are client-controlled (X-LLMAO-Host,
+# X-Forwarded-For, and the box name resolved from them), so each is cut at its cap and marked as cut.
+# A fetch record or attention entry therefore holds at most MAX_RECORD_CHARS characters of text.
+STORED_CHARS = {"peer": 64, "claimed_host": 256, "forwarded_for": 512, "box": 256, "revision": 64, "replica": 128}
+TRUNCATED_MARK = "...[truncated: {total} chars]"
+MAX_MARK = len(TRUNCATED_MARK.format(total=10**12))
+MAX_RECORD_CHARS = sum(STORED_CHARS.values()) + len(STORED_CHARS) * MAX_MARK
+
+
+def clip(value: str | None, limit: int) -> str | None:
+    """`value` if it fits in `limit` characters, else its first `limit` characters and a mark saying
+    how long it was."""
+    if value is None or len(value) <= limit:
+        return value
+    return value[:limit] + TRUNCATED_MARK.format(total=len(value))
 
 
 @dataclass(frozen=True)
@@ -31,6 +48,15 @@ class FetchRecord:
     box: str | None = None
     revision: str | None = None  # the revision served, when one was
     replica: str | None = None  # which control-plane replica answered (several share one log)
+    id: int | None = field(default=None, compare=False)  # the store's, once stored (paging cursor)
+
+    def bounded(self) -> FetchRecord:
+        """This record with every text field cut to STORED_CHARS (and marked when cut)."""
+        c = STORED_CHARS
+        return replace(self, peer=clip(self.peer, c["peer"]) or "", claimed_host=clip(self.claimed_host,
+                       c["claimed_host"]), forwarded_for=clip(self.forwarded_for, c["forwarded_for"]),
+                       box=clip(self.box, c["box"]), revision=clip(self.revision, c["revision"]),
+                       replica=clip(self.replica, c["replica"]))
 
 
 @dataclass(frozen=True)
@@ -42,6 +68,12 @@ class Sighting:
     peer: str
     claimed_host: str | None = None
     forwarded_for: str | None = None
+
+    def bounded(self) -> Sighting:
+        c = STORED_CHARS
+        return replace(self, box=clip(self.box, c["box"]) or "", peer=clip(self.peer, c["peer"]) or "",
+                       claimed_host=clip(self.claimed_host, c["claimed_host"]),
+                       forwarded_for=clip(self.forwarded_for, c["forwarded_for"]))
 
 
 @dataclass(frozen=True)

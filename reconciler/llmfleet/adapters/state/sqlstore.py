@@ -35,7 +35,7 @@ from llmfleet.adapters.state.records import (
     FetchRecord,
     Sighting,
 )
-from llmfleet.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, FetchRetention
+from llmfleet.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, MAX_SESSIONS, FetchRetention
 from llmfleet.core.fleet.jsonvalue import canonical_json, freeze_mapping
 from llmfleet.core.judge.intended import ServerKey
 from llmfleet.core.judge.observed import BoxFacts
@@ -76,7 +76,7 @@ class Database(Protocol):
 def _fetch(row: Row) -> FetchRecord:
     return FetchRecord(at=row["at"], endpoint=Endpoint(row["endpoint"]), status=row["status"], peer=row["peer"],
                        claimed_host=row["claimed_host"], forwarded_for=row["forwarded_for"], box=row["box"],
-                       revision=row["revision"], replica=row["replica"])
+                       revision=row["revision"], replica=row["replica"], id=row["id"])
 
 
 def _report(row: Row) -> BoxReport:
@@ -114,6 +114,7 @@ class SqlStateStore:
 
     # FetchLog
     def record_fetch(self, fetch: FetchRecord) -> None:
+        fetch = fetch.bounded()  # client-controlled text: at most MAX_RECORD_CHARS stored per request
         row: FetchRow = (fetch.at, fetch.endpoint.value, fetch.status, fetch.peer, fetch.claimed_host,
                          fetch.forwarded_for, fetch.box, fetch.revision, fetch.replica)
         with self._pending_lock:
@@ -161,12 +162,20 @@ class SqlStateStore:
             if self.clock() - self._last_prune >= self.retention.every_s:
                 self.prune()
 
-    def recent_fetches(self, *, box: str | None = None, limit: int = 100) -> list[FetchRecord]:
+    def recent_fetches(self, *, box: str | None = None, limit: int = 100,
+                       before: int | None = None) -> list[FetchRecord]:
         self.flush()
-        if box is None:
-            rows = self.db.read("SELECT * FROM fetches ORDER BY id DESC LIMIT ?", (limit,))
-        else:
-            rows = self.db.read("SELECT * FROM fetches WHERE box = ? ORDER BY id DESC LIMIT ?", (box, limit))
+        where: list[str] = []
+        params: list[object] = []
+        if box is not None:
+            where.append("box = ?")
+            params.append(box)
+        if before is not None:
+            where.append("id < ?")
+            params.append(before)
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = self.db.read(f"SELECT * FROM fetches {clause}ORDER BY id DESC LIMIT ?",  # noqa: S608 - fixed text
+                            (*params, limit))
         return [_fetch(r) for r in rows]
 
     def last_config_served(self) -> dict[str, FetchRecord]:
@@ -190,7 +199,7 @@ class SqlStateStore:
 
     # AttentionList
     def note_unknown(self, sighting: Sighting, max_entries: int) -> int:
-        s = sighting
+        s = sighting.bounded()
         with self.db.transaction() as tx:
             tx.execute("INSERT INTO attention (box, first_seen, last_seen, count, peer, claimed_host, forwarded_for)"
                        " VALUES (?, ?, ?, 1, ?, ?, ?) ON CONFLICT (box) DO UPDATE SET last_seen = excluded.last_seen,"
@@ -249,6 +258,25 @@ class SqlStateStore:
         rows = self.db.read("SELECT * FROM approvals ORDER BY id DESC LIMIT ?", (limit,))
         return [Approval(at=r["at"], host=r["host"], models=tuple(json.loads(r["models"])), branch=r["branch"],
                          commit=r["commit_sha"], base_revision=r["base_revision"], actor=r["actor"]) for r in rows]
+
+    # SessionStore
+    def create_session(self, digest: str, role: str, fingerprint: str, created_at: float, expires_at: float) -> None:
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM page_sessions WHERE expires_at <= ?", (created_at,))
+            tx.execute("INSERT INTO page_sessions (digest, role, fingerprint, created_at, expires_at) "
+                       "VALUES (?, ?, ?, ?, ?)", (digest, role, fingerprint, created_at, expires_at))
+            excess = int(tx.scalar("SELECT COUNT(*) AS n FROM page_sessions")) - MAX_SESSIONS
+            if excess > 0:
+                tx.execute("DELETE FROM page_sessions WHERE digest IN (SELECT digest FROM page_sessions "
+                           "ORDER BY created_at, digest LIMIT ?)", (excess,))
+
+    def session_alive(self, digest: str, now: float) -> str | None:
+        rows = self.db.read("SELECT role FROM page_sessions WHERE digest = ? AND expires_at > ?", (digest, now))
+        return str(rows[0]["role"]) if rows else None
+
+    def end_session(self, digest: str) -> bool:
+        with self.db.transaction() as tx:
+            return tx.execute("DELETE FROM page_sessions WHERE digest = ?", (digest,)) > 0
 
     # The reconciler's state (llmfleet.adapters.state.reconcile.StateStore)
     def box_facts(self) -> dict[str, BoxFacts]:

@@ -32,10 +32,13 @@ class FetchRetention:
 
 
 class FetchLog(Protocol):
-    def record_fetch(self, fetch: FetchRecord) -> None: ...
+    def record_fetch(self, fetch: FetchRecord) -> None:
+        """Store `fetch.bounded()`: client-controlled text is cut to records.STORED_CHARS."""
+        ...
 
-    def recent_fetches(self, *, box: str | None = None, limit: int = 100) -> list[FetchRecord]:
-        """Newest first."""
+    def recent_fetches(self, *, box: str | None = None, limit: int = 100,
+                       before: int | None = None) -> list[FetchRecord]:
+        """Newest first; `before`: only records with a smaller id (the next page)."""
         ...
 
     def last_config_served(self) -> dict[str, FetchRecord]:
@@ -90,7 +93,27 @@ class PassLog(Protocol):
         ...
 
 
-class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, Protocol):
+MAX_SESSIONS = 10_000  # live status-page sessions kept; the oldest are ended beyond it
+
+
+class SessionStore(Protocol):
+    """Status-page sessions, server-side: the cookie names one by a random id, the store keeps its
+    SHA-256 digest (never the id), so logging out (or an admin removing the row) ends it everywhere."""
+
+    def create_session(self, digest: str, role: str, fingerprint: str, created_at: float, expires_at: float) -> None:
+        """Store a session; ends expired ones, and the oldest beyond MAX_SESSIONS."""
+        ...
+
+    def session_alive(self, digest: str, now: float) -> str | None:
+        """The session's role when it exists and has not expired, else None."""
+        ...
+
+    def end_session(self, digest: str) -> bool:
+        """Delete the session; True when there was one."""
+        ...
+
+
+class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, SessionStore, Protocol):
     flush_error: str | None  # why the fetch log could not be written last, until a write succeeds
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -33,6 +34,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from llmfleet.core.fleet.model import Provider
 from llmfleet.core.fleet.schema import schema_dir
+from llmfleet.core.hosts import resolve_host
 from llmfleet.job.approve import ApproveError
 from llmfleet.logs import get_logger, log_event
 from llmfleet.server import session as auth
@@ -40,17 +42,21 @@ from llmfleet.server.access import current_role, requires
 from llmfleet.server.admin_api import approve_and_record
 from llmfleet.server.auth import Role
 from llmfleet.server.errors import NO_STORE, SECURITY_HEADERS, error
+from llmfleet.server.guard import is_exempt, peer_key
 from llmfleet.server.pages.attention import attention_view
 from llmfleet.server.pages.fleetview import FilterError, FleetFilter, FleetView, fleet_view, models_view
 from llmfleet.server.pages.inputs import Inputs, gather
 from llmfleet.server.pages.revisionview import history_view, revision_view
-from llmfleet.server.runtime import current_runtime, runtime_of
+from llmfleet.server.params import ParamError, int_param
+from llmfleet.server.ratelimit import LoginLimiter
+from llmfleet.server.runtime import Runtime, current_runtime, runtime_of
 
 log = get_logger("pages")
 bp = Blueprint("pages", __name__, template_folder="templates", static_folder="static",
                static_url_path="/pages/static")
 REFRESH_S = 15
 MAX_FORM_BYTES = 64 * 1024
+LIMITER = "llmfleet.login_limiter"  # app.extensions key of the app's LoginLimiter
 DEFAULT_PASSES, MAX_PASSES = 20, 200
 PUBLIC = ("pages.static", "pages.openapi")  # served even when the pages are off
 # verdict -> (tone, icon): the colour is the tone, and every badge also carries the icon and the word
@@ -96,6 +102,7 @@ def set_up(state: BlueprintSetupState) -> None:
     """Signed sessions from the configured tokens (none: the pages are off), and the templates' style."""
     app = cast(Flask, state.app)
     auth.configure(app, runtime_of(app).config)
+    app.extensions[LIMITER] = LoginLimiter()  # per app: tests run many apps in one process
     app.jinja_env.trim_blocks = app.jinja_env.lstrip_blocks = True
 
 
@@ -142,9 +149,9 @@ def _short(revision: str | None) -> str:
 
 
 def role_or_none() -> Role | None:
-    """The logged-in role (the session cookie), or None."""
+    """The logged-in role (the session cookie, alive in the state store), or None."""
     rt = current_runtime()
-    return auth.session_role(current_app, rt.config, rt.clock())
+    return auth.session_role(current_app, rt.config, rt.clock(), rt.store)
 
 
 def page(name: str, template: str, view: Any, inputs: Inputs, role: Role) -> str:
@@ -222,10 +229,11 @@ def api_revision() -> Response:
 @bp.get("/api/passes")
 @requires(Role.VIEWER)
 def api_passes() -> Response:
-    limit = request.args.get("limit", str(DEFAULT_PASSES))
-    if not limit.isascii() or not limit.isdigit() or not 0 < int(limit) <= MAX_PASSES:
-        return error(400, f"limit must be an integer in 1..{MAX_PASSES}")
-    return as_json(history_view(gather(current_runtime(), passes=int(limit))))
+    try:
+        limit = int_param(request.args, "limit", DEFAULT_PASSES, 1, MAX_PASSES) or DEFAULT_PASSES
+    except ParamError as exc:
+        return error(400, str(exc))
+    return as_json(history_view(gather(current_runtime(), passes=limit)))
 
 
 @bp.get("/api/openapi.yaml")
@@ -246,20 +254,44 @@ def login() -> BaseResponse | tuple[str, int]:
         return redirect(target) if role_or_none() is not None else login_page(target)
     if not auth.csrf_ok(request.form.get("csrf")):
         return login_page(target, "The form expired: enter the token again.", 400)
+    client = login_client(rt)
+    limiter: LoginLimiter = current_app.extensions[LIMITER]
+    verdict = limiter.allow(peer_key(client), time.monotonic())
+    if not verdict.allowed:
+        rt.metrics.login_refused.labels("rate_limited").inc()
+        if verdict.first_refusal:  # then counted in llmfleet_login_refused_total only, until allowed again
+            log_event(log, "page login refused", logging.WARNING, reason="rate limited", scope=verdict.scope,
+                      peer=client, retry_after_s=verdict.retry_after_s)
+        page_text, status = login_page(target, f"Too many login attempts: wait {verdict.retry_after_s} s and try "
+                                               "again.", 429)
+        response = current_app.make_response((page_text, status))
+        response.headers["Retry-After"] = str(verdict.retry_after_s)
+        return response
     token = request.form.get("token", "").strip()
     role = auth.role_of_token(rt.config, token or None)
     if role is None:
-        log_event(log, "page login refused", logging.WARNING, peer=request.remote_addr)
+        rt.metrics.login_refused.labels("wrong_token").inc()
+        log_event(log, "page login refused", logging.WARNING, reason="not a viewer or admin token", peer=client)
         return login_page(target, "That is not a viewer or admin token of this control plane.", 403)
-    auth.log_in(current_app, role, token, rt.clock())
-    log_event(log, "page login", role=str(role), peer=request.remote_addr)
+    auth.log_in(current_app, role, token, rt.clock(), rt.store)
+    log_event(log, "page login", role=str(role), peer=client)
     return redirect(target)
+
+
+def login_client(rt: Runtime) -> str:
+    """The address a login comes from: the peer, or behind a trusted proxy its X-Forwarded-For client."""
+    peer = request.remote_addr or ""
+    proxies = rt.config.trusted_proxies
+    if not proxies or not is_exempt(peer, proxies):
+        return peer  # X-Forwarded-For is believed from a trusted proxy only
+    return resolve_host(None, request.headers.get("X-Forwarded-For"), peer, proxies).name[:64]
 
 
 @bp.post("/logout")
 def logout() -> BaseResponse:
     if auth.csrf_ok(request.form.get("csrf")):
-        auth.log_out()
+        auth.log_out(current_runtime().store)
+        log_event(log, "page logout", peer=request.remote_addr)
     return redirect(url_for("pages.login"))
 
 
