@@ -9,18 +9,19 @@
     │   ├── HttpError                  llmfleet.adapters.http: connect, timeout, status, body
     │   ├── ListingError               llmfleet.adapters.providers: a provider's listing is unusable
     │   └── LitellmError               llmfleet.adapters.litellm: a LiteLLM answer we cannot use
-    └── OperationError                 a requested operation cannot be carried out as asked
-        (approve, a saved plan that went stale, a render of an unknown box, the demo, ...)
+    ├── OperationError                 a requested operation cannot be carried out as asked
+    │   (approve, a saved plan that went stale, a render of an unknown box, the demo, ...)
+    └── RequestError                   a request to the control plane is refused with a 4xx: a bad
+        query parameter, filter or box report; missing or wrong credentials (server.access.Refused)
 
-`retryable` says whether trying the same thing again later can succeed; the reconcile loop and the
-control plane's git refresh retry only what says so. The CLI maps the tree to exit codes once
+`retryable` says whether trying the same thing again later can succeed: the HTTP adapter retries
+a request only while its error says so (a timeout, a refused connection, 429, 502-504; never another
+4xx), after which the pass goes on and the next pass tries again. The CLI maps the tree to exit codes once
 (llmfleet.cli.main). The box side (llmfleet_installer, llmfleet_gateway) has trees of its own: it
 ships without the control plane.
 """
 
 from __future__ import annotations
-
-from typing import ClassVar
 
 EXIT_INVALID = 1  # the fleet (or the final state) is not what it should be
 EXIT_USAGE = 2  # usage, configuration or I/O: the command could not do its job
@@ -30,8 +31,12 @@ class LlmfleetError(Exception):
     """The root: anything llmfleet raises on purpose. The message is for a person: it names the file,
     field, host or header and what to do, and never carries a secret."""
 
-    retryable: ClassVar[bool] = False
     exit_code: int = EXIT_USAGE  # a class default; CommandError sets its own per instance
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same thing tried again later can succeed (a timeout can; a bad config cannot)."""
+        return False
 
 
 class ConfigurationError(LlmfleetError):
@@ -41,13 +46,17 @@ class ConfigurationError(LlmfleetError):
 class SourceError(LlmfleetError):
     """The repository could not be read at all (missing directory, not a git repo, unknown rev)."""
 
-    retryable = True  # a fetch or a clone can fail for a moment
+    @property
+    def retryable(self) -> bool:
+        return True  # a fetch or a clone can fail for a moment
 
 
 class StateError(LlmfleetError):
     """The state store failed (database unreachable, schema newer than this code, ...)."""
 
-    retryable = True
+    @property
+    def retryable(self) -> bool:
+        return True
 
 
 class LockHeld(StateError):  # noqa: N818 (a state, not an error)
@@ -57,8 +66,14 @@ class LockHeld(StateError):  # noqa: N818 (a state, not an error)
 class UpstreamError(LlmfleetError):
     """An outside system (a vLLM server, a provider API, LiteLLM) failed or answered unusably."""
 
-    retryable = True
+    @property
+    def retryable(self) -> bool:
+        return True
 
 
 class OperationError(LlmfleetError):
     """An operation that cannot be carried out as asked (the message says why and what to do)."""
+
+
+class RequestError(LlmfleetError):
+    """A request to the control plane is refused with a 4xx (the message is what the caller is told)."""

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from llmfleet.core.fleet.files import FLEET_FILES, WORKTREE_REVISION, Content, Oversized, Refused, Snapshot
+from llmfleet.core.fleet.files import FLEET_FILES, WORKTREE_REVISION, Content, NotRegularFile, Oversized, Snapshot
 from llmfleet.core.fleet.strictyaml import MAX_BYTES
 from llmfleet.errors import SourceError
 
@@ -103,7 +103,7 @@ def read_file(path: Path) -> Content:
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(before.st_mode):
-        return Refused(_kind(before.st_mode))
+        return NotRegularFile(_kind(before.st_mode))
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)
@@ -111,12 +111,12 @@ def read_file(path: Path) -> Content:
         return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # replaced by a link since the lstat
-            return Refused("a symbolic link")
+            return NotRegularFile("a symbolic link")
         raise
     with os.fdopen(fd, "rb") as fh:
         opened = os.fstat(fh.fileno())
         if not stat.S_ISREG(opened.st_mode):
-            return Refused(_kind(opened.st_mode))
+            return NotRegularFile(_kind(opened.st_mode))
         if opened.st_size > MAX_BYTES:
             return Oversized(opened.st_size)
         data = fh.read(MAX_BYTES + 1)
@@ -178,9 +178,9 @@ class GitFleetRepo:
                 continue
             try:  # a missing or corrupt object fails here, in `size` or in the read
                 if blob.type != "blob":
-                    files[name] = Refused("a directory" if blob.type == "tree" else "a submodule")
+                    files[name] = NotRegularFile("a directory" if blob.type == "tree" else "a submodule")
                 elif stat.S_ISLNK(blob.mode):  # a symbolic link is a blob of mode 120000 holding its target
-                    files[name] = Refused("a symbolic link")
+                    files[name] = NotRegularFile("a symbolic link")
                 elif blob.size > MAX_BYTES:
                     files[name] = Oversized(blob.size)
                 else:

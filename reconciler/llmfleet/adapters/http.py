@@ -31,6 +31,11 @@ class HttpError(UpstreamError):
         self.status = status
         self.body = body
 
+    @property
+    def retryable(self) -> bool:
+        """A transport failure or a status that says "later" (429, 502-504); any other answer stands."""
+        return self.status is None or self.status in RETRY_STATUSES
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -91,7 +96,7 @@ async def request_json(session: aiohttp.ClientSession, method: str, url: str, *,
                     return status, _decode(text)
                 decoded = _decode(scrub(text, hidden))
                 last = HttpError(f"{what}: HTTP {status}: {_brief(decoded)}", status, decoded)
-                if status not in RETRY_STATUSES:
+                if not last.retryable:
                     raise last
                 retry_after = response.headers.get("Retry-After")
         except TimeoutError:

@@ -26,6 +26,7 @@ from typing import ParamSpec, TypeVar, cast
 from flask import current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from llmfleet.errors import RequestError
 from llmfleet.server.auth import Role, bearer_token, matches
 from llmfleet.server.runtime import current_runtime
 from llmfleet.server.session import role_of_token, session_role
@@ -46,7 +47,7 @@ class Surface(StrEnum):
     PAGE = "page"  # HTML for people: the status pages, /login, /logout, /approve
 
 
-class Refused(HTTPException):
+class Refused(RequestError, HTTPException):  # noqa: N818 (what happened to the request)
     """A guarded view was not run. `code` is the status, `description` the sentence for the caller
     (it says what to send or configure, never what was expected)."""
 

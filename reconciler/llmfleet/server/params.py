@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from llmfleet.errors import RequestError
 
-class ParamError(ValueError):
+
+class ParamError(RequestError, ValueError):
     """The message names the parameter and what it takes (never echoes more than a short prefix)."""
 
 

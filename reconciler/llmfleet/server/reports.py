@@ -13,6 +13,7 @@ from llmfleet.adapters.state.records import BoxReport
 from llmfleet.core.fleet.diagnostics import pointer
 from llmfleet.core.fleet.jsonvalue import freeze_mapping, thaw
 from llmfleet.core.fleet.schema import validator
+from llmfleet.errors import RequestError
 from llmfleet_contract.report import ReportOutcome
 
 MAX_REPORT_BYTES = 64 * 1024
@@ -24,7 +25,7 @@ _STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-class ReportError(ValueError):
+class ReportError(RequestError, ValueError):
     """The report is not acceptable; the message says where and why (sent back with `status`)."""
 
     def __init__(self, message: str, status: int = 400) -> None:

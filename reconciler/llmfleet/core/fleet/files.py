@@ -21,7 +21,7 @@ class Oversized:
 
 
 @dataclass(frozen=True)
-class Refused:
+class NotRegularFile:
     """A fleet file that is not a regular file (a symbolic link, a directory, a device, a FIFO, a
     submodule): never followed nor read. `kind` says what it is; a link's target is never shown (a pull
     request could point one at a secret on the machine that validates it)."""
@@ -29,7 +29,7 @@ class Refused:
     kind: str
 
 
-Content = bytes | Oversized | Refused | None  # None: the file does not exist
+Content = bytes | Oversized | NotRegularFile | None  # None: the file does not exist
 
 
 @dataclass(frozen=True)

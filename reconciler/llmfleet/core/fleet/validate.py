@@ -19,8 +19,8 @@ from llmfleet.core.fleet.files import (
     FLEET_FILES,
     MODELS_FILE,
     PLACEMENT_FILE,
+    NotRegularFile,
     Oversized,
-    Refused,
     Snapshot,
 )
 from llmfleet.core.fleet.jsonvalue import JSON
@@ -96,7 +96,7 @@ def _validate(snapshot: Snapshot) -> Validation:
                                              "missing-file"))
             unusable = True
             continue
-        if isinstance(content, Refused):
+        if isinstance(content, NotRegularFile):
             diagnostics.append(_file_problem(display, f"{content.kind}, not a regular file: llmfleet reads only "
                                              f"regular files (neither followed nor read); commit {name} itself",
                                              "not-a-regular-file"))

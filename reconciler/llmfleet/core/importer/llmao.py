@@ -26,6 +26,7 @@ from types import MappingProxyType
 from llmfleet.core.fleet.flags import flag_name
 from llmfleet.core.fleet.jsonvalue import JSON, Frozen, freeze_mapping, thaw
 from llmfleet.core.fleet.model import DEFAULT_LISTEN_PORTS
+from llmfleet.errors import ConfigurationError
 from llmfleet_contract.addresses import normalise_host
 
 SECRET = "<secret>"  # noqa: S105 - a placeholder, not a password; what the reader leaves where llmao's files hold a secret value
@@ -96,7 +97,7 @@ class Imported:
     legacy: frozenset[tuple[str, int]]  # the legacy pairs, as box names and listen ports
 
 
-class LlmaoImportError(ValueError):
+class LlmaoImportError(ConfigurationError, ValueError):
     """llmao's files cannot be imported at all (no fleet section, no hosts...)."""
 
 

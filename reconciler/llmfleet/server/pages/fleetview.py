@@ -14,6 +14,7 @@ from llmfleet.adapters.state.records import BoxReport
 from llmfleet.core.fleet.jsonvalue import thaw
 from llmfleet.core.fleet.model import Box, Fleet, Provider
 from llmfleet.core.judge.verdict import SERVING, Verdict, rollup
+from llmfleet.errors import RequestError
 from llmfleet.server.pages.inputs import Inputs
 from llmfleet.server.reports import staleness
 from llmfleet_contract.report import ReportOutcome
@@ -99,8 +100,8 @@ class FleetView:
     q: str
 
 
-class FilterError(ValueError):
-    pass
+class FilterError(RequestError, ValueError):
+    """A fleet filter (?show=, ?q=) the pages cannot apply; the message says which and why."""
 
 
 @dataclass(frozen=True)
