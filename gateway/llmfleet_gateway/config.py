@@ -23,8 +23,13 @@ from llmfleet_gateway.target import Target, TargetError, parse_target
 
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
-DEFAULT_MAX_CONCURRENT = 64  # per model (LLMhop: 8 for the whole router)
-DEFAULT_MAX_QUEUED = 16  # per model (LLMhop: no queue)
+# Per model (LLMhop: 8 for the whole router, no queue). A model is a vLLM, which batches up to its
+# --max-num-seqs requests at once and queues the rest itself: a gateway slot count below that answers 503
+# where vLLM would have served. Without a per-model value (llmfleet writes one from the recipe), vLLM
+# 0.32's own default for `vllm serve` on an H100-class card (EngineArgs.get_batch_defaults: 1024 on
+# cards of 70 GiB or more but A100s, 256 on other GPUs), and as many again may wait in the queue.
+DEFAULT_MAX_CONCURRENT = 1024
+DEFAULT_MAX_QUEUED = 1024
 DEFAULT_QUEUE_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # or maxBodyBytes when larger

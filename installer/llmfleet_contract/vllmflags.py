@@ -27,12 +27,15 @@ from __future__ import annotations
 # Flags whose value llmfleet decides: where the server listens, what it is called, how much of the
 # card and context it takes, and its bearer. A recipe setting one of them would break the contract
 # (and --api-key would put the bearer on the command line, readable in /proc/*/cmdline).
-MANAGED_FLAGS = ("api-key", "gpu-memory-utilization", "host", "max-model-len", "port", "served-model-name", "uds")
+MANAGED_FLAGS = ("api-key", "device-memory-utilization", "gpu-memory-utilization", "host", "max-model-len", "port",
+                 "served-model-name", "uds")  # device-memory-utilization: vLLM 0.32's other name for the gpu one
 
 # What to do instead, per managed flag.
 INSTEAD = {
     "api-key": "llmfleet derives each server's bearer and passes it as VLLM_API_KEY; never put a key in args",
     "gpu-memory-utilization": "use the recipe's gpu_memory_utilization field (or leave the box to divide the card)",
+    "device-memory-utilization": "vLLM's other name for --gpu-memory-utilization: use the recipe's "
+                                 "gpu_memory_utilization field (or leave the box to divide the card)",
     "host": "the installer decides where vLLM listens (LLMFLEET_LISTEN_HOST, or loopback behind a gateway)",
     "max-model-len": "use the recipe's max_model_len field",
     "port": "the port is the placement row's second element",

@@ -10,8 +10,9 @@ import pytest
 
 from llmfleet.cli.main import main as llmfleet
 from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.boxgateway import VLLM_DEFAULT_MAX_NUM_SEQS
 from llmfleet.core.fleet.render import Bearers, render_all, render_box
-from llmfleet_gateway.config import load_config
+from llmfleet_gateway.config import DEFAULT_MAX_CONCURRENT, load_config, parse_config
 from tests.boxgateway.fleets import (
     BEARERS,
     BOX,
@@ -48,11 +49,12 @@ def test_the_gateway_section() -> None:
     assert gateway["models"] == {"m1": "m1", "m2": "m2"}
     assert gateway["config"] == {
         "host": "0.0.0.0", "port": 8001, "authTokens": ["${cred:client-token}"],  # noqa: S104
-        "maxBodyBytes": 104857600, "maxConcurrentRequests": 512, "maxQueuedRequests": 64,
-        "queueTimeoutSeconds": 30, "connectTimeoutSeconds": 5,
+        "maxBodyBytes": 104857600, "queueTimeoutSeconds": 30, "connectTimeoutSeconds": 5,
         "models": {
-            "m1": {"url": "http://127.0.0.1:9001", "headers": {"Authorization": "Bearer ${cred:bearer-m1}"}},
-            "m2": {"url": "http://127.0.0.1:9002", "headers": {"Authorization": "Bearer ${cred:bearer-m2}"}},
+            "m1": {"url": "http://127.0.0.1:9001", "headers": {"Authorization": "Bearer ${cred:bearer-m1}"},
+                   "maxConcurrentRequests": 1024, "maxQueuedRequests": 1024},
+            "m2": {"url": "http://127.0.0.1:9002", "headers": {"Authorization": "Bearer ${cred:bearer-m2}"},
+                   "maxConcurrentRequests": 1024, "maxQueuedRequests": 1024},
         }}
     assert gateway["digest"].startswith("sha256:")
 
@@ -62,7 +64,34 @@ def test_served_names_key_the_models_and_point_at_the_process() -> None:
     doc = rendered(GATEWAY_PLACEMENT.replace("[m2, 9002]", "[m2, 9002, second]"), models=models)
     assert doc["gateway"]["models"] == {"m1": "m1", "org-m2-chat": "second"}
     assert doc["gateway"]["config"]["models"]["org-m2-chat"] == {
-        "url": "http://127.0.0.1:9002", "headers": {"Authorization": "Bearer ${cred:bearer-second}"}}
+        "url": "http://127.0.0.1:9002", "headers": {"Authorization": "Bearer ${cred:bearer-second}"},
+        "maxConcurrentRequests": 1024, "maxQueuedRequests": 1024}
+
+
+@pytest.mark.parametrize(("vllm", "slots"), [
+    ("settings: {max-num-seqs: 48}", 48),
+    ("args: --max-num-seqs 12", 12),
+    ("args: [--max_num_seqs, '20']", 20),
+    ("args: --max-num-seqs=24", 24),
+    ("args: --enable-prefix-caching", VLLM_DEFAULT_MAX_NUM_SEQS),
+])
+def test_each_models_slots_are_what_its_vllm_batches(vllm: str, slots: int) -> None:
+    """The gateway admits as many requests to a model at once as its vLLM batches (--max-num-seqs from the
+    recipe, else vLLM's default), and queues as many again: a burst vLLM would take gets no 503."""
+    models = MODELS.replace("    vllm: {model: org/m2, vram_gb: 30, disk_gb: 40}",
+                            f"    vllm:\n      model: org/m2\n      vram_gb: 30\n      {vllm}")
+    result = validate(placement=GATEWAY_PLACEMENT, models=models)
+    assert result.fleet is not None, [d.text() for d in result.diagnostics]
+    config = render_box(result.fleet, BOX, BEARERS)["gateway"]["config"]
+    assert config["models"]["m2"]["maxConcurrentRequests"] == slots
+    assert config["models"]["m2"]["maxQueuedRequests"] == slots
+    assert config["models"]["m1"]["maxConcurrentRequests"] == VLLM_DEFAULT_MAX_NUM_SEQS
+    parsed = parse_config(json.dumps(config), expand_secrets=False)
+    assert {m.name: m.max_concurrent for m in parsed.models}["m2"] == slots
+
+
+def test_the_gateways_own_default_is_vllms() -> None:
+    assert DEFAULT_MAX_CONCURRENT == VLLM_DEFAULT_MAX_NUM_SEQS == 1024
 
 
 def test_no_bearer_in_the_config() -> None:

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from llmfleet.adapters.git import read_directory
+from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.files import WORKTREE_REVISION, Snapshot
 from llmfleet.core.fleet.model import Provider
-from llmfleet.demo.fleet import DemoError, SimBox, Template, addresses, simulate
+from llmfleet.core.fleet.render import Bearers, render_box
+from llmfleet.demo.fleet import DemoError, SimBox, Template, addresses, simulate, with_real_box
 from tests.conftest import EXAMPLE
 
 
@@ -124,3 +126,21 @@ def test_an_invalid_example_is_reported() -> None:
     files["placement.yaml"] = "hosts:\n  box-a:\n    - [no-such-model, 8001]\n"
     with pytest.raises(DemoError, match="not valid"):
         simulate(snapshot(files))
+
+
+def test_the_real_vllm_box_comes_after_the_simulated_ones() -> None:
+    """--real-vllm: one more box, on the next address, of two real vLLM servers on one card, the CPU flags
+    in the recipes' settings; its servers' box JSON carries them as vLLM flags."""
+    demo = simulate(read_directory(EXAMPLE))
+    real = with_real_box(demo, "/opt/harness/models/tiny-llama", "127.0.0.2", max_model_len=512,
+                         kv_cache_bytes=67108864, max_num_seqs=8)
+    assert real.boxes[:-1] == demo.boxes
+    box = real.boxes[-1]
+    assert (box.name, box.real_vllm, box.gpus) == (f"127.0.0.{2 + len(demo.boxes)}", True, 1)
+    rows = real.fleet.boxes[box.name].servers
+    assert [(r.model, r.port) for r in rows] == [("tiny-real-a", 8001), ("tiny-real-b", 8002)]
+    recipe = real.fleet.recipes["tiny-real-a"].vllm
+    assert (recipe.model, recipe.max_model_len) == ("/opt/harness/models/tiny-llama", 512)
+    document = render_box(real.fleet, box.name, Bearers(Salt("demo-salt-0123456789abcdef")))
+    assert document["servers"][0]["args"] == ["--kv-cache-memory-bytes", "67108864", "--max-num-seqs", "8"]
+    assert set(real.fleet.boxes) - set(demo.fleet.boxes) == {box.name}

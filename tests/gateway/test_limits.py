@@ -130,3 +130,17 @@ def test_large_bodies_stream_both_ways(upstreams: Upstreams) -> None:
         reply = gateway.request("POST", "/v1/x", body=body, timeout=60)
         assert base64.b64decode(reply.json()["body"]) == body
         assert gateway.request("POST", "/route/echo/upload", body=payload + payload).status == 413
+
+
+def test_default_limits_take_a_burst_vllm_would_batch(upstreams: Upstreams) -> None:
+    """Issue 15: at 128 concurrent requests to one slow model, the old default (64 slots and 16 queued per
+    model) answered 503 to 48 of them where vLLM would have batched them all. Without limits in its config
+    each model now gets vLLM 0.32's default batch (--max-num-seqs 1024 on an H100-class card), so the same
+    burst is served whole."""
+    config = reference_config(upstreams)
+    del config["maxConcurrentRequests"], config["maxQueuedRequests"]
+    with running_gateway(config) as gateway:
+        statuses = [status for status, _ in _slow_requests(gateway, 128)]
+        assert statuses.count(200) == 128, sorted(set(statuses))
+        metrics = gateway.request("GET", "/metrics").body.decode()
+        assert 'llmfleet_gateway_concurrency_limit{model="echo"} 1024' in metrics

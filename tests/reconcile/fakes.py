@@ -146,35 +146,85 @@ def vast_instance(ident: int, ip: str, ports: dict[int, int] | None, status: str
     return item
 
 
+def problem(status: int, title: str, detail: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"title": title, "status": status, "detail": detail}, status=status, headers=headers,
+                             content_type="application/problem+json")
+
+
 @dataclass
 class FakeRunPod:
+    """RunPod's pod listing in both published shapes (tests/contracts/: the REST v1 and v2 OpenAPI documents):
+    `GET /v2/pods` -> {"pods": [Pod]} and `GET /v1/pods` -> [Pod], the v1 pods rendered from the same v2
+    ones. `versions` says which the "account" answers: one left out answers 404, as for an account without
+    the v2 beta."""
+
     pods: list[dict[str, Any]] = field(default_factory=list)
     api_key: str = "runpod-test-key"
     throttle: int = 0
     calls: int = 0
+    versions: frozenset[str] = frozenset({"v1", "v2"})
+
+    def _refuse(self, request: web.Request, version: str) -> web.Response | None:
+        self.calls += 1
+        # v2's errors are RFC 9457 problems (application/problem+json with title, status, detail); v1
+        # documents no error bodies, so its fake answers the same.
+        if version not in self.versions:
+            return problem(404, "Not Found", f"no {version} API for this account")
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return problem(401, "Unauthorized", "invalid bearer token")
+        if self.calls <= self.throttle:
+            return problem(429, "Too Many Requests", "rate limit exceeded for the minute window",
+                           {"Retry-After": "0"})
+        return None
 
     async def list(self, request: web.Request) -> web.Response:
-        self.calls += 1
-        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
-            return web.json_response({"title": "Unauthorized", "status": 401, "detail": "bad key"}, status=401)
-        if self.calls <= self.throttle:
-            return web.json_response({"title": "Too Many Requests", "status": 429}, status=429,
-                                     headers={"Retry-After": "0"})
-        return web.json_response({"pods": self.pods})
+        return self._refuse(request, "v2") or web.json_response({"pods": self.pods})
+
+    async def list_v1(self, request: web.Request) -> web.Response:
+        return self._refuse(request, "v1") or web.json_response([runpod_pod_v1(pod) for pod in self.pods])
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v2/pods", self.list)
+        app.router.add_get("/v1/pods", self.list_v1)
         return app
 
 
 def runpod_pod(pod_id: str, ports: dict[int, int] | None, status: str = "RUNNING",
                ip: str = "127.0.0.1") -> dict[str, Any]:
-    runtime = None if ports is None else {"uptime": 60, "ports": [
+    """A v2 `Pod` with every field the published schema requires (shaped after its documented example)."""
+    running = ports is not None
+    runtime = None if not running else {"uptime": 60, "ports": [
         {"private": 22, "public": 34446, "type": "tcp", "ip": ip},
         *({"private": listen, "public": public, "type": "tcp", "ip": ip} for listen, public in ports.items())]}
-    return {"id": pod_id, "name": pod_id, "image": "llmfleet/vllm:1", "ports": ["8001/tcp", "22/tcp"], "env": {},
-            "status": status, "gpu": {"id": "NVIDIA H100", "count": 1}, "runtime": runtime}
+    direct = {"host": ip, "port": 34446, "username": "root", "command": f"ssh root@{ip} -p 34446"} if running else None
+    return {"id": pod_id, "name": pod_id, "image": "llmfleet/vllm:1", "args": "", "disk": 50,
+            "ports": ["8001/tcp", "22/tcp"], "env": {}, "registry": None, "status": status,
+            "actions": ["stop", "restart", "terminate"] if running else ["terminate"],
+            "mounts": {"persistent": {"size": 100, "path": "/workspace"}},
+            "gpu": {"id": "NVIDIA H100 80GB HBM3", "count": 1}, "cloud": "SECURE", "dataCenterId": "US-KS-2",
+            "cudaVersion": "12.8",
+            "ssh": {"proxy": {"host": "ssh.runpod.io", "port": 22, "username": f"{pod_id}-64411eb2",
+                              "command": f"ssh {pod_id}-64411eb2@ssh.runpod.io"}, "direct": direct},
+            "template": None, "cost": 2.69 if running else 0.0, "locked": False, "globalNetworking": {"enabled": False},
+            "runtime": runtime, "createdAt": "2026-11-01T12:00:00Z",
+            "startedAt": "2026-11-01T12:02:00Z" if running else None}
+
+
+def runpod_pod_v1(pod: dict[str, Any]) -> dict[str, Any]:
+    """The same pod as REST v1 lists it: `desiredStatus`, `publicIp`, `portMappings` of its TCP ports."""
+    runtime = pod.get("runtime") or {}
+    tcp = [p for p in runtime.get("ports") or [] if p.get("type") == "tcp" and p.get("public")]
+    desired = {"RUNNING": "RUNNING", "STARTING": "RUNNING", "PROVISIONING": "RUNNING", "TERMINATED": "TERMINATED"}
+    return {"id": pod["id"], "name": pod["name"], "image": pod["image"], "desiredStatus": desired.get(pod["status"], "EXITED"),
+            "publicIp": tcp[0]["ip"] if tcp else None,
+            "portMappings": {str(p["private"]): p["public"] for p in tcp} if tcp else None,
+            "ports": pod["ports"], "env": pod["env"], "containerDiskInGb": pod["disk"], "volumeInGb": 100,
+            "volumeMountPath": "/workspace", "costPerHr": pod["cost"], "adjustedCostPerHr": pod["cost"],
+            "gpu": {"id": pod["gpu"]["id"], "count": pod["gpu"]["count"], "displayName": "H100 SXM"},
+            "machineId": "s194cr8pls2z", "locked": False, "interruptible": False, "memoryInGb": 125, "vcpuCount": 16,
+            "lastStatusChange": "Rented by User: Sun Nov 01 2026 12:02:00 GMT+0000",
+            "lastStartedAt": pod["startedAt"] or "2026-11-01T12:02:00Z"}
 
 
 @contextlib.asynccontextmanager

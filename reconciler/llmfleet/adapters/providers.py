@@ -4,8 +4,12 @@
   `ports` maps `"8001/tcp"` to `[{"HostIp", "HostPort"}]` (a string) and exists only while running.
   Several instances may share one IP: the one whose `label` is the box name wins, otherwise the box is
   ambiguous (Unknown, never guessed).
-- RunPod (`GET /v2/pods`): a box is named by its pod id; `runtime` is null unless RUNNING and
-  `runtime.ports` lists `{"private", "public", "type", "ip"}`, possibly late and with nulls.
+- RunPod: a box is named by its pod id. REST API v2 (`GET https://api.runpod.io/v2/pods`, in beta):
+  `{"pods": [...]}`, `runtime` is null unless RUNNING and `runtime.ports` lists
+  `{"private", "public", "type", "ip"}`, possibly late and with nulls. Where v2 answers 404 or 403 (an
+  account without the beta), REST API v1 (`GET https://rest.runpod.io/v1/pods`): a list of pods with
+  `desiredStatus`, `publicIp` (null while initialising) and `portMappings` `{"8001": 40123}` (TCP
+  ports only). Both shapes are those of RunPod's published OpenAPI documents (schemas/providers/).
 - Static boxes are not listed: public port = listen port (see `observed.resolve_endpoint`).
 
 A listing that fails, or answers something we cannot read, is a failed observation: the planner then
@@ -30,7 +34,9 @@ from llmfleet.core.secret import Secret
 from llmfleet.errors import UpstreamError
 
 VAST_URL = "https://console.vast.ai"
-RUNPOD_URL = "https://api.runpod.io"
+RUNPOD_URL = "https://api.runpod.io"  # REST API v2
+RUNPOD_V1_URL = "https://rest.runpod.io/v1"  # REST API v1
+RUNPOD_V2_MISSING = frozenset({403, 404})  # v2 not offered to this account: ask v1
 VAST_PAGE = 25  # the API's maximum
 MAX_PAGES = 2000  # a loop guard against a paging bug on either side
 VAST_TERMINAL = frozenset({"exited", "unknown", "offline"})
@@ -124,6 +130,28 @@ def runpod_boxes(pods: list[JSON]) -> dict[str, ProviderBox]:
     return boxes
 
 
+def runpod_v1_boxes(pods: list[JSON]) -> dict[str, ProviderBox]:
+    """Pure: RunPod REST v1 pods -> boxes keyed by pod id."""
+    boxes: dict[str, ProviderBox] = {}
+    for pod in pods:
+        if not isinstance(pod, dict) or not isinstance(pod_id := pod.get("id"), str):
+            continue
+        status = str(pod.get("desiredStatus") or "UNKNOWN")
+        ip, mappings = pod.get("publicIp"), pod.get("portMappings")
+        endpoints: dict[int, Endpoint] = {}
+        if isinstance(ip, str) and ip and isinstance(mappings, dict):
+            for private, public in mappings.items():
+                if str(private).isdigit() and isinstance(public, int) and not isinstance(public, bool):
+                    endpoints[int(private)] = Endpoint(ip, public)
+        boxes[pod_id] = ProviderBox(pod_id, endpoints, status=status.lower(), ident=f"pod {pod_id}")
+    return boxes
+
+
+def runpod_v1_url(url: str) -> str:
+    """REST v1's base beside a configured v2 base: RunPod's own, or `URL/v1` on any other (a proxy, a fake)."""
+    return RUNPOD_V1_URL if url.rstrip("/") == RUNPOD_URL else url.rstrip("/") + "/v1"
+
+
 class VastClient:
     provider = Provider.VAST
 
@@ -167,7 +195,21 @@ class RunPodClient:
                                          what="RunPod GET /v2/pods", headers=self.access.headers(),
                                          timeout_s=self.access.timeout_s, retry=self.access.retry)
         except HttpError as exc:
-            return ProviderListing(Provider.RUNPOD, error=str(exc))
+            if exc.status not in RUNPOD_V2_MISSING:
+                return ProviderListing(Provider.RUNPOD, error=str(exc))
+            return await self.list_v1(session, f"v2 answered {exc.status}")
         if not isinstance(body, dict) or not isinstance(pods := body.get("pods"), list):
             return ProviderListing(Provider.RUNPOD, error="RunPod GET /v2/pods: the answer has no `pods` list")
         return ProviderListing(Provider.RUNPOD, runpod_boxes(pods))
+
+    async def list_v1(self, session: aiohttp.ClientSession, why: str) -> ProviderListing:
+        what = f"RunPod GET /v1/pods ({why})"
+        try:
+            _, body = await request_json(session, "GET", f"{runpod_v1_url(self.access.url)}/pods", what=what,
+                                         headers=self.access.headers(), timeout_s=self.access.timeout_s,
+                                         retry=self.access.retry)
+        except HttpError as exc:
+            return ProviderListing(Provider.RUNPOD, error=str(exc))
+        if not isinstance(body, list):
+            return ProviderListing(Provider.RUNPOD, error=f"{what}: the answer is not a list of pods")
+        return ProviderListing(Provider.RUNPOD, runpod_v1_boxes(body))

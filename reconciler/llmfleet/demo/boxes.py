@@ -7,6 +7,10 @@ provisioning script, which fetches the real installer from the control plane.
     <scratch>/simulated-boxes/<addr>/data/            LLMFLEET_DATA_DIR (units' logs, the installer, HF cache)
     <scratch>/simulated-boxes/<addr>/provision.log    every provisioning run's output
 
+With --real-vllm one more box runs the real vLLM (the CPU harness, reconciler/llmfleet/demo/realvllm.py): its
+`vllm` is the harness's, and its supervisord's environment carries env.sh's CPU settings, as a box
+template's environment would.
+
 A Vast box's image already runs supervisord; vast.sh fetches and runs the installer, which updates it.
 A RunPod box runs runpod.sh as its entrypoint: it runs the installer, then becomes supervisord. A
 re-fetch is what a box restart does: vast.sh again, or (RunPod) the pod stopped and started again.
@@ -28,6 +32,7 @@ import llmfleet_installer
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.demo import procs
 from llmfleet.demo.fleet import DemoError, SimBox, Template
+from llmfleet.demo.realvllm import Harness
 
 PROVISION = Path(llmfleet_installer.__file__).resolve().parent / "provision"
 SIMULATED_LOAD_S = 3  # how long each simulated vLLM "loads its weights" before it answers
@@ -47,8 +52,9 @@ class Provisioned:
 
 
 class SimulatedBox:
-    def __init__(self, sim: SimBox, root: Path, socket: Path, tag: str) -> None:
+    def __init__(self, sim: SimBox, root: Path, socket: Path, tag: str, harness: Harness | None = None) -> None:
         self.sim = sim
+        self.harness = harness if sim.real_vllm else None
         self.tag = tag
         self.name = sim.name
         self.root = root
@@ -72,6 +78,10 @@ class SimulatedBox:
                                   "llmfleet.demo.fake_nvidia_smi",
                                   {"FAKE_NVIDIA_SMI_GPUS": self.sim.nvidia_smi_gpus}),
         }
+        if self.harness is not None:
+            del tools["vllm"]
+            (self.bin / "vllm").unlink(missing_ok=True)
+            (self.bin / "vllm").symlink_to(self.harness.vllm)  # the real vLLM, found on PATH as on a box
         for name, text in tools.items():
             (self.bin / name).write_text(text, encoding="utf-8")
             (self.bin / name).chmod(0o755)
@@ -115,12 +125,15 @@ files = {self.conf_dir}/*.conf
             "LLMFLEET_DATA_DIR": str(self.data), "LLMFLEET_SUPERVISOR_CONF_DIR": str(self.conf_dir),
             "LLMFLEET_SUPERVISOR_CONFIG": str(self.config), "LLMFLEET_LISTEN_HOST": self.name,
             "LLMFLEET_VLLM_BIN": str(self.bin / "vllm"), "LLMFLEET_GATEWAY_PYTHON": sys.executable,
-            "LLMFLEET_STARTSECS": "1", "LLMFLEET_START_TIMEOUT_S": "300", "LLMFLEET_FETCH_DEADLINE_S": "30",
+            "LLMFLEET_STARTSECS": "1", "LLMFLEET_FETCH_DEADLINE_S": "30",
+            # a real vLLM on shared CPU cores takes a minute or more before the next on its card may start
+            "LLMFLEET_START_TIMEOUT_S": "900" if self.harness is not None else "300",
         }
 
     def _start_supervisord(self) -> None:
         env = {"PATH": os.pathsep.join([str(self.bin), str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
-               "HOME": str(self.root), "LANG": "C.UTF-8"}
+               "HOME": str(self.root), "LANG": "C.UTF-8",
+               **(self.harness.box_env() if self.harness is not None else {})}
         self.supervisord = procs.start([str(Path(sys.executable).parent / "supervisord"), "-n", "-c",
                                         str(self.config)], env=env, log=self.log, tag=self.tag)
         procs.wait_until(f"the supervisord of {self.name}", self._answers, 30)

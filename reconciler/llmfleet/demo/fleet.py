@@ -49,6 +49,7 @@ class SimBox:
     template: Template
     gpus: int
     gpu_memory_gb: float  # all GPUs together, what its simulated nvidia-smi reports
+    real_vllm: bool = False  # runs the real vLLM CPU harness instead of the stub (llmfleet demo --real-vllm)
 
     @property
     def nvidia_smi_gpus(self) -> str:
@@ -185,3 +186,40 @@ def _check_binds(fleet: Fleet) -> None:
             raise DemoError(f"two simulated servers would both listen on {bind[0]}:{bind[1]} (servers behind box "
                             "gateways share 127.0.0.1 here); give their rows different ports")
         seen.add(bind)
+
+
+REAL_MODELS = ("tiny-real-a", "tiny-real-b")
+
+
+def with_real_box(demo: DemoFleet, model_path: str, first_address: str, *, max_model_len: int,
+                  kv_cache_bytes: int, max_num_seqs: int) -> DemoFleet:
+    """The demo fleet plus one box of two real vLLM servers (the harness's tiny Llama) on the next loopback
+    address, on one simulated card (so the second waits for the first), with the CPU flags in the
+    recipes' `settings` as a fleet repository would carry them."""
+    address = addresses(first_address, len(demo.boxes) + 1)[-1]
+    ports = demo.fleet.settings.listen_ports[:2]
+    if len(ports) < 2:
+        raise DemoError("the example fleet lists fewer than two listen_ports: the real vLLM box needs two")
+    recipe = (f"    description: the real vLLM (CPU build) serving a tiny random Llama (llmfleet demo --real-vllm)\n"
+              f"    health_grace_s: 900\n"
+              f"    vllm:\n      model: {model_path}\n      max_model_len: {max_model_len}\n      vram_gb: 1\n"
+              f"      disk_gb: 0\n      settings:\n        kv-cache-memory-bytes: {kv_cache_bytes}\n"
+              f"        max-num-seqs: {max_num_seqs}\n")
+    models = _bytes_text(demo.files, "models.yaml").rstrip("\n") + "\n\n" + "".join(
+        f"  {name}:\n{recipe}" for name in REAL_MODELS)
+    rows = "".join(f"      - [{name}, {port}]\n" for name, port in zip(REAL_MODELS, ports, strict=True))
+    placement = (_bytes_text(demo.files, PLACEMENT_FILE).rstrip("\n")
+                 + f"\n\n  # llmfleet demo --real-vllm: two real vLLM servers on one (simulated) card\n"
+                 f"  {address}:\n    provider: static\n    servers:\n{rows}")
+    files = {**demo.files, "models.yaml": models.encode(), PLACEMENT_FILE: placement.encode()}
+    result = validate_snapshot(Snapshot(WORKTREE_REVISION, files, {name: name for name in files}))
+    if result.fleet is None:
+        raise DemoError("the demo fleet with the real vLLM box is not valid:\n" + format_text(result.diagnostics))
+    _check_binds(result.fleet)
+    real = SimBox(address, "real vLLM box", Template.VAST, 1, DEFAULT_GPU_MEMORY_GB, real_vllm=True)
+    return DemoFleet(files, result.fleet, (*demo.boxes, real), demo.dropped)
+
+
+def _bytes_text(files: Mapping[str, bytes], name: str) -> str:
+    content = files.get(name)
+    return content.decode("utf-8") if isinstance(content, bytes) else ""

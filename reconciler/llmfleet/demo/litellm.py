@@ -56,9 +56,12 @@ class Litellm:
                     await client.delete(ident)
         asyncio.run(work())
 
-    def chat(self, model: str, text: str) -> str:
+    def chat(self, model: str, text: str, max_tokens: int | None = None) -> str:
         """One chat completion through the proxy; the answer's text."""
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]}).encode()
+        request_body: dict[str, object] = {"model": model, "messages": [{"role": "user", "content": text}]}
+        if max_tokens is not None:  # a real vLLM with random weights rarely ends on its own
+            request_body["max_tokens"] = max_tokens
+        body = json.dumps(request_body).encode()
         request = urllib.request.Request(self.url.rstrip("/") + "/v1/chat/completions", data=body, method="POST",  # noqa: S310
                                          headers={"Authorization": f"Bearer {self.master_key}",
                                                   "Content-Type": "application/json"})

@@ -23,11 +23,11 @@ from rich.console import Console
 from rich.live import Live
 
 from llmfleet.adapters.git import read_directory
-from llmfleet.demo import procs
+from llmfleet.demo import procs, realvllm
 from llmfleet.demo.boxes import SimulatedBox
 from llmfleet.demo.check import problems, waiting_for
 from llmfleet.demo.controlplane import ControlPlane
-from llmfleet.demo.fleet import DemoError, binds, simulate
+from llmfleet.demo.fleet import REAL_MODELS, DemoError, binds, simulate, with_real_box
 from llmfleet.demo.follow import follow
 from llmfleet.demo.guide import banner, where_to_look
 from llmfleet.demo.litellm import Litellm, build, check_shared, remove_demo_deployments
@@ -52,6 +52,7 @@ class Options:
     litellm_harness: Path | None = None
     interval_s: float = 2.0
     timeout_s: float = 300.0
+    real_vllm: realvllm.Harness | None = None  # one more box, of two real vLLM servers (--real-vllm)
 
 
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -106,6 +107,10 @@ class Demo:
         if shutil.which("git") is None:
             raise DemoError("llmfleet demo needs git on PATH")
         demo_fleet = simulate(read_directory(options.example), options.first_address)
+        if options.real_vllm is not None:
+            demo_fleet = with_real_box(demo_fleet, str(options.real_vllm.model), options.first_address,
+                                       max_model_len=realvllm.MODEL_LEN, kv_cache_bytes=realvllm.KV_CACHE_BYTES,
+                                       max_num_seqs=realvllm.MAX_NUM_SEQS)
         fleet = demo_fleet.fleet
         self.first_model = next(row.model for box in fleet.boxes.values() for row in box.servers)
         for address, port in binds(fleet):
@@ -127,7 +132,8 @@ class Demo:
         self.say(f"control plane (llmfleet serve) on {plane.url}, serving {revision[:12]}")
         for sim in demo_fleet.boxes:
             box = self.boxes[sim.name] = SimulatedBox(sim, workspace.boxes / sim.name,
-                                                      workspace.sockets / f"{sim.name}.sock", workspace.tag)
+                                                      workspace.sockets / f"{sim.name}.sock", workspace.tag,
+                                                      options.real_vllm)
             self.owned.add(sim.name)
             box.prepare(fleet)
             self.provision(box, f"boots ({sim.template} template, was {sim.example_name})")
@@ -257,6 +263,10 @@ class Demo:
             self.say(f"chat completion through LiteLLM to {model}: {answer!r}")
             if not answer.startswith(f"stub-vllm {model} "):  # the simulated vLLM names itself in its answers
                 found.append(f"LiteLLM's answer for {model} did not come from a simulated server of it")
+            if self.options.real_vllm is not None:
+                for real in REAL_MODELS:
+                    text = self.litellm.chat(real, "hello", max_tokens=8)
+                    self.say(f"chat completion through LiteLLM to the real vLLM {real}: {text!r}")
         for problem in found:
             self.say(f"wrong: {problem}", "red")
         self.say("final state: " + ("as expected" if not found else f"{len(found)} problem(s)"),

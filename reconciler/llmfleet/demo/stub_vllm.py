@@ -99,8 +99,8 @@ class Handler(BaseHTTPRequestHandler):
     def send_json(self, status: int, document: Any) -> None:
         self.send_body(status, json.dumps(document, separators=(",", ":")).encode())
 
-    def error(self, status: int, kind: str, message: str) -> None:
-        self.send_json(status, {"error": {"message": message, "type": kind, "param": None, "code": status}})
+    def error(self, status: int, kind: str, message: str, param: str | None = None) -> None:
+        self.send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
 
     def authorised(self) -> bool:
         keys = self.server.api_keys
@@ -151,7 +151,16 @@ class Handler(BaseHTTPRequestHandler):
             self.error(400, "BadRequestError", "the request body must be a JSON object with a \"model\"")
             return
         if request["model"] not in self.server.config.served_names:
-            self.error(404, "NotFoundError", f"The model `{request['model']}` does not exist.")
+            aliases = ", ".join(self.server.config.served_names)
+            self.error(404, "NotFoundError", f"The model `{request['model']}` does not exist. "
+                                             f"Valid aliases: {aliases}.", param="model")
+            return
+        max_tokens = request.get("max_tokens")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
+                                       or not 0 < max_tokens <= self.server.max_model_len()):
+            self.error(400, "BadRequestError", f"max_tokens={max_tokens} cannot be greater than max_model_len="
+                                               f"{self.server.max_model_len()}. Please request fewer output tokens. "
+                                               f"(parameter=max_tokens, value={max_tokens})", param="max_tokens")
             return
         chat = path.endswith("chat/completions")
         prompt = self.server.last_user_text(request, chat)
@@ -176,9 +185,12 @@ class StubServer(ThreadingHTTPServer):
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         super().server_bind()
 
+    def max_model_len(self) -> int:
+        return int(self.config.max_model_len or os.environ.get("STUB_VLLM_MAX_MODEL_LEN", "32768"))
+
     def models(self) -> dict[str, Any]:
         config = self.config
-        max_len = config.max_model_len or int(os.environ.get("STUB_VLLM_MAX_MODEL_LEN", "32768"))
+        max_len = self.max_model_len()
         now = int(time.time())
         cards = [{"id": name, "object": "model", "created": now, "owned_by": "vllm", "root": config.model,
                   "parent": None, "max_model_len": max_len,
@@ -231,32 +243,44 @@ class StubServer(ThreadingHTTPServer):
         return ""
 
     def complete(self, handler: Handler, request: dict[str, Any], prompt: str, chat: bool) -> None:
+        """The answer's text, one "token" per word, cut at max_tokens (finish_reason "length") as vLLM does."""
         name = self.config.served_names[0]
-        text = f"stub-vllm {name} port {self.config.port}: {prompt}"
-        prompt_tokens, completion_tokens = max(len(prompt.split()), 1), len(text.split())
-        usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-                 "completion_tokens": completion_tokens, "prompt_tokens_details": None}
-        ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        words = f"stub-vllm {name} port {self.config.port}: {prompt}".split(" ")
+        max_tokens = request.get("max_tokens")
+        finish = "stop"
+        if isinstance(max_tokens, int) and len(words) >= max_tokens:
+            words, finish = words[:max_tokens], "length"
+        pieces = [word if i == 0 else " " + word for i, word in enumerate(words)]
+        text = "".join(pieces)
+        prompt_tokens, completion_tokens = max(len(prompt.split()), 1), len(pieces)
+        counts = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                  "completion_tokens": completion_tokens}
+        ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16]
         created = int(time.time())
         with self.stats.lock:
             self.stats.running += 1
         try:
             if request.get("stream") is True:
-                self._stream(handler, ident, created, name, text, chat, usage,
+                self._stream(handler, ident, created, name, pieces, finish, chat, counts,
                              bool((request.get("stream_options") or {}).get("include_usage")))
             else:
+                usage = {**counts, "prompt_tokens_details": None, "completion_tokens_details": None}
+                end = {"service_tier": None, "system_fingerprint": self.fingerprint, "usage": usage}
                 if chat:
-                    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text,
-                                                                      "refusal": None, "annotations": None,
-                                                                      "audio": None, "function_call": None,
-                                                                      "tool_calls": [], "reasoning_content": None},
-                                              "logprobs": None, "finish_reason": "stop", "stop_reason": None}
+                    message = {"role": "assistant", "content": text, "refusal": None, "annotations": None,
+                               "audio": None, "function_call": None, "reasoning": None}
+                    choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None,
+                                              "finish_reason": finish, "stop_reason": None, "token_ids": None,
+                                              "routed_experts": None}
+                    tail: dict[str, Any] = {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
                 else:
-                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "stop",
-                              "stop_reason": None, "prompt_logprobs": None}
+                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+                              "stop_reason": None, "token_ids": None, "prompt_logprobs": None,
+                              "prompt_token_ids": None, "routed_experts": None}
+                    tail = {}
                 handler.send_json(200, {"id": ident, "object": "chat.completion" if chat else "text_completion",
-                                        "created": created, "model": name, "choices": [choice], "usage": usage,
-                                        "prompt_logprobs": None, "kv_transfer_params": None})
+                                        "created": created, "model": name, "choices": [choice], **end, **tail,
+                                        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None})
         finally:
             with self.stats.lock:
                 self.stats.running -= 1
@@ -264,39 +288,51 @@ class StubServer(ThreadingHTTPServer):
                 self.stats.prompt_tokens += prompt_tokens
                 self.stats.generation_tokens += completion_tokens
 
-    @staticmethod
-    def _stream(handler: Handler, ident: str, created: int, name: str, text: str, chat: bool,
-                usage: dict[str, Any], include_usage: bool) -> None:
+    @property
+    def fingerprint(self) -> str:
+        return f"vllm-{VERSION}-{self.created & 0xFFFFFFFF:08x}"
+
+    def _stream(self, handler: Handler, ident: str, created: int, name: str, pieces: list[str], finish: str,
+                chat: bool, counts: dict[str, int], include_usage: bool) -> None:
+        """Server-sent events in HTTP/1.1 chunked encoding, as vLLM's uvicorn sends them: for chat a first
+        chunk with the role, then one chunk per token, the last token's carrying finish_reason; the usage
+        chunk (choices: []) only when asked for; then `data: [DONE]`."""
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        handler.send_header("Cache-Control", "no-cache")
-        handler.send_header("Connection", "close")
+        handler.send_header("Transfer-Encoding", "chunked")
         handler.end_headers()
-        handler.close_connection = True
         kind = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(piece: str | None, finish: str | None, role: bool = False) -> None:
-            if chat:
-                delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": piece}
-                choice: dict[str, Any] = {"index": 0, "delta": delta if not finish else {}, "logprobs": None,
-                                          "finish_reason": finish, "stop_reason": None}
-            else:
-                choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish,
-                          "stop_reason": None}
-            body = {"id": ident, "object": kind, "created": created, "model": name, "choices": [choice]}
-            handler.wfile.write(f"data: {json.dumps(body, separators=(',', ':'))}\n\n".encode())
+        def send(data: str) -> None:
+            event = f"data: {data}\n\n".encode()
+            handler.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
             handler.wfile.flush()
 
+        def chunk(choice: dict[str, Any], **extra: Any) -> None:
+            body = {"id": ident, "object": kind, "created": created, "model": name, "choices": [choice], **extra}
+            send(json.dumps(body, separators=(",", ":")))
+
         if chat:
-            chunk(None, None, role=True)
-        words = text.split(" ")
-        for i, word in enumerate(words):
-            chunk(word if i == 0 else " " + word, None)
-        chunk(None, "stop")
+            chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None},
+                  prompt_token_ids=None, prompt_text=None)
+        for i, piece in enumerate(pieces):
+            last = i == len(pieces) - 1
+            ending: dict[str, Any] = {"finish_reason": finish if last else None}
+            if last or not chat:
+                ending["stop_reason"] = None
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "delta": {"content": piece}, "logprobs": None, **ending,
+                                          "token_ids": None}
+                chunk(choice)
+            else:
+                choice = {"index": 0, "text": piece, "logprobs": None, **ending, "prompt_token_ids": None,
+                          "token_ids": None}
+                chunk(choice, **({"system_fingerprint": self.fingerprint} if last else {}))
         if include_usage:
-            body = {"id": ident, "object": kind, "created": created, "model": name, "choices": [], "usage": usage}
-            handler.wfile.write(f"data: {json.dumps(body, separators=(',', ':'))}\n\n".encode())
-        handler.wfile.write(b"data: [DONE]\n\n")
+            send(json.dumps({"id": ident, "object": kind, "created": created, "model": name, "choices": [],
+                             "usage": counts, "system_fingerprint": self.fingerprint}, separators=(",", ":")))
+        send("[DONE]")
+        handler.wfile.write(b"0\r\n\r\n")
         handler.wfile.flush()
 
 
