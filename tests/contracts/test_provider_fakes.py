@@ -31,6 +31,7 @@ from llmfleet.adapters.providers import (
     vast_boxes,
 )
 from llmfleet.core.judge.intended import Endpoint
+from llmfleet.core.secret import Secret
 from tests.reconcile.fakes import FakeRunPod, FakeVast, runpod_pod, serve, vast_instance
 
 HERE = Path(__file__).resolve().parent
@@ -185,7 +186,7 @@ def test_runpod_client_reads_v2_or_falls_back_to_v1(versions: frozenset[str]) ->
 
     async def go():  # type: ignore[no-untyped-def]
         async with serve(fake.app()) as (port,), aiohttp.ClientSession() as session:
-            return await RunPodClient(ProviderAccess(fake.api_key, f"http://127.0.0.1:{port}", 5, FAST)).list(session)
+            return await RunPodClient(ProviderAccess(Secret(fake.api_key, "test"), f"http://127.0.0.1:{port}", 5, FAST)).list(session)
 
     listing = run(go)
     assert listing.ok, listing.error
@@ -201,7 +202,7 @@ def test_a_runpod_v2_failure_other_than_404_is_not_hidden_by_v1() -> None:
 
     async def go():  # type: ignore[no-untyped-def]
         async with serve(fake.app()) as (port,), aiohttp.ClientSession() as session:
-            return await RunPodClient(ProviderAccess("wrong-key", f"http://127.0.0.1:{port}", 5, FAST)).list(session)
+            return await RunPodClient(ProviderAccess(Secret("wrong-key", "test"), f"http://127.0.0.1:{port}", 5, FAST)).list(session)
 
     listing = run(go)
     assert not listing.ok and "401" in (listing.error or "") and "/v2/pods" in (listing.error or "")
@@ -214,7 +215,7 @@ def test_vast_client_pages_through_the_fake() -> None:
 
     async def go():  # type: ignore[no-untyped-def]
         async with serve(fake.app()) as (port,), aiohttp.ClientSession() as session:
-            return await VastClient(ProviderAccess(fake.api_key, f"http://127.0.0.1:{port}", 5, FAST)).list(session)
+            return await VastClient(ProviderAccess(Secret(fake.api_key, "test"), f"http://127.0.0.1:{port}", 5, FAST)).list(session)
 
     listing = run(go)
     assert listing.ok and len(listing.boxes) == 60

@@ -28,7 +28,18 @@ from tests.realvllm.harness import Harness
 
 PROBE = Path(__file__).resolve().parent / "vllm_parser_probe.py"
 VALUES = {"port": "18123", "host": "127.0.0.9", "uds": "/tmp/probe.sock", "served-model-name": "probe-name",
-          "max-model-len": "77", "gpu-memory-utilization": "0.33", "api-key": "sk-probe-key"}
+          "max-model-len": "77", "gpu-memory-utilization": "0.33", "device-memory-utilization": "0.33",
+          "api-key": "sk-probe-key"}
+
+
+def managed_dests(options: dict[str, list[str]]) -> set[str]:
+    """The parser's dests that a managed flag sets (--device-memory-utilization is another option string
+    of gpu_memory_utilization's)."""
+    return {dest for dest, strings in options.items() if any(s[2:] in MANAGED_FLAGS for s in strings)}
+
+
+def dest_of(flag: str, options: dict[str, list[str]]) -> str | None:
+    return next((dest for dest, strings in options.items() if f"--{flag}" in strings), None)
 
 pytestmark = [pytest.mark.realvllm]
 
@@ -61,9 +72,9 @@ def cases_for(options: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
     """(managed flag, tokens) for every generated spelling of every managed option, both value forms."""
     cases = []
     for flag in sorted(MANAGED_FLAGS):
-        dest = flag.replace("-", "_")
+        dest = dest_of(flag, options)
         value = VALUES[flag]
-        for option in options.get(dest, [f"--{flag}"]):
+        for option in options.get(dest, [f"--{flag}"]) if dest else [f"--{flag}"]:
             for spelled in spellings(option):
                 cases += [(flag, [spelled, value]), (flag, [f"{spelled}={value}"])]
     return cases
@@ -78,13 +89,13 @@ def options(harness: Harness) -> dict[str, list[str]]:
 
 def test_every_spelling_vllm_reads_as_a_managed_flag_is_refused(harness: Harness,
                                                                  options: dict[str, list[str]]) -> None:
-    assert {flag.replace("-", "_") for flag in MANAGED_FLAGS} <= set(options), "vLLM renamed a managed flag"
+    assert all(dest_of(flag, options) for flag in MANAGED_FLAGS), "vLLM renamed a managed flag"
     cases = cases_for(options)
     results = probe(harness, "parse", [tokens for _, tokens in cases])
-    managed_dests = {flag.replace("-", "_") for flag in MANAGED_FLAGS}
-    read_as_managed = [(tokens, sorted(set(result["set"]) & managed_dests))
+    managed = managed_dests(options)
+    read_as_managed = [(tokens, sorted(set(result["set"]) & managed))
                        for (_, tokens), result in zip(cases, results, strict=True)
-                       if "set" in result and set(result["set"]) & managed_dests]
+                       if "set" in result and set(result["set"]) & managed]
     assert len(read_as_managed) > 100  # the generator really produced what vLLM accepts
     # Sanity of the probe itself: the abbreviations the issue names are read as managed flags by vLLM.
     accepted = {tokens[0].split("=", 1)[0] for tokens, _ in read_as_managed}
@@ -101,8 +112,8 @@ def test_every_spelling_vllm_reads_as_a_managed_flag_is_refused(harness: Harness
 
 def test_unmanaged_options_pass_our_rule(options: dict[str, list[str]]) -> None:
     """The converse: the full spelling of every option vLLM's serve parser has that is not managed passes."""
-    managed_dests = {flag.replace("-", "_") for flag in MANAGED_FLAGS}
-    refused = [option for dest, strings in options.items() if dest not in managed_dests
+    managed = managed_dests(options)
+    refused = [option for dest, strings in options.items() if dest not in managed
                for option in strings if option.startswith("--") and managed_flags_in([option, "1"])]
     assert not refused, f"our rule refuses options vLLM does not read as managed: {refused}"
     assert len(options) > 100  # the real parser, not a stub of it
