@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# The integration gate (LLMFLEET_REQUIRE_INTEGRATION=1: an integration skip is a failure), and pytester to
+# test that gate itself (tests/support/test_integration_gate.py).
+pytest_plugins = ["tests.support.integration", "pytester"]
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "fleet-repo-example"
 TEST_SALT = "test-salt-0123456789abcdef"

@@ -115,3 +115,16 @@ def test_the_moved_server_has_arrived_when_healthy_and_deployed() -> None:
     assert arrived(serving, MOVE, applying=True) == ["LiteLLM has no deployment llmfleet:127.0.0.3:8003 yet"]
     deployed = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B)])
     assert arrived(deployed, MOVE, applying=True) == []
+
+
+def test_a_server_healthy_only_by_hysteresis_fails_the_check() -> None:
+    # The final table of a real `demo --once` run: Healthy, "GET /health: connect call failed ...; 2 failed
+    # probe(s) in a row". The verdict is still Healthy (Down after 3), but the fleet is not where it should be.
+    done = outcome([A, B], {A.key: ok(A), B.key: failed()}, [deployment_for(A), deployment_for(B)])
+    assert done.plan.judgements[B.key].verdict.value == "Healthy"
+    assert "failed probe(s) in a row" in done.plan.judgements[B.key].reason
+    for applying in (True, False):
+        found = problems(done, RUNNING, None, applying=applying)
+        assert len(found) == 1, found
+        assert found[0].startswith(f"{B} fails its probes (still Healthy until Down): ")
+    assert waiting_for(done, applying=False) == problems(done, RUNNING, None, applying=False)

@@ -18,7 +18,8 @@ import pytest
 from llmfleet.adapters.state import open_store
 from llmfleet.demo.fleet import addresses
 from llmfleet.demo.procs import can_bind, pids_mentioning
-from tests.support.litellm import LitellmProxy, proxy_from_env
+from tests.support.integration import REQUIRE_ENV, missing, required
+from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
 SECRETS = ("fleet-key", "vllm-api-salt", "legacy-api-key", "admin-token", "litellm-master-key")
@@ -32,7 +33,8 @@ def free_block() -> str:
         first = f"127.{rng.randint(100, 250)}.{rng.randint(0, 250)}.2"
         if all(can_bind(a, p) for a in addresses(first, 4) for p in (8000, 8001, 8002, 8003)):
             return first
-    pytest.skip("no free loopback block for the simulated boxes")
+    missing("no free loopback block for the simulated boxes")
+    raise AssertionError("missing() does not return")
 
 
 def demo_command(workdir: Path, first: str, *extra: str) -> list[str]:
@@ -55,6 +57,8 @@ def test_move_model_once(tmp_path: Path) -> None:
     boxes = addresses(first, 4)
     source, target = boxes[0], boxes[1]
     proxy: LitellmProxy | None = proxy_from_env()
+    if proxy is None and required():  # CI runs the demo against the real proxy, never plan-only by accident
+        pytest.fail(f"{REQUIRE_ENV}=1: {SKIP_REASON}", pytrace=False)
     env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_MASTER_KEY", "LLMFLEET_DEMO_LITELLM")}
     extra: list[str] = []
     if proxy is not None:

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from tests.reconcile.fakes import FakeLitellmHttp
-from tests.support.litellm import LitellmProxy, proxy_from_env
+from tests.support.integration import REQUIRE_ENV, required
+from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
 from tests.support.plane import ControlPlane
 from tests.support.write_killer import ThreadedServer
 
@@ -113,6 +114,8 @@ def upstream() -> Iterator[LitellmProxy]:
     """The real LiteLLM when the environment names one (emptied of test deployments before and after),
     else the fake of its API on a thread, with a recognisable master key."""
     real = proxy_from_env()
+    if real is None and required():  # CI must test against the real proxy, not silently against the fake
+        pytest.fail(f"{REQUIRE_ENV}=1: {SKIP_REASON}", pytrace=False)
     if real is not None:
         real.reset()
         yield real

@@ -4,6 +4,8 @@ in (bench/boot_storm.py drives it; `make bench-boot-storm` prints the same figur
 
 Every valid box gets its own JSON, every wrong key a 403, every made-up name a 404; the attention list
 stays at its cap; every request is in the fetch log; the server's memory grows by a bounded amount.
+How fast the crowd started and was answered is a figure, not an assertion: it moves with the machine's
+load (bench/boot_storm.py measures it; docs/reliability.md and docs/benchmarks.md quote it).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ BOXES, WRONG_KEYS, MADE_UP, CAP = 1000, 100, 100, 50
 MAX_GROWTH_MIB = 64  # peak resident memory above the idle server's
 
 
-def test_a_thousand_boxes_within_a_second(tmp_path: Path, start_plane: Callable[..., ControlPlane],
+def test_a_thousand_booting_boxes_are_all_answered(tmp_path: Path, start_plane: Callable[..., ControlPlane],
                                           figures: Callable[..., None]) -> None:
     raise_open_files(4 * (BOXES + WRONG_KEYS + MADE_UP) + 256)
     repo = make_repo(tmp_path, BOXES)
@@ -37,7 +39,6 @@ def test_a_thousand_boxes_within_a_second(tmp_path: Path, start_plane: Callable[
     storm = asyncio.run(run_storm(plane.url, crowd))
     after = plane.memory()
 
-    assert storm.last_start_s < 1.5  # the crowd did start within about a second
     assert not storm.errors, storm.errors
     assert dict(storm.answers) == {("box", 200): BOXES, ("wrong-key", 403): WRONG_KEYS, ("made-up", 404): MADE_UP}
     assert storm.wrong_bodies == []

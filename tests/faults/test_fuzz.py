@@ -553,6 +553,7 @@ def test_the_gateway_answers_any_request_without_a_500(gateway_port: int, method
 
 # --- coverage-guided, briefly (longer runs: bench/fuzz_atheris.py, figures in docs/reliability.md) -----
 
+@pytest.mark.integration  # atheris is a dev dependency: CI must run this, not skip it
 def test_atheris_finds_no_crash_in_a_short_run(tmp_path: Path) -> None:
     pytest.importorskip("atheris")
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz_atheris.py"), "all", "-max_total_time=5",

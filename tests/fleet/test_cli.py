@@ -156,3 +156,30 @@ def test_console_script_runs(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "llmfleet", "validate", str(EXAMPLE)], capture_output=True,
                             text=True, env=env, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_api_key_of_a_legacy_pair_is_the_key_that_server_uses(capsys: pytest.CaptureFixture[str], fleet_dir: Path,
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # It used to print a derived bearer the legacy server does not use; --legacy-key-file did not exist.
+    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", TEST_SALT)
+    monkeypatch.delenv("LLMFLEET_LEGACY_API_KEY", raising=False)
+    key_file = tmp_path / "legacy"
+    key_file.write_text(TEST_LEGACY_KEY + "\n")
+    legacy = ["api-key", "--host", "198.51.100.23", "--port", "8000", "--repo", str(fleet_dir)]
+    code, out, _ = run(capsys, *legacy, "--legacy-key-file", str(key_file))
+    assert (code, out.strip()) == (0, TEST_LEGACY_KEY)
+    code, out, err = run(capsys, *legacy)
+    assert code == 2 and out == ""
+    assert ("198.51.100.23:8000 is a legacy pair (fleet.yaml legacy_servers): its bearer is the shared legacy key; "
+            "pass --legacy-key-file FILE or set LLMFLEET_LEGACY_API_KEY") in err
+    # Any other server of the fleet: the derived bearer; from inside the repository without --repo too.
+    code, out, err = run(capsys, "api-key", "--host", "203.0.113.10", "--port", "8001", "--repo", str(fleet_dir))
+    assert (code, out.strip(), err) == (0, GOLDEN[0][3], "")
+    monkeypatch.chdir(fleet_dir)
+    assert run(capsys, "api-key", "--host", "198.51.100.23", "--port", "8000",
+               "--legacy-key-file", str(key_file))[1].strip() == TEST_LEGACY_KEY
+    # Outside any repository: the derived bearer, and a note that a legacy pair would differ.
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "api-key", "--host", "203.0.113.10", "--port", "8001")
+    assert (code, out.strip()) == (0, GOLDEN[0][3])
+    assert "a legacy pair cannot be told apart" in err

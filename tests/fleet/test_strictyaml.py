@@ -111,3 +111,26 @@ def test_positions_for_pointers() -> None:
 def test_empty_file() -> None:
     doc = load("# only a comment\n", "f.yaml")
     assert doc.empty and doc.problems == []
+
+
+@pytest.mark.parametrize("text", ["version: 1\nlisten_ports:\n\t- 8001\n", "a:\n  b: 1\n\tc: 2\n"])
+def test_a_tab_is_called_a_tab(text: str) -> None:
+    # It used to say only "found character that cannot start any token".
+    (problem,) = load(text, "f.yaml").problems
+    assert problem.message.startswith("YAML syntax error: a tab character: YAML indents with spaces only; "
+                                      "replace the tab with spaces")
+    assert (problem.mark.line, problem.mark.column) == (3, 1)
+
+
+def test_a_tab_in_a_fleet_file_names_file_and_line(fleet_dir, capsys) -> None:  # type: ignore[no-untyped-def]
+    from llmfleet.cli.main import main
+
+    placement = fleet_dir / "placement.yaml"
+    lines = placement.read_text().splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("    "))
+    lines[row] = "\t" + lines[row].lstrip()
+    placement.write_text("\n".join(lines) + "\n")
+    assert main(["validate", str(fleet_dir)]) == 1
+    out = capsys.readouterr()
+    assert f"placement.yaml:{row + 1}:1" in out.out + out.err
+    assert "a tab character" in out.out + out.err

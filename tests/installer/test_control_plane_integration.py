@@ -22,21 +22,18 @@ import pytest
 from tests.conftest import ROOT, TEST_SALT, git
 from tests.installer.conftest import BOX, FLEET_KEY, free_port, write_fleet
 from tests.installer.realprocs import Supervisor, http_status, wait_until
+from tests.support.serve import require_serve
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
 VIEWER_TOKEN = "viewer-token-for-tests-0001"
 
 
-def serve_available() -> bool:
-    try:
-        done = subprocess.run([str(LLMFLEET), "serve", "--help"], capture_output=True, timeout=120, check=False)
-    except OSError:
-        return False
-    return done.returncode == 0
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not serve_available(), reason="no `llmfleet serve` in this checkout yet")]
+@pytest.fixture(autouse=True, scope="module")
+def serve_works() -> None:
+    require_serve()  # a broken `serve` fails these tests; it never skips them
 
 
 def get_json(url: str, token: str, host: str | None = None) -> Any:

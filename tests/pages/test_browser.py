@@ -56,8 +56,9 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.is_file(), reason=f"no browser at {CHROMIUM}: apt-get install -y "
-                                "chromium (.ci/run installs it; Playwright must not download one)")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not CHROMIUM.is_file(), reason=f"no browser at {CHROMIUM}: apt-get install -y "
+                                 "chromium (.ci/run installs it; Playwright must not download one)")]
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.integration import missing
 from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
 
 
@@ -14,7 +15,7 @@ def litellm() -> Iterator[LitellmProxy]:
     """The real proxy, with every managed or test deployment removed before and after the test."""
     proxy = proxy_from_env()
     if proxy is None:
-        pytest.skip(SKIP_REASON)
+        missing(SKIP_REASON)
     status, _ = proxy.call("GET", "/health/readiness", timeout=10)
     if status != 200:
         pytest.fail(f"the LiteLLM proxy at {proxy.url} is not ready (GET /health/readiness: {status})")

@@ -54,8 +54,9 @@ def test_plan_output_names_the_failure_and_holds_everything(fleet_dir: Path, tmp
     out = result.stdout
     assert "Observation errors:" in out
     assert "LiteLLM listing" in out
-    assert "nothing can be planned" in out
-    assert out.rstrip().endswith("Plan: 0 to add, 0 to change, 0 to destroy.")
+    assert "No plan: LiteLLM's deployments are not known" in out
+    assert "No changes" not in out  # it used to say "No changes. LiteLLM has a deployment exactly for ..." too
+    assert out.rstrip().endswith("Plan: none (LiteLLM's deployments are not known; nothing would be written).")
     for secret in ("sk-master-cmd-secret", "vast-secret", SALT):
         assert secret not in out + result.stderr
 
@@ -115,7 +116,8 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
     assert all(p["actions"] == [] for p in passes)
     assert events[-1]["event"] == "reconcile_stopped"
     assert 'llmfleet_reconcile_passes_total{outcome="error"}' in exposition
-    assert "llmfleet_reconcile_last_pass_errors 3.0" in exposition  # vast, runpod (not configured), LiteLLM
+    # LiteLLM only: a provider without a key is no error (its boxes are dialled at their listen ports)
+    assert "llmfleet_reconcile_last_pass_errors 1.0" in exposition
     assert "sk-master-cmd-secret" not in err
 
     holder = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom llmfleet.job.loop import "
@@ -146,3 +148,44 @@ def test_plan_against_a_revision_reads_that_commit(fleet_git: Path, tmp_path: Pa
     result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--against", base, env=ENV)
     assert f"revision {base[:12]}" in result.stdout
     assert "203.0.113.24:8002" in result.stdout
+
+
+def no_litellm_config(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "cp.yaml"
+    path.write_text(f"secrets: {{vllm_api_salt: '${{env:T_SALT}}', legacy_api_key: '${{env:LLMFLEET_LEGACY_API_KEY}}'}}\n"
+                    f"repo: {{path: '{tmp_path}'}}\nstate: {{url: 'sqlite:///{tmp_path}/state.db'}}\n{extra}")
+    return path
+
+
+def test_plan_without_litellm_shows_the_verdicts_and_says_what_it_cannot(fleet_dir: Path, tmp_path: Path) -> None:
+    # The demo's config without LiteLLM and examples/control-plane.yaml used to stop at "the reconciler needs a
+    # litellm section".
+    cfg = no_litellm_config(tmp_path)
+    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "needs a litellm section" not in out + result.stderr
+    assert "Servers:" in out
+    assert (f"No plan: LiteLLM's deployments are not known (no LiteLLM configured: {cfg} has no litellm section "
+            "(url, master_key)). The verdicts above are this pass's own") in out
+    assert "whether LiteLLM routes to them is unknown" in out
+    # The example's Vast box, with no Vast key: dialled at its listen port, with the warning.
+    assert "Warnings:\n  ! vast box(es) 203.0.113.24: no vast key configured (providers.vast): public port " in out
+
+
+def test_apply_and_reconcile_refuse_without_litellm_or_when_disabled(fleet_dir: Path, tmp_path: Path) -> None:
+    cfg = no_litellm_config(tmp_path)
+    for command in (["apply"], ["reconcile", "--once"]):
+        result = llmfleet(*command, "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+        assert result.returncode == 1
+        assert (f"`llmfleet {command[0]}` writes to LiteLLM, and {cfg} has no litellm section (url, master_key): "
+                "add one.") in result.stderr
+    disabled = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    disabled.write_text(disabled.read_text() + "reconcile: {enabled: false}\n")
+    for command in (["apply"], ["reconcile", "--once"]):
+        result = llmfleet(*command, "--config", str(disabled), "--repo", str(fleet_dir), env=ENV)
+        assert result.returncode == 1
+        assert f"reconcile.enabled is false in {disabled}: the reconciler is switched off" in result.stderr
+        assert not (tmp_path / "state.db").exists()  # refused before the state store was opened
+    plan = llmfleet("plan", "--config", str(disabled), "--repo", str(fleet_dir), env=ENV)
+    assert "reconcile.enabled" not in plan.stderr and "Servers:" in plan.stdout

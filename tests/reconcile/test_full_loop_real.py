@@ -25,6 +25,7 @@ from tests.conftest import git
 from tests.installer.realprocs import http_status, wait_until
 from tests.support.box import Box
 from tests.support.litellm import LitellmProxy
+from tests.support.serve import require_serve
 
 from .fakes import free_port
 
@@ -34,13 +35,12 @@ FLEET_KEY = "full-loop-fleet-key-0001"
 BOXES = ("127.0.0.2", "127.0.0.3")
 
 
-def serve_available() -> bool:
-    done = subprocess.run([str(LLMFLEET), "serve", "--help"], capture_output=True, timeout=120, check=False)
-    return done.returncode == 0
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not serve_available(), reason="no `llmfleet serve` in this checkout yet")]
+@pytest.fixture(autouse=True, scope="module")
+def serve_works() -> None:
+    require_serve()  # a broken `serve` fails these tests; it never skips them
 
 
 def write_fleet(repo: Path, ports: list[int], placement: dict[str, list[tuple[str, int]]]) -> None:

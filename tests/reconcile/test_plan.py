@@ -162,8 +162,69 @@ def test_failed_listing_holds_every_delete() -> None:
 def test_failed_litellm_listing_plans_nothing() -> None:
     plan = plan_of([A1], {A1.key: ok(A1)}, None)
     assert plan.empty
-    assert plan.blocked
+    assert not plan.listed
+    assert plan.litellm_error == "LiteLLM GET /v2/model/info: HTTP 503"
     assert plan.errors
+    assert plan.blocked == ()  # not a safety valve: there is no plan to hold anything of
+
+
+def test_unreachable_litellm_says_only_the_truth() -> None:
+    # Before: "No changes. LiteLLM has a deployment exactly for the servers that serve." then "Deletes
+    # blocked: the LiteLLM listing failed: nothing can be planned", and "qwen available (1/1)".
+    text = render_text(plan_of([A1], {A1.key: ok(A1)}, None), intended([A1]))
+    assert "No changes" not in text
+    assert "available" not in text
+    assert "Deletes blocked" not in text
+    assert ("No plan: LiteLLM's deployments are not known (LiteLLM GET /v2/model/info: HTTP 503). The verdicts "
+            "above are this pass's own") in text
+    assert "qwen 1/1 serving" in text
+    assert text.rstrip().endswith("Plan: none (LiteLLM's deployments are not known; nothing would be written).")
+
+
+def test_a_model_is_available_only_through_a_deployment_that_routes_to_it() -> None:
+    # The only deployment under A1's id is LiteLLM's own, without the marker: left alone, so nothing routes
+    # to A1 and every chat to qwen fails. Before: "qwen available (1/1)" and "No changes".
+    foreign = unmanaged(A1.id, "qwen", f"http://{A1.box}:{A1.port}/v1")
+    plan = plan_of([A1], {A1.key: ok(A1)}, [foreign])
+    assert plan.empty and plan.drift
+    text = render_text(plan, intended([A1]))
+    assert "qwen unavailable (0/1 routed)" in text
+    assert (f"  ! qwen 127.0.0.2:8001: LiteLLM holds {A1.id} without llmfleet's managed_by marker, so llmfleet "
+            "neither uses nor replaces it: delete it in LiteLLM and the next apply creates llmfleet's own") in text
+    assert "LiteLLM has a deployment exactly for the servers that serve" not in text
+    assert "No changes llmfleet can make, but some serving servers have no deployment that routes to them" in text
+    doc = json.loads(render_json(plan, intended([A1])))
+    assert doc["models"]["qwen"]["routed"] == 0 and doc["models"]["qwen"]["unrouted"]
+    assert doc["listed"] is True and doc["litellm_error"] is None
+
+
+def test_routed_counts_follow_the_deployments() -> None:
+    plan = plan_of([A1, B1], {A1.key: ok(A1), B1.key: ok(B1)}, [deployment_for(A1)])
+    text = render_text(plan, intended([A1, B1]))
+    assert "qwen degraded (1/2 routed)" in text
+    assert "  ! qwen 127.0.0.3:8001: no deployment yet: `llmfleet apply` creates it" in text
+    done = plan_of([A1, B1], {A1.key: ok(A1), B1.key: ok(B1)}, [deployment_for(A1), deployment_for(B1)])
+    text = render_text(done, intended([A1, B1]))
+    assert "qwen available (2/2 routed)" in text
+    assert "No changes. LiteLLM has a deployment exactly for the servers that serve." in text
+    paused = server("127.0.0.3", 8001, "qwen", paused=True)
+    held = plan_of([paused], {paused.key: ok(paused)}, [])
+    assert "no deployment yet: held, reconcile: paused" in render_text(held, intended([paused]))
+
+
+def test_a_provider_without_a_key_is_dialled_at_the_listen_port_with_a_warning() -> None:
+    vast = server("192.0.2.45", 8001, "qwen", provider=Provider.VAST)
+    plan = plan_of([vast], {vast.key: ok(vast)}, [])
+    assert [a.after.api_base for a in plan.actions if a.after] == ["http://192.0.2.45:8001/v1"]
+    warning = ("vast box(es) 192.0.2.45: no vast key configured (providers.vast): public port assumed = listen "
+               "port, as the box contract says; configure the key if the provider maps ports")
+    assert plan.warnings == (warning,)
+    text = render_text(plan, intended([vast]))
+    assert f"Warnings:\n  ! {warning}" in text
+    assert plan.judgements[vast.key].reason.endswith("[no vast key configured (providers.vast): public port "
+                                                     "assumed = listen port, as the box contract says; configure "
+                                                     "the key if the provider maps ports]")
+    assert json.loads(render_json(plan, intended([vast])))["warnings"] == [warning]
 
 
 def test_delete_budget_holds_all_deletes_and_says_why() -> None:

@@ -175,7 +175,14 @@ def test_resolution_from_listings() -> None:
     assert resolve_endpoint(vast, {Provider.VAST: good}).endpoint == Endpoint("192.0.2.45", 41234)
     assert not resolve_endpoint(vast, {Provider.VAST: ProviderListing(Provider.VAST, {})}).listed
     assert resolve_endpoint(vast, {Provider.VAST: ProviderListing(Provider.VAST, error="boom")}).unknown
-    assert resolve_endpoint(vast, {}).unknown == "no vast provider configured"
+    # No vast key configured: the box contract's "public equals listen", marked as assumed.
+    assumed = resolve_endpoint(vast, {})
+    assert assumed.endpoint == Endpoint("192.0.2.45", 8001) and assumed.assumed and assumed.unknown is None
+    assert resolve_endpoint(dataclasses.replace(vast, pinned_public_port=16643), {}).endpoint == Endpoint(
+        "192.0.2.45", 16643)
+    pod = dataclasses.replace(S, box="k7v2m9x4q1w8e3", provider=Provider.RUNPOD)  # a pod id is no address
+    assert resolve_endpoint(pod, {}).endpoint is None
+    assert "k7v2m9x4q1w8e3 is not an address (a pod id)" in (resolve_endpoint(pod, {}).unknown or "")
     pinned = dataclasses.replace(vast, pinned_public_port=16643)
     assert resolve_endpoint(pinned, {Provider.VAST: good}).endpoint == Endpoint("192.0.2.45", 16643)
     static = dataclasses.replace(S, pinned_public_port=9000)

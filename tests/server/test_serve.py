@@ -130,8 +130,10 @@ def test_example_config_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     if git(ROOT, "branch", "--list", "main") == "":
         pytest.skip("this checkout has no local main branch")
     assert main(["serve", "--config", str(config), "--check"]) == 0
-    assert "(4 boxes, 7 servers)" in capsys.readouterr().out
-    assert (tmp_path / "state" / "cp.sqlite3").is_file()
+    out = capsys.readouterr().out
+    assert "(4 boxes, 7 servers)" in out
+    assert f"state store: SQLite {tmp_path / 'state' / 'cp.sqlite3'} (created on the first start)" in out
+    assert not (tmp_path / "state").exists()  # --check writes no state
 
 
 @pytest.fixture
@@ -237,3 +239,31 @@ def test_check_warns_on_a_short_fleet_key_and_still_serves(config_file: Path, en
     monkeypatch.setenv("FLEET_KEY", "k" * 24)
     assert main(["serve", "--config", str(config_file), "--check"]) == 0
     assert "fleet_key" not in capsys.readouterr().out
+def check_run(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "llmfleet"), "serve", "--config", str(config), "--check"],
+                          capture_output=True, text=True, env={**os.environ, **ENV}, timeout=120, check=False)
+
+
+def test_check_writes_no_state_and_logs_nothing(tmp_path: Path, fleet_git: Path) -> None:
+    # It used to create and migrate the state database and print a JSON log line before its verdict.
+    state = tmp_path / "var" / "state.db"
+    done = check_run(write_config(tmp_path / "cp.yaml", base_config(fleet_git, state)))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout.startswith("ok: would serve ")
+    assert f"state store: SQLite {state} (created on the first start)" in done.stdout
+    assert not state.exists() and not state.parent.exists()
+    # An existing store is read, never written.
+    open_store(f"sqlite:///{state}").close()
+    before = state.read_bytes()
+    done = check_run(write_config(tmp_path / "cp.yaml", base_config(fleet_git, state)))
+    assert done.returncode == 0 and f"state store: SQLite {state}" in done.stdout
+    assert state.read_bytes() == before
+
+
+def test_a_missing_repository_is_reported_once(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-repo"
+    done = check_run(write_config(tmp_path / "cp.yaml", base_config(missing, tmp_path / "state.db")))
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"llmfleet serve: {missing}: no such directory"
+    assert done.stdout == ""

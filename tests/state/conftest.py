@@ -10,6 +10,7 @@ import pytest
 from llmfleet.adapters.state import open_store
 from llmfleet.adapters.state.sqlstore import SqlStateStore
 from tests.state.postgres import ENV_URL, database_url, schema_url
+from tests.support.integration import missing
 
 NO_POSTGRES = (f"PostgreSQL is not installed (no initdb/pg_ctl: apt-get install postgresql) and {ENV_URL} is not "
                "set")
@@ -20,7 +21,7 @@ def pg_database() -> Iterator[str]:
     """The URL of a PostgreSQL database the tests may create schemas in."""
     with database_url() as url:
         if url is None:
-            pytest.skip(NO_POSTGRES)
+            missing(NO_POSTGRES)
         yield url
 
 

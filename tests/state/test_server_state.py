@@ -65,10 +65,11 @@ def test_a_refused_write_is_a_503(client: FlaskClient, runtime: Runtime) -> None
 def test_configs_are_served_while_postgres_is_down_and_the_log_catches_up(tmp_path: Path, fleet_git: Path) -> None:
     """A cluster of this test's own, stopped and started again under a running control plane."""
     from tests.state.postgres import Cluster, find_bindir
+    from tests.support.integration import missing
 
     bindir = find_bindir()
     if bindir is None:
-        pytest.skip("PostgreSQL is not installed (no initdb/pg_ctl): apt-get install postgresql")
+        missing("PostgreSQL is not installed (no initdb/pg_ctl): apt-get install postgresql")
     cluster = Cluster(bindir)
     try:
         document = base_config(fleet_git, tmp_path / "unused.sqlite3")

@@ -146,7 +146,9 @@ class GitFleetRepo:
 
         try:
             self.repo = git.Repo(path, search_parent_directories=True)
-        except (git.NoSuchPathError, git.InvalidGitRepositoryError):
+        except git.NoSuchPathError:
+            raise SourceError(f"{path}: no such directory") from None
+        except git.InvalidGitRepositoryError:
             raise SourceError(f"{path}: not inside a git repository") from None
         top = Path(self.repo.working_tree_dir or self.repo.git_dir).resolve()
         here = Path(path).resolve()

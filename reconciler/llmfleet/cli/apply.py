@@ -17,6 +17,7 @@ from llmfleet.cli.passes import (
     load_config_arg,
     load_fleet,
     print_outcome,
+    require_writer,
 )
 from llmfleet.job.saved import PlanFileError, SavedPlan
 
@@ -35,6 +36,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
+    require_writer(config, "apply")
     fleet = load_fleet(args, config)
     try:
         saved = SavedPlan.load(args.plan_file) if args.plan_file else None

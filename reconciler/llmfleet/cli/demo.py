@@ -79,7 +79,16 @@ def _master_key(args: argparse.Namespace) -> str | None:
     return key or None
 
 
+SUPERVISOR_MISSING = ("llmfleet demo runs a real supervisord per simulated box, and the supervisor package is not "
+                      "installed beside llmfleet: pip install 'supervisor>=4.2' (or pip install 'llmfleet[demo]'; "
+                      "`make demo` installs everything)")
+
+
 def run(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("supervisor") is None:  # a --no-deps install: say what to install, no traceback
+        raise CommandError(SUPERVISOR_MISSING, 1)
     from rich.console import Console
 
     from llmfleet.demo.litellm import find_harness

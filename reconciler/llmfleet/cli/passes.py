@@ -66,6 +66,18 @@ def load_config_arg(args: argparse.Namespace) -> ReconcileConfig:
     return config
 
 
+def require_writer(config: ReconcileConfig, command: str) -> None:
+    """`apply` and `reconcile` write to LiteLLM: refuse, saying why, when this config cannot or must not."""
+    if not config.enabled:
+        raise CommandError(f"reconcile.enabled is false in {config.source}: the reconciler is switched off for "
+                           f"this fleet, so `llmfleet {command}` runs no pass and writes nothing. Set it to true to "
+                           "run passes; `llmfleet plan` (which writes nothing) still works", EXIT_ERROR)
+    if config.litellm_url is None:
+        raise CommandError(f"`llmfleet {command}` writes to LiteLLM, and {config.source} has no litellm section "
+                           "(url, master_key): add one. `llmfleet plan` works without it and shows every server's "
+                           "verdict", EXIT_ERROR)
+
+
 def repo_and_rev(args: argparse.Namespace, config: ReconcileConfig) -> tuple[str, str | None]:
     """--repo DIR [--rev REV] as given; else the config's repository at its tracked branch."""
     if args.repo:

@@ -20,6 +20,7 @@ from llmfleet.cli.passes import (
     load_config_arg,
     load_fleet,
     print_outcome,
+    require_writer,
 )
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.job.loop import LOG, run_forever
@@ -43,6 +44,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
+    require_writer(config, "reconcile")
     fleet = load_fleet(args, config)  # the first revision must be valid
     runner = PassRunner(args, config)
     if args.once:

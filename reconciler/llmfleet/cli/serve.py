@@ -3,19 +3,25 @@
 Runs the Flask app in process behind Tornado's HTTP server (one event loop reads every connection,
 a pool of `server.threads` runs complete requests: reconciler/llmfleet/server/httpserver.py), HTTPS when the
 config has a certificate and key. Without TLS it only listens on loopback addresses unless --insecure-http.
-`--check` runs the whole start-up path (config, secrets, TLS files, state store and its migrations,
-the repository and its last valid commit, every box rendered, the installer built) and exits 0, or
-1 with the reason, without binding a port.
+`--check` runs the whole start-up path (config, secrets, TLS files, the repository and its last valid
+commit, every box rendered, the installer built) and exits 0, or 1 with the reason, without binding a
+port. It writes nothing to the state store and logs nothing: the store is only looked at (an SQLite
+file read-only, or the folder it would be created in; a PostgreSQL server connected to), and the
+start-up path runs on a throwaway in-memory store.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
+import sqlite3
 import ssl
 import sys
 from typing import Any
 
+from llmfleet.adapters.state.store import is_postgres, sqlite_path
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.errors import ConfigurationError, SourceError, StateError
 from llmfleet.logs import get_logger, log_event
@@ -55,12 +61,53 @@ def _listen(args: argparse.Namespace, config: ControlPlaneConfig) -> Listen:
     return listen
 
 
-def check(config: ControlPlaneConfig, listen: Listen) -> list[str]:
-    """The start-up path once, then closed again. Returns warnings; raises CommandError on failure."""
+def look_at_state(config: ControlPlaneConfig) -> str:
+    """Whether the state store can be used, without writing to it: what `serve` would open."""
+    url = config.state.url
+    if is_postgres(url):
+        import psycopg
+
+        password = config.state.password.reveal() if config.state.password is not None else None
+        try:
+            with psycopg.connect(url, password=password, connect_timeout=10) as connection:
+                connection.execute("SELECT 1")
+        except psycopg.Error as exc:
+            raise CommandError(f"state store {url}: cannot connect: {exc}", EXIT_INVALID) from None
+        return f"PostgreSQL {url} reachable"
+    try:
+        path = sqlite_path(url, config.state.base)
+    except StateError as exc:
+        raise CommandError(str(exc), EXIT_INVALID) from None
+    if path is None:
+        return "an in-memory store"
+    if path.exists():
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise CommandError(f"state store {path}: cannot read it: {exc}", EXIT_INVALID) from None
+        if not os.access(path, os.W_OK):
+            raise CommandError(f"state store {path}: not writable by this user", EXIT_INVALID)
+        return f"SQLite {path}"
+    folder = next(p for p in path.parents if p.exists())  # serve creates the missing folders
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise CommandError(f"state store {path}: cannot be created, {folder} is not a writable folder", EXIT_INVALID)
+    return f"SQLite {path} (created on the first start)"
+
+
+def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> list[str]:
+    """The start-up path once, then closed again. Returns warnings; raises CommandError on failure.
+    `dry` (serve --check): the real store is only looked at, the start-up path runs on a memory store."""
     from llmfleet.server.runtime import start_up
 
+    state = look_at_state(config) if dry else None
+    trial = dataclasses.replace(config, state=dataclasses.replace(config.state, url="sqlite:///:memory:")) if dry \
+        else config
     try:
-        runtime = start_up(config)
+        runtime = start_up(trial)
     except (StateError, SourceError, OSError) as exc:
         raise CommandError(str(exc), EXIT_INVALID) from None
     try:
@@ -89,7 +136,8 @@ def check(config: ControlPlaneConfig, listen: Listen) -> list[str]:
                       minimum=MIN_FLEET_KEY_CHARS)
         scheme = "https" if config.tls else "http"
         print(f"ok: would serve {served.revision} ({len(served.fleet.boxes)} boxes, {served.fleet.server_count} "
-              f"servers) from {runtime.repo.where} branch {runtime.repo.branch} at {scheme}://{listen.bind}")
+              f"servers) from {runtime.repo.where} branch {runtime.repo.branch} at {scheme}://{listen.bind}"
+              + (f"; state store: {state}" if state else ""))
         return warnings
     finally:
         runtime.stop()
@@ -98,18 +146,28 @@ def check(config: ControlPlaneConfig, listen: Listen) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from llmfleet.logs import setup_logging
 
+    if args.check:  # the verdict only: no log line before (or after) it; warnings on stderr
+        logging.disable(logging.CRITICAL)
+        try:
+            for warning in check(*_config_and_listen(args), dry=True):
+                print(warning, file=sys.stderr)
+        finally:
+            logging.disable(logging.NOTSET)
+        return EXIT_OK
     setup_logging()
+    config, listen = _config_and_listen(args)
+    for warning in check(config, listen):
+        print(warning, file=sys.stderr)
+    serve(config, listen)
+    return EXIT_OK
+
+
+def _config_and_listen(args: argparse.Namespace) -> tuple[ControlPlaneConfig, Listen]:
     try:
         config = load_config(args.config)
     except ConfigurationError as exc:
         raise CommandError(f"invalid config:\n{exc}", EXIT_INVALID) from None
-    listen = _listen(args, config)
-    for warning in check(config, listen):
-        print(warning, file=sys.stderr)
-    if args.check:
-        return EXIT_OK
-    serve(config, listen)
-    return EXIT_OK
+    return config, _listen(args, config)
 
 
 def serve(config: ControlPlaneConfig, listen: Listen) -> None:

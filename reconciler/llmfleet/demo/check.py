@@ -4,18 +4,30 @@ of --once."""
 
 from __future__ import annotations
 
-from llmfleet.core.judge.intended import deployment_id
+from llmfleet.core.judge.intended import ServerKey, deployment_id
+from llmfleet.core.judge.observed import FAILED_PROBES
 from llmfleet.core.judge.verdict import Verdict
 from llmfleet.demo.move import Move
 from llmfleet.demo.view import PROGRAM_PREFIX, BoxStates
 from llmfleet.job.engine import PassOutcome
 
 
+def failing_probes(outcome: PassOutcome, key: ServerKey) -> bool:
+    """A server still judged Healthy by hysteresis whose probe failed this pass: not where it should be."""
+    probe = outcome.observation.probes.get(key)
+    return probe is not None and probe.status in FAILED_PROBES
+
+
 def waiting_for(outcome: PassOutcome, *, applying: bool) -> list[str]:
-    """What the fleet still lacks: servers not Healthy and, with LiteLLM, deployments not in step."""
-    missing = [f"{server} is {outcome.plan.judgements[key].verdict}"
-               for key, server in sorted(outcome.intended.servers.items())
-               if outcome.plan.judgements[key].verdict is not Verdict.HEALTHY]
+    """What the fleet still lacks: servers not Healthy (or Healthy only by hysteresis, failing their
+    probes) and, with LiteLLM, deployments not in step."""
+    missing: list[str] = []
+    for key, server in sorted(outcome.intended.servers.items()):
+        judgement = outcome.plan.judgements[key]
+        if judgement.verdict is not Verdict.HEALTHY:
+            missing.append(f"{server} is {judgement.verdict}")
+        elif failing_probes(outcome, key):
+            missing.append(f"{server} fails its probes (still {judgement.verdict} until Down): {judgement.reason}")
     if applying:
         missing += [f"LiteLLM: {action.kind} {action.id} planned" for action in outcome.plan.actions]
         missing += [f"LiteLLM: {held.kind} {held.id} held" for held in outcome.plan.held]

@@ -45,6 +45,7 @@ def where_to_look(workspace: Workspace, plane_url: str, litellm: Litellm | None,
         f"  fleet repository {workspace.fleet}   (edit placement.yaml, commit: the control plane serves it)",
         f"  what a commit does  {llmfleet} diff HEAD~1 HEAD --repo {workspace.fleet}",
         f"  simulated boxes  {workspace.boxes}/<address>/   (vLLM logs: {box_logs})",
+        f"  config           {workspace.config}   (the control plane's and the reconciler's)",
     ]
     if litellm is not None:
         lines += [
@@ -54,6 +55,10 @@ def where_to_look(workspace: Workspace, plane_url: str, litellm: Litellm | None,
             f"    {chat_curl(litellm, workspace.secret_file('litellm-auth.header'), model)}",
         ]
     else:
-        lines.append("  LiteLLM          none: plan only. `make demo-litellm` (or LLMFLEET_DEMO_LITELLM=1) builds one")
+        lines += [
+            "  LiteLLM          none: plan only. `make demo-litellm` (or LLMFLEET_DEMO_LITELLM=1) builds one",
+            f"  the verdicts, by hand  {llmfleet} plan --config {workspace.config}   (no LiteLLM: it judges every "
+            "server and says it cannot show a LiteLLM plan)",
+        ]
     lines.append("")
     return lines

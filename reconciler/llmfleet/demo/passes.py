@@ -29,7 +29,6 @@ from llmfleet.job.configfile import ReconcileConfig
 from llmfleet.job.configfile import load_config as reconcile_config
 from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.wiring import build_reconciler
-from llmfleet.settings import load_config as control_plane_config
 
 PLAN_ONLY = "plan-only: no LiteLLM given, nothing is written"
 
@@ -72,9 +71,8 @@ class Passes:
         return self.litellm is not None
 
     def _config(self) -> ReconcileConfig:
-        if self.litellm is not None:  # exactly what `llmfleet reconcile --config` reads
-            return reconcile_config(self.workspace.config)
-        return ReconcileConfig.plan_only(control_plane_config(self.workspace.config))  # its store is given
+        # Exactly what `llmfleet plan --config` (and with LiteLLM, `reconcile --config`) reads.
+        return reconcile_config(self.workspace.config)
 
     def _load_fleet(self) -> Fleet:
         try:

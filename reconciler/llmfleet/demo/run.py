@@ -55,6 +55,15 @@ class Options:
     real_vllm: realvllm.Harness | None = None  # one more box, of two real vLLM servers (--real-vllm)
 
 
+NO_HARNESS = (
+    "no LiteLLM harness found: LLMFLEET_DEMO_LITELLM=1 (`make demo-litellm`) builds LiteLLM with the offline "
+    "harness, a folder with setup.sh that is not part of this repository (the project keeps it in shared/"
+    "litellm-offline beside its checkouts, where it is looked for in ../shared/litellm-offline and further up). "
+    "Pass its folder with --litellm-harness DIR (make demo-litellm DEMO_ARGS=\"--litellm-harness DIR\"), or run "
+    "a LiteLLM proxy of your own and pass --litellm-url URL with LITELLM_MASTER_KEY set; without either, "
+    "`make demo` plans only")
+
+
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # every stop signal goes through the shutdown, as Ctrl-C does
 
@@ -149,7 +158,7 @@ class Demo:
             check_shared(litellm, boxes)
         elif options.build_litellm:
             if options.litellm_harness is None:
-                raise DemoError("no LiteLLM harness found: pass --litellm-harness DIR")
+                raise DemoError(NO_HARNESS)
             litellm = build(workspace, options.litellm_harness, workspace.secret("litellm-master-key"), self.say)
         else:
             self.say("no LiteLLM: the reconciler plans only (pass --litellm-url, or set LLMFLEET_DEMO_LITELLM=1 "

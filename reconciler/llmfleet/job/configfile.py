@@ -22,7 +22,6 @@ from llmfleet.adapters.providers import RUNPOD_URL, VAST_URL, ProviderAccess
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import Provider
 from llmfleet.core.secret import Secret
-from llmfleet.errors import ConfigurationError
 from llmfleet.settings import (
     DEFAULTS,
     MEMORY_STATE,
@@ -43,41 +42,41 @@ class ReconcileConfig:
     checked to be there (`of`); every other attribute is read from `settings` when asked."""
 
     settings: ControlPlaneConfig
-    litellm: LitellmConfig
-    master_key: Secret
+    litellm: LitellmConfig | None  # None: no litellm section (or no master key): `plan` shows verdicts only
 
     @classmethod
     def of(cls, settings: ControlPlaneConfig) -> ReconcileConfig:
-        if settings.litellm is None or settings.litellm.master_key is None:
-            raise ConfigurationError(f"{settings.where}: the reconciler needs a litellm section with url and "
-                                     "master_key")
-        return cls(settings, settings.litellm, settings.litellm.master_key)
-
-    @classmethod
-    def plan_only(cls, settings: ControlPlaneConfig) -> ReconcileConfig:
-        """For a caller that never lets it reach a LiteLLM (the demo without one): a missing litellm
-        section stands for one with no URL, no key and the schema's defaults."""
-        if settings.litellm is not None and settings.litellm.master_key is not None:
-            return cls.of(settings)
-        nothing = Secret("", "(none: plans only)")
-        return cls(settings, settings.litellm or LitellmConfig(
-            "", None, float(DEFAULTS["/litellm/timeout_s"]), DEFAULTS["/litellm/write_concurrency"]), nothing)
+        """Without a litellm section (url and master_key) the settings still serve `llmfleet plan`, which
+        judges every server and says it cannot show LiteLLM; `apply` and `reconcile` refuse."""
+        usable = settings.litellm is not None and settings.litellm.master_key is not None
+        return cls(settings, settings.litellm if usable else None)
 
     @property
-    def litellm_url(self) -> str:
-        return self.litellm.url
+    def litellm_url(self) -> str | None:
+        return self.litellm.url if self.litellm is not None else None
 
     @property
-    def litellm_master_key(self) -> Secret:
-        return self.master_key
+    def litellm_master_key(self) -> Secret | None:
+        return self.litellm.master_key if self.litellm is not None else None
 
     @property
     def litellm_timeout_s(self) -> float:
-        return self.litellm.timeout_s
+        return self.litellm.timeout_s if self.litellm is not None else float(DEFAULTS["/litellm/timeout_s"])
 
     @property
     def write_concurrency(self) -> int:
-        return self.litellm.write_concurrency
+        return self.litellm.write_concurrency if self.litellm is not None else int(
+            DEFAULTS["/litellm/write_concurrency"])
+
+    @property
+    def enabled(self) -> bool:
+        """reconcile.enabled: false, and `apply` / `reconcile` refuse to run passes."""
+        return self.settings.reconcile.enabled
+
+    @property
+    def source(self) -> str:
+        """Where these settings came from, for messages."""
+        return self.settings.where
 
     @property
     def salt(self) -> Salt:

@@ -43,7 +43,8 @@ class Observer:
                       boxes: Mapping[str, BoxFacts], bearer_for: BearerFor | None = None) -> Observation:
         observed_at = self.clock()
         started = time.perf_counter()
-        used = {s.provider for s in intended.servers.values()} - {Provider.STATIC}
+        # A provider without a key is not listed: its boxes are dialled at their listen ports (box contract).
+        used = {s.provider for s in intended.servers.values() if s.provider in self.providers}
         listing_tasks = {p: asyncio.ensure_future(self._listing(session, p)) for p in sorted(used)}
         deployments_task = asyncio.ensure_future(self._deployments(api))
         listings = {p: await t for p, t in listing_tasks.items()}

@@ -6,12 +6,14 @@ from collections.abc import Callable
 
 import aiohttp
 
-from llmfleet.adapters.litellm import LitellmApi, LitellmClient
+from llmfleet.adapters.litellm import LitellmApi, LitellmClient, LitellmError
 from llmfleet.adapters.providers import ProviderClient, RunPodClient, VastClient
 from llmfleet.adapters.state import open_reconcile_state
 from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.core.fleet.model import Provider, ReconcileSettings
 from llmfleet.core.fleet.render import Bearers
+from llmfleet.core.judge.intended import DeploymentSpec
+from llmfleet.core.judge.observed import Deployment
 from llmfleet.job.configfile import ReconcileConfig
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
@@ -24,8 +26,32 @@ def provider_clients(config: ReconcileConfig) -> dict[Provider, ProviderClient]:
     return clients
 
 
+class NoLitellm:
+    """No litellm section: every call fails, so a pass judges the servers and plans nothing."""
+
+    def __init__(self, source: str) -> None:
+        self.why = f"no LiteLLM configured: {source} has no litellm section (url, master_key)"
+
+    async def list_deployments(self) -> tuple[Deployment, ...]:
+        raise LitellmError(self.why)
+
+    async def get(self, deployment_id: str) -> Deployment | None:
+        raise LitellmError(self.why)
+
+    async def create(self, spec: DeploymentSpec) -> None:
+        raise LitellmError(self.why)
+
+    async def update(self, spec: DeploymentSpec) -> None:
+        raise LitellmError(self.why)
+
+    async def delete(self, deployment_id: str) -> bool:
+        raise LitellmError(self.why)
+
+
 def litellm_factory(config: ReconcileConfig) -> Callable[[aiohttp.ClientSession], LitellmApi]:
     def make(session: aiohttp.ClientSession) -> LitellmApi:
+        if config.litellm_url is None or config.litellm_master_key is None:
+            return NoLitellm(config.source)
         return LitellmClient(session, config.litellm_url, config.litellm_master_key, config.litellm_timeout_s)
     return make
 

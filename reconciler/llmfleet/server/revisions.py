@@ -133,8 +133,9 @@ class RevisionTracker:
     def refresh_status(self) -> RefreshStatus:
         return self._state.refresh
 
-    def refresh(self) -> bool:
-        """Fetch and re-read the branch; returns True when the served revision changed."""
+    def refresh(self, *, log_failure: bool = True) -> bool:
+        """Fetch and re-read the branch; returns True when the served revision changed. `log_failure=False`:
+        the caller reports a failure itself (start-up raises it), so it is not logged here as well."""
         with self._lock:
             state = dataclasses.replace(self._state)
             try:
@@ -143,7 +144,7 @@ class RevisionTracker:
                 changed = self._advance(state, head)
             except Exception as exc:  # whatever git or the repository throws: keep serving what we have
                 message = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
-                if message != state.refresh.error:  # told once while the same error persists; counted each time
+                if log_failure and message != state.refresh.error:  # told once while it persists; counted each time
                     log_event(log, "git refresh failed", logging.ERROR, repo=self.repo.where,
                               branch=self.repo.branch, error=message)
                 state.refresh = RefreshStatus(state.refresh.ok_at, message, self.clock())

@@ -120,7 +120,7 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
     try:
         legacy = config.secrets.legacy_api_key.reveal() if config.secrets.legacy_api_key else None
         tracker = RevisionTracker(repo, Bearers(config.secrets.vllm_api_salt, legacy), metrics, clock)
-        tracker.refresh()
+        tracker.refresh(log_failure=False)  # a failure here is raised, and reported once by the caller
         if tracker.refresh_status.error is not None:
             raise SourceError(tracker.refresh_status.error)
         metrics.attention_entries.set(store.attention_size())

@@ -318,6 +318,15 @@ def _construct(node: Node, cache: dict[int, JSON]) -> JSON:
     return value
 
 
+def _tab_at(data: str, mark: Any) -> bool:
+    """Whether the parser stopped on a tab (it says "found character that cannot start any token")."""
+    if mark is None:
+        return False
+    lines = data.split("\n")
+    line = lines[mark.line] if 0 <= mark.line < len(lines) else ""
+    return 0 <= mark.column < len(line) and line[mark.column] == "\t"
+
+
 def load(data: str | bytes, path: str) -> Document:
     """Parse one YAML file strictly. Never raises for bad input: problems are in the result."""
     if len(data) > MAX_BYTES:
@@ -338,6 +347,9 @@ def load(data: str | bytes, path: str) -> Document:
         mark = exc.problem_mark or exc.context_mark
         where = Mark(mark.line + 1, mark.column + 1) if mark is not None else Mark(1, 1)
         message = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        if _tab_at(data, mark) or "tab character" in message:
+            message = ("a tab character: YAML indents with spaces only; replace the tab with spaces "
+                       f"(the parser: {message})")
         return Document(path, None, None, [*builder.problems, Problem(
             f"YAML syntax error: {message}", where, "yaml-syntax")])
     except yaml.YAMLError as exc:  # reader errors: control characters and the like

@@ -54,6 +54,8 @@ def assess(intended: Intended, observation: Observation, histories: Mapping[Serv
             if judgement.verdict is Verdict.HEALTHY and probe is not None and probe.previous_salt:
                 judgement = Judgement(Verdict.STALE, "serves with the previous salt's bearer "
                                       "(secrets.previous_vllm_api_salt): restart the box to move it to the new salt")
+        if resolution.assumed:
+            judgement = Judgement(judgement.verdict, f"{judgement.reason} [{resolution.note}]")
         judgements[key] = judgement
         if resolution.endpoint is not None:
             desired[key] = desired_deployment(routed, resolution.endpoint, intended.revision)

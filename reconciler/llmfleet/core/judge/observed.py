@@ -4,6 +4,7 @@ planner read it."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -155,6 +156,21 @@ class Resolution:
     listed: bool = True  # False: a working listing does not have the box (Missing)
     unknown: str | None = None  # our observation of the box failed (listing down, ambiguous)
     note: str = ""  # e.g. "Vast instance 312 is loading"
+    assumed: bool = False  # no key for the box's provider: public port = listen port, as the box contract says
+
+
+def assumed_mapping(provider: Provider) -> str:
+    return (f"no {provider} key configured (providers.{provider}): public port assumed = listen port, as the "
+            "box contract says; configure the key if the provider maps ports")
+
+
+def _dialable(box: str) -> bool:
+    """An IP address or a dotted host name; a bare id (a RunPod pod id) is not an address."""
+    try:
+        ipaddress.ip_address(box)
+    except ValueError:
+        return "." in box
+    return True
 
 
 def resolve_endpoint(server: IntendedServer, listings: Mapping[Provider, ProviderListing]) -> Resolution:
@@ -162,8 +178,13 @@ def resolve_endpoint(server: IntendedServer, listings: Mapping[Provider, Provide
     if server.provider is Provider.STATIC:
         return Resolution(Endpoint(server.box, server.pinned_public_port or server.dial_port))
     listing = listings.get(server.provider)
-    if listing is None:
-        return Resolution(None, unknown=f"no {server.provider} provider configured")
+    if listing is None:  # "Without a GPU provider key configured, public equals listen."
+        if not _dialable(server.box):
+            return Resolution(None, unknown=f"no {server.provider} key configured (providers.{server.provider}), and "
+                                            f"the box's name {server.box} is not an address (a pod id): it cannot "
+                                            "be dialled without the provider's listing; configure the key")
+        return Resolution(Endpoint(server.box, server.pinned_public_port or server.dial_port),
+                          note=assumed_mapping(server.provider), assumed=True)
     if not listing.ok:
         return Resolution(None, unknown=f"the {server.provider} listing failed: {listing.error}")
     listed = listing.boxes.get(server.box)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from llmfleet.core.fleet.model import Provider
 from llmfleet.core.judge.adoption import Adoption
 from llmfleet.core.judge.assess import Assessment
 from llmfleet.core.judge.intended import (
@@ -30,7 +31,7 @@ from llmfleet.core.judge.intended import (
     IntendedServer,
     ServerKey,
 )
-from llmfleet.core.judge.observed import Deployment, Observation, ProbeStatus
+from llmfleet.core.judge.observed import Deployment, Observation, ProbeStatus, assumed_mapping
 from llmfleet.core.judge.verdict import NOT_SERVING, SERVING, Judgement, Verdict
 
 
@@ -96,6 +97,16 @@ class Plan:
     judgements: Mapping[ServerKey, Judgement] = field(default_factory=lambda: MappingProxyType({}))
     adoptions: tuple[Adoption, ...] = ()  # `--adopt SOURCE`: the fate of each of that owner's deployments
     adopt_source: str | None = None
+    litellm_error: str | None = None  # LiteLLM was not listed (unreachable, or not configured): no plan at all
+    # Serving servers that no deployment in LiteLLM routes to now, and why (a create planned, a deployment
+    # under llmfleet's id without the marker, a held create, no public endpoint). Empty when not listed.
+    unrouted: Mapping[ServerKey, str] = field(default_factory=lambda: MappingProxyType({}))
+    warnings: tuple[str, ...] = ()  # e.g. a provider's port mapping assumed (no key configured)
+
+    @property
+    def listed(self) -> bool:
+        """Whether LiteLLM's deployments were known: without them there is no plan, only verdicts."""
+        return self.litellm_error is None
 
     @property
     def empty(self) -> bool:
@@ -158,13 +169,15 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
               pending: Mapping[str, PendingDelete] | None = None) -> Plan:
     judgements = assessment.judgements
     errors = tuple(observation.failed_listings)
+    warnings = _assumed_warnings(intended, observation)
     if observation.deployments is None:
         return Plan(intended.revision, observation.observed_at, (), errors=errors, judgements=judgements,
-                    blocked=("the LiteLLM listing failed: nothing can be planned",))
+                    litellm_error=observation.litellm_error or "the LiteLLM listing failed", warnings=warnings)
     listed = {d.id: d for d in observation.deployments}
     actions: list[Action] = []
     held: list[Held] = []
     drift: list[Drift] = []
+    unrouted: dict[ServerKey, str] = {}
 
     def propose(action: Action, server: IntendedServer) -> None:
         if server.paused:
@@ -178,14 +191,22 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
         if existing is not None and not existing.managed:
             drift.append(Drift(existing.id, existing.model_name, "has llmfleet's id for "
                                f"{server.box}:{server.port} but no managed_by marker: not touched"))
+            if judgement.verdict in SERVING:
+                unrouted[key] = (f"LiteLLM holds {existing.id} without llmfleet's managed_by marker, so llmfleet "
+                                 "neither uses nor replaces it: delete it in LiteLLM and the next apply creates "
+                                 "llmfleet's own")
             continue
         if judgement.verdict in SERVING:
             spec = assessment.desired.get(key)
             if spec is None:
                 # Serving by hysteresis while its public endpoint is unknown this pass (not in the listing,
                 # ports not published yet): keep what LiteLLM has; there is nothing to create it with.
+                if existing is None:
+                    unrouted[key] = "no deployment, and its public endpoint is unknown this pass: none can be made"
                 continue
             if existing is None:
+                unrouted[key] = ("no deployment yet: held, reconcile: paused" if server.paused
+                                 else "no deployment yet: `llmfleet apply` creates it")
                 propose(Action(ActionKind.CREATE, server.id, server.model, f"{judgement.verdict}: {judgement.reason}",
                                after=spec), server)
             elif existing.spec != spec.spec:
@@ -220,7 +241,18 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
     actions = [_with_retry(a, pending.get(a.id)) for a in actions]
     actions.sort(key=lambda a: (ORDER[a.kind], a.id))
     return Plan(intended.revision, observation.observed_at, tuple(actions), tuple(held), tuple(drift),
-                tuple(blocked), errors, judgements)
+                tuple(blocked), errors, judgements, unrouted=unrouted, warnings=warnings)
+
+
+def _assumed_warnings(intended: Intended, observation: Observation) -> tuple[str, ...]:
+    """One warning per provider whose boxes are dialled at their listen ports for want of a key."""
+    boxes: dict[Provider, set[str]] = {}
+    for key, resolution in observation.resolutions.items():
+        server = intended.servers.get(key)
+        if resolution.assumed and server is not None:
+            boxes.setdefault(server.provider, set()).add(server.box)
+    return tuple(f"{provider} box(es) {', '.join(sorted(names))}: {assumed_mapping(provider)}"
+                 for provider, names in sorted(boxes.items()))
 
 
 def _delete_valves(actions: list[Action], held: list[Held], intended: Intended, observation: Observation,

@@ -6,14 +6,15 @@ Never prints a bearer: `api_key` is dropped from every litellm_params shown.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from llmfleet.core.fleet.jsonvalue import JSON, thaw
 from llmfleet.core.judge.intended import Intended
 from llmfleet.core.judge.plan import Action, ActionKind, Plan
-from llmfleet.core.judge.verdict import rollups
+from llmfleet.core.judge.verdict import SERVING, Availability, rollups
 
-FORMAT_VERSION = "1.1"  # 1.1: "adoption" (plan --adopt)
+FORMAT_VERSION = "1.1"  # 1.1: "adoption" (plan --adopt); listed, litellm_error, warnings; per model routed and unrouted
 SYMBOL = {ActionKind.CREATE: "+", ActionKind.UPDATE: "~", ActionKind.REPLACE: "-/+", ActionKind.DELETE: "-"}
 WHAT = {ActionKind.CREATE: "will be created", ActionKind.UPDATE: "will be updated in-place",
         ActionKind.REPLACE: "must be replaced", ActionKind.DELETE: "will be destroyed"}
@@ -26,8 +27,34 @@ def iso(ts: float) -> str:
 
 
 def summary_line(plan: Plan) -> str:
+    if not plan.listed:
+        return "Plan: none (LiteLLM's deployments are not known; nothing would be written)."
     add, change, destroy = plan.summary
     return f"Plan: {add} to add, {change} to change, {destroy} to destroy."
+
+
+@dataclass(frozen=True)
+class ModelRouting:
+    """A model as callers see it: available only when a deployment routes to a serving server."""
+
+    availability: Availability
+    routed: int  # serving servers a deployment in LiteLLM routes to
+    serving: int
+    total: int
+    unrouted: tuple[str, ...]  # "box:port: why no deployment routes to it"
+
+
+def model_routing(plan: Plan, intended: Intended) -> dict[str, ModelRouting]:
+    out: dict[str, ModelRouting] = {}
+    for model, rolled in rollups(intended.servers.values(), plan.judgements, "model").items():
+        servers = [s for s in intended.by_model(model) if s.key in plan.judgements]
+        serving = [s for s in servers if plan.judgements[s.key].verdict in SERVING]
+        unrouted = tuple(f"{s.box}:{s.port}: {plan.unrouted[s.key]}" for s in serving if s.key in plan.unrouted)
+        routed = len(serving) - len(unrouted)
+        availability = (Availability.UNAVAILABLE if routed == 0 else
+                        Availability.AVAILABLE if routed == rolled.total else Availability.DEGRADED)
+        out[model] = ModelRouting(availability, routed, rolled.serving, rolled.total, unrouted)
+    return out
 
 
 def render_text(plan: Plan, intended: Intended, *, verbose: bool = True) -> str:
@@ -40,8 +67,19 @@ def render_text(plan: Plan, intended: Intended, *, verbose: bool = True) -> str:
             if j is not None:
                 lines.append(f"  {server.box + ':' + str(server.port):<{width}}  {server.model:<20} "
                              f"{j.verdict:<8} {j.reason}")
-        models = rollups(intended.servers.values(), plan.judgements, "model")
-        lines.append("Models: " + ", ".join(f"{m} {r.availability} ({r.serving}/{r.total})" for m, r in models.items()))
+        if plan.listed:
+            routing = model_routing(plan, intended)
+            lines.append("Models (available: a deployment in LiteLLM routes to a serving server): " + ", ".join(
+                f"{m} {r.availability} ({r.routed}/{r.total} routed)" for m, r in routing.items()))
+            lines.extend(f"  ! {m} {why}" for m, r in routing.items() for why in r.unrouted)
+        else:
+            models = rollups(intended.servers.values(), plan.judgements, "model")
+            lines.append("Models (serving by verdict; whether LiteLLM routes to them is unknown): " + ", ".join(
+                f"{m} {r.serving}/{r.total} serving" for m, r in models.items()))
+        lines.append("")
+    if plan.warnings:
+        lines.append("Warnings:")
+        lines.extend(f"  ! {w}" for w in plan.warnings)
         lines.append("")
     if plan.errors:
         lines.append("Observation errors:")
@@ -53,11 +91,20 @@ def render_text(plan: Plan, intended: Intended, *, verbose: bool = True) -> str:
         lines.append("")
     if plan.adopt_source is not None:
         lines.extend(_adoption_lines(plan))
-    if plan.actions:
+    if not plan.listed:
+        lines.append(f"No plan: LiteLLM's deployments are not known ({plan.litellm_error}). The verdicts above are "
+                     "this pass's own; what LiteLLM routes, and what `llmfleet apply` would change in it, cannot "
+                     "be shown, and nothing would be written.")
+        lines.append("")
+    elif plan.actions:
         lines.append("llmfleet will perform the following actions:")
         lines.append("")
         for action in plan.actions:
             lines.extend(_action_lines(action))
+        lines.append("")
+    elif any(not why.startswith("no deployment yet") for why in plan.unrouted.values()):
+        lines.append("No changes llmfleet can make, but some serving servers have no deployment that routes to "
+                     "them (see Models above).")
         lines.append("")
     else:
         lines.append("No changes. LiteLLM has a deployment exactly for the servers that serve.")
@@ -125,6 +172,14 @@ def plan_document(plan: Plan, intended: Intended) -> dict[str, JSON]:
     def rolled(by: str) -> JSON:
         return {name: {"availability": str(r.availability), "serving": r.serving, "total": r.total}
                 for name, r in rollups(intended.servers.values(), plan.judgements, by).items()}
+
+    models = rolled("model")
+    if plan.listed and isinstance(models, dict):
+        for name, routing in model_routing(plan, intended).items():
+            entry = models[name]
+            if isinstance(entry, dict):
+                entry["routed"] = routing.routed
+                entry["unrouted"] = list[JSON](routing.unrouted)
     return {
         "format_version": FORMAT_VERSION,
         "revision": plan.revision,
@@ -144,8 +199,11 @@ def plan_document(plan: Plan, intended: Intended) -> dict[str, JSON]:
                              "fate": str(a.fate), "reason": a.reason, "replacement": a.replacement}
                             for a in plan.adoptions]},
         "errors": list[JSON](plan.errors),
+        "listed": plan.listed,
+        "litellm_error": plan.litellm_error,
+        "warnings": list[JSON](plan.warnings),
         "servers": servers,
-        "models": rolled("model"),
+        "models": models,
         "boxes": rolled("box"),
     }
 

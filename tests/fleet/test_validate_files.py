@@ -1,0 +1,62 @@
+"""File-level problems of a fleet repository, exactly: a missing file, an oversized one, an empty model
+catalog, an empty placement, and a YAML error with its mark. Mutation testing (docs/testing.md) showed
+their messages, rules and the files they name were not pinned by the unit tests."""
+
+from __future__ import annotations
+
+from llmfleet.adapters.git import read_directory
+from llmfleet.core.fleet import strictyaml
+from llmfleet.core.fleet.diagnostics import Diagnostic
+from llmfleet.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE, Oversized, Snapshot
+from llmfleet.core.fleet.validate import validate_snapshot
+from tests.conftest import EXAMPLE
+
+FILES = dict(read_directory(EXAMPLE).files)
+DISPLAY = {name: f"repo/{name}" for name in FILES}
+
+
+def snapshot(**changes: object) -> Snapshot:
+    files = {**FILES, **{name.replace("_", "."): value for name, value in changes.items()}}
+    return Snapshot("rev", files, DISPLAY)  # type: ignore[arg-type]
+
+
+def test_the_example_is_valid() -> None:
+    validation = validate_snapshot(snapshot())
+    assert validation.fleet is not None and validation.diagnostics == ()
+    assert validation.revision == "rev"
+
+
+def test_a_missing_file() -> None:
+    validation = validate_snapshot(snapshot(models_yaml=None))
+    assert validation.fleet is None
+    assert validation.diagnostics == (Diagnostic("repo/models.yaml", 1, 1, "", "missing: a fleet repository needs "
+                                                 "models.yaml", "missing-file"),)
+
+
+def test_an_oversized_file() -> None:
+    validation = validate_snapshot(snapshot(placement_yaml=Oversized(5_000_000)))
+    assert validation.fleet is None
+    assert validation.diagnostics == (Diagnostic(
+        "repo/placement.yaml", 1, 1, "", f"file is 5,000,000 bytes; the limit is {strictyaml.MAX_BYTES:,}",
+        "yaml-too-large"),)
+
+
+def test_an_empty_model_catalog() -> None:
+    validation = validate_snapshot(snapshot(models_yaml=b"# nothing yet\n"))
+    assert validation.fleet is None
+    assert [(d.file, d.message, d.rule) for d in validation.diagnostics] == [
+        ("repo/models.yaml", "the model catalog is empty; it needs `models:`", "empty-file")]
+
+
+def test_a_yaml_error_keeps_its_mark_and_the_other_files_are_still_checked() -> None:
+    validation = validate_snapshot(snapshot(fleet_yaml=b"version: 1\nlisten_ports: [8001,\n"))
+    assert validation.fleet is None
+    (first, *_) = validation.diagnostics
+    assert (first.file, first.rule, first.line) == ("repo/fleet.yaml", "yaml-syntax", 3)
+    assert first.message.startswith("YAML syntax error: ")
+
+
+def test_files_are_named_as_displayed() -> None:
+    assert {FLEET_FILE, MODELS_FILE, PLACEMENT_FILE} == set(FILES)
+    validation = validate_snapshot(snapshot(fleet_yaml=None, placement_yaml=None))
+    assert [d.file for d in validation.diagnostics] == ["repo/fleet.yaml", "repo/placement.yaml"]
