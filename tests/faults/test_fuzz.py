@@ -40,6 +40,7 @@ from llmfleet.server.app import create_app
 from llmfleet.server.runtime import Runtime, start_up
 from llmfleet.settings import load_config
 from llmfleet_contract import secretref
+from llmfleet_gateway import errors as gateway_errors
 from llmfleet_gateway import forwarding
 from llmfleet_installer.boxjson import BoxJsonError, parse_text
 from llmfleet_installer.fit import check_fit
@@ -455,8 +456,8 @@ def test_gateway_bearer_check_takes_any_header(value: str | None) -> None:
 @given(st.one_of(st.binary(max_size=200), json_values.map(lambda v: json.dumps(v).encode()),
                  st.just(b"[" * 50_000), st.just(b'{"model": NaN}')))
 def test_gateway_model_selection_takes_any_body(body: bytes) -> None:
-    name, error = outcome(forwarding.select_model, body, errors=forwarding.BodyError)
-    if isinstance(error, forwarding.BodyError):
+    name, error = outcome(forwarding.select_model, body, errors=gateway_errors.BodyError)
+    if isinstance(error, gateway_errors.BodyError):
         assert error.error.status == 400
     else:
         assert isinstance(name, str)
