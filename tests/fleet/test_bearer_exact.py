@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.core.fleet.bearer import Salt, SaltError, bearer_fingerprint, load_legacy_key, load_salt, read_secret_file
+from llmfleet.core.fleet.bearer import (
+    SHORT_SALT_WARNING,
+    Salt,
+    SaltError,
+    bearer_fingerprint,
+    load_legacy_key,
+    load_salt,
+    read_secret_file,
+)
 
 SALT = "test-salt-0123456789abcdef"
 BEARER = "sk-vllm-sFX8t432i_1XpTYS4PP_Kpesd0C9dg29mK5uwFtO6Jg"
@@ -34,7 +42,6 @@ def test_bearer_fingerprint_golden() -> None:
     (" padded-salt-0123456789", "the bearer salt has leading or trailing whitespace; remove it "
                                 "(a salt file may end in one newline)"),
     ("change_me-0123456789abcdef", "the bearer salt is still a CHANGE_ME placeholder"),
-    ("abc123", "the bearer salt is shorter than 16 characters"),
 ])
 def test_salt_messages(bad: str, message: str) -> None:
     with pytest.raises(SaltError) as info:
@@ -42,10 +49,15 @@ def test_salt_messages(bad: str, message: str) -> None:
     assert str(info.value) == message
 
 
-def test_a_salt_of_exactly_sixteen_characters_is_accepted() -> None:
+def test_a_short_salt_works_with_a_warning_from_fifteen_characters_down() -> None:
+    # A short salt may already protect a running fleet (issue 20): it is never refused, only warned about.
     assert Salt("x" * 16).derive("h", 1).startswith("sk-vllm-")
-    with pytest.raises(SaltError):
-        Salt("x" * 15)
+    assert not Salt("x" * 16).short and Salt("x" * 16).warning() is None
+    short = Salt("x" * 15)
+    assert short.short and short.derive("h", 1).startswith("sk-vllm-")
+    assert short.warning() == SHORT_SALT_WARNING
+    assert SHORT_SALT_WARNING.startswith("the bearer salt is shorter than 16 characters: it still works")
+    assert "x" * 15 not in SHORT_SALT_WARNING
 
 
 def test_derive_messages() -> None:
