@@ -64,7 +64,21 @@ MODULES: tuple[Module, ...] = (
                     "reconciler/llmfleet/core/diff/summary.py"),
            ("tests/diff/test_report.py", "tests/diff/test_golden.py", "tests/diff/test_markdown.py"), in_ci=False),
 )
-COPIED = ("reconciler", "tests", "schemas", "fleet-repo-example", "bench", "installer", "gateway", "pyproject.toml")
+COPIED = ("tests", "schemas", "fleet-repo-example", "bench", "pyproject.toml")
+# The import packages go under src/ in the scratch copy: mutmut 3 names a mutant by its file's path
+# relative to ./, src/ or source/, which must be the module's import name (llmfleet.core..., not
+# reconciler.llmfleet.core...), or no test is ever matched to a mutant.
+PACKAGES = {"reconciler/llmfleet": "src/llmfleet", "installer/llmfleet_contract": "src/llmfleet_contract",
+            "installer/llmfleet_installer": "src/llmfleet_installer",
+            "gateway/llmfleet_gateway": "src/llmfleet_gateway"}
+
+
+def in_scratch(path: str) -> str:
+    """A project path as the scratch copy has it (reconciler/llmfleet/x.py -> src/llmfleet/x.py)."""
+    for old, new in PACKAGES.items():
+        if path.startswith(old + "/"):
+            return new + path[len(old):]
+    return path
 COUNTED = ("killed", "survived", "no_tests", "suspicious", "timeout", "segfault")
 
 
@@ -111,6 +125,8 @@ def scratch_copy(module: Module, where: Path) -> None:
             shutil.copytree(source, where / name, ignore=ignore, symlinks=True)
         else:
             shutil.copy2(source, where / name)
+    for old, new in PACKAGES.items():
+        shutil.copytree(ROOT / old, where / new, ignore=ignore, symlinks=True)
     pyproject = (where / "pyproject.toml").read_text(encoding="utf-8")
     start = pyproject.find("[tool.mutmut]")
     if start >= 0:  # the project's own section is the default for a bare `mutmut run`; replaced here
@@ -118,11 +134,11 @@ def scratch_copy(module: Module, where: Path) -> None:
         pyproject = pyproject[:start] + (pyproject[end + 1:] if end >= 0 else "")
     pyproject += f"""
 [tool.mutmut]
-source_paths = ["reconciler/"]
-only_mutate = {toml_list(module.sources)}
+source_paths = ["src/"]
+only_mutate = {toml_list([in_scratch(source) for source in module.sources])}
 pytest_add_cli_args_test_selection = {toml_list(module.tests)}
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--timeout=120"]
-also_copy = ["schemas/", "fleet-repo-example/", "bench/", "installer/", "gateway/"]
+also_copy = ["schemas/", "fleet-repo-example/", "bench/"]
 use_git_change_detection = false
 """
     (where / "pyproject.toml").write_text(pyproject, encoding="utf-8")
