@@ -13,7 +13,7 @@ from llmfleet.core.judge.observed import BoxFacts, BoxReport, ProbeResult, Probe
 from llmfleet.core.judge.verdict import (
     Availability,
     Judgement,
-    Outcome,
+    ProbeOutcome,
     ServerHistory,
     Verdict,
     _ago,
@@ -34,14 +34,14 @@ NO_FACTS = BoxFacts()
 
 
 @pytest.mark.parametrize(("resolution", "probe", "expected"), [
-    (Resolution(None, unknown="listing down"), ProbeResult(ProbeStatus.OK), Outcome.INCONCLUSIVE),
-    (Resolution(None, listed=False), None, Outcome.FAILED),
-    (HERE, None, Outcome.INCONCLUSIVE),
-    (HERE, ProbeResult(ProbeStatus.ERROR), Outcome.INCONCLUSIVE),
-    (HERE, ProbeResult(ProbeStatus.OK), Outcome.GOOD),
-    (HERE, ProbeResult(ProbeStatus.REFUSED), Outcome.FAILED),
+    (Resolution(None, unknown="listing down"), ProbeResult(ProbeStatus.OK), ProbeOutcome.INCONCLUSIVE),
+    (Resolution(None, listed=False), None, ProbeOutcome.FAILED),
+    (HERE, None, ProbeOutcome.INCONCLUSIVE),
+    (HERE, ProbeResult(ProbeStatus.ERROR), ProbeOutcome.INCONCLUSIVE),
+    (HERE, ProbeResult(ProbeStatus.OK), ProbeOutcome.GOOD),
+    (HERE, ProbeResult(ProbeStatus.REFUSED), ProbeOutcome.FAILED),
 ])
-def test_outcome_table(resolution: Resolution, probe: ProbeResult | None, expected: Outcome) -> None:
+def test_outcome_table(resolution: Resolution, probe: ProbeResult | None, expected: ProbeOutcome) -> None:
     assert outcome_of(resolution, probe) is expected
 
 
@@ -53,7 +53,7 @@ def test_seeded_histories() -> None:
 def run(history: ServerHistory, outcomes: str, start: float = NOW) -> list[ServerHistory]:
     seen = []
     for i, c in enumerate(outcomes):
-        history = advance(history, Outcome.GOOD if c == "1" else Outcome.FAILED, start + i, SETTINGS)
+        history = advance(history, ProbeOutcome.GOOD if c == "1" else ProbeOutcome.FAILED, start + i, SETTINGS)
         seen.append(history)
     return seen
 
