@@ -41,8 +41,10 @@ def test_the_scratch_copy_gets_the_module_config(tmp_path: Path) -> None:
     plan = next(m for m in mutation.MODULES if m.name == "plan")
     mutation.scratch_copy(plan, tmp_path)
     config = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["mutmut"]
-    assert config["only_mutate"] == list(plan.sources)
+    # mutmut names a mutant by its path under src/, which must be its import name (llmfleet.core...).
+    assert config["only_mutate"] == [mutation.in_scratch(s) for s in plan.sources] == [
+        "src/llmfleet/core/judge/plan.py"]
     assert config["pytest_add_cli_args_test_selection"] == list(plan.tests)
-    assert config["source_paths"] == ["reconciler/"]
-    assert (tmp_path / "reconciler" / "reconcile" / "plan.py").read_text() == (
-        ROOT / "reconciler" / "reconcile" / "plan.py").read_text()
+    assert config["source_paths"] == ["src/"]
+    assert (tmp_path / "src" / "llmfleet" / "core" / "judge" / "plan.py").read_text() == (
+        ROOT / "reconciler" / "llmfleet" / "core" / "judge" / "plan.py").read_text()
