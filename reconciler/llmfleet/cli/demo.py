@@ -1,4 +1,4 @@
-"""`llmfleet demo`: a whole fleet on this machine. See reconciler/demo/ and docs/quickstart.md."""
+"""`llmfleet demo`: a whole fleet on this machine. See llmfleet.demo and docs/quickstart.md."""
 
 from __future__ import annotations
 
