@@ -11,7 +11,7 @@ Targets, each fed raw bytes:
   installer   the box JSON as Installer.run takes it: parse, fit check and card division on assumed
               GPUs, every Supervisor program; only BoxJsonError or UnitError (issue 16: OverflowError)
   flags       one argv token in a recipe's args: `llmfleet validate` and the installer's box-JSON check
-              refuse it exactly when llmfleet_installer.vllmflags says vLLM could read it as a managed flag
+              refuse it exactly when llmfleet_contract.vllmflags says vLLM could read it as a managed flag
   gatewaybody llmfleet_gateway.jsonscan: the scanner finds the same model (or error) as json.loads, also with
               windows of a few bytes, and never raises anything but BodyError
   report      llmfleet.server.reports.parse_report: a BoxReport or ReportError (400/413), never
