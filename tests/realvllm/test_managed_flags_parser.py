@@ -124,7 +124,7 @@ def test_every_command_line_the_installer_writes_parses(harness: Harness, tmp_pa
     program; tests/installer/test_real_vllm_cli.py's rendering, which needs vLLM in the project's venv),
     each `vllm serve` argv taken back out of its program as Supervisor splits it, parsed by vLLM 0.32's
     own parser: no line is refused, each sets what the installer meant, and none carries the bearer."""
-    from tests.installer.test_real_vllm_cli import rendered_argvs
+    from tests.support.rendered_argv import rendered_argvs
 
     argvs = rendered_argvs(tmp_path)
     assert len(argvs) == 7

@@ -1,0 +1,38 @@
+"""The command lines the installer writes for the example fleet: its boxes rendered through the real
+installer path (box JSON -> fit -> Supervisor program), each vllm argv taken back out of the program's
+command with shlex, as Supervisor splits it. tests/realvllm parses them with vLLM's own parser."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from llmfleet.adapters.git import read_directory
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.render import Bearers, render_all
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet_installer.boxjson import parse_box
+from llmfleet_installer.fit import check_fit
+from llmfleet_installer.hardware import Gpu
+from llmfleet_installer.settings import load
+from llmfleet_installer.units import render_unit
+from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
+
+
+def rendered_argvs(tmp_path: Path) -> list[list[str]]:
+    validation = validate_snapshot(read_directory(EXAMPLE))
+    assert validation.fleet is not None
+    settings = load({"LLMFLEET_DATA_DIR": str(tmp_path)}, need_control_plane=False)
+    gpus = (Gpu(0, "GPU-0", "H100", 81559, 81559),)
+    argvs = []
+    for name, document in render_all(validation.fleet, Bearers(Salt(TEST_SALT), TEST_LEGACY_KEY)).items():
+        box = parse_box(document, name)
+        fit = check_fit(box.servers, gpus, disk_free_gb=None)
+        ports = {s.name: s.port for s in box.servers}
+        for server in box.servers:
+            unit = render_unit(server, fit.placements[server.name], order=0, ports=ports, settings=settings,
+                               python="python3", revision=box.revision, gpu_count=1)
+            command = next(line for line in unit.text.splitlines() if line.startswith("command="))
+            argv = shlex.split(command.removeprefix("command=").replace("%%", "%"))
+            argvs.append(argv[argv.index("--") + 1:])
+    return argvs
