@@ -12,6 +12,7 @@ import pytest
 
 from llmfleet_installer.zipapp import build_zipapp
 from tests.gateway.conftest import GATEWAY_PYTHON, ROOT, GatewayProcess, Upstreams, reference_config, running_gateway
+from tests.support.integration import missing
 
 EXAMPLE = Path(__file__).with_name("llmhop_example.json")
 SPEC_CANDIDATES = (ROOT.parent / "shared" / "spec" / "llmhop.txt", Path("/work/shared/spec/llmhop.txt"))
@@ -31,7 +32,7 @@ def test_the_spec_example_passes_check_as_written() -> None:
 def test_example_file_is_the_spec_text() -> None:
     spec = next((p for p in SPEC_CANDIDATES if p.exists()), None)
     if spec is None:
-        pytest.skip("../shared/spec/llmhop.txt is not beside this checkout")
+        missing("../shared/spec/llmhop.txt is not beside this checkout")
     text = spec.read_text()
     start = text.index("Create a config.json:") + len("Create a config.json:")
     assert text[start:text.index("host defaults to every interface")].strip() == EXAMPLE.read_text().strip()

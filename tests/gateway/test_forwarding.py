@@ -152,6 +152,7 @@ def test_client_disconnect_releases_the_slot_and_the_upstream(gw: GatewayProcess
         time.sleep(0.01)
 
 
+@pytest.mark.integration  # CI has openssl: this must run there
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_https_upstream_is_verified_against_the_trust_store(upstreams: Upstreams, tmp_path: Path) -> None:
     cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")

@@ -49,6 +49,7 @@ def test_no_proxy_dials_directly(upstreams: Upstreams, proxy: tuple[ForwardProxy
     assert server.seen == []
 
 
+@pytest.mark.integration  # CI has openssl: this must run there
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_https_goes_through_a_connect_tunnel(upstreams: Upstreams, proxy: tuple[ForwardProxy, int],
                                              tmp_path: Path) -> None:

@@ -41,7 +41,8 @@ from llmfleet.core.fleet.bearer import Salt
 from llmfleet.demo.procs import free_port
 from tests.conftest import git
 from tests.installer.realprocs import SUPERVISORD, Supervisor, http_status, wait_until, write_supervisord_conf
-from tests.realvllm.harness import Harness, harness_from_env, skip_or_fail
+from tests.realvllm.harness import Harness, harness_from_env
+from tests.support.integration import missing
 from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +74,7 @@ def harness() -> Harness:
 def litellm_proxy() -> LitellmProxy:
     proxy = proxy_from_env()
     if proxy is None:
-        skip_or_fail(SKIP_REASON)
+        missing(SKIP_REASON)
     assert proxy is not None
     status, _ = proxy.call("GET", "/health/readiness", timeout=10)
     if status != 200:

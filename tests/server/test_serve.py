@@ -24,6 +24,7 @@ from llmfleet.demo.procs import free_port as free_port  # re-exported for this p
 from llmfleet.demo.procs import stop
 from tests.conftest import ROOT, git
 from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config, write_config
+from tests.support.integration import missing
 
 
 def tls_files(directory: Path) -> tuple[Path, Path, trustme.CA]:
@@ -128,7 +129,7 @@ def test_example_config_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", "example-salt-0123456789")
     monkeypatch.setenv("LLMFLEET_LEGACY_API_KEY", "sk-legacy-example")
     if git(ROOT, "branch", "--list", "main") == "":
-        pytest.skip("this checkout has no local main branch")
+        missing("this checkout has no local main branch")
     assert main(["serve", "--config", str(config), "--check"]) == 0
     out = capsys.readouterr().out
     assert "(4 boxes, 7 servers)" in out

@@ -132,6 +132,7 @@ def test_systemd_units_load_every_credential_the_config_names(tmp_path: Path) ->
     assert "StateDirectory=llmfleet" in reconcile
 
 
+@pytest.mark.integration  # .ci/run's machine has systemd-analyze: this must run there
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     llmfleet = shutil.which("llmfleet") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "llmfleet")

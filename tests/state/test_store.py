@@ -139,14 +139,23 @@ def test_a_search_path_without_a_schema_is_named(pg_database: str) -> None:
         open_store(with_schema(pg_database, "no_such_schema"))
 
 
-def test_wrong_password_is_refused_without_echoing_it(pg_database: str) -> None:
-    from tests.state.postgres import split_password
+def test_wrong_password_is_refused_without_echoing_it() -> None:
+    # A throwaway cluster of its own, which checks passwords (scram-sha-256): the shared one CI provides
+    # trusts every login, so there a wrong password would prove nothing.
+    from tests.state.conftest import NO_POSTGRES
+    from tests.state.postgres import Cluster, find_bindir, split_password
+    from tests.support.integration import missing
 
-    bare, _ = split_password(pg_database)
-    with pytest.raises(StateError) as caught:
-        open_store(with_schema(bare, "no_such_schema"), password=Secret("wrong-password-never-shown", "test"))
-    if "no schema to create tables in" in str(caught.value):
-        pytest.skip("this PostgreSQL trusts every login (CI's shared cluster): no password is checked")
+    bindir = find_bindir()
+    if bindir is None:
+        missing(NO_POSTGRES)
+    cluster = Cluster(bindir)
+    try:
+        bare, _ = split_password(cluster.url)
+        with pytest.raises(StateError) as caught:
+            open_store(with_schema(bare, "no_such_schema"), password=Secret("wrong-password-never-shown", "test"))
+    finally:
+        cluster.stop()
     assert "password authentication failed" in str(caught.value)
     assert "wrong-password-never-shown" not in str(caught.value)
 
