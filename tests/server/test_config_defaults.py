@@ -143,8 +143,8 @@ def test_the_environment_only_settings_name_what_is_missing() -> None:
 # server passes the Secrets themselves (its rewrite, issue 17 point 8); wiring.py's legacy key goes into
 # the rendered bearers.
 REVEALED = {
-    "adapters/litellm.py": 1, "adapters/providers.py": 1, "adapters/state/postgres.py": 1,
-    "settings.py": 10, "cli/serve.py": 2, "job/wiring.py": 1,
+    "adapters/litellm.py": 1, "adapters/providers.py": 1, "adapters/state/postgres.py": 1, "adapters/state/__init__.py": 1,
+    "settings.py": 10, "cli/serve.py": 1, "job/wiring.py": 1,
     "server/auth.py": 2, "server/session.py": 2, "server/runtime.py": 1,
 }
 

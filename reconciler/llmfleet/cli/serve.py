@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
-import sqlite3
 import ssl
 import sys
 from typing import Any
 
-from llmfleet.adapters.state.store import is_postgres, sqlite_path
+from llmfleet.adapters.state import look_at_store
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.errors import ConfigurationError, SourceError, StateError
 from llmfleet.logs import get_logger, log_event
@@ -63,39 +61,10 @@ def _listen(args: argparse.Namespace, config: ControlPlaneConfig) -> Listen:
 
 def look_at_state(config: ControlPlaneConfig) -> str:
     """Whether the state store can be used, without writing to it: what `serve` would open."""
-    url = config.state.url
-    if is_postgres(url):
-        import psycopg
-
-        password = config.state.password.reveal() if config.state.password is not None else None
-        try:
-            with psycopg.connect(url, password=password, connect_timeout=10) as connection:
-                connection.execute("SELECT 1")
-        except psycopg.Error as exc:
-            raise CommandError(f"state store {url}: cannot connect: {exc}", EXIT_INVALID) from None
-        return f"PostgreSQL {url} reachable"
     try:
-        path = sqlite_path(url, config.state.base)
+        return look_at_store(config.state.url, config.state.base, config.state.password)
     except StateError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from None
-    if path is None:
-        return "an in-memory store"
-    if path.exists():
-        try:
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            try:
-                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            finally:
-                db.close()
-        except sqlite3.Error as exc:
-            raise CommandError(f"state store {path}: cannot read it: {exc}", EXIT_INVALID) from None
-        if not os.access(path, os.W_OK):
-            raise CommandError(f"state store {path}: not writable by this user", EXIT_INVALID)
-        return f"SQLite {path}"
-    folder = next(p for p in path.parents if p.exists())  # serve creates the missing folders
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise CommandError(f"state store {path}: cannot be created, {folder} is not a writable folder", EXIT_INVALID)
-    return f"SQLite {path} (created on the first start)"
 
 
 def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> list[str]:

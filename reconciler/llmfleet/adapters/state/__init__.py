@@ -7,7 +7,11 @@ database (or an in-memory one for tests and one-off runs).
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from pathlib import Path
+
+import psycopg
 
 from llmfleet.adapters.state.postgres import PostgresDatabase
 from llmfleet.adapters.state.reconcile import MemoryStore, ReconcileState
@@ -73,3 +77,36 @@ def open_reconcile_state(url: str | None, password: Secret | None = None) -> Rec
                          "postgresql://user@host:port/dbname")
     return open_store(url if "://" in url else SQLITE_PREFIX + url, password=password, max_connections=2,
                             application_name="llmfleet-reconcile")
+
+
+def look_at_store(url: str, base: Path | None = None, password: Secret | None = None) -> str:
+    """Whether the store named by `url` can be used, without creating or writing anything (serve
+    --check): PostgreSQL connected to, an SQLite file opened read-only (or the folder it would be made
+    in checked). What it found, or StateError saying why not."""
+    if is_postgres(url):
+        try:
+            with psycopg.connect(url, password=password.reveal() if password is not None else None,
+                                 connect_timeout=10) as connection:  # the password into libpq only
+                connection.execute("SELECT 1")
+        except psycopg.Error as exc:
+            raise StateError(f"state store {url}: cannot connect: {exc}") from None
+        return f"PostgreSQL {url} reachable"
+    path = sqlite_path(url, base)
+    if path is None:
+        return "an in-memory store"
+    if path.exists():
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise StateError(f"state store {path}: cannot read it: {exc}") from None
+        if not os.access(path, os.W_OK):
+            raise StateError(f"state store {path}: not writable by this user")
+        return f"SQLite {path}"
+    folder = next(p for p in path.parents if p.exists())  # serve creates the missing folders
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise StateError(f"state store {path}: cannot be created, {folder} is not a writable folder")
+    return f"SQLite {path} (created on the first start)"
