@@ -118,6 +118,7 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
     assert 'llmfleet_reconcile_passes_total{outcome="error"}' in exposition
     # LiteLLM only: a provider without a key is no error (its boxes are dialled at their listen ports)
     assert "llmfleet_reconcile_last_pass_errors 1.0" in exposition
+    assert "llmfleet_litellm_up 0.0" in exposition  # the pass could not list its deployments
     assert "sk-master-cmd-secret" not in err
 
     holder = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom llmfleet.job.loop import "

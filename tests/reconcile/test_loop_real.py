@@ -123,6 +123,8 @@ async def story(proxy: LitellmProxy, tmp: Path, repo: Path, ports: list[int], cl
     assert "Plan: 2 to add" in out
     assert managed(proxy) == {}  # a dry run writes nothing
     assert 'llmfleet_reconcile_actions_total{kind="create",result="planned"} 2.0' in metrics.read_text()
+    assert "llmfleet_litellm_up 1.0" in metrics.read_text()  # the pass listed the real proxy's deployments
+    assert 'llmfleet_model_intended_servers{model="tiny-a"}' in metrics.read_text()
 
     saved = tmp / "first.plan.json"
     code, out = await cli("plan", "--out", str(saved))

@@ -163,6 +163,7 @@ class PassRunner:
             raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
         log_pass(outcome.record)
         self.metrics.observe(outcome.record)
+        self.metrics.observe_litellm(outcome.observation.deployments is not None)
         if self.args.metrics_file:
             self.metrics.write_textfile(self.args.metrics_file)
         return outcome

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
 from llmfleet.adapters.state.passes import PassRecord
-from llmfleet.core.judge.verdict import Verdict
+from llmfleet.core.judge.verdict import SERVING, Verdict
 
 
 class PassMetrics:
@@ -31,6 +31,18 @@ class PassMetrics:
         self.held = Gauge("llmfleet_reconcile_held_actions", "Actions held back in the last pass", registry=r)
         self.drift = Gauge("llmfleet_litellm_unmanaged_deployments", "LiteLLM deployments not managed by llmfleet",
                            registry=r)
+        self.model_intended = Gauge("llmfleet_model_intended_servers", "Servers the served revision places for "
+                                    "the model (last pass)", ["model"], registry=r)
+        self.model_serving = Gauge("llmfleet_model_serving_servers", "The model's servers judged serving "
+                                   "(Healthy or Stale) in the last pass", ["model"], registry=r)
+        self.box_stale = Gauge("llmfleet_box_stale_servers", "The box's servers judged Stale in the last pass "
+                               "(serving an older boot config: the box needs a restart); boxes with none have no "
+                               "series", ["box"], registry=r)
+        self.litellm_up = Gauge("llmfleet_litellm_up", "1 when the last pass listed LiteLLM's deployments, 0 when "
+                                "the listing failed (LiteLLM unreachable or refusing the master key)", registry=r)
+        # Rollouts (set by the rollout engine).
+        self.rollout_halted = Gauge("llmfleet_rollout_halted", "1 while the current rollout is halted", registry=r)
+        self.rollout_halts = Counter("llmfleet_rollout_halts", "rollouts halted", registry=r)
 
     def observe(self, record: PassRecord) -> None:
         self.passes.labels("ok" if record.ok else "error").inc()
@@ -47,6 +59,18 @@ class PassMetrics:
         self.blocked.set(1 if record.blocked else 0)
         self.held.set(record.held)
         self.drift.set(record.drift)
+        self.model_intended.clear()  # a model gone from the revision loses its series
+        self.model_serving.clear()
+        self.box_stale.clear()
+        for server in record.servers:
+            self.model_intended.labels(server.model).inc()
+            self.model_serving.labels(server.model).inc(1 if Verdict(server.verdict) in SERVING else 0)
+            if server.verdict == Verdict.STALE:
+                self.box_stale.labels(server.box).inc()
+
+    def observe_litellm(self, listed: bool) -> None:
+        """Whether the pass could list LiteLLM's deployments (its reachability, as the reconciler sees it)."""
+        self.litellm_up.set(1 if listed else 0)
 
     def write_textfile(self, path: str) -> None:
         write_to_textfile(path, self.registry)

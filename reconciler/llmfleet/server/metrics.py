@@ -2,9 +2,62 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from llmfleet.logs import get_logger, log_event
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+log = get_logger("metrics")
+
+
+@dataclass(frozen=True)
+class BoxTimes:
+    """What the box freshness series are made of, read at scrape time."""
+
+    boxes: Collection[str]  # the served revision's boxes (only these get series: no label from a request)
+    config: Mapping[str, float] = field(default_factory=dict)  # box -> last GET /vllm/config answered 200
+    report: Mapping[str, float] = field(default_factory=dict)  # box -> last POST /vllm/report recorded
+
+
+class BoxFreshness(Collector):
+    """Per box of the served revision, when it last got its config and last reported, read from the state
+    store at each scrape (so the series survive a restart and cover every replica sharing the store).
+    A box with no such record on file (never, or not within the fetch log's retention) reads 0."""
+
+    CONFIG = ("llmfleet_box_last_config_timestamp_seconds", "When the box last got its config (GET /vllm/config "
+              "answered 200, any replica); 0: never, within the fetch log's retention.")
+    REPORT = ("llmfleet_box_last_report_timestamp_seconds", "When the box last reported (POST /vllm/report); 0: "
+              "never, within the kept reports.")
+
+    def __init__(self) -> None:
+        self.source: Callable[[], BoxTimes] | None = None
+
+    def families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (GaugeMetricFamily(*self.CONFIG, labels=["box"]), GaugeMetricFamily(*self.REPORT, labels=["box"]))
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self.families()
+
+    def collect(self) -> Iterator[Metric]:
+        config, report = self.families()
+        if self.source is not None:
+            try:
+                times = self.source()
+            except Exception as exc:  # a store outage must not fail the whole scrape (its text is not logged:
+                # a driver's message may carry connection details)
+                log_event(log, "box freshness unavailable", logging.WARNING, error=type(exc).__name__)
+            else:
+                for box in sorted(times.boxes):
+                    config.add_metric([box], times.config.get(box, 0.0))
+                    report.add_metric([box], times.report.get(box, 0.0))
+        yield config
+        yield report
 
 
 class Metrics:
@@ -39,6 +92,8 @@ class Metrics:
                                            "at a cap (per_peer, total, body_budget).", ["reason"], registry=r)
         self.login_refused = Counter("llmfleet_login_refused", "Login attempts refused (wrong token, or rate "
                                      "limited).", ["reason"], registry=r)
+        self.box_freshness = BoxFreshness()
+        r.register(self.box_freshness)
         self._revision: str | None = None
 
     def serve_revision(self, revision: str, boxes: int, servers: int) -> None:
@@ -48,6 +103,10 @@ class Metrics:
         self._revision = revision
         self.served_boxes.set(boxes)
         self.served_servers.set(servers)
+
+    def watch_boxes(self, source: Callable[[], BoxTimes]) -> None:
+        """Read the box freshness series from `source` at each scrape."""
+        self.box_freshness.source = source
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -30,7 +30,7 @@ from llmfleet.adapters.state.store import StateStore
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.errors import SourceError
 from llmfleet.logs import get_logger, log_event
-from llmfleet.server.metrics import Metrics
+from llmfleet.server.metrics import BoxTimes, Metrics
 from llmfleet.server.revisions import RevisionTracker
 from llmfleet.settings import ControlPlaneConfig, default_clone_dir
 from llmfleet_installer.zipapp import build_zipapp_bytes
@@ -97,6 +97,15 @@ def runtime_of(app: Flask) -> Runtime:
     return cast(Runtime, app.extensions[EXTENSION])
 
 
+def box_times(store: StateStore, tracker: RevisionTracker) -> BoxTimes:
+    """The served revision's boxes with when each last got its config and last reported (for /metrics)."""
+    served = tracker.served
+    if served is None:
+        return BoxTimes(())
+    return BoxTimes(tuple(served.fleet.boxes), {box: f.at for box, f in store.last_config_served().items()},
+                    {box: r.received_at for box, r in store.latest_reports().items()})
+
+
 def current_runtime() -> Runtime:
     """The Runtime of the app handling this request: how every view reaches the config, the store and
     the served revision (no view closes over it)."""
@@ -125,6 +134,7 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
             raise SourceError(tracker.refresh_status.error)
         metrics.attention_entries.set(store.attention_size())
         metrics.weak_secrets.labels("vllm_api_salt").set(1 if config.secrets.vllm_api_salt.short else 0)
+        metrics.watch_boxes(lambda: box_times(store, tracker))
         runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock,
                           replica or replica_name())
     except BaseException:
