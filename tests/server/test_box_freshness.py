@@ -41,9 +41,21 @@ def test_each_served_box_has_its_last_config_and_report_time(client: FlaskClient
     assert all(config[box] == 0.0 for box in served.fleet.boxes if box != KNOWN_BOX)
 
 
-def test_an_unknown_box_gets_no_series_of_its_own(client: FlaskClient) -> None:
+def value(client: FlaskClient, name: str) -> float:
+    text = client.get("/metrics").get_data(as_text=True)
+    return next(s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == name)
+
+
+def test_unknown_boxes_are_counted_with_their_last_sighting_never_labelled(client: FlaskClient,
+                                                                          runtime: Runtime) -> None:
+    assert value(client, "llmfleet_unknown_boxes") == 0.0
+    assert value(client, "llmfleet_unknown_box_last_seen_timestamp_seconds") == 0.0
+    clock: Any = runtime.clock
     for name in ("198.51.100.99", "attacker-chosen-label"):
+        clock.now += 10
         assert get_config(client, box_headers(name)).status_code == 404
+    assert value(client, "llmfleet_unknown_boxes") == 2.0
+    assert value(client, "llmfleet_unknown_box_last_seen_timestamp_seconds") == 1_800_000_020.0
     assert "attacker-chosen-label" not in client.get("/metrics").get_data(as_text=True)
     assert "198.51.100.99" not in series(client, CONFIG)
 

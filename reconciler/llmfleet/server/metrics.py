@@ -23,29 +23,39 @@ class BoxTimes:
     boxes: Collection[str]  # the served revision's boxes (only these get series: no label from a request)
     config: Mapping[str, float] = field(default_factory=dict)  # box -> last GET /vllm/config answered 200
     report: Mapping[str, float] = field(default_factory=dict)  # box -> last POST /vllm/report recorded
+    unknown: int = 0  # attention entries whose name the served revision does not place
+    unknown_last_seen: float = 0.0  # the newest of their sightings
 
 
 class BoxFreshness(Collector):
-    """Per box of the served revision, when it last got its config and last reported, read from the state
-    store at each scrape (so the series survive a restart and cover every replica sharing the store).
-    A box with no such record on file (never, or not within the fetch log's retention) reads 0."""
+    """Per box of the served revision, when it last got its config and last reported, and the unknown boxes
+    of the attention list, read from the state store at each scrape (so the series survive a restart and
+    cover every replica sharing the store). A box with no such record on file (never, or not within the
+    fetch log's retention) reads 0."""
 
     CONFIG = ("llmfleet_box_last_config_timestamp_seconds", "When the box last got its config (GET /vllm/config "
               "answered 200, any replica); 0: never, within the fetch log's retention.")
     REPORT = ("llmfleet_box_last_report_timestamp_seconds", "When the box last reported (POST /vllm/report); 0: "
               "never, within the kept reports.")
 
+    UNKNOWN = ("llmfleet_unknown_boxes", "Unknown boxes in the attention list (they presented the fleet key for a "
+               "name the served revision does not place).")
+    UNKNOWN_SEEN = ("llmfleet_unknown_box_last_seen_timestamp_seconds", "When an unknown box last presented the "
+                    "fleet key (any replica); 0: none on file.")
+
     def __init__(self) -> None:
         self.source: Callable[[], BoxTimes] | None = None
 
-    def families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
-        return (GaugeMetricFamily(*self.CONFIG, labels=["box"]), GaugeMetricFamily(*self.REPORT, labels=["box"]))
+    def families(self) -> tuple[GaugeMetricFamily, ...]:
+        # The unknown boxes are counted, never labelled: their names are chosen by whoever sends the request.
+        return (GaugeMetricFamily(*self.CONFIG, labels=["box"]), GaugeMetricFamily(*self.REPORT, labels=["box"]),
+                GaugeMetricFamily(*self.UNKNOWN), GaugeMetricFamily(*self.UNKNOWN_SEEN))
 
     def describe(self) -> Iterator[Metric]:
         yield from self.families()
 
     def collect(self) -> Iterator[Metric]:
-        config, report = self.families()
+        config, report, unknown, unknown_seen = self.families()
         if self.source is not None:
             try:
                 times = self.source()
@@ -56,8 +66,9 @@ class BoxFreshness(Collector):
                 for box in sorted(times.boxes):
                     config.add_metric([box], times.config.get(box, 0.0))
                     report.add_metric([box], times.report.get(box, 0.0))
-        yield config
-        yield report
+                unknown.add_metric([], times.unknown)
+                unknown_seen.add_metric([], times.unknown_last_seen)
+        yield from (config, report, unknown, unknown_seen)
 
 
 class Metrics:

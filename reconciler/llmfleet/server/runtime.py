@@ -98,12 +98,15 @@ def runtime_of(app: Flask) -> Runtime:
 
 
 def box_times(store: StateStore, tracker: RevisionTracker) -> BoxTimes:
-    """The served revision's boxes with when each last got its config and last reported (for /metrics)."""
+    """The served revision's boxes with when each last got its config and last reported, and the unknown
+    boxes of the attention list (for /metrics)."""
     served = tracker.served
     if served is None:
         return BoxTimes(())
+    unknown = [e.last_seen for e in store.attention() if e.box not in served.fleet.boxes]
     return BoxTimes(tuple(served.fleet.boxes), {box: f.at for box, f in store.last_config_served().items()},
-                    {box: r.received_at for box, r in store.latest_reports().items()})
+                    {box: r.received_at for box, r in store.latest_reports().items()},
+                    len(unknown), max(unknown, default=0.0))
 
 
 def current_runtime() -> Runtime:
