@@ -59,9 +59,11 @@ vllm-harness:
 test-realvllm: $(STAMP) vllm-harness
 	LLMFLEET_TEST_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/pytest -q tests/realvllm
 
-# Regenerate docs/configuration.md from the JSON Schemas (tests/demo/test_docs.py fails while it is stale).
+# Regenerate docs/configuration.md from the JSON Schemas and docs/metrics.md from the metrics registries
+# (tests/demo/test_docs.py and tests/deploy/test_metrics_docs.py fail while either is stale).
 docs: $(STAMP)
 	$(BIN)/python docs/gen_config_reference.py
+	$(BIN)/python docs/gen_metrics_reference.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/validate_bench.py

@@ -38,6 +38,10 @@ def test_each_served_box_has_its_last_config_and_report_time(client: FlaskClient
     config, reported = series(client, CONFIG), series(client, REPORTED)
     assert config[KNOWN_BOX] == 1_800_000_000.0
     assert reported[KNOWN_BOX] == 1_800_000_060.0
+    etag = get_config(client, box_headers()).headers["ETag"]
+    clock.now += 60
+    assert get_config(client, box_headers(**{"If-None-Match": etag})).status_code == 304  # an agent's poll
+    assert series(client, CONFIG)[KNOWN_BOX] == 1_800_000_180.0
     assert all(config[box] == 0.0 for box in served.fleet.boxes if box != KNOWN_BOX)
 
 
@@ -65,7 +69,7 @@ def test_a_store_failure_leaves_the_rest_of_the_scrape(client: FlaskClient, runt
     def broken() -> Any:
         raise OSError("password=not-in-the-log")
 
-    monkeypatch.setattr(runtime.store, "last_config_served", broken)
+    monkeypatch.setattr(runtime.store, "last_config_answered", broken)
     response = client.get("/metrics")
     assert response.status_code == 200
     text = response.get_data(as_text=True)

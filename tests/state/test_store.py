@@ -174,6 +174,10 @@ def test_fetch_log(store: SqlStateStore) -> None:
     assert store.recent_fetches(limit=1)[0] == fetch(1009.0, "b", 200, Endpoint.REPORT)
     served = store.last_config_served()
     assert {box: r.at for box, r in served.items()} == {"a": 1003.0, "b": 1001.0}
+    store.record_fetch(fetch(1010.0, "b", 304))  # a poll that found its config current
+    store.record_fetch(fetch(1011.0, "a", 503))
+    assert store.last_config_answered() == {"a": 1003.0, "b": 1010.0}
+    assert store.last_config_served()["b"].at == 1001.0  # "got its config" stays the 200s
 
 
 def test_fetch_log_retention_by_count_and_by_age(store: SqlStateStore) -> None:

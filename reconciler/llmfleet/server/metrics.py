@@ -21,7 +21,7 @@ class BoxTimes:
     """What the box freshness series are made of, read at scrape time."""
 
     boxes: Collection[str]  # the served revision's boxes (only these get series: no label from a request)
-    config: Mapping[str, float] = field(default_factory=dict)  # box -> last GET /vllm/config answered 200
+    config: Mapping[str, float] = field(default_factory=dict)  # box -> last GET /vllm/config answered 200 or 304
     report: Mapping[str, float] = field(default_factory=dict)  # box -> last POST /vllm/report recorded
     unknown: int = 0  # attention entries whose name the served revision does not place
     unknown_last_seen: float = 0.0  # the newest of their sightings
@@ -33,8 +33,9 @@ class BoxFreshness(Collector):
     cover every replica sharing the store). A box with no such record on file (never, or not within the
     fetch log's retention) reads 0."""
 
-    CONFIG = ("llmfleet_box_last_config_timestamp_seconds", "When the box last got its config (GET /vllm/config "
-              "answered 200, any replica); 0: never, within the fetch log's retention.")
+    CONFIG = ("llmfleet_box_last_config_timestamp_seconds", "When a GET /vllm/config of the box was last answered "
+              "200 or 304 (a boot fetch or an agent's poll; any replica); 0: never, within the fetch log's "
+              "retention.")
     REPORT = ("llmfleet_box_last_report_timestamp_seconds", "When the box last reported (POST /vllm/report); 0: "
               "never, within the kept reports.")
 
@@ -90,8 +91,8 @@ class Metrics:
                                            "validation (each counted once).", registry=r)
         self.last_attempted_valid = Gauge("llmfleet_last_attempted_revision_valid", "1 when the branch head is "
                                           "valid, 0 when an invalid head is being held back.", registry=r)
-        self.attention_entries = Gauge("llmfleet_attention_entries", "Unknown boxes that presented the fleet "
-                                       "key (the attention list).", registry=r)
+        self.attention_entries = Gauge("llmfleet_attention_entries", "Entries of the attention list (boxes that "
+                                       "presented the fleet key while unknown; approved ones included).", registry=r)
         self.attention_evicted = Counter("llmfleet_attention_evicted", "Attention entries dropped at the cap.",
                                          registry=r)
         self.box_reports = Counter("llmfleet_box_reports", "Box reports received, by outcome.", ["outcome"],

@@ -104,7 +104,7 @@ def box_times(store: StateStore, tracker: RevisionTracker) -> BoxTimes:
     if served is None:
         return BoxTimes(())
     unknown = [e.last_seen for e in store.attention() if e.box not in served.fleet.boxes]
-    return BoxTimes(tuple(served.fleet.boxes), {box: f.at for box, f in store.last_config_served().items()},
+    return BoxTimes(tuple(served.fleet.boxes), store.last_config_answered(),
                     {box: r.received_at for box, r in store.latest_reports().items()},
                     len(unknown), max(unknown, default=0.0))
 

@@ -184,6 +184,12 @@ class SqlStateStore:
                             "WHERE endpoint = 'config' AND status = 200 GROUP BY box)")
         return {r["box"]: _fetch(r) for r in rows}
 
+    def last_config_answered(self) -> dict[str, float]:
+        self.flush()
+        rows = self.db.read("SELECT box, MAX(at) AS at FROM fetches WHERE endpoint = 'config' AND status IN (200, 304) "
+                            "AND box IS NOT NULL GROUP BY box")
+        return {r["box"]: float(r["at"]) for r in rows}
+
     def prune(self, retention: FetchRetention | None = None, now: float | None = None) -> int:
         keep = retention or self.retention
         self._last_prune = self.clock()

@@ -45,6 +45,11 @@ class FetchLog(Protocol):
         """Per box, the latest GET /vllm/config answered 200 (when it last got its config)."""
         ...
 
+    def last_config_answered(self) -> dict[str, float]:
+        """Per box, when a GET /vllm/config of it was last answered 200 or 304 (a boot fetch, or a poll
+        that found its config current)."""
+        ...
+
 
 class AttentionList(Protocol):
     def note_unknown(self, sighting: Sighting, max_entries: int) -> int:

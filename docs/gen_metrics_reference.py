@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Generate docs/metrics.md from the Prometheus registries of the control plane and the reconciler.
+
+    python3 docs/gen_metrics_reference.py           # rewrite docs/metrics.md
+    python3 docs/gen_metrics_reference.py --check   # exit 1 if it is stale (tests/deploy/test_metrics_docs.py)
+
+`make docs` runs the first. The metrics are read from the code, not from its text: the control plane's
+`Metrics()` and the reconciler's `PassMetrics()` are instantiated and every metric they register is
+listed with its type, labels and help text. tests/deploy/ checks the alert rules and the Grafana dashboard
+against the same list (`exported()`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
+
+from llmfleet.adapters.state.records import Endpoint
+from llmfleet.core.judge.plan import ActionKind
+from llmfleet.core.judge.verdict import Verdict
+from llmfleet.job.metrics import PassMetrics
+from llmfleet.server.guard import Refusal
+from llmfleet.server.metrics import Metrics
+from llmfleet_contract.report import ReportOutcome
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = ROOT / "docs" / "metrics.md"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # the family's name (a counter's series end in _total)
+    kind: str  # counter | gauge
+    labels: tuple[str, ...]
+    help: str
+    source: str  # which process exports it
+
+    @property
+    def series(self) -> str:
+        """The name a query uses."""
+        return f"{self.name}_total" if self.kind == "counter" else self.name
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    title: str
+    where: str
+
+
+SOURCES = (
+    Source("control-plane", "Control plane", "`llmfleet serve`, at `GET /metrics` (no token; expose it to your "
+           "Prometheus only). Each replica exports its own; the `llmfleet_box_last_*` and `llmfleet_unknown_*` "
+           "series are read from the shared state store at each scrape, so every replica shows the same."),
+    Source("reconciler", "Reconciler", "`llmfleet reconcile --metrics-listen HOST:PORT` (`/metrics`), or "
+           "`llmfleet reconcile --once` / `apply` with `--metrics-file FILE` for node_exporter's textfile "
+           "collector. Values are of the last pass this process ran."),
+)
+
+
+def values(enum: type[StrEnum]) -> str:
+    return ", ".join(f"`{member.value}`" for member in enum)
+
+
+# What each label holds, per family (the enums are the code's own, so their values stay current). A label
+# without an entry here stops the generator: every label is explained.
+LABELS: dict[tuple[str, str], str] = {
+    ("llmfleet_box_requests", "endpoint"): f"the box endpoint: {values(Endpoint)}",
+    ("llmfleet_box_requests", "status"): "the HTTP status answered: `200`, `304`, `400`, `403` (no or a wrong "
+                                         "fleet key), `404` (a box the placement does not have), `413`, `503`",
+    ("llmfleet_served_revision_info", "revision"): "the commit served",
+    ("llmfleet_box_reports", "outcome"): f"what the installer run ended with: {values(ReportOutcome)}",
+    ("llmfleet_weak_secret", "secret"): "`vllm_api_salt`",
+    ("llmfleet_http_connections_refused", "reason"): f"the cap: {values(Refusal)}",
+    ("llmfleet_login_refused", "reason"): "`wrong_token`, `rate_limited`",
+    ("llmfleet_box_last_config_timestamp_seconds", "box"): "a box of the served revision (its placement name)",
+    ("llmfleet_box_last_report_timestamp_seconds", "box"): "a box of the served revision (its placement name)",
+    ("llmfleet_box_stale_servers", "box"): "the box's placement name",
+    ("llmfleet_reconcile_passes", "outcome"): "`ok`, `error` (observation errors or a failed write), `crashed` "
+                                              "(the pass raised; the loop went on)",
+    ("llmfleet_reconcile_actions", "kind"): values(ActionKind),
+    ("llmfleet_reconcile_actions", "result"): "`ok`, `failed`, `planned` (a dry run)",
+    ("llmfleet_servers", "verdict"): f"{values(Verdict)} ([concepts.md](concepts.md#verdicts))",
+    ("llmfleet_model_intended_servers", "model"): "the model's name in models.yaml",
+    ("llmfleet_model_serving_servers", "model"): "the model's name in models.yaml",
+}
+
+
+def registries() -> Iterator[tuple[Source, object, CollectorRegistry]]:
+    """The real registries: one control plane's and one reconciler's, as the processes build them."""
+    server, job = Metrics(), PassMetrics()
+    yield SOURCES[0], server, server.registry
+    yield SOURCES[1], job, job.registry
+
+
+def families_of(source: Source, holder: object, registry: CollectorRegistry) -> list[Family]:
+    """Every family `registry` exports, with its labels. Names, types and help come from the registry's
+    own collect(); labels (which collect() gives only for series that exist) from the metric objects the
+    holder keeps. A family the holder does not keep as an attribute is an error, so none is left out."""
+    labels: dict[str, tuple[str, ...]] = {}
+    for value in vars(holder).values():
+        if isinstance(value, MetricWrapperBase):
+            for metric in value.describe():
+                labels[metric.name] = tuple(value._labelnames)  # prometheus_client keeps them there
+        elif callable(getattr(value, "describe", None)) and not isinstance(value, CollectorRegistry):
+            for metric in value.describe():
+                labels[metric.name] = tuple(getattr(metric, "_labelnames", ()))
+    found = []
+    for metric in registry.collect():
+        if metric.name not in labels:
+            raise SystemExit(f"{metric.name}: registered but not an attribute of {type(holder).__name__}")
+        found.append(Family(metric.name, metric.type, labels[metric.name], " ".join(metric.documentation.split()),
+                            source.key))
+    return sorted(found, key=lambda f: f.name)
+
+
+def exported() -> list[Family]:
+    """Every metric family the control plane and the reconciler export."""
+    return [family for source, holder, registry in registries() for family in families_of(source, holder, registry)]
+
+
+HEADER = """\
+# Metrics reference
+
+<!-- Generated by docs/gen_metrics_reference.py from the metrics registries in the code: do not edit by
+     hand. Change a metric's help text in reconciler/llmfleet/server/metrics.py or job/metrics.py, then run
+     `make docs`. A test fails while this file is stale. -->
+
+Every metric the control plane and the reconciler export, with its labels. The alert rules in
+[`deploy/prometheus/llmfleet.rules.yml`](../deploy/prometheus/llmfleet.rules.yml) (what each alert means and
+what to do: [runbooks.md](runbooks.md#alerts)) and the Grafana dashboard in
+[`deploy/grafana/llmfleet.json`](../deploy/grafana/llmfleet.json) use only these; a test checks it.
+
+Counters are listed by the name queries use (`…_total`). Times are Unix seconds; a timestamp of 0 means
+"never" (or not within what the state store keeps). Prometheus adds `job` and `instance` to each series.
+"""
+
+
+def label_text(family: Family) -> str:
+    parts = []
+    for label in family.labels:
+        if (family.name, label) not in LABELS:
+            raise SystemExit(f"{family.name}: label {label!r} has no entry in LABELS of {Path(__file__).name}")
+        parts.append(f"`{label}`: {LABELS[(family.name, label)]}")
+    return "; ".join(parts)
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render() -> str:
+    families = exported()
+    parts = [HEADER]
+    for source in SOURCES:
+        own = [f for f in families if f.source == source.key]
+        parts.append(f"\n## {source.title}\n\nExported by {source.where}\n\n"
+                     "| Metric | Type | Labels | What it measures |\n|---|---|---|---|\n")
+        parts.extend(f"| `{f.series}` | {f.kind} | {cell(label_text(f)) or '–'} | {cell(f.help)} |\n" for f in own)
+    return "".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/metrics.md is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
+        if current != text:
+            print(f"{TARGET.relative_to(ROOT)} is stale: run `make docs`", file=sys.stderr)
+            return 1
+        return 0
+    TARGET.write_text(text, encoding="utf-8")
+    print(f"wrote {TARGET.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
