@@ -61,7 +61,8 @@ SOURCES = (
            "series are read from the shared state store at each scrape, so every replica shows the same."),
     Source("reconciler", "Reconciler", "`llmfleet reconcile --metrics-listen HOST:PORT` (`/metrics`), or "
            "`llmfleet reconcile --once` / `apply` with `--metrics-file FILE` for node_exporter's textfile "
-           "collector. Values are of the last pass this process ran."),
+           "collector. Values are of the last pass this process ran: a `--once` run's counters count that one pass, "
+           "so with the file, rely on the gauges (timestamps, last-pass values) rather than on rate() of a counter."),
 )
 
 
@@ -90,6 +91,8 @@ LABELS: dict[tuple[str, str], str] = {
     ("llmfleet_servers", "verdict"): f"{values(Verdict)} ([concepts.md](concepts.md#verdicts))",
     ("llmfleet_model_intended_servers", "model"): "the model's name in models.yaml",
     ("llmfleet_model_serving_servers", "model"): "the model's name in models.yaml",
+    # Agreed with the rollout engine (ROLLOUT-DESIGN.md), which defines it.
+    ("llmfleet_rollout_boxes", "state"): "`released`, `applied`, `waiting`, `halted`",
 }
 
 

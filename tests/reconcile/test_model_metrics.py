@@ -62,6 +62,7 @@ def test_a_model_with_no_server_serving_reads_zero() -> None:
 
 def test_litellm_reachability_and_rollout_series() -> None:
     metrics = PassMetrics()
+    assert "llmfleet_litellm_up NaN" in text(metrics)  # unknown before a pass: neither up nor an alert
     metrics.observe_litellm(listed=True)
     assert "llmfleet_litellm_up 1.0" in text(metrics)
     metrics.observe_litellm(listed=False)

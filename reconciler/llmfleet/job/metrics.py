@@ -39,7 +39,9 @@ class PassMetrics:
                                "(serving an older boot config: the box needs a restart); boxes with none have no "
                                "series", ["box"], registry=r)
         self.litellm_up = Gauge("llmfleet_litellm_up", "1 when the last pass listed LiteLLM's deployments, 0 when "
-                                "the listing failed (LiteLLM unreachable or refusing the master key)", registry=r)
+                                "the listing failed (LiteLLM unreachable or refusing the master key); NaN before the "
+                                "first pass", registry=r)
+        self.litellm_up.set(float("nan"))  # not known yet: no alert compares true on it
         # Rollouts (set by the rollout engine).
         self.rollout_halted = Gauge("llmfleet_rollout_halted", "1 while the current rollout is halted", registry=r)
         self.rollout_halts = Counter("llmfleet_rollout_halts", "rollouts halted", registry=r)
