@@ -17,6 +17,11 @@ CONFIG = "llmfleet_box_last_config_timestamp_seconds"
 REPORTED = "llmfleet_box_last_report_timestamp_seconds"
 
 
+@pytest.fixture(autouse=True)
+def no_reuse(runtime: Runtime) -> None:
+    runtime.metrics.box_freshness.max_age_s = 0  # each scrape reads the store (30 s apart in service)
+
+
 def series(client: FlaskClient, name: str) -> dict[str, float]:
     text = client.get("/metrics").get_data(as_text=True)
     return {s.labels["box"]: s.value for family in text_string_to_metric_families(text) for s in family.samples
@@ -78,3 +83,22 @@ def test_a_store_failure_leaves_the_rest_of_the_scrape(client: FlaskClient, runt
     assert series(client, CONFIG) == {}
     assert logs.events("box freshness unavailable")[0]["error"] == "OSError"
     assert "not-in-the-log" not in logs.text
+
+
+def test_scrapes_within_max_age_reuse_one_read(client: FlaskClient, runtime: Runtime,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = []
+    real = runtime.store.last_config_answered
+
+    def counted() -> dict[str, float]:
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(runtime.store, "last_config_answered", counted)
+    runtime.metrics.box_freshness.max_age_s = 3600
+    for _ in range(3):
+        assert client.get("/metrics").status_code == 200
+    assert len(reads) == 1
+    runtime.metrics.box_freshness.max_age_s = 0
+    client.get("/metrics")
+    assert len(reads) == 2
