@@ -58,8 +58,8 @@ class Source:
 SOURCES = (
     Source("control-plane", "Control plane", "`llmfleet serve`, at `GET /metrics` (no token; expose it to your "
            "Prometheus only). Each replica exports its own; the `llmfleet_box_last_*` and `llmfleet_unknown_*` "
-           "series are read from the shared state store (at most once every 30 s; scrapes between reuse the read), so every "
-           "replica shows the same."),
+           "series are read from the shared state store (at most once every 30 s; scrapes between reuse the "
+           "read), so every replica shows the same."),
     Source("reconciler", "Reconciler", "`llmfleet reconcile --metrics-listen HOST:PORT` (`/metrics`), or "
            "`llmfleet reconcile --once` / `apply` with `--metrics-file FILE` for node_exporter's textfile "
            "collector. Values are of the last pass this process ran: a `--once` run's counters count that one pass, "
