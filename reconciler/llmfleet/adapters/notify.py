@@ -5,7 +5,8 @@ return: a reconcile pass or a box's config fetch never waits on a receiver. When
 oldest item is dropped (llmfleet_notifications_dropped_total). One background thread, with an event
 loop of its own, takes the items in order: it decides what is news against the state store's ledger
 (llmfleet.core.notify.decide; a compare-and-swap there makes one replica the sender), then sends each
-notification to every target that wants it, concurrently, through the HTTP adapter with a timeout.
+notification to every target that wants it, concurrently (a few at a time per target, so a slow
+receiver holds up only its own), through the HTTP adapter with a timeout.
 Connection errors, timeouts, 429 and 5xx are retried with capped exponential backoff; any other 4xx
 is final (the receiver refuses that request). Each outcome is counted (sent, failed) and a failure is
 logged with the target's name, never its URL, bearer or header (they are secrets, scrubbed from any
@@ -34,7 +35,7 @@ from llmfleet.logs import get_logger, log_event
 
 log = get_logger("notify")
 OK_STATUSES = frozenset(range(200, 300))
-MAX_IN_FLIGHT = 16  # deliveries at once over every target
+MAX_IN_FLIGHT = 8  # deliveries at once per target: a slow receiver holds up only its own
 BACKOFF = RetryPolicy(attempts=1, base_delay_s=1.0, factor=2.0, max_delay_s=60.0)  # 1 s, 2 s, 4 s... (jitter)
 CLAIM_TRIES = 3  # a lost compare-and-swap is re-read and re-decided this many times
 
@@ -159,7 +160,7 @@ class Notifier:
             self._idle.set()
 
     async def _main(self) -> None:
-        semaphore = asyncio.Semaphore(MAX_IN_FLIGHT)
+        semaphores = {target.name: asyncio.Semaphore(MAX_IN_FLIGHT) for target in self.targets}
         in_flight: set[asyncio.Task[None]] = set()
         async with aiohttp.ClientSession() as session:
             while not self._closed.is_set():
@@ -182,7 +183,8 @@ class Notifier:
                 for decision in decisions:
                     for target in self.targets:
                         if target.wants(decision, self.delivery.send_resolved):
-                            task = asyncio.create_task(self._deliver(session, semaphore, target, decision))
+                            task = asyncio.create_task(self._deliver(session, semaphores[target.name], target,
+                                                                     decision))
                             in_flight.add(task)
                             task.add_done_callback(lambda _t: self._wake.set())
             for task in in_flight:
