@@ -115,7 +115,7 @@ def test_slack_rendering_escapes_and_stays_within_slacks_limits() -> None:
         summary["text"]["text"]
     assert len(fields["fields"]) == 10 and fields["fields"][0]["text"] == "*k0*\n&lt;v0&gt;"
     assert "cp-1" in context["elements"][0]["text"]
-    assert len(message["text"]) <= 3000
+    assert len(message["text"]) <= 3000 and "<@U123>" not in message["text"] and "&lt;@U123&gt;" in message["text"]
     resolved = decide(decision.after, Event.resolved(EventKind.INVALID_COMMIT, "main"), 2.0, RENOTIFY)
     assert resolved is not None
     assert "[RESOLVED] Invalid commit: main" in slack_message(document(resolved))["text"]

@@ -200,3 +200,27 @@ def story(tmp: Path, receiver: Receiver, gate: threading.Event, plane: ControlPl
         for secret in SECRETS:
             assert secret not in output
         assert receiver.url not in output
+
+
+def test_serve_check_sends_nothing(tmp_path: Path) -> None:
+    """`serve --check` (and the check `serve` runs before it binds) starts the runtime once on the side:
+    an invalid head there must not notify (with --check's memory store it would on every run)."""
+    p1 = free_port("127.0.0.2")
+    repo = tmp_path / "fleet"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    write_fleet(repo, [p1], {"127.0.0.2": [("tiny-a", p1)]})
+    commit(repo, "one box")
+    write_fleet(repo, [p1], {"127.0.0.2": [("no-such-model", p1)]})
+    commit(repo, "an unknown model")
+    with receiving() as receiver:
+        document = plane_document(tmp_path / "plane", repo_path=repo, notifications={"targets": [
+            {"name": "ops", "kind": "webhook", "url": receiver.url + "/hook", "events": ALL_EVENTS}]})
+        config = tmp_path / "control-plane.yaml"
+        config.write_text(yaml.safe_dump(document))
+        done = subprocess.run([sys.executable, "-m", "llmfleet", "serve", "--check", "--config", str(config)],
+                              env={**os.environ, **PLANE_ENV}, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.returncode == 0, done.stderr
+        assert "the branch head" in done.stderr and "is invalid" in done.stderr
+        assert receiver.received == []

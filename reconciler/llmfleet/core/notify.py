@@ -293,4 +293,4 @@ def slack_message(document: Mapping[str, Any]) -> dict[str, Any]:
     if fields:
         blocks.append({"type": "section", "fields": fields})
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _clip(context, 3000)}]})
-    return {"text": _clip(f"{head}: {document['summary']}", 3000), "blocks": blocks}
+    return {"text": _clip(f"{head}: {summary}", 3000), "blocks": blocks}
