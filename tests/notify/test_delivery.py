@@ -157,6 +157,25 @@ def test_a_full_queue_drops_its_oldest_and_counts_them() -> None:
     sender._closed.set()
 
 
+def test_a_held_receiver_fills_only_its_own_bounded_queue() -> None:
+    """Decided notifications wait in a queue per target, bounded like the first: a receiver that answers
+    nothing gets its oldest dropped (not an ever-growing backlog), and another target gets everything."""
+    gate = threading.Event()
+    with receiving(gate=gate) as held, receiving() as fine:
+        sender, registry = notifier([webhook(held, "held"), webhook(fine, "fine")], queue_size=5, attempts=1)
+        for i in range(40):
+            sender.emit(Event(EventKind.ROLLOUT_HALTED, f"r-{i}", "halted"))
+            if i % 4 == 3:  # a pace the first queue keeps up with: only the held target's queue overflows
+                fine.wait_for(i + 1)
+        fine.wait_for(40)
+        wait_until(lambda: value(registry, "llmfleet_notifications_dropped_total") == 40 - 8 - 5)
+        gate.set()
+        held.wait_for(8 + 5)  # the 8 in flight, then the 5 newest queued
+        assert sender.close(10)
+    subjects = [r.body["subject"] for r in held.received]
+    assert len(subjects) == 13 and subjects[-5:] == [f"r-{i}" for i in range(35, 40)]
+
+
 def test_an_unreachable_receiver_is_given_up_after_its_attempts_without_its_url(logs: LogCapture) -> None:
     port = free_port()
     target = Target("chat", TargetKind.SLACK, Secret(f"http://127.0.0.1:{port}{SLACK_PATH}", "${env:S}"), ALL)

@@ -4,14 +4,14 @@
 return: a reconcile pass or a box's config fetch never waits on a receiver. When the queue is full the
 oldest item is dropped (llmfleet_notifications_dropped_total). One background thread, with an event
 loop of its own, takes the items in order: it decides what is news against the state store's ledger
-(llmfleet.core.notify.decide; a compare-and-swap there makes one replica the sender), then sends each
-notification to every target that wants it, concurrently (a few at a time per target, so a slow
-receiver holds up only its own), through the HTTP adapter with a timeout.
-Connection errors, timeouts, 429 and 5xx are retried with capped exponential backoff; any other 4xx
-is final (the receiver refuses that request). Each outcome is counted (sent, failed) and a failure is
-logged with the target's name, never its URL, bearer or header (they are secrets, scrubbed from any
-error text as well). `close(drain_s)` waits up to `drain_s` for what is queued (the end of `reconcile
---once`), then stops.
+(llmfleet.core.notify.decide; a compare-and-swap there makes one replica the sender), then hands each
+notification to the queue of every target that wants it: bounded too (queue_size, drop-oldest,
+counted), with a few workers per target, so a slow or dead receiver holds up and drops only its own.
+Each is sent through the HTTP adapter with a timeout. Connection errors, timeouts, 429 and 5xx are
+retried with capped exponential backoff; any other 4xx is final (the receiver refuses that request).
+Each outcome is counted (sent, failed) and a failure is logged with the target's name, never its URL,
+bearer or header (they are secrets, scrubbed from any error text as well). `close(drain_s)` waits up
+to `drain_s` for what is queued (the end of `reconcile --once`), then stops.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from llmfleet.logs import get_logger, log_event
 
 log = get_logger("notify")
 OK_STATUSES = frozenset(range(200, 300))
-MAX_IN_FLIGHT = 8  # deliveries at once per target: a slow receiver holds up only its own
+MAX_IN_FLIGHT = 8  # deliveries at once per target (its workers): a slow receiver holds up only its own
 BACKOFF = RetryPolicy(attempts=1, base_delay_s=1.0, factor=2.0, max_delay_s=60.0)  # 1 s, 2 s, 4 s... (jitter)
 CLAIM_TRIES = 3  # a lost compare-and-swap is re-read and re-decided this many times
 
@@ -104,6 +104,7 @@ class Notifier:
         self._idle.set()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._busy = 0  # deliveries in progress (the sender thread's loop only)
 
     @property
     def enabled(self) -> bool:
@@ -160,35 +161,57 @@ class Notifier:
             self._idle.set()
 
     async def _main(self) -> None:
-        semaphores = {target.name: asyncio.Semaphore(MAX_IN_FLIGHT) for target in self.targets}
-        in_flight: set[asyncio.Task[None]] = set()
+        queues: dict[str, asyncio.Queue[Decision]] = {
+            target.name: asyncio.Queue(maxsize=self.delivery.queue_size) for target in self.targets}
         async with aiohttp.ClientSession() as session:
-            while not self._closed.is_set():
-                item = self._take()
-                if item is None:
-                    if not in_flight:
-                        self._idle.set()
-                        if self._queue:  # put between the take and the flag
-                            self._idle.clear()
-                            continue
-                    await asyncio.to_thread(self._wake.wait, 0.5)
-                    self._wake.clear()
-                    in_flight = {t for t in in_flight if not t.done()}
-                    continue
-                try:
-                    decisions = await asyncio.to_thread(self._claimed, item)
-                except Exception as exc:  # the store is down: this item is lost, the next may go through
-                    log_event(log, "notification not decided", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
-                    continue
-                for decision in decisions:
-                    for target in self.targets:
-                        if target.wants(decision, self.delivery.send_resolved):
-                            task = asyncio.create_task(self._deliver(session, semaphores[target.name], target,
-                                                                     decision))
-                            in_flight.add(task)
-                            task.add_done_callback(lambda _t: self._wake.set())
-            for task in in_flight:
-                task.cancel()
+            workers = [asyncio.create_task(self._worker(session, target, queues[target.name]))
+                       for target in self.targets for _ in range(MAX_IN_FLIGHT)]
+            try:
+                await self._decide_loop(queues)
+            finally:
+                for worker in workers:
+                    worker.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+
+    async def _decide_loop(self, queues: dict[str, asyncio.Queue[Decision]]) -> None:
+        """Take the items in order, decide them against the ledger, hand each decision to the queue of
+        every target that wants it (bounded: the oldest is dropped when full)."""
+        while not self._closed.is_set():
+            item = self._take()
+            if item is None:
+                if self._busy == 0 and all(q.empty() for q in queues.values()):
+                    self._idle.set()
+                    if self._queue:  # put between the take and the flag
+                        self._idle.clear()
+                        continue
+                await asyncio.to_thread(self._wake.wait, 0.5)
+                self._wake.clear()
+                continue
+            try:
+                decisions = await asyncio.to_thread(self._claimed, item)
+            except Exception as exc:  # the store is down: this item is lost, the next may go through
+                log_event(log, "notification not decided", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
+                continue
+            for decision in decisions:
+                for target in self.targets:
+                    if target.wants(decision, self.delivery.send_resolved):
+                        queue = queues[target.name]
+                        if queue.full():
+                            queue.get_nowait()
+                            queue.task_done()
+                            self.metrics.dropped.inc()
+                        queue.put_nowait(decision)
+
+    async def _worker(self, session: aiohttp.ClientSession, target: Target, queue: asyncio.Queue[Decision]) -> None:
+        while True:
+            decision = await queue.get()
+            self._busy += 1  # in the same step as the get: the decide loop never sees it neither queued nor busy
+            try:
+                await self._deliver(session, target, decision)
+            finally:
+                self._busy -= 1
+                queue.task_done()
+                self._wake.set()
 
     def _take(self) -> _Item | None:
         with self._lock:
@@ -222,8 +245,7 @@ class Notifier:
             self.metrics.suppressed.labels(str(item.kind)).inc(quiet)
         return won
 
-    async def _deliver(self, session: aiohttp.ClientSession, semaphore: asyncio.Semaphore, target: Target,
-                       decision: Decision) -> None:
+    async def _deliver(self, session: aiohttp.ClientSession, target: Target, decision: Decision) -> None:
         document = payload(decision, now=self.clock(), component=self.component, instance=self.instance)
         body = slack_message(document) if target.kind is TargetKind.SLACK else document
         headers = {"User-Agent": "llmfleet-notify", "Content-Type": "application/json"}
@@ -234,27 +256,26 @@ class Notifier:
         url = target.url.reveal()
         hidden = (*target.secrets(), *_url_parts(url))
         kind = str(decision.event.kind)
-        async with semaphore:
-            for attempt in range(self.delivery.attempts):
-                try:
-                    await request_json(session, "POST", url, what=f"notification target {target.name}",
-                                       headers=headers, body=body, timeout_s=self.delivery.timeout_s,
-                                       ok=OK_STATUSES, secrets=hidden)
-                except HttpError as exc:
-                    final = exc.status is not None and 400 <= exc.status < 500 and exc.status != 429
-                    if final or attempt + 1 >= self.delivery.attempts:
-                        self.metrics.failed.labels(target.name, kind).inc()
-                        log_event(log, "notification not delivered", logging.WARNING, target=target.name,
-                                  kind=kind, key=decision.event.key, status=str(decision.status),
-                                  attempts=attempt + 1, error=_scrubbed(str(exc), hidden))
-                        return
-                    self.metrics.retries.labels(target.name).inc()
-                    await asyncio.sleep(self.delivery.backoff.delay(attempt))
-                    continue
-                self.metrics.sent.labels(target.name, kind).inc()
-                log_event(log, "notification sent", target=target.name, kind=kind, key=decision.event.key,
-                          status=str(decision.status), reason=str(decision.reason), attempts=attempt + 1)
-                return
+        for attempt in range(self.delivery.attempts):
+            try:
+                await request_json(session, "POST", url, what=f"notification target {target.name}",
+                                   headers=headers, body=body, timeout_s=self.delivery.timeout_s,
+                                   ok=OK_STATUSES, secrets=hidden)
+            except HttpError as exc:
+                final = exc.status is not None and 400 <= exc.status < 500 and exc.status != 429
+                if final or attempt + 1 >= self.delivery.attempts:
+                    self.metrics.failed.labels(target.name, kind).inc()
+                    log_event(log, "notification not delivered", logging.WARNING, target=target.name,
+                              kind=kind, key=decision.event.key, status=str(decision.status),
+                              attempts=attempt + 1, error=_scrubbed(str(exc), hidden))
+                    return
+                self.metrics.retries.labels(target.name).inc()
+                await asyncio.sleep(self.delivery.backoff.delay(attempt))
+                continue
+            self.metrics.sent.labels(target.name, kind).inc()
+            log_event(log, "notification sent", target=target.name, kind=kind, key=decision.event.key,
+                      status=str(decision.status), reason=str(decision.reason), attempts=attempt + 1)
+            return
 
 
 def _url_parts(url: str) -> tuple[str, ...]:
