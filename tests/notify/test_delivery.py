@@ -109,6 +109,7 @@ def test_the_same_condition_is_sent_once_until_it_clears() -> None:
         still = [Event(EventKind.MODEL_WITHOUT_SERVERS, "tiny-a", "none serving")]
         for sender in (first, second, first):
             sender.settle(EventKind.MODEL_WITHOUT_SERVERS, still)
+        assert first.drain(10) and second.drain(10)  # every snapshot decided before it clears
         receiver.wait_for(1)
         second.settle(EventKind.MODEL_WITHOUT_SERVERS, [])  # it cleared
         receiver.wait_for(2)
@@ -173,7 +174,8 @@ def test_a_held_receiver_fills_only_its_own_bounded_queue() -> None:
         held.wait_for(8 + 5)  # the 8 in flight, then the 5 newest queued
         assert sender.close(10)
     subjects = [r.body["subject"] for r in held.received]
-    assert len(subjects) == 13 and subjects[-5:] == [f"r-{i}" for i in range(35, 40)]
+    # the first 8 (in flight when the queue overflowed) and the 5 newest; answered in any order
+    assert sorted(subjects) == sorted([f"r-{i}" for i in range(8)] + [f"r-{i}" for i in range(35, 40)])
 
 
 def test_an_unreachable_receiver_is_given_up_after_its_attempts_without_its_url(logs: LogCapture) -> None:

@@ -137,9 +137,13 @@ class Notifier:
                 self._thread.start()
         self._wake.set()
 
+    def drain(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` until everything queued has been decided and sent (or given up on)."""
+        return self._idle.wait(timeout_s) if timeout_s > 0 else self._idle.is_set()
+
     def close(self, drain_s: float = 0.0) -> bool:
         """Wait up to `drain_s` for the queue and the deliveries in flight, then stop. True when all was sent."""
-        drained = self._idle.wait(drain_s) if drain_s > 0 else self._idle.is_set()
+        drained = self.drain(drain_s)
         if not drained:
             with self._lock:
                 left = len(self._queue)
