@@ -157,6 +157,9 @@ def story(tmp: Path, receiver: Receiver, gate: threading.Event, plane: ControlPl
     assert push_hook(plane)[0] == 200
     receiver.wait_for(6, "/hook")
     assert kinds(receiver, "/hook")[-1] == ("invalid_commit", "main", "resolved")
+    status, _, exposition = plane.get("/metrics")
+    assert status == 200
+    assert 'llmfleet_notifications_sent_total{kind="invalid_commit",target="ops"} 2.0' in exposition.decode()
 
     # rollout_halted through the notifier's emit (what the rollout job calls), with the same settings.
     settings = load_config(config, env)
