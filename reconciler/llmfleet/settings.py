@@ -17,6 +17,7 @@ reference docs/configuration.md is generated from them, and the dataclasses belo
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
 import os
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ from llmfleet.core.fleet import strictyaml
 from llmfleet.core.fleet.bearer import Salt, SaltError
 from llmfleet.core.fleet.diagnostics import Diagnostic, pointer
 from llmfleet.core.fleet.schema import schema_defaults, validate_document
+from llmfleet.core.notify import EventKind, Target, TargetKind
 from llmfleet.core.secret import Secret
 from llmfleet.errors import ConfigurationError
 from llmfleet_contract import secretref
@@ -43,6 +45,14 @@ HOW_TO_REFER = (
 _SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/admin_tokens", "/viewer_tokens",
                     "/litellm/master_key", "/providers/vast/api_key", "/providers/runpod/api_key")
 _NAMING_RULES = ("schema-unknown-key", "schema-required")  # these quote a key, never a value
+# Secrets inside lists of mappings (a pointer pattern, * for an index), with what to say instead.
+_SECRET_GLOBS = {
+    "/notifications/targets/*/url": "not a usable target url: a slack target's url is a secret reference "
+                                    "(${env:NAME}, ${file:/absolute/path} or ${cred:NAME}); a webhook's is an "
+                                    "http(s) URL or a secret reference",
+    "/notifications/targets/*/bearer": f"not a secret reference: {HOW_TO_REFER}",
+    "/notifications/targets/*/header/value": f"not a secret reference: {HOW_TO_REFER}",
+}
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MIN_TOKEN_CHARS = 24  # admin and viewer tokens: refused when shorter
@@ -172,6 +182,19 @@ class ServerLimits:
 
 
 @dataclass(frozen=True)
+class NotificationsConfig:
+    """notifications.*: where outgoing notifications go and how they are sent (llmfleet.adapters.notify)."""
+
+    targets: tuple[Target, ...]
+    renotify_interval_s: float
+    send_resolved: bool
+    timeout_s: float
+    attempts: int
+    queue_size: int
+    drain_timeout_s: float
+
+
+@dataclass(frozen=True)
 class ControlPlaneConfig:
     """The one settings object: what `llmfleet serve`, `plan`, `apply` and `reconcile` run with."""
 
@@ -191,6 +214,7 @@ class ControlPlaneConfig:
     litellm: LitellmConfig | None
     providers: ProvidersConfig
     reconcile: ReconcileConfig
+    notifications: NotificationsConfig
 
     @property
     def where(self) -> str:
@@ -202,9 +226,10 @@ def _redacted(diagnostic: Diagnostic) -> Diagnostic:
     """Schema messages quote the offending value; under a secret field that could be the secret."""
     where = diagnostic.pointer
     secret = any(where == p or where.startswith(p + "/") for p in _SECRET_POINTERS)
-    if not secret or diagnostic.rule in _NAMING_RULES:
+    instead = next((m for glob, m in _SECRET_GLOBS.items() if fnmatch.fnmatchcase(where, glob)), None)
+    if not (secret or instead) or diagnostic.rule in _NAMING_RULES:
         return diagnostic
-    message = f"not a secret reference: {HOW_TO_REFER}"
+    message = instead or f"not a secret reference: {HOW_TO_REFER}"
     return Diagnostic(diagnostic.file, diagnostic.line, diagnostic.column, diagnostic.pointer, message,
                       diagnostic.rule, diagnostic.severity)
 
@@ -362,6 +387,48 @@ class _Builder:
 
         return ProvidersConfig(vast=one("vast"), runpod=one("runpod"), static=self.get("/providers/static") is not None)
 
+    def notifications(self) -> NotificationsConfig:
+        targets = []
+        for i, raw in enumerate(self.get("/notifications/targets") or ()):
+            target = self.target(i, raw)
+            if target is not None:
+                targets.append(target)
+        names = [t.name for t in targets]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            self.problem(["notifications", "targets"], f"two targets are named {name!r}: give each its own name")
+        return NotificationsConfig(
+            tuple(targets), float(self.get("/notifications/renotify_interval_s")),
+            self.get("/notifications/send_resolved"), float(self.get("/notifications/timeout_s")),
+            self.get("/notifications/attempts"), self.get("/notifications/queue_size"),
+            float(self.get("/notifications/drain_timeout_s")))
+
+    def target(self, i: int, raw: dict[str, Any]) -> Target | None:
+        at: list[str | int] = ["notifications", "targets", i]
+        kind = TargetKind(raw["kind"])
+        plain = not raw["url"].startswith("${")  # the schema let through a reference or an http(s) URL
+        url = Secret(raw["url"], f"the url of target {raw['name']!r}") if plain else self.secret([*at, "url"])
+        bearer = self.secret([*at, "bearer"])
+        header_value = self.secret([*at, "header", "value"])
+        if kind is TargetKind.SLACK and (bearer is not None or header_value is not None):
+            self.problem(at, f"target {raw['name']!r}: bearer and header are for webhook targets; a slack "
+                         "target's url is its only credential")
+        if url is None:
+            return None
+        try:
+            parts = urlsplit(url.reveal())
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            usable = False
+        if not usable:
+            self.problem([*at, "url"], f"{url.reference} does not hold an http(s) URL")
+            return None
+        carries_secret = kind is TargetKind.SLACK or bearer is not None or header_value is not None or not plain
+        if parts.scheme == "http" and carries_secret and not is_loopback(parts.hostname or ""):
+            self.problem([*at, "url"], f"target {raw['name']!r} would send a secret in clear text over http to "
+                         f"{parts.hostname}: use https (plain http is for loopback receivers only)")
+        header = (raw["header"]["name"], header_value) if header_value is not None else None
+        return Target(raw["name"], kind, url, frozenset(EventKind(e) for e in raw["events"]), bearer, header)
+
     def build(self) -> ControlPlaneConfig | None:
         repo = self.repo()
         secrets = self.secrets()
@@ -375,7 +442,8 @@ class _Builder:
                 self.get("/server/max_header_bytes"), self.get("/server/max_connections"),
                 self.get("/server/max_connections_per_peer"), self.get("/server/body_buffer_bytes")),
             litellm=self.litellm(), providers=self.providers(),
-            reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run")))
+            reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run")),
+            notifications=self.notifications())
         return None if self.problems or secrets is None else config
 
 

@@ -44,7 +44,11 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), EXIT_ERROR) from None
     if saved is not None and saved.adopt_source is not None and not args.adopt:
         args.adopt = saved.adopt_source  # the plan adopted that owner's deployments: apply it the same way
-    outcome = asyncio.run(PassRunner(args, config).locked_apply(fleet, saved))
+    runner = PassRunner(args, config)
+    try:
+        outcome = asyncio.run(runner.locked_apply(fleet, saved))
+    finally:
+        runner.close()  # notifications still queued: sent, or given up after notifications.drain_timeout_s
     if outcome is None:
         print("skipped: another reconcile pass is running")
         return EXIT_OK

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from dataclasses import dataclass, field
 
 from llmfleet.adapters.git import TrackedRepo
+from llmfleet.adapters.notify import Notifier
 from llmfleet.adapters.state import open_reconcile_state
+from llmfleet.adapters.state.notifications import ledger_for
 from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.cli.common import CommandError, add_repo_arguments, eprint, load_validation
 from llmfleet.core.fleet.diagnostics import format_text
@@ -23,6 +26,7 @@ from llmfleet.job.configfile import ReconcileConfig, config_from_env, load_confi
 from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.loop import LOG, LockHeld, log_pass
 from llmfleet.job.metrics import PassMetrics
+from llmfleet.job.notify import make_notifier, notify_crash, notify_pass
 from llmfleet.job.saved import SavedPlan, StalePlan
 from llmfleet.job.wiring import build_reconciler
 from llmfleet.logs import log_event
@@ -119,6 +123,7 @@ class PassRunner:
     config: ReconcileConfig
     metrics: PassMetrics = field(default_factory=PassMetrics)
     reconciler: Reconciler | None = None
+    notifier: Notifier | None = None  # notifications.*: sent beside the passes, never holding one up
 
     def store(self) -> ReconcileState:
         try:
@@ -164,9 +169,28 @@ class PassRunner:
         log_pass(outcome.record)
         self.metrics.observe(outcome.record)
         self.metrics.observe_litellm(outcome.observation.deployments is not None)
+        notify_pass(self.notifications(store), outcome.record)
         if self.args.metrics_file:
             self.metrics.write_textfile(self.args.metrics_file)
         return outcome
+
+
+    def notifications(self, store: ReconcileState) -> Notifier:
+        if self.notifier is None:
+            self.notifier = make_notifier(self.config.settings.notifications, ledger_for(store),
+                                          component="reconciler", instance=socket.gethostname(),
+                                          registry=self.metrics.registry)
+        return self.notifier
+
+    def crashed(self, exc: BaseException) -> None:
+        """A pass raised: notified as pass_failed (crashed), resolved by the next pass that completes."""
+        if self.reconciler is not None:
+            notify_crash(self.notifications(self.reconciler.store), exc)
+
+    def close(self) -> None:
+        """Wait (notifications.drain_timeout_s at most) for the notifications still queued, then stop."""
+        if self.notifier is not None:
+            self.notifier.close(self.config.settings.notifications.drain_timeout_s)
 
 
 def print_outcome(outcome: PassOutcome, fmt: str = "text") -> None:

@@ -23,6 +23,7 @@ from llmfleet.cli.passes import (
     require_writer,
 )
 from llmfleet.core.fleet.model import Fleet
+from llmfleet.job.configfile import ReconcileConfig
 from llmfleet.job.loop import LOG, run_forever
 from llmfleet.logs import log_event
 
@@ -47,6 +48,13 @@ def run(args: argparse.Namespace) -> int:
     require_writer(config, "reconcile")
     fleet = load_fleet(args, config)  # the first revision must be valid
     runner = PassRunner(args, config)
+    try:
+        return loop(args, config, fleet, runner)
+    finally:
+        runner.close()  # notifications still queued: sent, or given up after notifications.drain_timeout_s
+
+
+def loop(args: argparse.Namespace, config: ReconcileConfig, fleet: Fleet, runner: PassRunner) -> int:
     if args.once:
         outcome = asyncio.run(runner.locked_apply(fleet))
         if outcome is None:
@@ -65,7 +73,11 @@ def run(args: argparse.Namespace) -> int:
             current[0] = load_fleet(args, config)
         except CommandError as exc:
             log_event(LOG, "fleet_invalid", logging.WARNING, error=str(exc), keeping=current[0].revision)
-        outcome = await runner.locked_apply(current[0])
+        try:
+            outcome = await runner.locked_apply(current[0])
+        except Exception as exc:
+            runner.crashed(exc)
+            raise
         return apply_exit_code(outcome) if outcome is not None else EXIT_OK
 
     def interval() -> float:

@@ -75,6 +75,8 @@ def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> l
     state = look_at_state(config) if dry else None
     trial = dataclasses.replace(config, state=dataclasses.replace(config.state, url="sqlite:///:memory:")) if dry \
         else config
+    trial = dataclasses.replace(trial, notifications=dataclasses.replace(config.notifications, targets=()))  # the
+    # check sends nothing (and waits for no receiver at its stop): the serving runtime notifies
     try:
         runtime = start_up(trial)
     except (StateError, SourceError, OSError) as exc:

@@ -22,7 +22,7 @@ from llmfleet.errors import LockHeld
 from llmfleet.job.metrics import PassMetrics
 from llmfleet.logs import get_logger, log_event
 
-__all__ = ["LOG", "LockHeld", "log_pass", "next_delay", "pass_lock", "run_forever"]
+__all__ = ["LOG", "LockHeld", "log_pass", "next_delay", "overdue_after", "pass_lock", "run_forever"]
 
 LOG = get_logger("reconcile")
 
@@ -30,6 +30,11 @@ LOG = get_logger("reconcile")
 def log_pass(record: PassRecord) -> None:
     data = record.to_json()
     log_event(LOG, "reconcile_pass", logging.INFO if record.ok else logging.ERROR, ok=record.ok, **data)
+
+
+def overdue_after(interval_s: float) -> float:
+    """A pass is overdue after two intervals and a minute (passes run every interval plus up to 10%)."""
+    return 2.0 * interval_s + 60.0
 
 
 def next_delay(interval_s: float, rng: random.Random | None = None) -> float:

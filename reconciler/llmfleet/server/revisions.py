@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from llmfleet.adapters.git import TrackedRepo
+from llmfleet.adapters.notify import Notifier
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers, RenderError, render_all
 from llmfleet.core.fleet.validate import validate_snapshot
 from llmfleet.errors import SourceError
 from llmfleet.logs import get_logger, log_event
 from llmfleet.server.metrics import Metrics
+from llmfleet.server.notifywatch import notify_head
 
 MAX_WALK = 50  # commits examined behind an invalid head
 CACHE_SIZE = 32  # commits whose outcome is remembered
@@ -97,8 +99,9 @@ def render_commit(fleet: Fleet, bearers: Bearers) -> Rendered:
 
 class RevisionTracker:
     def __init__(self, repo: TrackedRepo, bearers: Bearers, metrics: Metrics,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, notifier: Notifier | None = None) -> None:
         self.repo = repo
+        self.notifier = notifier  # invalid_commit notifications (server/notifywatch.py)
         self.bearers = bearers
         self.metrics = metrics
         self.clock = clock
@@ -166,6 +169,9 @@ class RevisionTracker:
         valid = outcome if isinstance(outcome, Rendered) else None
         errors = outcome.errors if isinstance(outcome, Invalid) else ()
         state.attempted = Attempt(head, valid is not None, errors, self.clock())
+        if self.notifier is not None:
+            notify_head(self.notifier, self.repo.branch, head, None if valid is not None else errors,
+                        state.served.revision if state.served is not None else None)
         self.metrics.last_attempted_valid.set(1 if valid else 0)
         skipped = [outcome] if isinstance(outcome, Invalid) else []
         revision: str | None = head

@@ -25,12 +25,17 @@ from typing import cast
 from flask import Flask, current_app
 
 from llmfleet.adapters.git import TrackedRepo
+from llmfleet.adapters.notify import Notifier, disabled
 from llmfleet.adapters.state import open_store
+from llmfleet.adapters.state.notifications import SqlLedger
 from llmfleet.adapters.state.store import StateStore
+from llmfleet.core.fleet.model import ReconcileSettings
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.errors import SourceError
+from llmfleet.job.notify import make_notifier
 from llmfleet.logs import get_logger, log_event
 from llmfleet.server.metrics import BoxTimes, Metrics
+from llmfleet.server.notifywatch import watch_passes
 from llmfleet.server.revisions import RevisionTracker
 from llmfleet.settings import ControlPlaneConfig, default_clone_dir
 from llmfleet_installer.zipapp import build_zipapp_bytes
@@ -69,6 +74,7 @@ class Runtime:
     started_at: float = field(default_factory=time.time)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    notifier: Notifier = field(default_factory=disabled)  # notifications.*: invalid commits, overdue passes
 
     def start_background(self) -> None:
         if self._thread is None:
@@ -82,6 +88,18 @@ class Runtime:
                 self.tracker.refresh()
             except Exception as exc:  # the loop must survive anything; the error is logged
                 log_event(log, "refresh loop error", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
+            try:
+                self.watch_passes()
+            except Exception as exc:  # the state store is down, say: the loop goes on
+                log_event(log, "pass watch error", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
+
+    def watch_passes(self) -> None:
+        """Notify an overdue reconcile pass (server/notifywatch.py)."""
+        served = self.tracker.served
+        settings = served.fleet.settings.reconcile if served is not None else ReconcileSettings()
+        expected = self.config.reconcile.enabled and self.config.litellm is not None
+        watch_passes(self.notifier, self.store, expected=expected, interval_s=settings.interval_s,
+                     since=self.started_at, now=self.clock())
 
     def stop(self) -> None:
         self._stop.set()
@@ -90,6 +108,7 @@ class Runtime:
             self._thread = None
         with self.tracker.git_lock:
             self.repo.close()
+        self.notifier.close(self.config.notifications.drain_timeout_s)  # before the store its ledger is in
         self.store.close()
 
 
@@ -129,9 +148,12 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
                        retention=config.state.retention,
                        max_connections=config.threads + 2)
     repo = TrackedRepo(config.repo, default_clone_dir(config))  # opens nothing yet
+    replica = replica or replica_name()
+    notifier = make_notifier(config.notifications, SqlLedger(store.db), component="control-plane",
+                             instance=replica, registry=metrics.registry)
     try:
         legacy = config.secrets.legacy_api_key.reveal() if config.secrets.legacy_api_key else None
-        tracker = RevisionTracker(repo, Bearers(config.secrets.vllm_api_salt, legacy), metrics, clock)
+        tracker = RevisionTracker(repo, Bearers(config.secrets.vllm_api_salt, legacy), metrics, clock, notifier)
         tracker.refresh(log_failure=False)  # a failure here is raised, and reported once by the caller
         if tracker.refresh_status.error is not None:
             raise SourceError(tracker.refresh_status.error)
@@ -139,8 +161,9 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
         metrics.weak_secrets.labels("vllm_api_salt").set(1 if config.secrets.vllm_api_salt.short else 0)
         metrics.watch_boxes(lambda: box_times(store, tracker))
         runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock,
-                          replica or replica_name())
+                          replica, notifier=notifier)
     except BaseException:
+        notifier.close()
         repo.close()
         store.close()
         raise

@@ -94,4 +94,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX page_sessions_by_expiry ON page_sessions (expires_at);
     """,
+    # 5: outgoing notifications: what was last sent per open condition (notifications.py), shared by
+    # every replica and reconcile run so that a condition is sent once until it clears or is due again.
+    """
+    CREATE TABLE notification_conditions (
+        key TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        first_at {real} NOT NULL,
+        sent_at {real} NOT NULL,
+        version INTEGER NOT NULL
+    );
+    CREATE INDEX notification_conditions_by_kind ON notification_conditions (kind);
+    """,
 )

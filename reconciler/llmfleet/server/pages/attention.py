@@ -19,14 +19,15 @@ from llmfleet.adapters.state.records import Approval
 from llmfleet.core.fleet.model import ReconcileSettings
 from llmfleet.core.judge.verdict import Verdict
 from llmfleet.job.approve import ref_name
+from llmfleet.job.loop import overdue_after as pass_overdue_after
 from llmfleet.server.pages.inputs import Inputs
 
 ATTENTION_VERDICTS = (Verdict.FOREIGN, Verdict.STALE, Verdict.STALLED, Verdict.DOWN, Verdict.MISSING)
 
 
 def overdue_after(settings: ReconcileSettings) -> float:
-    """A pass is overdue after two intervals and a minute (passes run every interval plus up to 10%)."""
-    return 2.0 * settings.interval_s + 60.0
+    """A pass is overdue after two intervals and a minute (llmfleet.job.loop.overdue_after)."""
+    return pass_overdue_after(settings.interval_s)
 
 
 @dataclass(frozen=True)
