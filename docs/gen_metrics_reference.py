@@ -22,9 +22,11 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
+from llmfleet.adapters.notify import NotifyMetrics
 from llmfleet.adapters.state.records import Endpoint
 from llmfleet.core.judge.plan import ActionKind
 from llmfleet.core.judge.verdict import Verdict
+from llmfleet.core.notify import EventKind
 from llmfleet.job.metrics import PassMetrics
 from llmfleet.server.guard import Refusal
 from llmfleet.server.metrics import Metrics
@@ -64,6 +66,9 @@ SOURCES = (
            "`llmfleet reconcile --once` / `apply` with `--metrics-file FILE` for node_exporter's textfile "
            "collector. Values are of the last pass this process ran: a `--once` run's counters count that one pass, "
            "so with the file, rely on the gauges (timestamps, last-pass values) rather than on rate() of a counter."),
+    Source("notifications", "Notifications", "both: the control plane and the reconciler each register the "
+           "outgoing notifier's metrics in their own registry (docs/notifications.md); a process without "
+           "`notifications.targets` exports them at zero."),
 )
 
 
@@ -92,6 +97,9 @@ LABELS: dict[tuple[str, str], str] = {
     ("llmfleet_servers", "verdict"): f"{values(Verdict)} ([concepts.md](concepts.md#verdicts))",
     ("llmfleet_model_intended_servers", "model"): "the model's name in models.yaml",
     ("llmfleet_model_serving_servers", "model"): "the model's name in models.yaml",
+    **{(f"llmfleet_notifications_{name}", "target"): "the target's `name` in `notifications.targets`"
+       for name in ("sent", "failed", "retries")},
+    **{(f"llmfleet_notifications_{name}", "kind"): values(EventKind) for name in ("sent", "failed", "deduplicated")},
     # Agreed with the rollout engine (ROLLOUT-DESIGN.md), which defines it.
     ("llmfleet_rollout_boxes", "state"): "`released`, `applied`, `waiting`, `halted`",
 }
@@ -102,6 +110,8 @@ def registries() -> Iterator[tuple[Source, object, CollectorRegistry]]:
     server, job = Metrics(), PassMetrics()
     yield SOURCES[0], server, server.registry
     yield SOURCES[1], job, job.registry
+    registry = CollectorRegistry()
+    yield SOURCES[2], NotifyMetrics(registry), registry
 
 
 def families_of(source: Source, holder: object, registry: CollectorRegistry) -> list[Family]:
