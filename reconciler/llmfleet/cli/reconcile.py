@@ -71,4 +71,4 @@ def run(args: argparse.Namespace) -> int:
     def interval() -> float:
         return float(args.interval or current[0].settings.reconcile.interval_s)
 
-    return asyncio.run(run_forever(one_pass, interval, runner.metrics))
+    return asyncio.run(run_forever(one_pass, interval, runner.metrics, wake=runner.take_sync))
