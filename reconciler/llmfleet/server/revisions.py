@@ -98,7 +98,7 @@ class PinError(RequestError):
         self.errors = errors
 
 
-PIN_REV_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ._/~^-@{}")
+PIN_REV_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ._/~^-")
 
 
 def render_commit(fleet: Fleet, bearers: Bearers) -> Rendered:
@@ -197,13 +197,19 @@ class RevisionTracker:
             try:
                 self.repo.update()
                 head = self.repo.head()
+            except SourceError as exc:
+                raise PinError(f"cannot read branch {self.repo.branch} of {self.repo.where}: {exc}", 409) from None
+            try:
                 sha = self.repo.resolve(rev)
-            except SourceError:
+            except Exception:  # SourceError, or whatever else git's revision parser throws at an odd name
                 raise PinError(f"{rev}: no such commit in {self.repo.where}", 404) from None
             if not self.repo.in_history(sha, head):
                 raise PinError(f"{sha[:12]} is not in the history of branch {self.repo.branch} (head "
                                  f"{head[:12]}): only a commit the branch has had can be pinned", 409)
-            outcome = self._evaluate(sha)
+            try:
+                outcome = self._evaluate(sha)
+            except SourceError as exc:
+                raise PinError(f"{sha[:12]}: cannot read it: {exc}", 409) from None
         if isinstance(outcome, Invalid):
             raise PinError(f"{sha[:12]} is not a valid fleet revision ({len(outcome.errors)} error(s)); pin a "
                              "valid one", 409, outcome.errors)
