@@ -14,6 +14,9 @@ Hypothesis strategy is driven with `@given` directly, which is what the plugin d
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from typing import Any
 
 import pytest
@@ -28,7 +31,7 @@ from schemathesis.specs.openapi.checks import ignored_auth, positive_data_accept
 from llmfleet.core.fleet.schema import schema_dir
 from llmfleet.server.openapi import source_document
 from tests.pages.conftest import World
-from tests.server.conftest import ADMIN_TOKEN, FLEET_KEY, VIEWER_TOKEN
+from tests.server.conftest import ADMIN_TOKEN, FLEET_KEY, VIEWER_TOKEN, WEBHOOK_SECRET
 
 DOCUMENT = source_document()
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -50,10 +53,10 @@ CREDENTIALS: dict[str | None, dict[str, tuple[str | None, set[int] | None]]] = {
     "admin": {"admin": (ADMIN_TOKEN, None), "viewer": (VIEWER_TOKEN, {403}), "wrong": (WRONG, {403}),
               "none": (None, {401})},
     "fleetKey": {"fleet": (FLEET_KEY, None), "admin": (ADMIN_TOKEN, {403}), "none": (None, {403})},
-    "webhookSignature": {"unsigned": (None, {403})},
+    "webhookSignature": {"signed": (WEBHOOK_SECRET, None), "unsigned": (None, {403})},
     None: {"anyone": (None, None)},
 }
-ADMITTED = {"viewer", "admin", "fleet", "anyone"}
+ADMITTED = {"viewer", "admin", "fleet", "anyone", "signed"}
 
 
 def html_routes(app: Flask) -> set[tuple[str, str]]:
@@ -109,7 +112,13 @@ def seen_statuses(world: World, path: str, method: str, mode: GenerationMode) ->
         for who, (token, allowed) in CREDENTIALS[scheme].items():
             case.headers = {k: v for k, v in generated.items() if k.lower() not in ("authorization",
                                                                                   "x-hub-signature-256")}
-            if token is not None:
+            sent: dict[str, Any] = {}
+            if scheme == "webhookSignature" and token is not None:  # sign the body as GitHub does
+                raw = b"" if case.body is None or type(case.body).__name__ == "NotSet" else json.dumps(case.body).encode()
+                case.headers["X-Hub-Signature-256"] = "sha256=" + hmac.new(token.encode(), raw, hashlib.sha256).hexdigest()
+                case.headers["Content-Type"] = "application/json"
+                sent["data"] = raw
+            elif token is not None:
                 case.headers["Authorization"] = f"Bearer {token}"
             # ignored_auth takes the case's auth for a generated (invalid) one: not so with our real tokens;
             # positive_data_acceptance wants a 2xx for any valid body, but a valid-looking revision, box or
@@ -117,7 +126,7 @@ def seen_statuses(world: World, path: str, method: str, mode: GenerationMode) ->
             excluded: list[Any] = [positive_data_acceptance]
             if who in ADMITTED:
                 excluded.append(ignored_auth)
-            response = case.call_and_validate(excluded_checks=excluded)
+            response = case.call_and_validate(excluded_checks=excluded, **sent)
             assert response.status_code < 500, (who, response.status_code, response.text)
             if allowed is not None:
                 assert response.status_code in allowed, (who, response.status_code, response.text)
@@ -133,6 +142,8 @@ def test_every_operation_conforms_to_the_document(world: World, path: str, metho
     scheme = scheme_of(path, method)
     if scheme in ("bearer", "admin"):
         assert {401, 403} <= seen, seen
+    if scheme == "webhookSignature":
+        assert 200 in seen, seen  # a signed push is taken (refreshed, ignored or pong)
     if method == "GET" and path != "/vllm/config":  # the box named by a generated host is not placed
         assert any(status < 400 for status in seen), seen  # whoever is admitted gets an answer
 
