@@ -108,8 +108,7 @@ def _body() -> dict[str, Any] | Response:
     payload = request.get_json(silent=True)
     if not isinstance(payload, dict):
         return error(400, 'send a JSON object, e.g. {"reason": "why"}')
-    reason = payload.get("reason")
-    if reason is not None and not isinstance(reason, str):
+    if "reason" in payload and not isinstance(payload["reason"], str):
         return error(400, '"reason" must be a string')
     return payload
 
