@@ -28,6 +28,10 @@ from llmfleet.core.control import (
 
 KEEP_AUDIT = 10_000  # audit rows kept; the oldest go beyond it
 SUSPEND, PIN, SYNC = "suspend", "pin", "sync"
+_INSERT = "INSERT INTO control_state (name, revision, actor, reason, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) "
+_INSERT_IF_ABSENT = _INSERT + "DO NOTHING"
+_UPSERT = _INSERT + ("DO UPDATE SET revision = excluded.revision, actor = excluded.actor, reason = excluded.reason, "
+                     "at = excluded.at")
 
 
 class ControlReader(Protocol):
@@ -101,11 +105,10 @@ class ControlTables:
             if remove is not None and tx.execute("DELETE FROM control_state WHERE name = ?", (remove,)) == 0:
                 return False
             if upsert is not None:
-                if only_if_absent and tx.rows("SELECT name FROM control_state WHERE name = ?", (upsert,)):
+                written = tx.execute(_INSERT_IF_ABSENT if only_if_absent else _UPSERT,
+                                     (upsert, revision, actor, reason, at))
+                if written == 0:  # only_if_absent, and it was there: one statement, so no race between two
                     return False
-                tx.execute("INSERT INTO control_state (name, revision, actor, reason, at) VALUES (?, ?, ?, ?, ?) "
-                           "ON CONFLICT (name) DO UPDATE SET revision = excluded.revision, actor = excluded.actor, "
-                           "reason = excluded.reason, at = excluded.at", (upsert, revision, actor, reason, at))
             tx.execute("INSERT INTO control_audit (at, action, actor, reason, revision) VALUES (?, ?, ?, ?, ?)",
                        (at, action.value, actor, reason, revision))
             tx.execute("DELETE FROM control_audit WHERE id <= (SELECT id FROM control_audit ORDER BY id DESC "
