@@ -58,6 +58,8 @@ def test_the_demo_prints_its_config_and_the_plan_command(tmp_path: Path, with_li
     lines = "\n".join(where_to_look(workspace, "http://127.0.0.1:9", litellm, "m"))
     assert f"  config           {workspace.config}" in lines
     assert f"plan --config {workspace.config}" in lines
+    assert f"sync|suspend|resume|pin REV|unpin|control --url http://127.0.0.1:9 --token-file " \
+           f"{workspace.secret_file('admin-token')}" in lines  # the fleet controls, with the demo's admin token
     assert "sk-x" not in lines
 
 

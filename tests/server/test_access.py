@@ -21,6 +21,9 @@ EXPECTED_ROLES = {
     "box.vllm_config": Role.FLEET, "box.vllm_report": Role.FLEET, "box.vllm_installer": Role.FLEET,
     "admin.attention": Role.VIEWER, "admin.reports": Role.VIEWER, "admin.fetches": Role.VIEWER,
     "admin.approvals": Role.VIEWER, "admin.approve_box": Role.ADMIN, "pages.approve": Role.ADMIN,
+    "control.get_control": Role.VIEWER, **{f"control.post_{a}": Role.ADMIN for a in
+                                           ("sync", "suspend", "resume", "pin", "unpin")},
+    **{f"pages.page_{a}": Role.ADMIN for a in ("sync", "suspend", "resume", "pin", "unpin")},
 }
 
 

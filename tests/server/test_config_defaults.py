@@ -147,9 +147,10 @@ def test_the_environment_only_settings_name_what_is_missing() -> None:
 # Where a secret may be revealed: where it is put on the wire (a client's headers, libpq's parameters),
 # compared (the server's token checks) or checked by the settings' builder. runtime.py's two go when the
 # server passes the Secrets themselves (its rewrite, issue 17 point 8); wiring.py's legacy key goes into
-# the rendered bearers.
+# the rendered bearers. admin_client.py puts the CLI's admin token in its Authorization header.
 REVEALED = {
     "adapters/litellm.py": 1, "adapters/providers.py": 1, "adapters/state/postgres.py": 1, "adapters/state/__init__.py": 1,
+    "adapters/admin_client.py": 1,
     "settings.py": 11, "cli/serve.py": 1, "job/wiring.py": 1,
     "server/auth.py": 2, "server/session.py": 2, "server/runtime.py": 1,
     # notifications: the target's secrets onto the wire (adapters/notify.py), into the list of strings

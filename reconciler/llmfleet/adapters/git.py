@@ -291,6 +291,15 @@ class TrackedRepo:
         parents = self.fleet_repo.repo.commit(revision).parents
         return str(parents[0].hexsha) if parents else None
 
+    def resolve(self, rev: str) -> str:
+        """The full commit id of `rev` (a sha, a prefix, a tag...); SourceError when there is none."""
+        return self.fleet_repo.resolve(rev)
+
+    def in_history(self, revision: str, head: str) -> bool:
+        """`revision` is `head` or one of its ancestors (the tracked branch's history)."""
+        repo = self.fleet_repo.repo
+        return revision == head or bool(repo.is_ancestor(repo.commit(revision), repo.commit(head)))
+
 
 # -- commits llmfleet writes itself -------------------------------------------------------------------
 def identity(name: str, email: str = "llmfleet@localhost") -> dict[str, str]:

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from llmfleet.adapters.git import TrackedRepo
 from llmfleet.adapters.notify import Notifier
 from llmfleet.adapters.state import open_reconcile_state
+from llmfleet.adapters.state.control import pin_of
 from llmfleet.adapters.state.notifications import ledger_for
 from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.cli.common import CommandError, add_repo_arguments, eprint, load_validation
+from llmfleet.core.control import Pin
 from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import RenderError
@@ -152,14 +154,47 @@ class PassRunner:
         except (RenderError, StalePlan) as exc:
             raise CommandError(str(exc), EXIT_ERROR) from None
 
+    def follow_pin(self, fleet: Fleet, pin: Pin | None) -> Fleet:
+        """The fleet a pass works from: the pinned revision while a pin is in force (llmfleet pin; looked up
+        with pin_of), else `fleet` (the newest valid commit, or --rev)."""
+        if pin is None or fleet.revision == pin.revision:
+            return fleet
+        log_event(LOG, "reconcile_pinned", revision=pin.revision, newest=fleet.revision, actor=pin.actor,
+                  reason=pin.reason)
+        pinned = argparse.Namespace(**{**vars(self.args), "rev": pin.revision})
+        return load_fleet(pinned, self.config)
+
+    def take_sync(self) -> bool:
+        """A sync request taken from the state store (one loop takes each): run a pass now."""
+        if self.reconciler is None:
+            return False
+        request = self.reconciler.store.take_sync_request()
+        if request is None:
+            return False
+        log_event(LOG, "reconcile_sync_requested", actor=request.actor, reason=request.reason,
+                  requested_at=request.at)
+        self.metrics.syncs.inc()
+        return True
+
     async def locked_apply(self, fleet: Fleet, saved: SavedPlan | None = None) -> PassOutcome | None:
         store = self.build(fleet).store
         try:
             with store.pass_lock(self.args.lock_file):
+                controls = store.control()
+                store.take_sync_request()  # this pass is the one a pending sync asked for
+                fleet = self.follow_pin(fleet, pin_of(store))
                 if self.config.dry_run:
                     log_event(LOG, "reconcile_dry_run", reason="reconcile.dry_run is true in the config: "
                                                           "the pass is recorded, LiteLLM is not written")
-                outcome = await self.run(fleet, apply=not self.config.dry_run, saved=saved, record=True)
+                if controls.suspended is not None:
+                    log_event(LOG, "reconcile_suspended", reason="the fleet is suspended (llmfleet resume ends "
+                                                               "it): the pass observes and records, LiteLLM is "
+                                                               "not written", actor=controls.suspended.actor,
+                              why=controls.suspended.reason, since=controls.suspended.at)
+                self.metrics.suspended.set(1 if controls.suspended is not None else 0)
+                self.metrics.pinned.set(1 if controls.pin is not None else 0)
+                act = not self.config.dry_run and controls.suspended is None
+                outcome = await self.run(fleet, apply=act, saved=saved, record=True)
         except LockHeld as exc:
             log_event(LOG, "reconcile_pass_skipped", reason=str(exc))
             self.metrics.skipped.inc()

@@ -83,4 +83,4 @@ def loop(args: argparse.Namespace, config: ReconcileConfig, fleet: Fleet, runner
     def interval() -> float:
         return float(args.interval or current[0].settings.reconcile.interval_s)
 
-    return asyncio.run(run_forever(one_pass, interval, runner.metrics))
+    return asyncio.run(run_forever(one_pass, interval, runner.metrics, wake=runner.take_sync))

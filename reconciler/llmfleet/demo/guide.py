@@ -46,6 +46,8 @@ def where_to_look(workspace: Workspace, plane_url: str, litellm: Litellm | None,
         f"  what a commit does  {llmfleet} diff HEAD~1 HEAD --repo {workspace.fleet}",
         f"  simulated boxes  {workspace.boxes}/<address>/   (vLLM logs: {box_logs})",
         f"  config           {workspace.config}   (the control plane's and the reconciler's)",
+        f"  fleet controls   {llmfleet} sync|suspend|resume|pin REV|unpin|control --url {plane_url} "
+        f"--token-file {workspace.secret_file('admin-token')}",
     ]
     if litellm is not None:
         lines += [

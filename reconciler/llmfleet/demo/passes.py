@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from llmfleet.adapters.git import read_fleet
 from llmfleet.adapters.litellm import LitellmApi, LitellmError
 from llmfleet.adapters.state import open_store
+from llmfleet.adapters.state.control import pin_of
 from llmfleet.adapters.state.sqlstore import SqlStateStore
 from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.model import Fleet
@@ -98,11 +99,18 @@ class Passes:
                 self.reconciler.api_factory = _plan_only
         reconciler, store = self.reconciler, self.store
         assert store is not None
+        # The fleet controls (llmfleet sync|suspend|pin), as `llmfleet reconcile` honours them.
+        store.take_sync_request()  # the demo passes every few seconds anyway
+        suspended = store.control().suspended is not None
+        pin = pin_of(store)
+        if pin is not None and pin.revision != fleet.revision:
+            pinned = validate_snapshot(read_fleet(str(self.workspace.fleet), pin.revision)).fleet
+            fleet = pinned if pinned is not None else fleet
         reconciler.observer.probe_timeout_s = fleet.settings.reconcile.probe_timeout_s
         reconciler.observer.probe_concurrency = fleet.settings.reconcile.probe_concurrency
         try:
             with store.pass_lock():
-                outcome = asyncio.run(reconciler.run_pass(fleet, apply=self.apply, record=True))
+                outcome = asyncio.run(reconciler.run_pass(fleet, apply=self.apply and not suspended, record=True))
         except LockHeld:
             return None
         self.last = outcome

@@ -1,5 +1,8 @@
 """Running passes: the single-flight lock, structured pass logs, and the scheduled loop.
 
+Between passes the loop asks `wake()` every SYNC_POLL_S whether a pass is wanted now (a sync request
+taken from the state store: `llmfleet sync`, POST /admin/sync, the pages' Sync now), and if so runs it.
+
 The lock is the state store's (`store.pass_lock()`): with PostgreSQL an advisory lock, which holds
 across replicas and machines; with SQLite (or no store) an exclusive `flock` on a file, which holds
 across processes on one machine (cron, a systemd timer and a manual `llmfleet apply` never run two
@@ -25,6 +28,7 @@ from llmfleet.logs import get_logger, log_event
 __all__ = ["LOG", "LockHeld", "log_pass", "next_delay", "overdue_after", "pass_lock", "run_forever"]
 
 LOG = get_logger("reconcile")
+SYNC_POLL_S = 1.0  # how often the loop looks for a sync request while it waits
 
 
 def log_pass(record: PassRecord) -> None:
@@ -42,9 +46,34 @@ def next_delay(interval_s: float, rng: random.Random | None = None) -> float:
     return interval_s + (rng or random.Random()).uniform(0, interval_s * 0.1)  # noqa: S311 (jitter)
 
 
+async def wait_for_next(stop: asyncio.Event, delay_s: float, wake: Callable[[], bool] | None = None) -> None:
+    """Until `delay_s` has passed, `stop` is set, or `wake()` (asked every SYNC_POLL_S) says a pass is
+    wanted now. A `wake` that fails is logged and the wait goes on."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + delay_s
+    failing = False
+    while not stop.is_set():
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=min(remaining, SYNC_POLL_S) if wake else remaining)
+        if wake is None or stop.is_set():
+            continue
+        try:
+            if wake():
+                return
+            failing = False
+        except Exception as exc:  # the state store may be down for a while: the schedule goes on
+            if not failing:
+                log_event(LOG, "sync_check_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+            failing = True
+
+
 async def run_forever(one_pass: Callable[[], Awaitable[int]], interval_s: Callable[[], float],
-                      metrics: PassMetrics | None = None) -> int:
-    """Run passes until SIGTERM/SIGINT; a failing pass is logged and the loop goes on."""
+                      metrics: PassMetrics | None = None, wake: Callable[[], bool] | None = None) -> int:
+    """Run passes until SIGTERM/SIGINT; a failing pass is logged and the loop goes on. `wake`: asked
+    while waiting whether to run the next pass now (llmfleet sync)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -56,7 +85,6 @@ async def run_forever(one_pass: Callable[[], Awaitable[int]], interval_s: Callab
             log_event(LOG, "reconcile_pass_crashed", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
             if metrics is not None:
                 metrics.passes.labels("crashed").inc()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=next_delay(interval_s()))
+        await wait_for_next(stop, next_delay(interval_s()), wake)
     log_event(LOG, "reconcile_stopped")
     return 0

@@ -29,6 +29,12 @@ class PassMetrics:
         self.blocked = Gauge("llmfleet_reconcile_deletes_blocked", "1 when a safety valve held the last pass's "
                              "deletes", registry=r)
         self.held = Gauge("llmfleet_reconcile_held_actions", "Actions held back in the last pass", registry=r)
+        self.suspended = Gauge("llmfleet_reconcile_suspended", "1 when the last pass ran suspended (llmfleet "
+                               "suspend): it observed and recorded, and wrote nothing", registry=r)
+        self.pinned = Gauge("llmfleet_reconcile_pinned", "1 when the last pass worked from a pinned revision "
+                            "(llmfleet pin)", registry=r)
+        self.syncs = Counter("llmfleet_reconcile_sync_requests", "Sync requests taken (a pass run at once)",
+                             registry=r)
         self.drift = Gauge("llmfleet_litellm_unmanaged_deployments", "LiteLLM deployments not managed by llmfleet",
                            registry=r)
         self.model_intended = Gauge("llmfleet_model_intended_servers", "Servers the served revision places for "

@@ -4,6 +4,7 @@ blueprints, each defined at module level:
     health      GET /health, GET /metrics                               (public)
     box         GET /vllm/config, POST /vllm/report, GET /vllm/installer  (the fleet key: the box contract)
     admin       POST /hooks/push, /admin/*                              (webhook signature; viewer/admin bearer)
+    control     /admin/control, sync, suspend, resume, pin, unpin       (viewer/admin bearer; control_api.py)
     pages       the status pages, their /api/*, login                   (viewer/admin: session or bearer)
     errors      every error answer, JSON or HTML by surface
 
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 from flask import Flask
 
-from llmfleet.server import admin_api, box_api, errors, health
+from llmfleet.server import admin_api, box_api, control_api, errors, health
+from llmfleet.server.pages import control as page_controls  # noqa: F401 (adds the pages' control forms)
 from llmfleet.server.pages import routes as pages
 from llmfleet.server.runtime import EXTENSION, Runtime
 
@@ -23,6 +25,6 @@ def create_app(rt: Runtime) -> Flask:
     app = Flask("llmfleet", static_folder=None)  # no /static from the working directory; pages ship their own
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION] = rt  # before the blueprints: the pages' set-up reads the config from it
-    for blueprint in (health.bp, box_api.bp, admin_api.bp, pages.bp, errors.bp):
+    for blueprint in (health.bp, box_api.bp, admin_api.bp, control_api.bp, pages.bp, errors.bp):
         app.register_blueprint(blueprint)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify
 
+from llmfleet.core.control import ControlState
 from llmfleet.server.metrics import CONTENT_TYPE
 from llmfleet.server.runtime import current_runtime
 
@@ -31,6 +32,7 @@ def health() -> Response:
             "at": attempted.at},
         "last_refresh": {"ok_at": refresh.ok_at, "error": refresh.error, "error_at": refresh.error_at},
         "state": {"backend": rt.store.backend, "fetch_log_error": rt.store.flush_error},
+        "control": control_summary(rt.control),
     }
     if served and served.render_errors:
         body["render_errors"] = dict(served.render_errors)
@@ -38,6 +40,18 @@ def health() -> Response:
     response.status_code = 200 if served else 503
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def control_summary(state: ControlState) -> dict[str, object]:
+    """The operator controls in force (as this replica last read them, within a few seconds): whether
+    the fleet is suspended, and the pinned revision; who and when, never a token."""
+    return {"suspended": state.suspended is not None,
+            "suspended_at": state.suspended.at if state.suspended else None,
+            "suspended_by": state.suspended.actor if state.suspended else None,
+            "pinned_revision": state.pin.revision if state.pin else None,
+            "pinned_at": state.pin.at if state.pin else None,
+            "pinned_by": state.pin.actor if state.pin else None,
+            "sync_requested": state.sync is not None}
 
 
 @bp.get("/metrics")

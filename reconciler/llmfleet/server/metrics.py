@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from llmfleet.core.control import ControlState
 from llmfleet.logs import get_logger, log_event
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -121,7 +122,18 @@ class Metrics:
                                      "limited).", ["reason"], registry=r)
         self.box_freshness = BoxFreshness()
         r.register(self.box_freshness)
+        self.suspended = Gauge("llmfleet_suspended", "1 while the fleet is suspended (llmfleet suspend): passes "
+                               "observe and record, act on nothing.", registry=r)
+        self.pinned = Gauge("llmfleet_pinned", "1 while the fleet is pinned to a revision (llmfleet pin).",
+                            registry=r)
+        self.sync_pending = Gauge("llmfleet_sync_requested", "1 while a sync request waits for a reconcile loop.",
+                                  registry=r)
         self._revision: str | None = None
+
+    def control(self, state: ControlState) -> None:
+        self.suspended.set(1 if state.suspended else 0)
+        self.pinned.set(1 if state.pin else 0)
+        self.sync_pending.set(1 if state.sync else 0)
 
     def serve_revision(self, revision: str, boxes: int, servers: int) -> None:
         if self._revision is not None:

@@ -24,10 +24,11 @@ from types import MappingProxyType
 
 from llmfleet.adapters.git import TrackedRepo
 from llmfleet.adapters.notify import Notifier
+from llmfleet.core.control import Pin
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers, RenderError, render_all
 from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.errors import SourceError
+from llmfleet.errors import RequestError, SourceError
 from llmfleet.logs import get_logger, log_event
 from llmfleet.server.metrics import Metrics
 from llmfleet.server.notifywatch import notify_head
@@ -85,6 +86,21 @@ class _State:
     attempted: Attempt | None = None
     refresh: RefreshStatus = field(default_factory=RefreshStatus)
     skipped: tuple[Invalid, ...] = ()  # invalid commits newer than the served one, head first
+    pin: Pin | None = None  # an operator's pin (llmfleet pin): served instead of the newest valid commit
+    pinned: Rendered | None = None  # the pinned revision, rendered
+
+
+class PinError(RequestError):
+    """A revision that cannot be pinned: unknown, outside the tracked branch's history, or invalid.
+    `status` is the HTTP answer (404 unknown, 409 not pinnable); `errors` the validation errors."""
+
+    def __init__(self, message: str, status: int, errors: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.status = status
+        self.errors = errors
+
+
+PIN_REV_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ._/~^-")
 
 
 def render_commit(fleet: Fleet, bearers: Bearers) -> Rendered:
@@ -117,7 +133,19 @@ class RevisionTracker:
 
     @property
     def served(self) -> Rendered | None:
+        """What every box is served: the pinned revision while a pin is in force, else the newest
+        valid commit (`chosen_revision`)."""
+        state = self._state
+        return state.pinned if state.pin is not None and state.pinned is not None else state.served
+
+    @property
+    def newest_valid(self) -> Rendered | None:
+        """The newest valid commit of the branch, pinned or not."""
         return self._state.served
+
+    @property
+    def pin(self) -> Pin | None:
+        return self._state.pin
 
     @property
     def applied_at(self) -> float | None:
@@ -162,6 +190,68 @@ class RevisionTracker:
             self._state = state
             return changed
 
+    def pinnable(self, rev: str) -> Rendered:
+        """The rendered commit `rev` names, if it may be pinned: a commit of the tracked branch's history
+        (its head or an ancestor) that validates. PinError otherwise, saying why."""
+        if not rev or len(rev) > 200 or rev.startswith("-") or not set(rev) <= PIN_REV_CHARS:
+            raise PinError("give a commit of the tracked branch: a commit id (or a prefix of one), a tag or "
+                             "branch~N", 400)
+        with self._lock:
+            try:
+                self.repo.update()
+                head = self.repo.head()
+            except SourceError as exc:
+                raise PinError(f"cannot read branch {self.repo.branch} of {self.repo.where}: {exc}", 409) from None
+            try:
+                sha = self.repo.resolve(rev)
+            except Exception:  # SourceError, or whatever else git's revision parser throws at an odd name
+                raise PinError(f"{rev}: no such commit in {self.repo.where}", 404) from None
+            if not self.repo.in_history(sha, head):
+                raise PinError(f"{sha[:12]} is not in the history of branch {self.repo.branch} (head "
+                                 f"{head[:12]}): only a commit the branch has had can be pinned", 409)
+            try:
+                outcome = self._evaluate(sha)
+            except SourceError as exc:
+                raise PinError(f"{sha[:12]}: cannot read it: {exc}", 409) from None
+        if isinstance(outcome, Invalid):
+            raise PinError(f"{sha[:12]} is not a valid fleet revision ({len(outcome.errors)} error(s)); pin a "
+                             "valid one", 409, outcome.errors)
+        return outcome
+
+    def set_pin(self, pin: Pin | None) -> bool:
+        """Serve `pin`'s revision from now on (None: the newest valid commit again); True when what is
+        served changed. A pin whose revision cannot be rendered is logged and not applied."""
+        with self._lock:  # refresh() replaces the state too: one at a time
+            if self._state.pin == pin:
+                return False
+            pinned: Rendered | None = None
+            if pin is not None:
+                try:
+                    outcome = self._evaluate(pin.revision)
+                except Exception as exc:  # git cannot read it: keep serving what we have, and say so
+                    log_event(log, "pinned revision unreadable", logging.ERROR, revision=pin.revision,
+                              error=f"{type(exc).__name__}: {exc}")
+                    return False
+                if not isinstance(outcome, Rendered):
+                    log_event(log, "pinned revision invalid: not applied", logging.ERROR, revision=pin.revision)
+                    return False
+                pinned = outcome
+            before = self.served
+            state = dataclasses.replace(self._state, pin=pin, pinned=pinned)
+            after = pinned if pinned is not None else state.served
+            changed = (before.revision if before else None) != (after.revision if after else None)
+            if changed and after is not None:
+                state.applied_at = self.clock()
+                self.metrics.serve_revision(after.revision, len(after.fleet.boxes), after.fleet.server_count)
+            self._state = state
+        if pin is not None:
+            log_event(log, "serving pinned revision", logging.WARNING, revision=pin.revision, actor=pin.actor,
+                      reason=pin.reason)
+        else:
+            log_event(log, "pin removed: serving the newest valid revision",
+                      revision=after.revision if after else None)
+        return changed
+
     def _advance(self, state: _State, head: str) -> bool:
         if state.attempted is not None and state.attempted.revision == head:
             return False
@@ -196,6 +286,10 @@ class RevisionTracker:
         if state.served is not None and valid.revision == state.served.revision:
             return False
         state.served = valid
+        if state.pin is not None:  # pinned: the new commit is noted, the pin is still what is served
+            log_event(log, "newest valid revision (pinned: not served)", revision=valid.revision, head=head,
+                      pinned=state.pin.revision)
+            return False
         state.applied_at = self.clock()
         self.metrics.serve_revision(valid.revision, len(valid.fleet.boxes), valid.fleet.server_count)
         log_event(log, "serving revision", revision=valid.revision, head=head, boxes=len(valid.boxes),
@@ -224,4 +318,5 @@ class RevisionTracker:
         return outcome
 
 
-__all__ = ["Attempt", "Invalid", "RefreshStatus", "RenderError", "Rendered", "RenderedBox", "RevisionTracker"]
+__all__ = ["Attempt", "Invalid", "PinError", "RefreshStatus", "RenderError", "Rendered", "RenderedBox",
+           "RevisionTracker"]

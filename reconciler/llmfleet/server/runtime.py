@@ -27,8 +27,10 @@ from flask import Flask, current_app
 from llmfleet.adapters.git import TrackedRepo
 from llmfleet.adapters.notify import Notifier, disabled
 from llmfleet.adapters.state import open_store
+from llmfleet.adapters.state.control import pin_of
 from llmfleet.adapters.state.notifications import SqlLedger
 from llmfleet.adapters.state.store import StateStore
+from llmfleet.core.control import NOTHING, ControlState
 from llmfleet.core.fleet.model import ReconcileSettings
 from llmfleet.core.fleet.render import Bearers
 from llmfleet.errors import SourceError
@@ -42,6 +44,7 @@ from llmfleet_installer.zipapp import build_zipapp_bytes
 
 log = get_logger("runtime")
 EXTENSION = "llmfleet"  # create_app keeps the Runtime at app.extensions[EXTENSION]
+CONTROL_POLL_S = 2.0  # how often a replica re-reads the operator controls (a pin set through another one)
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,33 @@ class Runtime:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     notifier: Notifier = field(default_factory=disabled)  # notifications.*: invalid commits, overdue passes
+    control: ControlState = NOTHING  # the operator controls as last read from the store (refresh_control)
+    _control_thread: threading.Thread | None = None
 
     def start_background(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="llmfleet-refresh", daemon=True)
             self._thread.start()
+        if self._control_thread is None:
+            self._control_thread = threading.Thread(target=self._control_loop, name="llmfleet-control", daemon=True)
+            self._control_thread.start()
+
+    def refresh_control(self) -> ControlState:
+        """Re-read the operator controls (suspend, pin, sync) from the store and serve the pin's revision,
+        so that a pin set through any replica (or straight in the store) holds on this one within
+        CONTROL_POLL_S. Returns what is in force."""
+        state = self.store.control()
+        self.control = state
+        self.tracker.set_pin(pin_of(self.store) if state.pin is not None else None)
+        self.metrics.control(state)
+        return state
+
+    def _control_loop(self) -> None:
+        while not self._stop.wait(CONTROL_POLL_S):
+            try:
+                self.refresh_control()
+            except Exception as exc:  # the loop must survive a store outage; the error is logged
+                log_event(log, "control refresh error", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
 
     def _loop(self) -> None:
         interval = self.config.repo.refresh_interval_s
@@ -106,6 +131,9 @@ class Runtime:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        if self._control_thread is not None:
+            self._control_thread.join(timeout=10)
+            self._control_thread = None
         with self.tracker.git_lock:
             self.repo.close()
         self.notifier.close(self.config.notifications.drain_timeout_s)  # before the store its ledger is in
@@ -162,6 +190,7 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
         metrics.watch_boxes(lambda: box_times(store, tracker))
         runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock,
                           replica, notifier=notifier)
+        runtime.refresh_control()  # a pin in force is served from the first request
     except BaseException:
         notifier.close()
         repo.close()

@@ -109,4 +109,23 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX notification_conditions_by_kind ON notification_conditions (kind);
     """,
+    # 6: operator controls without a commit (llmfleet sync|suspend|resume|pin|unpin; control.py): what is in
+    # force (one row per control: suspend, pin, sync) and the audit trail of every action.
+    """
+    CREATE TABLE control_state (
+        name TEXT PRIMARY KEY,
+        revision TEXT,
+        actor TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at {real} NOT NULL
+    );
+    CREATE TABLE control_audit (
+        id {serial},
+        at {real} NOT NULL,
+        action TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        revision TEXT
+    );
+    """,
 )

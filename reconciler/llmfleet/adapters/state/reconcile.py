@@ -12,21 +12,24 @@ control plane's, its tables created by the same migrations (reconciler/llmfleet/
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from llmfleet.adapters.state.control import ControlReader
 from llmfleet.adapters.state.locks import default_lock_path, file_lock
 from llmfleet.adapters.state.passes import PassRecord
+from llmfleet.core.control import NOTHING, ControlState, SyncRequest
 from llmfleet.core.judge.intended import ServerKey
 from llmfleet.core.judge.observed import BoxFacts, BoxReport
 from llmfleet.core.judge.plan import PendingDelete
 from llmfleet.core.judge.verdict import ServerHistory
 
 
-class ReconcileState(Protocol):
+class ReconcileState(ControlReader, Protocol):
     """What a reconcile pass reads and writes (llmfleet.adapters.state.store.StateStore is the control
     plane's side; SqlStateStore implements both)."""
 
@@ -57,6 +60,7 @@ class MemoryStore:
     history: dict[ServerKey, ServerHistory] = field(default_factory=dict)
     pending: dict[str, PendingDelete] = field(default_factory=dict)
     passes: list[PassRecord] = field(default_factory=list)
+    controls: ControlState = NOTHING  # the operator controls (llmfleet.core.control); tests set them
 
     def box_facts(self) -> dict[str, BoxFacts]:
         return {box: BoxFacts(self.fetches.get(box), self.reports.get(box))
@@ -88,3 +92,11 @@ class MemoryStore:
 
     def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
         return file_lock(lock_file or default_lock_path(None))
+
+    def control(self) -> ControlState:
+        return self.controls
+
+    def take_sync_request(self) -> SyncRequest | None:
+        taken = self.controls.sync
+        self.controls = dataclasses.replace(self.controls, sync=None)
+        return taken

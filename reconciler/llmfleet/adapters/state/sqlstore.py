@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
+from llmfleet.adapters.state.control import ControlTables
 from llmfleet.adapters.state.dialect import Dialect, Row, Tx
 from llmfleet.adapters.state.passes import PassRecord
 from llmfleet.adapters.state.records import (
@@ -85,7 +86,8 @@ def _report(row: Row) -> BoxReport:
                      body=freeze_mapping(json.loads(row["body"])))
 
 
-class SqlStateStore:
+class SqlStateStore(ControlTables):
+    db: Database
     def __init__(self, database: Database, retention: FetchRetention | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.db = database

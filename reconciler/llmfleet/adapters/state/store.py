@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from llmfleet.adapters.state.control import ControlStore
 from llmfleet.adapters.state.passes import PassRecord
 from llmfleet.adapters.state.records import Approval, AttentionEntry, BoxReport, FetchRecord, Sighting
 from llmfleet.errors import StateError
@@ -118,7 +119,7 @@ class SessionStore(Protocol):
         ...
 
 
-class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, SessionStore, Protocol):
+class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, SessionStore, ControlStore, Protocol):
     flush_error: str | None  # why the fetch log could not be written last, until a write succeeds
 
     @property

@@ -26,14 +26,12 @@ from flask import (
     redirect,
     render_template,
     request,
-    send_file,
     url_for,
 )
 from flask.blueprints import BlueprintSetupState
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from llmfleet.core.fleet.model import Provider
-from llmfleet.core.fleet.schema import schema_dir
 from llmfleet.core.hosts import resolve_host
 from llmfleet.job.approve import ApproveError
 from llmfleet.logs import get_logger, log_event
@@ -43,6 +41,7 @@ from llmfleet.server.admin_api import approve_and_record
 from llmfleet.server.auth import Role
 from llmfleet.server.errors import NO_STORE, SECURITY_HEADERS, error
 from llmfleet.server.guard import is_exempt, peer_key
+from llmfleet.server.openapi import served_document
 from llmfleet.server.pages.attention import attention_view
 from llmfleet.server.pages.fleetview import FilterError, FleetFilter, FleetView, fleet_view, models_view
 from llmfleet.server.pages.inputs import Inputs, gather
@@ -238,7 +237,7 @@ def api_passes() -> Response:
 
 @bp.get("/api/openapi.yaml")
 def openapi() -> Response:
-    return send_file(schema_dir() / "openapi.yaml", mimetype="application/yaml", max_age=0)
+    return Response(served_document(), mimetype="application/yaml")  # schemas/openapi.yaml, self-contained
 
 
 def login_page(target: str, problem: str | None = None, status: int = 200) -> tuple[str, int]:
