@@ -1,3 +1,5 @@
 """llmfleet control plane: fleet repository model, config server, reconciler."""
 
-__version__ = "0.1.0"
+from llmfleet_contract.version import __version__
+
+__all__ = ["__version__"]
