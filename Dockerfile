@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # llmfleet's control plane and reconciler: one image, two commands (ENTRYPOINT is `llmfleet`).
 #
 #   docker build -t llmfleet .

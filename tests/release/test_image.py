@@ -1,8 +1,9 @@
 """The control plane's image (Dockerfile): linted with hadolint, read with dockerfile-parse, and its runtime
 stage played on this machine.
 
-No Docker engine runs here (no daemon, and no registry to pull the base from), so the image is not built.
-What the runtime stage promises is checked for real instead: `llmfleet serve`, with the stage's ENV, as
+The project's machines run no Docker engine and reach no image registry, so the image is not built here
+(tests/release/test_image_docker.py does, opt-in, where an engine runs). What the runtime stage promises
+is checked for real instead: `llmfleet serve`, with the stage's ENV, as
 uid/gid 10001, in a mount namespace where the root file system and every other mount is read-only and only
 the image's writable paths (/var/lib/llmfleet, /tmp) are tmpfs, clones its repository over file://, serves,
 passes the stage's own HEALTHCHECK command, and stops cleanly. tests/release/test_workflow.py ties the
