@@ -29,7 +29,7 @@ STATEMENTS = (
     re.compile(r"""^\s*(?:__version__|VERSION|version)\s*=\s*["'](\d+\.\d+\.\d+[^"']*)["']""", re.MULTILINE),
     re.compile(r"\bllmfleet[\w.-]*:v?(\d+\.\d+\.\d+(?:-[\w.]+)?)(?![\w.:])"),  # image tags (not deployment ids)
     re.compile(r"\bllmfleet(?:-installer|-gateway)?[ /]v?(\d+\.\d+\.\d+)\b"),  # --version, User-Agent
-    re.compile(r"\bllmfleet/llmfleet(?:/[\w./-]+)?@(v\d+(?:\.\d+)*)\b"),  # workflow and action pins
+    re.compile(r"/llmfleet(?:/[\w./-]+)?@(v\d+(?:\.\d+)*)\b"),  # workflow and action pins (<owner>/llmfleet@v1)
     re.compile(r"\bllmfleet-ref:\s*[\"']?(v\d+(?:\.\d+)*)\b"),  # the reusable workflow's input
 )
 # History, and this file's own examples of stale statements.
@@ -73,7 +73,7 @@ def test_no_file_states_another_version() -> None:
 
 
 @pytest.mark.parametrize("text", ["image: registry.example.com/llmfleet:0.1.0", 'version = "0.2.0"',
-                                  "uses: llmfleet/llmfleet@v7", "llmfleet-installer 0.0.9", "llmfleet-ref: v0",
+                                  "uses: llmfleet/llmfleet@v7", "uses: <owner>/llmfleet/.github/workflows/fleet-pr.yml@v2", "llmfleet-installer 0.0.9", "llmfleet-ref: v0",
                                   "docker build -t llmfleet-runpod:9.9.9 ."])
 def test_the_scan_sees_a_stale_version(text: str) -> None:
     assert any(m.group(1) not in (VERSION, MAJOR_TAG) for p in STATEMENTS for m in p.finditer(text)), text
