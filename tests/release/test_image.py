@@ -137,50 +137,60 @@ def test_the_manifests_run_it_as_the_image_user() -> None:
     assert deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] == 8080
 
 
-# The runtime stage on this machine: a private mount namespace (unshare), the image's writable paths as
-# tmpfs, everything else read-only, then uid/gid 10001 with no capability but reading (setpriv). This
-# machine's Python lives under /root (mode 0700), which the image's does not: that one directory is
-# shown to the process through a read-only tmpfs /root holding a bind mount of the interpreter's tree.
+# The runtime stage on this machine: a private mount namespace (unshare) where the image's writable paths
+# (/var/lib/llmfleet, /tmp) and /run are fresh tmpfs, /root is an empty one (the image has no root's home
+# either), the root file system and everything else read-only; then uid/gid 10001 with no capability
+# (setpriv). The interpreter, the venv and this checkout stay visible, read-only, wherever they are (this
+# machine's Python lives under /root, a CI checkout may be under /tmp): each is set aside under a tmpfs
+# /mnt first and bound back once the directories above it are replaced.
 NAMESPACE_SCRIPT = r"""
 set -eu
-stage=$1 python_root=$2 uid=$3
+stage=$1 uid=$2 keep=$3
+shift 3
 mount --make-rprivate /
+mount -t tmpfs -o mode=0700 tmpfs /mnt
+mkdir /mnt/stage
+mount --bind "$stage" /mnt/stage
+i=0
+for path in $keep; do i=$((i + 1)); mkdir "/mnt/$i"; mount --bind "$path" "/mnt/$i"; done
 mount -t tmpfs -o mode=0755 tmpfs /var/lib
-install -d -o "$uid" -g "$uid" -m 0750 /var/lib/llmfleet
-cp -a "$stage/fleet-src" /var/lib/llmfleet/fleet-src
-chown -R "$uid:$uid" /var/lib/llmfleet
 mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t tmpfs -o mode=0755 tmpfs /root
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+i=0
+for path in $keep; do
+  i=$((i + 1)); mkdir -p "$path"; mount --bind "/mnt/$i" "$path"; mount -o remount,ro,bind "$path"
+done
+install -d -o "$uid" -g "$uid" -m 0750 /var/lib/llmfleet
+cp -a /mnt/stage/fleet-src /var/lib/llmfleet/fleet-src
+chown -R "$uid:$uid" /var/lib/llmfleet
 install -d -m 0755 /run/credentials /run/etc
-cp -a "$stage/credentials" /run/credentials/llmfleet
+cp -a /mnt/stage/credentials /run/credentials/llmfleet
 chown -R "$uid:$uid" /run/credentials/llmfleet
 chmod 0500 /run/credentials/llmfleet
-cp "$stage/control-plane.yaml" /run/etc/control-plane.yaml
-case "$python_root" in
-  /root/*)
-    mount --bind "$python_root" /mnt
-    mount -t tmpfs -o mode=0755 tmpfs /root
-    mkdir -p "$python_root"
-    mount --bind /mnt "$python_root"
-    mount -o remount,ro,bind "$python_root"
-    mount -o remount,ro /root ;;
-esac
+cp /mnt/stage/control-plane.yaml /run/etc/control-plane.yaml
+umount -R /mnt
 mount -o remount,ro,bind /
 mount -o remount,ro /run
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-if touch /llmfleet-ro-probe 2>/dev/null || touch "$stage/ro-probe" 2>/dev/null; then
-  echo "the root file system is writable: no test" >&2; exit 97
-fi
-shift 3
+mount -o remount,ro /root
+for probe in /llmfleet-ro-probe /root/ro-probe /run/ro-probe $keep; do
+  if touch "$probe/ro-probe" 2>/dev/null || touch "$probe" 2>/dev/null; then
+    echo "$probe is writable: no test" >&2; exit 97
+  fi
+done
 exec setpriv --reuid "$uid" --regid "$uid" --clear-groups --inh-caps=-all --bounding-set=-all \
   env -i "$@"
 """
 
 
-def python_root() -> str:
-    """The top directory of this interpreter's installation (for the /root case of NAMESPACE_SCRIPT)."""
-    real = Path(os.path.realpath(sys.base_prefix))
-    parts = real.parts
-    return str(Path(*parts[:3])) if parts[:2] == ("/", "root") and len(parts) > 2 else str(real)
+def kept_paths() -> str:
+    """What must stay visible: the interpreter's installation, the venv and this checkout (real paths)."""
+    base = Path(os.path.realpath(sys.base_prefix))
+    paths = {base, Path(os.path.realpath(sys.prefix)), ROOT.resolve()}
+    for path in paths:
+        assert " " not in str(path), path  # the script splits the list on spaces
+    # a path inside another kept one comes back with it
+    return " ".join(sorted(str(p) for p in paths if not any(p != q and p.is_relative_to(q) for q in paths)))
 
 
 def health_ok(command: list[str], url: str) -> subprocess.CompletedProcess[str]:
@@ -221,7 +231,7 @@ def test_the_runtime_stage_serves_read_only_as_uid_10001(tmp_path: Path, fleet_g
     with log_path.open("w") as log:
         process = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACE_SCRIPT, "namespace",
-             str(stage), python_root(), str(UID), *(f"{k}={v}" for k, v in env.items()),
+             str(stage), str(UID), kept_paths(), *(f"{k}={v}" for k, v in env.items()),
              shutil.which(entrypoint[0], path=env["PATH"]) or entrypoint[0], *entrypoint[1:], *cmd],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
