@@ -11,6 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
+from llmfleet_gateway import __version__
 from llmfleet_gateway.config import ConfigError, load_config
 
 
@@ -22,6 +23,7 @@ def build_parser(prog: str = "llmfleet-gateway") -> argparse.ArgumentParser:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", "-version", action="version", version=f"llmfleet-gateway {__version__}")
     parser.add_argument("--config", "-config", default="config.json", metavar="FILE",
                         help="the JSON configuration (default: config.json in the working directory)")
     parser.add_argument("--check", "-check", action="store_true",

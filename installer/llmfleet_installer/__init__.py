@@ -1,3 +1,5 @@
 """Box side of llmfleet. Standard library only: this package runs on a stock vLLM container."""
 
-__version__ = "0.1.0"
+from llmfleet_contract.version import __version__
+
+__all__ = ["__version__"]

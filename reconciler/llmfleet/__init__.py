@@ -1,3 +1,14 @@
 """llmfleet control plane: fleet repository model, config server, reconciler."""
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+
+def __getattr__(name: str) -> str:
+    """`llmfleet.__version__`, from the one place it is written (llmfleet_contract.version), read when asked:
+    importing a module of this package with only reconciler/ on sys.path (tests/support/fake_nvidia_smi.py
+    run by a bare python3) needs nothing else."""
+    if name == "__version__":
+        from llmfleet_contract.version import __version__
+
+        return __version__
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -239,8 +239,9 @@ class _Builder:
     typed settings, collecting every problem; a key that is not given takes the schema's default."""
 
     def __init__(self, raw: dict[str, Any], where: Callable[[list[str | int]], str], source: Path | None,
-                 base: Path, env: Mapping[str, str] | None) -> None:
+                 base: Path, env: Mapping[str, str] | None, unread: Collection[str] = ()) -> None:
         self.raw = raw
+        self.unread = tuple(unread)  # secrets (by pointer) left unresolved: None, or no tokens
         self.where = where
         self.source = source
         self.base = base
@@ -263,8 +264,9 @@ class _Builder:
         self.problems.append(f"{self.where(path)}: {message}")
 
     def secret(self, path: list[str | int]) -> Secret | None:
-        value = self.get(pointer(path))
-        if value is None:
+        at = pointer(path)
+        value = self.get(at)
+        if value is None or any(at == u or at.startswith(u + "/") for u in self.unread):
             return None
         try:
             return Secret(secretref.expand(value, self.env), value)
@@ -458,8 +460,11 @@ def fleet_key_warning(config: ControlPlaneConfig) -> str | None:
             "rotate it (docs/runbooks.md, \"Rotate the fleet key\")")
 
 
-def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
-    """Read, validate and resolve the config file. Raises ConfigurationError with every problem found."""
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *,
+                unread: Collection[str] = ()) -> ControlPlaneConfig:
+    """Read, validate and resolve the config file. Raises ConfigurationError with every problem found.
+    `unread`: pointers of secrets this process never uses (the reconciler's llmfleet.job.configfile.SERVE_ONLY),
+    left unresolved, so its service needs no credential for them."""
     display = os.fspath(path)
     try:
         data = Path(path).read_bytes()
@@ -480,7 +485,7 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
         return f"{doc.path}:{mark.line}:{mark.column}: {pointer(at)}"
 
     raw: dict[str, Any] = doc.value  # type: ignore[assignment]  # a schema-checked mapping
-    return _built(_Builder(raw, where, Path(display), Path(display).resolve().parent, env))
+    return _built(_Builder(raw, where, Path(display), Path(display).resolve().parent, env, unread))
 
 
 def settings_from_env(env: Mapping[str, str]) -> ControlPlaneConfig:

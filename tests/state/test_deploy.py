@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from llmfleet.errors import ConfigurationError
+from llmfleet.job.configfile import SERVE_ONLY
 from llmfleet.job.configfile import load_config as reconcile_config
 from llmfleet.settings import load_config
 from tests.conftest import ROOT
@@ -24,19 +26,21 @@ SYSTEMD = DEPLOY / "systemd"
 CRED = re.compile(r"\$\{cred:([^}]+)\}")
 
 
-def cred_names(config_text: str) -> set[str]:
-    """The ${cred:NAME} names the config's values use (comments aside)."""
-    def walk(node: Any) -> Iterator[str]:
+def cred_names(config_text: str, *, skip: tuple[str, ...] = ()) -> set[str]:
+    """The ${cred:NAME} names the config's values use (comments aside), but those under the pointers `skip`."""
+    def walk(node: Any, at: str) -> Iterator[str]:
+        if any(at == s or at.startswith(s + "/") for s in skip):
+            return
         if isinstance(node, dict):
-            for value in node.values():
-                yield from walk(value)
+            for key, value in node.items():
+                yield from walk(value, f"{at}/{key}")
         elif isinstance(node, list):
-            for value in node:
-                yield from walk(value)
+            for i, value in enumerate(node):
+                yield from walk(value, f"{at}/{i}")
         elif isinstance(node, str):
             yield from CRED.findall(node)
 
-    return set(walk(yaml.safe_load(config_text)))
+    return set(walk(yaml.safe_load(config_text), ""))
 
 
 def manifests() -> dict[str, dict[str, Any]]:
@@ -52,6 +56,7 @@ def manifests() -> dict[str, dict[str, Any]]:
 
 def credentials_dir(tmp_path: Path, names: set[str]) -> Path:
     directory = tmp_path / "credentials"
+    directory.parent.mkdir(parents=True, exist_ok=True)
     directory.mkdir()
     for name in names:
         (directory / name).write_text(f"value-of-{name}-0123456789abcdef\n")
@@ -99,8 +104,21 @@ def test_kubernetes_manifests(tmp_path: Path) -> None:
     assert config.state.url.startswith("postgresql://")
     assert config.state.password is not None
     assert config.state.password.reveal() == "value-of-pg-password-0123456789abcdef"
+    # the Job mounts only the keys a pass uses, and its config loads with exactly those
+    job_volumes = {v["name"]: v for v in job["volumes"]}
+    items = job_volumes["credentials"]["secret"]["items"]
+    mounted_keys = {item["key"] for item in items}
+    assert all(item["path"] == item["key"] for item in items)
+    assert mounted_keys == cred_names(config_text, skip=SERVE_ONLY) < secret_keys
+    assert {"fleet-key", "webhook-secret", "admin-token"}.isdisjoint(mounted_keys)
+    job_credentials = credentials_dir(tmp_path / "job", mounted_keys)
+    reconcile = reconcile_config(config_path, {"CREDENTIALS_DIRECTORY": str(job_credentials)})
+    assert reconcile.state_password is not None and reconcile.litellm_master_key is not None
+    assert reconcile.settings.secrets.fleet_key is None and reconcile.settings.admin_tokens == ()
+    with pytest.raises(ConfigurationError, match="fleet-key"):  # while `serve` needs every one
+        load_config(config_path, {"CREDENTIALS_DIRECTORY": str(job_credentials)})
     # the reconciler's clone goes beside repo.clone_dir, on a writable volume of the Job's container
-    clone_dir = reconcile_config(config_path, {"CREDENTIALS_DIRECTORY": str(tmp_path / "credentials")}).clone_dir
+    clone_dir = reconcile.clone_dir
     assert clone_dir is not None
     writable = {m["mountPath"] for m in job["containers"][0]["volumeMounts"] if not m.get("readOnly")}
     assert str(clone_dir.parent) in writable
@@ -117,19 +135,34 @@ def systemd_config(tmp_path: Path) -> tuple[str, Path]:
     return text, path
 
 
-def test_systemd_units_load_every_credential_the_config_names(tmp_path: Path) -> None:
+def loaded_credentials(unit: str) -> set[str]:
+    return set(re.findall(r"^LoadCredential=([^:]+):", (SYSTEMD / unit).read_text(), re.MULTILINE))
+
+
+def test_systemd_units_load_the_credentials_their_service_uses(tmp_path: Path) -> None:
     text, path = systemd_config(tmp_path)
     names = cred_names(text)
-    for unit in ("llmfleet-serve.service", "llmfleet-reconcile.service"):
-        loaded = set(re.findall(r"^LoadCredential=([^:]+):", (SYSTEMD / unit).read_text(), re.MULTILINE))
-        assert loaded == names, unit  # the config resolves every reference at start, in both services
+    assert loaded_credentials("llmfleet-serve.service") == names  # serve resolves every reference at start
+    # the reconcile pass only those it uses: none of the fleet key, webhook secret and admin token
+    needed = cred_names(text, skip=SERVE_ONLY)
+    assert loaded_credentials("llmfleet-reconcile.service") == needed
+    assert {"fleet-key", "webhook-secret", "admin-token"} == names - needed
     config = load_config(path, {"CREDENTIALS_DIRECTORY": str(credentials_dir(tmp_path, names))})
     assert config.repo.clone_dir == Path("/var/lib/llmfleet/fleet-repo.git")
     reconcile = (SYSTEMD / "llmfleet-reconcile.service").read_text()
     assert "--repo" not in reconcile  # it fetches repo.url itself, into its own clone in its StateDirectory
-    clone_dir = reconcile_config(path, {"CREDENTIALS_DIRECTORY": str(tmp_path / "credentials")}).clone_dir
+    only_needed = credentials_dir(tmp_path / "reconcile", needed)
+    clone_dir = reconcile_config(path, {"CREDENTIALS_DIRECTORY": str(only_needed)}).clone_dir
     assert clone_dir == Path("/var/lib/llmfleet/fleet-repo-reconcile.git")
     assert "StateDirectory=llmfleet" in reconcile
+
+
+def test_the_serve_unit_waits_for_readiness() -> None:
+    """Type=notify: `llmfleet serve` sends READY=1 once it listens (tests/server/test_sdnotify.py)."""
+    serve = (SYSTEMD / "llmfleet-serve.service").read_text()
+    service = serve[serve.index("[Service]"):]
+    assert re.findall(r"^Type=(\S+)$", service, re.MULTILINE) == ["notify"]
+    assert re.findall(r"^NotifyAccess=(\S+)$", service, re.MULTILINE) in ([], ["main"])
 
 
 @pytest.mark.integration  # .ci/run's machine has systemd-analyze: this must run there

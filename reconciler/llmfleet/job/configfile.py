@@ -34,6 +34,9 @@ from llmfleet.settings import (
 from llmfleet.settings import load_config as load_settings
 
 RECONCILER_CLONE = "fleet-repo-reconcile.git"  # not the control plane's clone: two processes, two fetches
+# The secrets only `llmfleet serve` uses (boxes' fleet key, the push webhook, page and API tokens): the
+# reconciler leaves them unresolved, so its unit or Job is given none of them (deploy/systemd, deploy/kubernetes).
+SERVE_ONLY = ("/repo/webhook_secret", "/secrets/fleet_key", "/admin_tokens", "/viewer_tokens")
 
 
 @dataclass(frozen=True)
@@ -153,4 +156,4 @@ def config_from_env(env: Mapping[str, str]) -> ReconcileConfig:
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> ReconcileConfig:
-    return ReconcileConfig.of(load_settings(path, env))
+    return ReconcileConfig.of(load_settings(path, env, unread=SERVE_ONLY))

@@ -49,6 +49,7 @@ from tornado.ioloop import PeriodicCallback
 from tornado.iostream import IOStream
 from tornado.wsgi import WSGIContainer
 
+from llmfleet.adapters.sdnotify import sd_notify
 from llmfleet.logs import get_logger, log_event
 from llmfleet.server.guard import BodyBudget, ConnectionCaps, Refusal, body_share
 from llmfleet.settings import ControlPlaneConfig, Listen
@@ -294,6 +295,14 @@ class InFlight:
         return wrapped
 
 
+def _notify(state: str) -> None:
+    """Tell systemd (llmfleet.adapters.sdnotify); an unreachable $NOTIFY_SOCKET is logged, never fatal."""
+    try:
+        sd_notify(state)
+    except OSError as exc:
+        log_event(log, "sd_notify failed", logging.WARNING, state=state, error=exc.strerror or str(exc))
+
+
 def tls_context(config: ControlPlaneConfig) -> ssl.SSLContext | None:
     if config.tls is None:
         return None
@@ -348,9 +357,11 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    _notify("READY=1")  # the port accepts connections and SIGTERM drains (systemd Type=notify)
     try:
         await stopping.wait()
         log_event(log, "stopping", in_flight=inflight.count)
+        _notify("STOPPING=1")
         server.stop()
         deadline = time.monotonic() + GRACE_S
         while inflight.count and time.monotonic() < deadline:

@@ -1,0 +1,133 @@
+"""The release workflow (.github/workflows/release.yml) and tools/release.py: what it publishes is what the
+manifests run and what the example fleet repository pins, all from the one version."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from llmfleet_contract import version
+from tests.conftest import ROOT
+
+
+def _load_release() -> ModuleType:
+    """tools/release.py (tools/ holds scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("llmfleet_release_tool", ROOT / "tools" / "release.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+release = _load_release()
+
+VERSION = version.__version__
+WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
+EXAMPLE_PR = ROOT / "fleet-repo-example" / ".github" / "workflows" / "fleet-pr.yml"
+VENV_BIN = Path(sys.executable).parent
+
+
+def workflow() -> dict[Any, Any]:
+    loaded = yaml.safe_load(WORKFLOW.read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def steps() -> list[dict[str, Any]]:
+    return list(workflow()["jobs"]["release"]["steps"])
+
+
+def example_repository() -> tuple[str, str]:
+    """The repository and ref the example fleet repository takes llmfleet from."""
+    job = yaml.safe_load(EXAMPLE_PR.read_text())["jobs"]["fleet"]
+    repository, ref = job["with"]["llmfleet-repository"], job["with"]["llmfleet-ref"]
+    assert job["uses"] == f"{repository}/.github/workflows/fleet-pr.yml@{ref}"
+    return repository, ref
+
+
+def test_actionlint_passes() -> None:
+    found = shutil.which("actionlint", path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    shellcheck = shutil.which("shellcheck", path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert found and shellcheck, "actionlint and shellcheck are dev dependencies: run make venv"
+    done = subprocess.run([found, f"-shellcheck={shellcheck}", str(WORKFLOW)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_it_runs_on_a_release_tag_or_by_hand_with_the_permissions_it_needs() -> None:
+    on = workflow()[True]  # YAML 1.1 reads the key `on` as true
+    assert set(on) == {"push", "workflow_dispatch"}
+    pattern = on["push"]["tags"][0]
+    assert pattern == "v[0-9]+.[0-9]+.[0-9]+" and f"v{VERSION}"[0] == "v"
+    assert workflow()["permissions"] == {"contents": "read"}
+    assert workflow()["jobs"]["release"]["permissions"] == {"contents": "write", "packages": "write"}
+
+
+def test_it_publishes_what_the_manifests_run_and_moves_what_the_examples_pin() -> None:
+    repository, ref = example_repository()
+    named = release.outputs(f"refs/tags/v{VERSION}", repository, [])
+    assert named["version"] == VERSION and named["tag"] == f"v{VERSION}"
+    assert ref == named["major"]  # the example pins the tag this workflow moves
+    images = set()
+    for path in sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml")):
+        images.update(re.findall(r"^\s*image:\s*(\S+)", path.read_text(), re.MULTILINE))
+    assert images == {f"{named['image']}:{VERSION}"}
+    published = next(s for s in steps() if s.get("name") == "Publish the image")
+    assert published["with"]["push"] is True
+    assert published["with"]["tags"].splitlines() == ["${{ steps.release.outputs.image }}:${{ steps.release.outputs.version }}",
+                                                 "${{ steps.release.outputs.image }}:${{ steps.release.outputs.major }}"]
+    naming = next(s for s in steps() if s.get("id") == "release")
+    assert "python tools/release.py outputs" in naming["run"] and '"$GITHUB_OUTPUT"' in naming["run"]
+    moving = next(s for s in steps() if s.get("name") == "Move the major tag")
+    assert moving["if"] == "steps.release.outputs.move_major == 'true'"
+    assert 'git push --force origin "refs/tags/$MAJOR"' in moving["run"]
+
+
+def test_it_attaches_the_wheel_the_sdist_and_the_zipapp() -> None:
+    build = next(s for s in steps() if s.get("name") == "Build the sdist, the wheel and the box zipapp")["run"]
+    assert "python -m build --outdir dist" in build
+    assert '-m llmfleet_installer.zipapp "dist/llmfleet-box-$VERSION.pyz"' in build
+    create = next(s for s in steps() if s.get("name") == "Create the GitHub release")["run"]
+    assert 'gh release create "$TAG" dist/*' in create
+
+
+def test_a_tag_must_name_the_version() -> None:
+    with pytest.raises(release.ReleaseError, match=f"does not name this source's version {re.escape(VERSION)}"):
+        release.outputs("refs/tags/v0.0.1", "llmfleet/llmfleet", [])
+    assert release.outputs("refs/heads/main", "Some-Owner/LLMfleet", [])["image"] == "ghcr.io/some-owner/llmfleet"
+    with pytest.raises(release.ReleaseError, match="not OWNER/NAME"):
+        release.outputs("refs/heads/main", "no-slash", [])
+
+
+@pytest.mark.parametrize(("version_", "tags", "moves"), [
+    ("1.2.0", [], True),
+    ("1.2.0", ["v1.0.0", "v1.1.9", "v1"], True),
+    ("1.2.0", ["v1.2.0"], True),  # a re-run
+    ("1.0.5", ["v1.1.0"], False),  # a fix on an older line leaves v1 on 1.1.0
+    ("1.0.5", ["v2.0.0", "v0.9.0"], True),
+    ("2.0.0", ["v1.9.9"], True),
+])
+def test_the_major_tag_never_moves_back(version_: str, tags: list[str], moves: bool) -> None:
+    assert release.moves_major(version_, tags) is moves
+
+
+def test_release_notes_are_the_changelog_section(tmp_path: Path) -> None:
+    changelog = tmp_path / "CHANGELOG.md"
+    changelog.write_text(f"# Changelog\n\n## Unreleased\n\n- next\n\n## {VERSION}\n\n- this one\n- and this\n\n"
+                         "## 0.0.1\n\n- old\n")
+    assert release.notes(changelog) == "- this one\n- and this\n"
+    changelog.write_text("# Changelog\n\n## Unreleased\n\n- next\n")
+    assert release.notes(changelog) == ""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "release.py"), "outputs", "--ref", "refs/tags/v0.0.0",
+                           "--repository", "a/b"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1 and done.stderr.startswith("release: ") and "Traceback" not in done.stderr
