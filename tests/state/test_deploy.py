@@ -132,6 +132,19 @@ def test_systemd_units_load_every_credential_the_config_names(tmp_path: Path) ->
     assert "StateDirectory=llmfleet" in reconcile
 
 
+def test_an_invalid_head_is_no_failed_pass_for_the_shipped_schedulers() -> None:
+    """`reconcile --once` exits 3 when it ran on the last valid commit (issue 14.7): the systemd unit
+    counts 3 as success; a Kubernetes Job counts only 0, so the CronJob asks for 0."""
+    from llmfleet.cli.passes import EXIT_INVALID_HEAD
+
+    reconcile = (SYSTEMD / "llmfleet-reconcile.service").read_text()
+    assert re.search(rf"^SuccessExitStatus={EXIT_INVALID_HEAD}$", reconcile, re.MULTILINE)
+    cronjob = next(d for d in yaml.safe_load_all((KUBE / "reconciler.yaml").read_text())
+                   if d and d["kind"] == "CronJob")
+    args = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--invalid-head-exit") + 1] == "0"
+
+
 @pytest.mark.integration  # .ci/run's machine has systemd-analyze: this must run there
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_analyze_verify(tmp_path: Path) -> None:

@@ -31,6 +31,11 @@ class PassMetrics:
         self.held = Gauge("llmfleet_reconcile_held_actions", "Actions held back in the last pass", registry=r)
         self.drift = Gauge("llmfleet_litellm_unmanaged_deployments", "LiteLLM deployments not managed by llmfleet",
                            registry=r)
+        # the control plane's own gauge of the same name (llmfleet.server.metrics), for the reconcile job
+        self.head_valid = Gauge("llmfleet_last_attempted_revision_valid", "1 when the tracked branch head was valid "
+                                "at the last pass; 0: the pass ran on the last valid commit", registry=r)
+        self.invalid_head = Counter("llmfleet_reconcile_invalid_head_passes", "Passes that ran on the last valid "
+                                    "commit because the branch head is not valid", registry=r)
 
     def observe(self, record: PassRecord) -> None:
         self.passes.labels("ok" if record.ok else "error").inc()
@@ -47,6 +52,9 @@ class PassMetrics:
         self.blocked.set(1 if record.blocked else 0)
         self.held.set(record.held)
         self.drift.set(record.drift)
+        self.head_valid.set(1 if record.head_valid else 0)
+        if not record.head_valid:
+            self.invalid_head.inc()
 
     def write_textfile(self, path: str) -> None:
         write_to_textfile(path, self.registry)
