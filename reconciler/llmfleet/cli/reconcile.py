@@ -38,7 +38,9 @@ def register(subparsers: Any) -> None:
                     "pass goes on with the last valid commit and says so.",
         epilog="Exit status of --once: 0 the pass ran without errors (or another pass held the lock); 1 the pass "
                "failed (a LiteLLM write failed, observation errors, a safety valve held deletes) or could not run "
-               "(no valid commit at all, state store, config); 2 usage or configuration; 3 the pass ran without "
+               "(no valid commit at all, the tracked repository, the state store, the config); 2 usage (a bad option "
+               "or --repo directory); 3 the "
+               "pass ran without "
                "errors on the last valid commit because the branch head is not valid (push a fix or a revert). "
                "The systemd unit counts 3 as success (SuccessExitStatus=3); a Kubernetes Job counts only 0, so "
                "the CronJob passes --invalid-head-exit 0 and watches llmfleet_last_attempted_revision_valid.")
