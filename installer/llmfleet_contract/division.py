@@ -43,6 +43,7 @@ PARALLEL_FLAGS = {
     "--data-parallel-size": "dp", "-dp": "dp",
 }
 EPSILON = 1e-9
+ROUNDING = 0.001  # fractions are written rounded down to 3 decimals (`rounded`)
 
 
 def gpus_needed(args: Sequence[str]) -> int:
@@ -121,7 +122,9 @@ def divide(card: Iterable[Demand], total_gb: float, current: Mapping[str, float]
     keep = {d.name: current[d.name] for d in auto if current and d.name in current}
     if keep:
         by_name = {d.name: d for d in auto}
-        holds = all(share > 0 and share * total_gb + EPSILON >= by_name[name].weights_gb
+        # a kept fraction still holds its weights (up to the rounding of what was written): else the card
+        # changed under it, and it is divided afresh
+        holds = all(share > 0 and (share + ROUNDING) * total_gb + EPSILON >= by_name[name].weights_gb
                     for name, share in keep.items())
         new = [d for d in auto if d.name not in keep]
         free = (CEILING * total_gb - sum(_reservation(d, total_gb) for d in ordered if d.fixed is not None)

@@ -28,14 +28,16 @@ def demands(draw: st.DrawFn, names: frozenset[str] | None = None) -> list[Demand
 @given(old=demands(), new=demands(), total=CARD)
 def test_unchanged_servers_keep_their_shares_whenever_the_new_set_fits(old: list[Demand], new: list[Demand],
                                                                          total: float) -> None:
+    if sum(d.fixed * total if d.fixed is not None else d.weights_gb for d in old) > CEILING * total:
+        return  # the fit check refuses this base: nothing ran with these shares
     before = {k: rounded(v) for k, v in fresh(old, total).items()}
     names = {d.name for d in new}
-    current = {k: v for k, v in before.items() if k in names}
+    current = {k: v for k, v in before.items() if k in names and v > 0}
     division = divide(new, total, current)
     auto_new = {d.name: d for d in new if d.fixed is None}
     kept = {k: v for k, v in current.items() if k in auto_new}
     fixed = sum(d.fixed * total for d in new if d.fixed is not None)
-    fits = (all(v * total + 1e-9 >= auto_new[k].weights_gb for k, v in kept.items())
+    fits = (all((v + 0.001) * total + 1e-9 >= auto_new[k].weights_gb for k, v in kept.items())
             and sum(need_gb(d, total) for n, d in auto_new.items() if n not in kept)
             <= CEILING * total - fixed - sum(v * total for v in kept.values()) + 1e-9)
     if kept and fits:
@@ -121,3 +123,15 @@ def test_box_change_leaves_servers_with_their_own_utilization_alone() -> None:
     old = box(("a", 8001, 10), a={"gpu_memory_utilization": 0.3})
     new = box(("a", 8001, 10), ("b", 8002, 10), a={"gpu_memory_utilization": 0.3})
     assert box_change(old, new, 80).unchanged == {"a"}
+
+
+@given(old=demands(), total=CARD, data=st.data())
+def test_removing_servers_never_moves_the_others(old: list[Demand], total: float, data: st.DataObject) -> None:
+    reserved = sum(d.fixed * total if d.fixed is not None else d.weights_gb for d in old)
+    if reserved > CEILING * total:
+        return  # the fit check refuses this card in the first place
+    before = {k: rounded(v) for k, v in fresh(old, total).items()}
+    left = data.draw(st.lists(st.sampled_from(old), unique_by=lambda d: d.name, min_size=1))
+    current = {d.name: before[d.name] for d in left if d.name in before and before[d.name] > 0}
+    division = divide(left, total, current)
+    assert {k: division.shares[k] for k in current} == current
