@@ -25,24 +25,25 @@ Card division, for a server i without gpu_memory_utilization on GPU g:
 
 vLLM reads the fraction against the card's total memory, so the fractions on a card sum to at most
 CEILING.
+
+Stability (llmfleet_contract.division). A re-install passes what the last install wrote for servers that
+run unchanged (`Running`, read back from their Supervisor programs by running.py). Those keep their GPUs,
+their fraction, their start order (`after`) and their Supervisor priority whenever the new set still fits
+around them, so `supervisorctl update` sees their programs unchanged and does not restart them; new
+servers take from what is left and start after them. When the new set does not fit, the card is divided
+afresh as above.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from llmfleet_contract.division import CEILING, GIB, PARALLEL_FLAGS, Demand, divide, gpus_needed, rounded
 from llmfleet_installer.boxjson import ServerSpec
 from llmfleet_installer.hardware import Gpu
 
-CEILING = 0.90
-PARALLEL_FLAGS = {
-    "--tensor-parallel-size": "tp", "-tp": "tp",
-    "--pipeline-parallel-size": "pp", "-pp": "pp",
-    "--data-parallel-size": "dp", "-dp": "dp",
-}
+__all__ = ["CEILING", "PARALLEL_FLAGS", "FitResult", "Placement", "Running", "check_fit", "gpus_needed", "place"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,19 @@ class Placement:
     gpus: tuple[int, ...]  # GPU indices; empty when the GPUs are unknown
     gpu_memory_utilization: float | None  # None: leave vLLM's default (only when nothing was measured)
     after: tuple[str, ...]  # earlier servers (name order) that share a card: boot after them
+    order: int = -1  # its Supervisor priority offset; -1: its index in the box JSON
+    after_ports: Mapping[str, int] = field(default_factory=dict)  # kept `after` entries' ports as written
+
+
+@dataclass(frozen=True)
+class Running:
+    """What the last install wrote for a server that runs unchanged (same digest and bearer)."""
+
+    share: float | None  # its --gpu-memory-utilization, None when it had none
+    gpus: tuple[int, ...]  # CUDA_VISIBLE_DEVICES, empty on a one-GPU box
+    after: tuple[str, ...]  # the servers it boots after
+    order: int  # its Supervisor priority offset
+    after_ports: Mapping[str, int] = field(default_factory=dict)  # their ports, as written
 
 
 @dataclass(frozen=True)
@@ -64,21 +78,6 @@ class FitResult:
     disk_free_gb: float | None
     problems: tuple[str, ...]
     placements: Mapping[str, Placement] = field(default_factory=dict)
-
-
-def gpus_needed(args: tuple[str, ...]) -> int:
-    """tensor x pipeline x data parallel size, as vLLM reads them from its arguments."""
-    sizes = {"tp": 1, "pp": 1, "dp": 1}
-    for i, token in enumerate(args):
-        flag, eq, inline = token.partition("=")
-        kind = PARALLEL_FLAGS.get(flag)
-        if kind is None:
-            continue
-        raw = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-        # ASCII digits only (str.isdigit() takes "²", which int() refuses), and few of them
-        if re.fullmatch(r"[0-9]{1,4}", raw) and int(raw) > 0:
-            sizes[kind] = int(raw)
-    return sizes["tp"] * sizes["pp"] * sizes["dp"]
 
 
 def _gb(value: float) -> str:
@@ -95,8 +94,11 @@ def _reservation(server: ServerSpec, gpu: Gpu) -> float:
     return _weights(server)
 
 
-def place(servers: tuple[ServerSpec, ...], gpus: tuple[Gpu, ...]) -> tuple[dict[str, tuple[int, ...]], list[str]]:
-    """Assign each server its GPUs. Returns the assignment and placement problems."""
+def place(servers: tuple[ServerSpec, ...], gpus: tuple[Gpu, ...],
+          running: Mapping[str, Running] | None = None) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """Assign each server its GPUs. Returns the assignment and placement problems. A running server
+    keeps the GPUs it has (when they are all still there and as many as it needs); the others are
+    placed first-fit-decreasing around them."""
     problems: list[str] = []
     if len(gpus) == 1:
         problems.extend(f"{s.name} needs {gpus_needed(s.args)} GPUs (parallel size in its args), this box has 1"
@@ -105,7 +107,16 @@ def place(servers: tuple[ServerSpec, ...], gpus: tuple[Gpu, ...]) -> tuple[dict[
     room = {g.index: CEILING * g.total_gb for g in gpus}
     by_index = {g.index: g for g in gpus}
     assignment: dict[str, tuple[int, ...]] = {}
+    for s in sorted(servers, key=lambda s: s.name):
+        kept = (running or {}).get(s.name)
+        if (kept is not None and len(set(kept.gpus)) == gpus_needed(s.args) == len(kept.gpus)
+                and all(i in room for i in kept.gpus)):
+            for i in kept.gpus:
+                room[i] -= _reservation(s, by_index[i])
+            assignment[s.name] = tuple(sorted(kept.gpus))
     for s in sorted(servers, key=lambda s: (-gpus_needed(s.args), -_weights(s), s.name)):
+        if s.name in assignment:
+            continue
         k = gpus_needed(s.args)
         if k > len(gpus):
             problems.append(f"{s.name} needs {k} GPUs (parallel size in its args), this box has {len(gpus)}")
@@ -118,17 +129,11 @@ def place(servers: tuple[ServerSpec, ...], gpus: tuple[Gpu, ...]) -> tuple[dict[
     return assignment, problems
 
 
-def _divide(card: list[ServerSpec], gpu: Gpu) -> dict[str, float]:
-    """Each auto server's fraction of this card (the formula in the module docstring)."""
-    auto = [s for s in card if s.gpu_memory_utilization is None]
-    left = CEILING * gpu.total_gb - sum(_reservation(s, gpu) for s in card)
-    left = max(left, 0.0)
-    if all(s.kv_bytes_per_token and s.max_model_len for s in auto):
-        weights = {s.name: float((s.kv_bytes_per_token or 0) * (s.max_model_len or 0)) for s in auto}
-    else:
-        weights = {s.name: 1.0 for s in auto}
-    total_weight = sum(weights.values()) or 1.0
-    return {s.name: (_weights(s) + weights[s.name] / total_weight * left) / gpu.total_gb for s in auto}
+def demand(server: ServerSpec) -> Demand:
+    """A server's demand on each of its cards (llmfleet_contract.division)."""
+    kv = (server.kv_bytes_per_token * server.max_model_len / GIB
+          if server.kv_bytes_per_token and server.max_model_len else None)
+    return Demand(server.name, _weights(server), server.gpu_memory_utilization, kv)
 
 
 def _card_problems(card: list[ServerSpec], gpu: Gpu) -> list[str]:
@@ -150,9 +155,13 @@ def _card_problems(card: list[ServerSpec], gpu: Gpu) -> list[str]:
 
 
 def check_fit(servers: tuple[ServerSpec, ...], gpus: tuple[Gpu, ...] | None, disk_free_gb: float | None,
-              cached_gb: Mapping[str, float] | None = None, probe_problems: tuple[str, ...] = ()) -> FitResult:
-    """Fit check, placement and card division in one pass. `gpus=None`: the GPUs could not be probed."""
+              cached_gb: Mapping[str, float] | None = None, probe_problems: tuple[str, ...] = (),
+              running: Mapping[str, Running] | None = None) -> FitResult:
+    """Fit check, placement and card division in one pass. `gpus=None`: the GPUs could not be probed.
+    `running`: what the last install wrote for the servers that run unchanged (kept where they fit)."""
     cached = cached_gb or {}
+    names = {s.name for s in servers}
+    running = {name: r for name, r in (running or {}).items() if name in names}
     problems = list(probe_problems)
     ordered = tuple(sorted(servers, key=lambda s: s.name))
     vram_needed = sum(s.vram_gb or 0.0 for s in ordered)
@@ -169,23 +178,46 @@ def check_fit(servers: tuple[ServerSpec, ...], gpus: tuple[Gpu, ...] | None, dis
                          vram_total_gb=0.0, disk_needed_gb=disk_needed, disk_free_gb=disk_free_gb,
                          problems=tuple(problems), placements=placements)
 
-    assignment, placement_problems = place(ordered, gpus)
+    assignment, placement_problems = place(ordered, gpus, running)
     problems.extend(placement_problems)
+    # a running server is where it was: same GPUs (none recorded on a one-GPU box)
+    in_place = {n for n, r in running.items() if tuple(sorted(r.gpus)) in ((), assignment[n])}
     fractions: dict[str, list[float]] = {s.name: [] for s in ordered}
+    kept_on: dict[str, int] = {s.name: 0 for s in ordered}  # on how many of its cards it kept its fraction
     for gpu in gpus:
         card = [s for s in ordered if gpu.index in assignment[s.name]]
         problems.extend(_card_problems(card, gpu))
-        for name, fraction in _divide(card, gpu).items():
+        current = {s.name: share for s in card if s.name in in_place and (share := running[s.name].share) is not None}
+        division = divide([demand(s) for s in card], gpu.total_gb, current)
+        for name, fraction in division.shares.items():
             fractions[name].append(fraction)
+        for name in division.kept:
+            kept_on[name] += 1
+    # A server stays as it runs when it is where it was and keeps its fraction (or sets its own).
+    steady = {s.name for s in ordered if s.name in in_place and (
+        s.gpu_memory_utilization is not None or kept_on[s.name] == len(assignment[s.name]))}
+    next_order = max((running[n].order for n in steady), default=-1) + 1
+    new_order = {s.name: next_order + i for i, s in enumerate(s for s in servers if s.name not in steady)}
     placements = {}
-    for i, s in enumerate(ordered):
+    for s in ordered:
         util = s.gpu_memory_utilization
-        if util is None and fractions[s.name]:
-            util = math.floor(min(fractions[s.name]) * 1000) / 1000
+        if s.name in steady and util is None:
+            util = running[s.name].share
+        elif util is None and fractions[s.name]:
+            util = rounded(min(fractions[s.name]))
             if util <= 0:
                 problems.append(f"{s.name}: no GPU memory is left for it once the other servers are reserved")
-        after = tuple(o.name for o in ordered[:i] if set(assignment[o.name]) & set(assignment[s.name]))
-        placements[s.name] = Placement(assignment[s.name], util, after)
+        sharing = [o.name for o in ordered if o.name != s.name and set(assignment[o.name]) & set(assignment[s.name])]
+        after_ports: Mapping[str, int] = {}
+        if s.name in steady:  # as written, even a neighbour that left: the launcher skips those (PRESENT)
+            after = running[s.name].after
+            order = running[s.name].order
+            after_ports = running[s.name].after_ports
+        else:  # after the steady neighbours (they run already; not one that waits for it), then new ones by name
+            after = tuple(n for n in sharing if (n not in steady and n < s.name)
+                          or (n in steady and s.name not in running[n].after))
+            order = new_order[s.name] if running else -1
+        placements[s.name] = Placement(assignment[s.name], util, after, order, after_ports)
     return FitResult(ok=not problems, gpus=gpus, vram_needed_gb=vram_needed,
                      vram_total_gb=sum(g.total_gb for g in gpus), disk_needed_gb=disk_needed,
                      disk_free_gb=disk_free_gb, problems=tuple(problems), placements=placements)

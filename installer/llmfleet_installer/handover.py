@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from llmfleet_installer.errors import InstallerError
+from llmfleet_installer.launcher import PRESENT
 from llmfleet_installer.settings import SECRET_VARS, Settings
 from llmfleet_installer.units import MARKER, PREFIX, Unit
 
@@ -97,6 +98,9 @@ def write_units(settings: Settings, units: Iterable[Unit]) -> WriteResult:
         for directory in (settings.log_dir, settings.hf_home, settings.conf_dir):
             directory.mkdir(parents=True, exist_ok=True)
         write_atomic(settings.launcher_path, launcher_source(), mode=0o700)
+        # the servers now on the box: a launcher does not wait for one that left (launcher.PRESENT)
+        write_atomic(settings.launcher_path.parent / PRESENT,
+                     "".join(f"{u.server}={u.port}\n" for u in units if u.port is not None), mode=0o600)
         for unit in units:
             write_atomic(unit.path, unit.text)
         keep = {unit.path.name for unit in units}

@@ -10,6 +10,11 @@ Supervisor had started vLLM itself. Because the wait lives in the program, order
 Supervisor's own restarts and a box reboot: a restarted server waits only while an earlier one on
 its card is not yet healthy (two vLLMs profiling GPU memory at once can run out of memory).
 
+A server that keeps running while its neighbours change keeps its program as it is (a changed program
+is a restart), so its `--after` may name a server that has left the box since. The installer lists the
+servers it installed last, NAME=PORT a line, in the file PRESENT beside this script; an `--after` that
+is not listed there is not waited for. Without that file every `--after` is waited for.
+
 The installer copies this file to $DATA/llmfleet/bin/llmfleet-launch. Standard library only, and it
 imports nothing from the installer package. The bearer reaches vLLM through the environment
 (VLLM_API_KEY), which this script passes on untouched and never reads or prints.
@@ -22,6 +27,7 @@ import http.client
 import os
 import sys
 import time
+from pathlib import Path
 
 POLL_S = 2.0
 
@@ -59,6 +65,23 @@ def wait_for(earlier: list[tuple[str, int]], host: str, timeout_s: float, poll_s
     return True
 
 
+PRESENT = "servers"  # beside this script: the servers the last install wrote, NAME=PORT a line
+
+
+def present_servers(path: Path) -> set[tuple[str, int]] | None:
+    """The servers the last install wrote, or None when the file is missing or unreadable."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = set()
+    for line in lines:
+        name, sep, port = line.strip().rpartition("=")
+        if sep and name and port.isdigit():
+            found.add((name, int(port)))
+    return found
+
+
 def _after(value: str) -> tuple[str, int]:
     name, sep, port = value.rpartition("=")
     if not sep or not name or not port.isdigit():
@@ -77,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command after --")
+    present = present_servers(Path(__file__).resolve().parent / PRESENT)
+    if present is not None:
+        gone = [f"{name} (port {port})" for name, port in args.after if (name, port) not in present]
+        if gone:
+            log(f"{args.name}: not waiting for {', '.join(gone)}: no longer on this box")
+        args.after = [entry for entry in args.after if entry in present]
     if args.after:
         names = ", ".join(name for name, _ in args.after)
         log(f"{args.name}: waiting for {names} to answer /health")

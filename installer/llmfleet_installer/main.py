@@ -46,6 +46,7 @@ from llmfleet_installer.handover import (
 )
 from llmfleet_installer.hardware import Gpu, ProbeError, cached_weights_gb, free_disk_gb, probe_gpus
 from llmfleet_installer.report import build_report, server_state
+from llmfleet_installer.running import read_running
 from llmfleet_installer.settings import SAFE_PATH, Settings, SettingsError, load
 from llmfleet_installer.units import STARTRETRIES, Unit, UnitError, render_unit
 
@@ -108,7 +109,9 @@ def measure_fit(box: BoxConfig, settings: Settings, assume: str | None) -> FitRe
             problems.append(str(exc))
     disk = free_disk_gb(settings.hf_home)
     cached = {s.name: cached_weights_gb(settings.hf_home, s.model) for s in box.servers}
-    return check_fit(box.servers, gpus, disk, cached, tuple(problems))
+    # servers running unchanged keep their share of the card when the new set fits around them
+    running = read_running(settings.conf_dir, box.servers)
+    return check_fit(box.servers, gpus, disk, cached, tuple(problems), running)
 
 
 def resolve_vllm(settings: Settings) -> Settings:

@@ -53,6 +53,18 @@ def fit_json(fit: FitResult | None) -> dict[str, Any]:
     }
 
 
+def _server(server: ServerSpec, states: Mapping[str, ServerState], fit: FitResult | None) -> dict[str, Any]:
+    state = states.get(server.name, ServerState.FAILED)
+    entry: dict[str, Any] = {"name": server.name, "port": server.port, "digest": server.digest,
+                             "unit": program_name(server.name), "state": str(state)}
+    # its share, for box_change(current=): only from a fit that passed (a shortfall's fractions exceed 1)
+    placement = fit.placements.get(server.name) if fit is not None and fit.ok else None
+    share = placement.gpu_memory_utilization if placement is not None else None
+    if share is not None and 0 < share <= 1:
+        entry["gpu_memory_utilization"] = share
+    return entry
+
+
 def build_report(*, revision: str, installer_version: str, outcome: ReportOutcome, message: str,
                  fit: FitResult | None, servers: Sequence[ServerSpec], states: Mapping[str, ServerState],
                  units_removed: Sequence[str], gateway: GatewaySpec | None = None) -> dict[str, Any]:
@@ -63,8 +75,7 @@ def build_report(*, revision: str, installer_version: str, outcome: ReportOutcom
         "outcome": str(outcome),
         "message": _cap(message, MAX_MESSAGE),
         "fit": fit_json(fit),
-        "servers": [{"name": s.name, "port": s.port, "digest": s.digest, "unit": program_name(s.name),
-                     "state": str(states.get(s.name, ServerState.FAILED))} for s in servers],
+        "servers": [_server(s, states, fit) for s in servers],
         "units_removed": list(units_removed),
     }
     if gateway is not None:

@@ -53,6 +53,7 @@ class Unit:
     path: Path
     text: str  # what is written (holds the bearer)
     shown: str  # the same with the bearer redacted, for --dry-run and logs
+    port: int | None = None  # a server's listen port (None for the box gateway)
 
 
 def program_name(server: str) -> str:
@@ -128,7 +129,7 @@ def launcher_argv(server: ServerSpec, placement: Placement, ports: dict[str, int
             "--health-host", health_host(listen_host(server, settings)),
             "--wait-timeout", str(settings.start_timeout_s)]
     for earlier in placement.after:
-        argv += ["--after", f"{earlier}={ports[earlier]}"]
+        argv += ["--after", f"{earlier}={placement.after_ports.get(earlier, ports.get(earlier))}"]
     return [*argv, "--", *vllm_argv(server, placement, settings)]
 
 
@@ -168,7 +169,7 @@ def render_unit(server: ServerSpec, placement: Placement, *, order: int, ports: 
         "command=" + command_line(launcher_argv(server, placement, ports, settings, python)),
         f"directory={settings.data_dir}",
         "environment=" + environment_line(env),
-        f"priority={BASE_PRIORITY + order}",
+        f"priority={BASE_PRIORITY + (placement.order if placement.order >= 0 else order)}",
         "autostart=true",
         "autorestart=true",
         f"startsecs={settings.startsecs}",
@@ -182,7 +183,7 @@ def render_unit(server: ServerSpec, placement: Placement, *, order: int, ports: 
     text = "\n".join(lines)
     shown = text.replace(f'VLLM_API_KEY="{server.api_key}"', f'VLLM_API_KEY="{redact(server.api_key)}"')
     return Unit(server=server.name, program=program, path=settings.conf_dir / f"{program}.conf",
-                text=text, shown=shown)
+                text=text, shown=shown, port=server.port)
 
 
 def render_gateway_unit(gateway: GatewaySpec, *, settings: Settings, python: str, revision: str,

@@ -39,7 +39,9 @@ def test_a_paused_box_says_its_changes_wait() -> None:
     paused = "hosts:\n  203.0.113.10:\n    reconcile: paused\n    servers:\n      - [m1, 8001]\n      - [m2, 8002]\n"
     report = diff({"placement": paused}, {"placement": paused, "models": MODELS.replace("org/m2", "org/m2-v2")
                                           + "    litellm: {model_info: {tier: gold}}\n"})
-    assert codes(report) == ["no-steady-server", "box-paused"]  # m2's one server restarts
+    # m2's one server restarts; the box has no gpu_memory_gb, so m1 may be re-divided: counted as restarting
+    assert codes(report) == ["no-steady-server", "box-paused", "card-size-unknown"]
+    assert report.boxes[0].redivided == ("m1",) and not report.boxes[0].card_known
     assert "  ~ 203.0.113.10:8002 m2 will be updated (paused: not applied until resumed)" in render_text(report)
     assert report.boxes[0].paused and report.deployments[0].paused
 

@@ -49,8 +49,9 @@ def check_report_shape(report: dict[str, Any]) -> None:
         assert set(gpu) == {"index", "name", "memory_total_mib", "memory_free_mib"}
     assert all(isinstance(p, str) for p in fit["problems"])
     for server in report["servers"]:
-        assert set(server) == {"name", "port", "digest", "unit", "state"}
+        assert set(server) - {"gpu_memory_utilization"} == {"name", "port", "digest", "unit", "state"}
         assert server["state"] in {"written", "started", "failed"}
+        assert 0 < server.get("gpu_memory_utilization", 0.5) <= 1  # its share, when a GPU was measured
     assert all(isinstance(u, str) for u in report["units_removed"])
 
 

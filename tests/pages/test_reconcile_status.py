@@ -113,3 +113,16 @@ def test_revision_links_when_a_repo_url_is_configured(world: World) -> None:
 ])
 def test_ages_read_naturally(seconds: float | None, text: str) -> None:
     assert ago(seconds) == text
+
+
+def test_a_pass_that_ran_on_the_last_valid_commit_names_the_invalid_head(world: World, viewer: FlaskClient) -> None:
+    served = world.runtime.tracker.served
+    assert served is not None
+    head = "f" * 40
+    world.runtime.store.record_pass(PassRecord(world.clock.now, 0.4, served.revision, "apply", {"Healthy": 1},
+                                               head=head, head_errors=("placement.yaml:3: unknown model",)))
+    page = viewer.get("/").get_data(as_text=True)
+    assert "is not valid, so it ran on the last valid commit" in page
+    assert head[:12] in page
+    world.runtime.store.record_pass(PassRecord(world.clock.now + 1, 0.4, served.revision, "apply", {"Healthy": 1}))
+    assert "is not valid, so it ran on the last valid commit" not in viewer.get("/").get_data(as_text=True)

@@ -163,6 +163,17 @@ def test_the_serve_unit_waits_for_readiness() -> None:
     service = serve[serve.index("[Service]"):]
     assert re.findall(r"^Type=(\S+)$", service, re.MULTILINE) == ["notify"]
     assert re.findall(r"^NotifyAccess=(\S+)$", service, re.MULTILINE) in ([], ["main"])
+def test_an_invalid_head_is_no_failed_pass_for_the_shipped_schedulers() -> None:
+    """`reconcile --once` exits 3 when it ran on the last valid commit (issue 14.7): the systemd unit
+    counts 3 as success; a Kubernetes Job counts only 0, so the CronJob asks for 0."""
+    from llmfleet.cli.passes import EXIT_INVALID_HEAD
+
+    reconcile = (SYSTEMD / "llmfleet-reconcile.service").read_text()
+    assert re.search(rf"^SuccessExitStatus={EXIT_INVALID_HEAD}$", reconcile, re.MULTILINE)
+    cronjob = next(d for d in yaml.safe_load_all((KUBE / "reconciler.yaml").read_text())
+                   if d and d["kind"] == "CronJob")
+    args = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--invalid-head-exit") + 1] == "0"
 
 
 @pytest.mark.integration  # .ci/run's machine has systemd-analyze: this must run there

@@ -192,6 +192,12 @@ class GitFleetRepo:
         return Snapshot(sha, files, _display_paths(self.display_prefix))
 
 
+    def first_parent(self, revision: str) -> str | None:
+        """The commit's first parent (None for a root commit): the walk back past invalid commits."""
+        parents = self.repo.commit(revision).parents
+        return str(parents[0].hexsha) if parents else None
+
+
 def read_commit(path: str | os.PathLike[str], rev: str) -> Snapshot:
     return GitFleetRepo(path).snapshot(rev)
 

@@ -4,12 +4,14 @@ valid fleet, running one pass, printing it, and the exit code."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmfleet.adapters.git import TrackedRepo
+from llmfleet.adapters.git import GitFleetRepo, TrackedRepo, is_bare_repository
 from llmfleet.adapters.notify import Notifier
 from llmfleet.adapters.state import open_reconcile_state
 from llmfleet.adapters.state.control import pin_of
@@ -18,6 +20,8 @@ from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.cli.common import CommandError, add_repo_arguments, eprint, load_validation
 from llmfleet.core.control import Pin
 from llmfleet.core.fleet.diagnostics import format_text
+from llmfleet.core.fleet.files import Snapshot
+from llmfleet.core.fleet.history import newest_valid
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import RenderError
 from llmfleet.core.fleet.validate import Validation, validate_snapshot
@@ -34,6 +38,7 @@ from llmfleet.job.wiring import build_reconciler
 from llmfleet.logs import log_event
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+EXIT_INVALID_HEAD = 3  # `reconcile --once`: the pass ran without errors on the last valid commit; the head is invalid
 
 
 def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,6 +124,70 @@ def load_fleet(args: argparse.Namespace, config: ReconcileConfig) -> Fleet:
     return validation.fleet
 
 
+@dataclass(frozen=True)
+class InvalidHead:
+    """The tracked branch's head is not valid: passes run on `serving`, the newest valid commit behind it."""
+
+    revision: str
+    errors: tuple[str, ...]
+    serving: str
+
+
+def load_tracked(args: argparse.Namespace, config: ReconcileConfig) -> tuple[Fleet, InvalidHead | None]:
+    """The fleet at the tracked branch's newest valid commit, and the head when it is not that commit.
+
+    The walk back is the control plane's (llmfleet.core.fleet.history.newest_valid): an invalid head never
+    stops reconciling, the passes go on with the last valid commit until a fix or a revert is pushed.
+    An explicit --rev, or a working tree (--repo DIR without --rev), is read as it is: nothing to walk."""
+    remote = config.remote_repo is not None and not args.repo
+    if args.rev is not None or not (remote or repo_and_rev(args, config)[1] or is_bare_repository(args.repo or "")):
+        return load_fleet(args, config), None
+    tracked: TrackedRepo | None = None
+    repo, rev = repo_and_rev(args, config)
+    snapshot: Callable[[str], Snapshot]
+    first_parent: Callable[[str], str | None]
+    validations: dict[str, Validation] = {}
+    where = repo
+    try:
+        if remote:
+            assert config.remote_repo is not None
+            assert config.clone_dir is not None
+            tracked = TrackedRepo(config.remote_repo, config.clone_dir)
+            where = tracked.where
+            tracked.update()
+            head = tracked.head()
+            snapshot, first_parent = tracked.snapshot, tracked.first_parent
+        else:
+            local = GitFleetRepo(repo)
+            head = local.resolve(rev or "HEAD")
+            snapshot, first_parent = local.snapshot, local.first_parent
+
+        def valid_at(revision: str) -> Fleet | None:
+            validations[revision] = validate_snapshot(snapshot(revision))
+            return validations[revision].fleet
+
+        walk = newest_valid(head, valid_at, first_parent)
+    except SourceError as exc:
+        raise CommandError(f"{where}: {exc}", EXIT_ERROR) from None
+    finally:
+        if tracked is not None:
+            tracked.close()
+    validation = validations.get(head)
+    if validation is not None and validation.diagnostics:  # errors, or warnings such as a deprecated public port
+        eprint(format_text(validation.diagnostics))
+    if walk.valid is None:
+        raise CommandError(f"the fleet at {head} is not valid and no valid commit was found behind it: nothing is "
+                           "planned or applied; fix it (llmfleet validate) or revert the commit", EXIT_ERROR)
+    if walk.valid.revision == head or validation is None:
+        return walk.valid, None
+    errors = tuple(d.text() for d in validation.errors[:50])
+    invalid = InvalidHead(head, errors, walk.valid.revision)
+    eprint(f"llmfleet {args.command}: the branch head {head[:12]} is not valid ({len(errors)} error(s), above); "
+           f"this pass runs on the last valid commit {invalid.serving[:12]}: push a fix or a revert")
+    log_event(LOG, "fleet_invalid", logging.WARNING, head=head, keeping=invalid.serving, errors=list(errors))
+    return walk.valid, invalid
+
+
 @dataclass
 class PassRunner:
     args: argparse.Namespace
@@ -139,7 +208,7 @@ class PassRunner:
         return self.reconciler
 
     async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
-                  record: bool | None = None) -> PassOutcome:
+                  record: bool | None = None, invalid_head: InvalidHead | None = None) -> PassOutcome:
         reconciler = self.build(fleet)
         knobs = fleet.settings.reconcile  # a new commit may change them
         reconciler.observer.probe_timeout_s = knobs.probe_timeout_s
@@ -150,7 +219,9 @@ class PassRunner:
                 raise CommandError("--prune-adopted needs --adopt SOURCE", EXIT_ERROR)
             return await reconciler.run_pass(fleet, apply=apply, saved=saved, record=record,
                                              adopt_from=AdoptSource(adopt_from) if adopt_from else None,
-                                             prune_adopted=bool(getattr(self.args, "prune_adopted", False)))
+                                             prune_adopted=bool(getattr(self.args, "prune_adopted", False)),
+                                             invalid_head=(invalid_head.revision, invalid_head.errors)
+                                             if invalid_head is not None else None)
         except (RenderError, StalePlan) as exc:
             raise CommandError(str(exc), EXIT_ERROR) from None
 
@@ -176,7 +247,8 @@ class PassRunner:
         self.metrics.syncs.inc()
         return True
 
-    async def locked_apply(self, fleet: Fleet, saved: SavedPlan | None = None) -> PassOutcome | None:
+    async def locked_apply(self, fleet: Fleet, saved: SavedPlan | None = None,
+                           invalid_head: InvalidHead | None = None) -> PassOutcome | None:
         store = self.build(fleet).store
         try:
             with store.pass_lock(self.args.lock_file):
@@ -194,7 +266,7 @@ class PassRunner:
                 self.metrics.suspended.set(1 if controls.suspended is not None else 0)
                 self.metrics.pinned.set(1 if controls.pin is not None else 0)
                 act = not self.config.dry_run and controls.suspended is None
-                outcome = await self.run(fleet, apply=act, saved=saved, record=True)
+                outcome = await self.run(fleet, apply=act, saved=saved, record=True, invalid_head=invalid_head)
         except LockHeld as exc:
             log_event(LOG, "reconcile_pass_skipped", reason=str(exc))
             self.metrics.skipped.inc()

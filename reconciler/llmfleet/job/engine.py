@@ -9,6 +9,7 @@ actions; pending deletes do not advance, since nothing was deleted.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,11 +63,13 @@ class Reconciler:
 
     async def run_pass(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
                        record: bool | None = None, adopt_from: AdoptSource | None = None,
-                       prune_adopted: bool = False) -> PassOutcome:
+                       prune_adopted: bool = False, invalid_head: tuple[str, tuple[str, ...]] | None = None
+                       ) -> PassOutcome:
         """With `saved` (a plan file), apply only if this pass plans exactly the same actions: StalePlan
         otherwise, before any write and before any state is saved. `record` (default: `apply`) keeps
         the histories and the pass record. `adopt_from`: also adopt that owner's deployments
-        (reconcile.adopt), deleting them after llmfleet's own exist."""
+        (reconcile.adopt), deleting them after llmfleet's own exist. `invalid_head`: (revision, errors) of a
+        branch head that is not valid, so this pass runs on `fleet`, the last valid commit (the record says so)."""
         record = apply if record is None else record
         started = self.clock()
         intended = intended_state(fleet, self.bearers)  # RenderError: the pass does not run at all
@@ -93,6 +96,9 @@ class Reconciler:
         outcome = PassOutcome(intended, plan, results, pass_record(
             started, round(self.clock() - started, 3), apply=apply, intended=intended, observation=observation,
             plan=plan, results=results), observation)
+        if invalid_head is not None:
+            outcome = dataclasses.replace(outcome, record=dataclasses.replace(
+                outcome.record, head=invalid_head[0], head_errors=invalid_head[1]))
         if record:
             self.store.record_pass(outcome.record)
         return outcome

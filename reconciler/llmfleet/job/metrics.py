@@ -51,6 +51,11 @@ class PassMetrics:
         # Rollouts (set by the rollout engine).
         self.rollout_halted = Gauge("llmfleet_rollout_halted", "1 while the current rollout is halted", registry=r)
         self.rollout_halts = Counter("llmfleet_rollout_halts", "rollouts halted", registry=r)
+        # the control plane's own gauge of the same name (llmfleet.server.metrics), for the reconcile job
+        self.head_valid = Gauge("llmfleet_last_attempted_revision_valid", "1 when the tracked branch head was valid "
+                                "at the last pass; 0: the pass ran on the last valid commit", registry=r)
+        self.invalid_head = Counter("llmfleet_reconcile_invalid_head_passes", "Passes that ran on the last valid "
+                                    "commit because the branch head is not valid", registry=r)
 
     def observe(self, record: PassRecord) -> None:
         self.passes.labels("ok" if record.ok else "error").inc()
@@ -75,6 +80,9 @@ class PassMetrics:
             self.model_serving.labels(server.model).inc(1 if Verdict(server.verdict) in SERVING else 0)
             if server.verdict == Verdict.STALE:
                 self.box_stale.labels(server.box).inc()
+        self.head_valid.set(1 if record.head_valid else 0)
+        if not record.head_valid:
+            self.invalid_head.inc()
 
     def observe_litellm(self, listed: bool) -> None:
         """Whether the pass could list LiteLLM's deployments (its reachability, as the reconciler sees it)."""

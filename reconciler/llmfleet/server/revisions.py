@@ -25,6 +25,7 @@ from types import MappingProxyType
 from llmfleet.adapters.git import TrackedRepo
 from llmfleet.adapters.notify import Notifier
 from llmfleet.core.control import Pin
+from llmfleet.core.fleet.history import MAX_WALK, newest_valid
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers, RenderError, render_all
 from llmfleet.core.fleet.validate import validate_snapshot
@@ -33,7 +34,6 @@ from llmfleet.logs import get_logger, log_event
 from llmfleet.server.metrics import Metrics
 from llmfleet.server.notifywatch import notify_head
 
-MAX_WALK = 50  # commits examined behind an invalid head
 CACHE_SIZE = 32  # commits whose outcome is remembered
 MAX_ERRORS = 50  # diagnostics kept per invalid commit
 
@@ -255,28 +255,23 @@ class RevisionTracker:
     def _advance(self, state: _State, head: str) -> bool:
         if state.attempted is not None and state.attempted.revision == head:
             return False
-        outcome = self._evaluate(head)
-        valid = outcome if isinstance(outcome, Rendered) else None
-        errors = outcome.errors if isinstance(outcome, Invalid) else ()
-        state.attempted = Attempt(head, valid is not None, errors, self.clock())
+        skipped: list[Invalid] = []
+
+        def valid_at(revision: str) -> Rendered | None:
+            found = self._evaluate(revision)
+            if isinstance(found, Invalid):
+                skipped.append(found)
+                return None
+            return found
+
+        known = {state.served.revision: state.served} if state.served is not None else {}
+        valid = newest_valid(head, valid_at, self.repo.first_parent, known=known, max_walk=MAX_WALK).valid
+        head_valid = valid is not None and valid.revision == head
+        state.attempted = Attempt(head, head_valid, () if head_valid else skipped[0].errors, self.clock())
         if self.notifier is not None:
-            notify_head(self.notifier, self.repo.branch, head, None if valid is not None else errors,
+            notify_head(self.notifier, self.repo.branch, head, None if head_valid else state.attempted.errors,
                         state.served.revision if state.served is not None else None)
-        self.metrics.last_attempted_valid.set(1 if valid else 0)
-        skipped = [outcome] if isinstance(outcome, Invalid) else []
-        revision: str | None = head
-        for _ in range(MAX_WALK):
-            if valid is not None or revision is None:
-                break
-            if state.served is not None and revision == state.served.revision:
-                valid = state.served
-                break
-            revision = self.repo.first_parent(revision)
-            if revision is not None:
-                found = self._evaluate(revision)
-                valid = found if isinstance(found, Rendered) else None
-                if isinstance(found, Invalid):
-                    skipped.append(found)
+        self.metrics.last_attempted_valid.set(1 if head_valid else 0)
         state.skipped = tuple(skipped)
         if valid is None:
             if state.served is not None:

@@ -78,6 +78,12 @@ class PassRecord:
     servers: tuple[ServerRecord, ...] = ()
     drift_details: tuple[DriftRecord, ...] = ()
     duplicates: tuple[DuplicateRecord, ...] = ()
+    head: str | None = None  # the tracked branch's head when it was not valid (the pass ran on `revision`)
+    head_errors: tuple[str, ...] = ()  # why the head is not valid (validation diagnostics, no secrets)
+
+    @property
+    def head_valid(self) -> bool:
+        return self.head is None or self.head == self.revision
 
     @property
     def ok(self) -> bool:
@@ -104,4 +110,5 @@ class PassRecord:
                    tuple(ServerRecord(**s) for s in data.get("servers", ())),
                    tuple(DriftRecord(**d) for d in data.get("drift_details", ())),
                    tuple(DuplicateRecord(d["api_base"], d["model_name"], tuple(d["ids"]))
-                         for d in data.get("duplicates", ())))
+                         for d in data.get("duplicates", ())),
+                   data.get("head"), tuple(data.get("head_errors", ())))

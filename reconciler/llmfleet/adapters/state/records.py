@@ -119,6 +119,19 @@ class BoxReport:
                         out[name] = digest
         return out
 
+    def server_shares(self) -> dict[str, float]:
+        """Server name -> the fraction of its card the box gave it (reports that carry it): the `current`
+        of llmfleet_contract.division.box_change, so a prediction starts from what the box runs."""
+        servers = self.body.get("servers", ())
+        out: dict[str, float] = {}
+        if isinstance(servers, tuple):
+            for server in servers:
+                if isinstance(server, Mapping):
+                    name, share = server.get("name"), server.get("gpu_memory_utilization")
+                    if isinstance(name, str) and isinstance(share, (int, float)) and not isinstance(share, bool):
+                        out[name] = float(share)
+        return out
+
 
 @dataclass(frozen=True)
 class Approval:

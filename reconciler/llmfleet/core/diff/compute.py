@@ -7,37 +7,83 @@ from dataclasses import asdict
 
 from llmfleet.core.diff.fields import diff_fields
 from llmfleet.core.diff.report import (
+    ASSUMED_LOAD_S,
     Alert,
     BoxChange,
     BoxStatus,
     DeploymentAction,
     DeploymentChange,
+    Disruption,
     Level,
     Lifetime,
     RecipeChange,
     Report,
     ServerChange,
+    ServerRef,
 )
 from llmfleet.core.diff.routes import deployment_changes
-from llmfleet.core.diff.servers import process_plans, server_changes
+from llmfleet.core.diff.servers import ProcessPlan, box_documents, process_plans, server_changes
 from llmfleet.core.diff.summary import plural
 from llmfleet.core.fleet.jsonvalue import JSON, thaw
 from llmfleet.core.fleet.model import Box, Fleet, FleetSettings, Recipe, ReconcileMode
+from llmfleet_contract import division
 
 
 def diff_fleets(base: Fleet, head: Fleet) -> Report:
     servers = server_changes(base, head)
     deployments = deployment_changes(base, head)
+    boxes = box_changes(base, head, servers)
     return Report(
         base=base.revision,
         head=head.revision,
-        boxes=box_changes(base, head, servers),
+        boxes=boxes,
         servers=servers,
         deployments=deployments,
-        alerts=tuple(alerts(base, head, servers, deployments)),
+        alerts=(*alerts(base, head, servers, deployments), *division_alerts(boxes)),
         recipes=recipe_changes(base, head),
         settings=diff_fields(settings_json(base.settings), settings_json(head.settings), _settings_lifetime),
+        disruptions=disruptions(head, boxes),
     )
+
+
+def card_gb(box: Box) -> float | None:
+    """One card's memory: placement.yaml's gpu_memory_gb is the box's total over its GPUs."""
+    return box.gpu_memory_gb / (box.gpus or 1) if box.gpu_memory_gb else None
+
+
+def redivision(base: Fleet, head: Fleet) -> dict[str, division.BoxChange]:
+    """Per box at both revisions: what applying HEAD's box JSON does to its processes, the card's division
+    included (llmfleet_contract.division, the code the installer divides with)."""
+    before, after = box_documents(base), box_documents(head)
+    return {name: division.box_change(before[name], after[name], card_gb(head.boxes[name]))
+            for name in sorted(set(before) & set(after))}
+
+
+def division_alerts(boxes: tuple[BoxChange, ...]) -> Iterator[Alert]:
+    for box in boxes:
+        names, one = ", ".join(box.redivided), len(box.redivided) == 1
+        if box.redivided and box.card_known:
+            yield Alert(Level.WARNING, "card-redivided", f"box {box.name}: the servers that start or change on it "
+                        f"do not fit around the running servers' shares of the card, so the card is divided afresh and "
+                        f"{names} (unchanged) "
+                        f"{'restarts' if one else 'restart'} too", box.name)
+        elif box.redivided:
+            yield Alert(Level.NOTE, "card-size-unknown", f"box {box.name} has no gpu_memory_gb in placement.yaml, so "
+                        f"whether {names} {'keeps' if one else 'keep'} running is not known: counted as restarting",
+                        box.name)
+
+
+def disruptions(head: Fleet, boxes: tuple[BoxChange, ...]) -> tuple[Disruption, ...]:
+    """Models that serve from fewer servers while restarted servers load (one at a time)."""
+    refs = {(box.name, row.name): ServerRef(box.name, row.port, row.name, row.model)
+            for box in head.boxes.values() for row in box.servers}
+    restarting: dict[str, list[ServerRef]] = {}
+    for change in boxes:
+        for name in change.restart:
+            if (ref := refs.get((change.name, name))) is not None:
+                restarting.setdefault(ref.model, []).append(ref)
+    return tuple(Disruption(model, tuple(sorted(found)), placed_count(head, model), len(found) * ASSUMED_LOAD_S)
+                 for model, found in sorted(restarting.items()))
 
 
 def box_json(box: Box) -> dict[str, JSON]:
@@ -53,12 +99,19 @@ def _box_lifetime(path: tuple[str, ...]) -> Lifetime:
 
 def box_changes(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> tuple[BoxChange, ...]:
     plans = process_plans(servers)
+    divided = redivision(base, head)
     changes = []
     for name in sorted(set(base.boxes) | set(head.boxes)):
         old, new = base.box(name), head.box(name)
         plan = plans.get(name)
         start, restart, stop = ((tuple(sorted(plan.start)), tuple(sorted(plan.restart)), tuple(sorted(plan.stop)))
                                 if plan else ((), (), ()))
+        redivided: tuple[str, ...] = ()
+        if (effect := divided.get(name)) is not None:
+            redivided = tuple(sorted(effect.restarted - set(restart) - set(start) - set(stop)))
+            restart = tuple(sorted({*restart, *redivided}))
+            if redivided and plan is None:
+                plan = ProcessPlan(set(), set(redivided), set())
         details = diff_fields(box_json(old) if old else {}, box_json(new) if new else {}, _box_lifetime)
         if old is None:
             assert new is not None
@@ -76,7 +129,8 @@ def box_changes(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> 
         box = new if new is not None else old
         assert box is not None
         changes.append(BoxChange(name, status, start, restart, stop, details,
-                                 box.reconcile is ReconcileMode.PAUSED))
+                                 box.reconcile is ReconcileMode.PAUSED, redivided,
+                                 effect.card_known if effect is not None else True))
     return tuple(changes)
 
 

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 
 from llmfleet.core.diff.report import (
+    ASSUMED_LOAD_S,
     Absent,
     DeploymentChange,
     FieldChange,
@@ -23,7 +24,7 @@ from llmfleet.core.diff.sections import box_verdict
 from llmfleet.core.diff.summary import counts, summary_line
 from llmfleet.core.fleet.jsonvalue import JSON
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"  # 1.1: boxes[].redivided and card_known, disruptions
 KIND = "llmfleet-diff"
 
 
@@ -69,7 +70,8 @@ def report_json(report: Report, extra: Mapping[str, JSON] | None = None) -> dict
                    for a in report.alerts],
         "boxes": [{"name": b.name, "status": b.status.value, "instruction": box_verdict(b),
                    "start": list(b.start), "restart": list(b.restart), "stop": list(b.stop),
-                   "details": fields_json(b.details), "paused": b.paused} for b in report.boxes],
+                   "details": fields_json(b.details), "paused": b.paused, "redivided": list(b.redivided),
+                   "card_known": b.card_known} for b in report.boxes],
         "servers": [server_json(s) for s in report.servers],
         "deployments": [deployment_json(d) for d in report.deployments],
         "bearers": [{"box": b.server.box, "port": b.server.port, "name": b.server.name, "model": b.server.model,
@@ -77,6 +79,8 @@ def report_json(report: Report, extra: Mapping[str, JSON] | None = None) -> dict
         "recipes": [{"model": r.model, "action": r.action, "servers": r.servers, "fields": fields_json(r.fields)}
                     for r in report.recipes],
         "settings": fields_json(report.settings),
+        "disruptions": [{"model": d.model, "restarting": [ref_json(r) for r in d.restarting], "serving": d.serving,
+                         "seconds": d.seconds, "assumed_load_s": ASSUMED_LOAD_S} for d in report.disruptions],
     }
     if extra:
         doc.update(extra)

@@ -117,6 +117,8 @@ class BoxChange:
     stop: tuple[str, ...] = ()  # process names that stop (removed, moved out, renamed from)
     details: tuple[FieldChange, ...] = ()  # box details from placement.yaml
     paused: bool = False  # reconcile: paused at HEAD: the reconciler changes nothing for it
+    redivided: tuple[str, ...] = ()  # unchanged servers in `restart` only because their card is re-divided
+    card_known: bool = True  # False: no gpu_memory_gb, so a server added may re-divide the card (counted so)
 
 
 class DeploymentAction(StrEnum):
@@ -178,6 +180,21 @@ class RecipeChange:
     servers: int  # servers placed with this recipe (at HEAD; at BASE for a removed one)
 
 
+# How long a restarted vLLM server is out, for the estimates below: llmfleet has no load-time setting
+# (fleet.yaml's health_grace_s is a deadline, not an estimate), so this is stated with every estimate.
+ASSUMED_LOAD_S = 120
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """A model that will serve from fewer servers for a while: its servers that restart, one at a time."""
+
+    model: str
+    restarting: tuple[ServerRef, ...]  # its servers (at HEAD) that restart, boot change or re-division
+    serving: int  # its servers at HEAD
+    seconds: int  # how long it has fewer servers: len(restarting) x ASSUMED_LOAD_S (one at a time)
+
+
 @dataclass(frozen=True)
 class Report:
     base: str
@@ -188,6 +205,7 @@ class Report:
     alerts: tuple[Alert, ...]
     recipes: tuple[RecipeChange, ...]
     settings: tuple[FieldChange, ...]
+    disruptions: tuple[Disruption, ...] = ()
 
     @property
     def changed(self) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from llmfleet.core.diff.fields import field_line
 from llmfleet.core.diff.report import (
+    ASSUMED_LOAD_S,
     BoxChange,
     BoxStatus,
     DeploymentAction,
@@ -101,6 +102,12 @@ def boxes_section(report: Report) -> Section | None:
         lines += _fields(box.details, tagged=True)
         for change in by_box.get(box.name, ()):
             lines += _server_lines(box.name, change)
+        if box.redivided:
+            lines.append(f"~   {', '.join(box.redivided)} {'restarts' if len(box.redivided) == 1 else 'restart'}: "
+                         + ("unchanged, but the new set does not fit around the current shares of the card, so "
+                            "the card is divided afresh" if box.card_known else
+                            "unchanged, but the card's size is not known (no gpu_memory_gb in placement.yaml) and a "
+                            "server that starts or changes on it may re-divide it: counted as restarting"))
     parts = [f"{len(found)} {label}" for status, label in ((BoxStatus.RESTART, "to restart"),
                                                            (BoxStatus.NEW, "new"), (BoxStatus.REMOVED, "removed"),
                                                            (BoxStatus.CHANGED, "details only"))
@@ -159,6 +166,25 @@ def catalog_section(report: Report) -> Section | None:
                    f"{plural(len(report.settings), 'setting')}", tuple(lines))
 
 
+def disruptions_section(report: Report) -> Section | None:
+    if not report.disruptions:
+        return None
+    lines = []
+    for d in report.disruptions:
+        where = ", ".join(f"{r.address} {r.name}" for r in d.restarting)
+        out = len(d.restarting)
+        if d.serving <= 1:
+            effect = f"it has no server for about {d.seconds} s"
+        else:
+            effect = f"it serves from {d.serving - 1} of {d.serving} servers for about {d.seconds} s"
+        verb = "restarts" if out == 1 else "restart"
+        lines.append(f"~ model {d.model}: {plural(out, 'server')} of {d.serving} {verb} ({where}); {effect}")
+    return Section(f"Restarts (a restarted server is out while vLLM loads: {ASSUMED_LOAD_S} s assumed, as llmfleet "
+                   "has no load-time setting; one server of a model at a time)",
+                   f"Restarts: {plural(len(lines), 'model')} with fewer servers for a while", tuple(lines))
+
+
 def sections(report: Report) -> list[Section]:
-    found = (boxes_section(report), deployments_section(report), bearers_section(report), catalog_section(report))
+    found = (boxes_section(report), disruptions_section(report), deployments_section(report), bearers_section(report),
+             catalog_section(report))
     return [s for s in found if s is not None]

@@ -127,3 +127,16 @@ def process_plans(changes: Iterable[ServerChange]) -> dict[str, ProcessPlan]:
         if after:
             plan(after.box).start.add(after.name)
     return plans
+
+
+def box_documents(fleet: Fleet) -> dict[str, dict[str, JSON]]:
+    """Each box's JSON as far as the division reads it: its server entries, the bearer as its source."""
+    documents: dict[str, dict[str, JSON]] = {}
+    for box in fleet.boxes.values():
+        entries: list[JSON] = []
+        for row in box.servers:
+            source = bearer_source(fleet, box.name, row.port)
+            entry = server_entry(fleet, box, row, source)
+            entries.append({k: v for k, v in entry.items() if k != "digest"})
+        documents[box.name] = {"servers": entries}
+    return documents

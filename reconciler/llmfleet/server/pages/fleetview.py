@@ -46,6 +46,7 @@ class PassInfo:
     revision: str
     mode: str
     ok: bool
+    invalid_head: str | None = None  # the branch head it could not use (not valid): it ran on `revision`
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def pass_info(record: PassRecord | None, now: float) -> PassInfo | None:
     if record is None:
         return None
     return PassInfo(record.started_at, round(max(0.0, now - record.started_at), 1), record.revision, record.mode,
-                    record.ok)
+                    record.ok, None if record.head_valid else record.head)
 
 
 def judged_servers(record: PassRecord | None) -> dict[tuple[str, int], ServerRecord]:
