@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from llmfleet_contract.boxjson import AGENT_PROGRAM
 from llmfleet_contract.report import ReportOutcome, ServerState
 from llmfleet_installer import __version__
 from llmfleet_installer.agentsetup import plan_agent, remove_agent, write_agent
@@ -393,11 +392,6 @@ class Installer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == [AGENT_PROGRAM]:
-        from llmfleet_installer.agent import main as agent_main
-
-        return agent_main(argv[1:])
     args = parse_args(argv)
     try:
         settings = load(need_control_plane=args.config_file is None)
