@@ -46,6 +46,7 @@ from llmfleet_installer.units import PREFIX, program_name
 DEFAULT_POLL_S = 30
 JITTER = 0.2
 MAX_BACKOFF_S = 600.0
+BUSY_RETRY_S = 5.0  # another install held the lock: look again this soon
 LEAVE_GRACE_S = 60.0  # after asking supervisord to remove it, how long the agent waits to be stopped
 USER_AGENT = f"llmfleet-agent/{__version__}"
 OWN_PROGRAM = program_name(AGENT_PROGRAM)
@@ -97,6 +98,8 @@ class Agent:
         self.poll_s: int = DEFAULT_POLL_S
         self.failures = 0
         self.leaving = False  # the JSON dropped the agent: supervisord removes it
+        self.busy = False  # the last poll found another install running
+        self.fetch_failed = False
         self.load_state()
 
     def load_state(self) -> None:
@@ -113,6 +116,8 @@ class Agent:
                 self.poll_s = poll
 
     def next_delay(self) -> float:
+        if self.busy:
+            return delay_s(min(self.poll_s, BUSY_RETRY_S), 0, self.uniform)
         return delay_s(self.poll_s, self.failures, self.uniform)
 
     def poll(self) -> Outcome:
@@ -126,19 +131,25 @@ class Agent:
             return Outcome("failed", "error")
 
     def _poll(self) -> Outcome:
+        self.busy = False
         try:
             answer = self.client.poll_config(self.etag)
         except FetchError as exc:
             self.failures += 1
+            self.fetch_failed = True
             log(f"agent: {exc}; the box keeps its programs; next poll in about {self.next_delay():.0f} s")
             return Outcome("failed")
-        if self.failures:
+        if self.fetch_failed:
             log("agent: the control plane answers again")
-            self.failures = 0
+        self.fetch_failed = False
         if answer.status == 304:
+            self.failures = 0
             return Outcome(304)
         digest = hashlib.sha256(answer.body).hexdigest()
+        if digest not in (self.applied, self.refused):
+            self.load_state()  # an installer run (which started this agent) may have applied it meanwhile
         if digest in (self.applied, self.refused):
+            self.failures = 0
             self.etag = answer.etag
             return Outcome(answer.status, "same")
         log("agent: the served box JSON changed; applying it")
@@ -147,11 +158,16 @@ class Agent:
         installer.lock_wait_s = 0.0
         installer.stopping = self.stop.is_set
         code = installer.run()
+        if code != EXIT_OK and installer.busy:  # an installer run applies (and started this agent): soon again
+            self.busy = True
+            log(f"agent: an install runs; the served box JSON is looked at again in about {self.next_delay():.0f} s")
+            return Outcome(answer.status, "busy")
         if code != EXIT_OK and installer.retry:
             self.failures += 1
             log(f"agent: the apply did not finish; it is tried again in about {self.next_delay():.0f} s")
             return Outcome(answer.status, "retry")
         self.etag = answer.etag
+        self.failures = 0
         box = installer.box
         if code != EXIT_OK:
             self.refused = digest

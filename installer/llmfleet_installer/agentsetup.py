@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from llmfleet_contract.boxjson import AGENT_PROGRAM
-from llmfleet_installer.boxgateway import box_program
+from llmfleet_installer.boxgateway import box_program, running_archive
 from llmfleet_installer.handover import write_atomic
 from llmfleet_installer.settings import CREDENTIALS_VAR, FLEET_KEY_CREDENTIAL, SECRET_VARS, Settings
 from llmfleet_installer.units import (
@@ -123,10 +123,15 @@ def write_agent(settings: Settings, program: bytes) -> None:
 
 
 def remove_agent(settings: Settings) -> list[Path]:
-    """A box without an agent: remove its credential, state and program. Returns what was removed."""
+    """A box without an agent: remove its credential, state and program. Returns what was removed.
+    The program stays while the agent runs from it (its removal of itself): Python reads modules from
+    the archive as it imports them; the next install overwrites it."""
     removed = []
+    running = running_archive()
     for path in (settings.agent_credentials_dir / FLEET_KEY_CREDENTIAL, settings.agent_state_path,
                  settings.agent_program_path):
+        if running is not None and path.resolve() == running.resolve():
+            continue
         if path.is_file():
             path.unlink()
             removed.append(path)

@@ -177,6 +177,7 @@ class Installer:
         self.agent = agent  # the report's `agent`: the box agent runs on this box
         self.lock_wait_s = LOCK_WAIT_S
         self.retry = False  # the failure may pass (writing files, supervisord): the agent tries again
+        self.busy = False  # another install held the lock
         self.stopping: Callable[[], bool] = lambda: False  # the agent's SIGTERM: stop waiting for a verdict
         self.body_sha256: str | None = None
         self.box: BoxConfig | None = None
@@ -294,10 +295,9 @@ class Installer:
         try:
             with install_lock(self.settings, self.lock_wait_s):
                 return self.install(units, gateway, agent)
-        except LockBusyError as exc:  # another install runs: the agent tries again later, unreported
-            self.retry = True
-            if self.agent:
-                log(str(exc))
+        except LockBusyError as exc:  # another install runs: the agent tries again soon, unreported
+            self.retry = self.busy = True
+            if self.agent:  # the agent logs that it looks again soon
                 return EXIT_FAILED
             return self.fail(ReportOutcome.FAILED, str(exc))
 
