@@ -168,7 +168,9 @@ def render_unit(server: ServerSpec, placement: Placement, *, order: int, ports: 
         "command=" + command_line(launcher_argv(server, placement, ports, settings, python)),
         f"directory={settings.data_dir}",
         "environment=" + environment_line(env),
-        f"priority={BASE_PRIORITY + order}",
+        # One priority for every server: the launcher orders the starts on a card, and a priority from
+        # the server's place in name order would change (and restart) every later server when one is added.
+        f"priority={BASE_PRIORITY}",
         "autostart=true",
         "autorestart=true",
         f"startsecs={settings.startsecs}",

@@ -315,6 +315,26 @@ def test_revision_alone_changes_no_program_supervisord_reads(tmp_path: Path, box
     assert configs[0] == configs[1]  # ProcessConfig equality is what `reread` compares
 
 
+def test_a_server_s_place_in_name_order_changes_nothing_supervisord_reads(tmp_path: Path,
+                                                                         box_json: dict[str, Any]) -> None:
+    """A server added before it in name order (on another card) must not restart it: its program is the
+    same whatever its place (the priority used to be 100 + its place)."""
+    settings = load({"LLMFLEET_DATA_DIR": str(tmp_path / "data"), "LLMFLEET_SUPERVISOR_CONF_DIR": str(tmp_path)},
+                    need_control_plane=False)
+    settings.log_dir.mkdir(parents=True)
+    server = parse_box(box_json, BOX).servers[0]
+    configs = []
+    for order in (0, 3):
+        unit = render_unit(server, Placement((1,), 0.4, ()), order=order, ports={}, settings=settings,
+                           python="python3", revision="r", gpu_count=2)
+        path = tmp_path / f"{order}.conf"
+        path.write_text(unit.text)
+        parser = UnhosedConfigParser()
+        parser.read([str(path)])
+        configs.append(ServerOptions().processes_from_section(parser, f"program:{unit.program}", unit.program)[0])
+    assert configs[0] == configs[1]
+
+
 def test_box_json_agent_field_is_checked(box_json: dict[str, Any]) -> None:
     assert parse_box(with_agent(box_json, 5), BOX).agent is not None
     assert parse_box(box_json, BOX).agent is None

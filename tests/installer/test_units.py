@@ -111,7 +111,7 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
     assert config.stdout_logfile == str(tmp_path / "data/llmfleet/logs/small.log")
     assert config.stdout_logfile_maxbytes == 50 * 1024 * 1024
     assert config.stdout_logfile_backups == 5
-    assert config.priority == 101
+    assert config.priority == 100  # the same for every server: see test_agent.py
     assert small.api_key not in unit.shown
     assert "VLLM_API_KEY=\"<redacted sha256:" in unit.shown
 
