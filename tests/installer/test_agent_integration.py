@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -98,7 +99,7 @@ class Proxy:
                     data = json.dumps({**json.loads(data), "agent": {"poll_s": POLL_S}}).encode()
                 if etag and proxy.inject:
                     etag = etag[:-1] + SUFFIX + '"'
-                proxy.log.append({"method": self.command, "path": self.path, "status": answer.status,
+                proxy.log.append({"method": self.command, "path": self.path, "status": answer.status, "bytes": len(data),
                                   "agent_header": self.headers.get("User-Agent", ""),
                                   "report": json.loads(body) if body and self.path == "/vllm/report" else None})
                 self.send_response(answer.status)
@@ -259,8 +260,11 @@ def follow_commits(plane: str, proxy: Proxy, fleet: Path, supervisor: Supervisor
 
     # A commit that changes only the revision: applied and reported, nothing restarted.
     (fleet / "README.md").write_text("notes\n")
+    started = time.monotonic()
     revision = commit(fleet, "notes only")
     wait_until("the report of the notes commit", lambda: stored_report(plane).get("revision") == revision, 90)
+    print(f"\nfigures: revision-only commit to report {time.monotonic() - started:.1f} s (poll_s {POLL_S}, "
+          "control plane refresh 1 s)")
     report = stored_report(plane)
     assert report["agent"] is True
     assert report["outcome"] == "installed"
@@ -270,8 +274,11 @@ def follow_commits(plane: str, proxy: Proxy, fleet: Path, supervisor: Supervisor
     # Add a server, change one server's args, remove one: only those programs change.
     write_fleet(fleet, p, [f"[alpha, {p[0]}]", f"[beta, {p[1]}]", f"[alpha, {p[3]}, zalpha]"],
                 '["--enable-prefix-caching", "--max-num-seqs", "8"]')
+    started = time.monotonic()
     revision = commit(fleet, "zalpha in, beta's args, gamma out")
     wait_until("the report of the change", lambda: stored_report(plane).get("revision") == revision, 120)
+    print(f"figures: add/change/remove commit to report {time.monotonic() - started:.1f} s "
+          "(stub vLLM load 1.5 s, startsecs 1)")
     report = stored_report(plane)
     assert report["agent"] is True
     assert report["outcome"] == "installed", report
@@ -290,6 +297,10 @@ def follow_commits(plane: str, proxy: Proxy, fleet: Path, supervisor: Supervisor
     assert program_pid(supervisor, "llmfleet-agent") == agent_pid  # the agent did not restart itself
     served_after = len(proxy.agent_gets())
     wait_until("a 304 after the change", lambda: 304 in proxy.agent_gets()[served_after:], 60)
+    sizes = {e["status"]: e["bytes"] for e in proxy.log if e["agent_header"].startswith("llmfleet-agent/")
+             and e["path"] == "/vllm/config"}
+    print(f"figures: agent GETs {len(proxy.agent_gets())} ({proxy.agent_gets().count(304)} were 304); "
+          f"body bytes by status {sizes}")
 
     # The box JSON drops the agent (the box went manual): the agent removes itself, nothing else changes.
     proxy.inject = False
