@@ -168,7 +168,8 @@ def update_groups(settings: Settings, groups: Iterable[str]) -> str:
         return ""
     done = supervisorctl(settings, "update", *names)
     text = (done.stdout + done.stderr).strip()
-    if done.returncode != 0 or "refused connection" in text or "ERROR" in text:
+    if done.returncode != 0 or "refused connection" in text or any(
+            line.startswith("ERROR") for line in text.splitlines()):
         raise HandoverError(f"supervisorctl update {' '.join(names)} failed (exit {done.returncode}): {text}")
     return text
 
