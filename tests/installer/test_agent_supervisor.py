@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from llmfleet_installer import agent as agent_module
 from llmfleet_installer.agent import USER_AGENT, Agent
 from llmfleet_installer.fetch import Client
+from llmfleet_installer.handover import update_later
 from llmfleet_installer.main import main
 from llmfleet_installer.settings import load
 from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane
@@ -91,3 +93,33 @@ def test_an_apply_supervisord_refuses_is_tried_again(plane: FakeControlPlane, bo
     assert agent.failures == 2
     assert agent.next_delay() == 4 * agent.poll_s
     assert os.environ["LLMFLEET_SUPERVISOR_CONFIG"] == str(config)
+
+
+def test_the_agent_leaves_its_own_restart_to_a_detached_update(supervisor: Supervisor, plane: FakeControlPlane,
+                                                               box_json: dict[str, Any],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An apply whose settings change the agent's own program (here: another startsecs) updates every
+    other program itself and has supervisord restart the agent afterwards, so the agent is never
+    stopped in the middle of its own `supervisorctl update`."""
+    assert main(["--handover", "update"]) == 0
+    wait_until("the agent RUNNING", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING", 60)
+    agent_pid = int(supervisor.ctl("pid", "llmfleet-agent").strip())
+    plane.boxes[BOX] = {**plane.boxes[BOX], "revision": "a-new-revision"}
+    monkeypatch.setenv("LLMFLEET_STARTSECS", "2")
+    settings = load()
+    assert settings.url is not None
+    agent = Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
+                  uniform=lambda low, high: 1.0)
+    later: list[str] = []
+    monkeypatch.setattr(agent_module, "update_later", lambda settings, group: later.append(group))
+    outcome = agent.poll()
+    assert outcome.result == "applied"
+    assert plane.reports[-1]["revision"] == "a-new-revision"
+    assert plane.reports[-1]["agent"] is True
+    assert later == ["llmfleet-agent"]
+    assert int(supervisor.ctl("pid", "llmfleet-agent").strip()) == agent_pid  # its own update left it alone
+    assert "llmfleet-agent: changed" in supervisor.ctl("reread")
+    update_later(settings, "llmfleet-agent")  # what the agent started, in its own session
+    wait_until("the agent restarted by supervisord", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING"
+               and int(supervisor.ctl("pid", "llmfleet-agent").strip() or 0) not in (0, agent_pid), 60)
+    assert not pid_alive(agent_pid)
