@@ -78,8 +78,9 @@ class AgentInstaller(Installer):
 
 @dataclass
 class Outcome:
-    """What one poll did, for tests and the log: `fetch`: 200, 304 or "failed"; `applied`: the
-    installer ran; `result`: applied, refused, retry, same (the body the box already has), or None."""
+    """What one poll did: `fetch` is 200, 304 or "failed"; `result` is "applied", "refused" (reported,
+    not tried again), "retry" (tried again after a back-off), "busy" (another install held the lock),
+    "same" (the body the box already runs), "error" (an internal error), or None (nothing to do)."""
 
     fetch: int | str
     result: str | None = None

@@ -30,7 +30,7 @@ from llmfleet_installer.agentsetup import render_agent_unit
 from llmfleet_installer.boxjson import parse_box
 from llmfleet_installer.fetch import Client
 from llmfleet_installer.fit import Placement
-from llmfleet_installer.main import Installer, save_applied
+from llmfleet_installer.main import Installer, main, save_applied
 from llmfleet_installer.settings import Settings, load
 from llmfleet_installer.units import MARKER, render_unit
 from llmfleet_installer.zipapp import build_zipapp
@@ -333,6 +333,18 @@ def test_a_server_s_place_in_name_order_changes_nothing_supervisord_reads(tmp_pa
         parser.read([str(path)])
         configs.append(ServerOptions().processes_from_section(parser, f"program:{unit.program}", unit.program)[0])
     assert configs[0] == configs[1]
+
+
+def test_dry_run_shows_the_agent_program_without_the_key(plane: Plane, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--dry-run", "--assume-gpus", "1x80"]) == 0
+    out = capsys.readouterr().out
+    assert "llmfleet-agent.conf" in out
+    assert "llmfleet-agent.pyz agent" in out
+    assert FLEET_KEY not in out
+    assert not settings_now().agent_credentials_dir.exists()  # a dry run writes nothing
+    (report,) = plane.reports
+    assert report["outcome"] == "dry_run"
+    assert "agent" not in report  # no agent was installed
 
 
 def test_box_json_agent_field_is_checked(box_json: dict[str, Any]) -> None:
