@@ -275,6 +275,7 @@ class Installer:
             self.report(ReportOutcome.DRY_RUN, "dry run: nothing written")
             return EXIT_OK
         if not fit.ok:
+            self.retry = not fit.gpus  # nvidia-smi failed (a probe finds at least one GPU): it may pass
             return self.fail(ReportOutcome.FIT_FAILED, "will not fit: " + "; ".join(fit.problems))
         if clashes:
             return self.fail(ReportOutcome.FAILED, "; ".join(clashes))

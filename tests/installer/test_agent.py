@@ -234,6 +234,23 @@ def test_a_refused_config_changes_nothing_and_is_reported_once(plane: Plane, run
     assert FLEET_KEY not in capsys.readouterr().err
 
 
+def test_a_failed_gpu_probe_is_tried_again_not_refused(plane: Plane, running_unit: Settings,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi failing on a running box (a driver hiccup) says nothing about the config: the agent
+    reports it and tries the same config again after a back-off instead of refusing it for good."""
+    before = conf_files(running_unit)
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_EXIT", "9")
+    agent = make_agent()
+    assert agent.poll().result == "retry"
+    assert plane.reports[-1]["outcome"] == "fit_failed"
+    assert agent.failures == 1
+    assert conf_files(running_unit) == before
+    assert agent.poll().result == "retry"  # the same config looked at again, not skipped as refused
+    assert agent.refused is None
+    assert len(plane.reports) == 2
+    assert agent.failures == 2
+
+
 def test_an_internal_error_is_caught_and_logged_in_one_line(plane: Plane, running_unit: Settings,
                                                             monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
