@@ -23,6 +23,8 @@ MANAGED_FLAGS = frozenset(vllmflags.MANAGED_FLAGS)
 # $CREDENTIALS_DIRECTORY, referenced from its config as ${cred:NAME}.
 CLIENT_TOKEN_CREDENTIAL = "client-token"  # noqa: S105 - a file name, not a secret
 GATEWAY_PROGRAM = "gateway"  # the gateway's process name: a server may not take it on a gateway box
+AGENT_PROGRAM = "agent"  # the box agent's process name: a server may not take it on a box with an agent
+AGENT_POLL_S = (5, 3600)  # the box agent's poll interval bounds (fleet.yaml rollout.poll_s)
 
 
 def bearer_credential(server: str) -> str:

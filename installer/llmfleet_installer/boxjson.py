@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmfleet_contract import secretref, vllmflags
-from llmfleet_contract.boxjson import BEARER, CLIENT_TOKEN_CREDENTIAL, GATEWAY_PROGRAM, NAME, bearer_credential
+from llmfleet_contract.boxjson import (
+    AGENT_POLL_S,
+    AGENT_PROGRAM,
+    BEARER,
+    CLIENT_TOKEN_CREDENTIAL,
+    GATEWAY_PROGRAM,
+    NAME,
+    bearer_credential,
+)
 from llmfleet_installer.errors import InstallerError
 
 ENV_SAFE = re.compile(r"^[A-Za-z0-9_./+:=,@-]*\Z")  # what Supervisor's `environment=` carries unquoted
@@ -77,11 +85,19 @@ class GatewaySpec:
 
 
 @dataclass(frozen=True)
+class AgentSpec:
+    """The box agent (`"agent": {"poll_s": N}`): installed when present, removed when absent."""
+
+    poll_s: int
+
+
+@dataclass(frozen=True)
 class BoxConfig:
     host: str
     revision: str
     servers: tuple[ServerSpec, ...]
     gateway: GatewaySpec | None = None
+    agent: AgentSpec | None = None
 
 
 def _is_number(value: Any) -> bool:
@@ -244,6 +260,20 @@ def _gateway(entry: Any, servers: list[ServerSpec], problems: list[str]) -> Gate
     return GatewaySpec(port=port, api_key=key, config=config, digest=digest)
 
 
+def _agent(entry: Any, servers: list[ServerSpec], problems: list[str]) -> AgentSpec | None:
+    low, high = AGENT_POLL_S
+    if not isinstance(entry, dict):
+        problems.append("agent: expected an object")
+        return None
+    poll: Any = entry.get("poll_s")
+    before = len(problems)
+    if not _is_int(poll) or not low <= poll <= high:
+        problems.append(f"agent.poll_s: expected an integer {low}-{high}, got {_shown(poll)}")
+    if any(s.name == AGENT_PROGRAM for s in servers):
+        problems.append(f"servers: a server named {AGENT_PROGRAM!r} would take the box agent's program name")
+    return AgentSpec(poll_s=poll) if len(problems) == before else None
+
+
 def parse_box(document: Any, expected_host: str | None = None) -> BoxConfig:
     """Validate a decoded box JSON document. Raises BoxJsonError listing every problem."""
     if not isinstance(document, dict):
@@ -278,12 +308,13 @@ def parse_box(document: Any, expected_host: str | None = None) -> BoxConfig:
                 problems.append(f"servers: {label} {value} appears twice")
             seen.add(value)
     gateway = _gateway(document["gateway"], servers, problems) if document.get("gateway") is not None else None
+    agent = _agent(document["agent"], servers, problems) if document.get("agent") is not None else None
     if problems:
         raise BoxJsonError(problems)
     assert isinstance(host, str)
     assert isinstance(revision, str)
     return BoxConfig(host=host, revision=revision, servers=tuple(sorted(servers, key=lambda s: s.name)),
-                     gateway=gateway)
+                     gateway=gateway, agent=agent)
 
 
 def parse_text(text: str, expected_host: str | None = None, source: str = "the box JSON") -> BoxConfig:

@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,20 @@ class FetchError(InstallerError, RuntimeError):
     """The control plane could not be used; the message says why and what to do."""
 
     retryable = True
+
+
+@dataclass(frozen=True)
+class ConfigAnswer:
+    status: int
+    body: bytes = field(repr=False)
+    etag: str | None = None
+
+
+def _etag(value: str | None) -> str | None:
+    """An ETag worth sending back: short printable ASCII (a control plane may answer anything)."""
+    if value is None or not re.fullmatch(r"[\x21-\x7e]{1,256}", value.strip()):
+        return None
+    return value.strip()
 
 
 class _RetryableError(Exception):
@@ -104,6 +118,11 @@ class Client:
                                            urllib.request.ProxyHandler(proxies_for(self.base_url)))
 
     def _request(self, method: str, path: str, body: bytes | None) -> bytes:
+        return self._exchange(method, path, body).body
+
+    def _exchange(self, method: str, path: str, body: bytes | None,
+                  headers: Mapping[str, str] | None = None) -> ConfigAnswer:
+        """One request: the status (2xx, or 304 to a conditional GET), the body and the ETag."""
         url = self.base_url + path
         request = urllib.request.Request(url, data=body, method=method)  # noqa: S310 - check_url: https or loopback
         request.add_unredirected_header("Authorization", f"Bearer {self.fleet_key}")
@@ -112,10 +131,15 @@ class Client:
         request.add_header("User-Agent", self.user_agent)
         if body is not None:
             request.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         try:
             with self._opener().open(request, timeout=REQUEST_TIMEOUT_S) as response:
-                return bytes(response.read(MAX_BODY + 1))
+                return ConfigAnswer(int(response.status), bytes(response.read(MAX_BODY + 1)),
+                                    _etag(response.headers.get("ETag")))
         except urllib.error.HTTPError as exc:
+            if exc.code == 304 and headers and "If-None-Match" in headers:
+                return ConfigAnswer(304, b"", _etag(exc.headers.get("ETag") if exc.headers else None))
             raise self._status_error(exc, path) from None
         except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
@@ -163,6 +187,17 @@ class Client:
 
     def fetch_config(self) -> bytes:
         return self.call("GET", "/vllm/config")
+
+    def poll_config(self, etag: str | None) -> ConfigAnswer:
+        """One conditional GET /vllm/config (the box agent's poll): `If-None-Match: etag`, so an unchanged
+        config is a 304 with no body. No retries: the agent's loop backs off. Raises FetchError."""
+        try:
+            answer = self._exchange("GET", "/vllm/config", None, {"If-None-Match": etag} if etag else None)
+        except _RetryableError as exc:
+            raise FetchError(str(exc)) from None
+        if len(answer.body) > MAX_BODY:
+            raise FetchError(f"/vllm/config: the answer is larger than {MAX_BODY} bytes")
+        return answer
 
     def send_report(self, report: dict[str, Any], deadline_s: float = 60.0) -> dict[str, Any]:
         data = self.call("POST", "/vllm/report", json.dumps(report).encode(), deadline_s=deadline_s)

@@ -28,7 +28,7 @@ CEILING.
 
 Stability (llmfleet_contract.division). A re-install passes what the last install wrote for servers that
 run unchanged (`Running`, read back from their Supervisor programs by running.py). Those keep their GPUs,
-their fraction, their start order (`after`) and their Supervisor priority whenever the new set still fits
+their fraction and their start order (`after`; every server has one Supervisor priority) whenever the new set still fits
 around them, so `supervisorctl update` sees their programs unchanged and does not restart them; new
 servers take from what is left and start after them. When the new set does not fit, the card is divided
 afresh as above.
@@ -53,7 +53,6 @@ class Placement:
     gpus: tuple[int, ...]  # GPU indices; empty when the GPUs are unknown
     gpu_memory_utilization: float | None  # None: leave vLLM's default (only when nothing was measured)
     after: tuple[str, ...]  # earlier servers (name order) that share a card: boot after them
-    order: int = -1  # its Supervisor priority offset; -1: its index in the box JSON
     after_ports: Mapping[str, int] = field(default_factory=dict)  # kept `after` entries' ports as written
 
 
@@ -64,7 +63,6 @@ class Running:
     share: float | None  # its --gpu-memory-utilization, None when it had none
     gpus: tuple[int, ...]  # CUDA_VISIBLE_DEVICES, empty on a one-GPU box
     after: tuple[str, ...]  # the servers it boots after
-    order: int  # its Supervisor priority offset
     after_ports: Mapping[str, int] = field(default_factory=dict)  # their ports, as written
 
 
@@ -196,8 +194,6 @@ def check_fit(servers: tuple[ServerSpec, ...], gpus: tuple[Gpu, ...] | None, dis
     # A server stays as it runs when it is where it was and keeps its fraction (or sets its own).
     steady = {s.name for s in ordered if s.name in in_place and (
         s.gpu_memory_utilization is not None or kept_on[s.name] == len(assignment[s.name]))}
-    next_order = max((running[n].order for n in steady), default=-1) + 1
-    new_order = {s.name: next_order + i for i, s in enumerate(s for s in servers if s.name not in steady)}
     placements = {}
     for s in ordered:
         util = s.gpu_memory_utilization
@@ -211,13 +207,11 @@ def check_fit(servers: tuple[ServerSpec, ...], gpus: tuple[Gpu, ...] | None, dis
         after_ports: Mapping[str, int] = {}
         if s.name in steady:  # as written, even a neighbour that left: the launcher skips those (PRESENT)
             after = running[s.name].after
-            order = running[s.name].order
             after_ports = running[s.name].after_ports
         else:  # after the steady neighbours (they run already; not one that waits for it), then new ones by name
             after = tuple(n for n in sharing if (n not in steady and n < s.name)
                           or (n in steady and s.name not in running[n].after))
-            order = new_order[s.name] if running else -1
-        placements[s.name] = Placement(assignment[s.name], util, after, order, after_ports)
+        placements[s.name] = Placement(assignment[s.name], util, after, after_ports)
     return FitResult(ok=not problems, gpus=gpus, vram_needed_gb=vram_needed,
                      vram_total_gb=sum(g.total_gb for g in gpus), disk_needed_gb=disk_needed,
                      disk_free_gb=disk_free_gb, problems=tuple(problems), placements=placements)

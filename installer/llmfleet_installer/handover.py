@@ -8,10 +8,13 @@ removed: other programs in the include directory are not ours.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -26,6 +29,10 @@ SUPERVISORCTL_TIMEOUT_S = 120.0
 
 class HandoverError(InstallerError, RuntimeError):
     """Writing the files or talking to supervisord failed; the message says what to do."""
+
+
+class LockBusyError(HandoverError):
+    """Another installer run or the box agent holds the install lock."""
 
 
 def write_atomic(path: Path, text: str | bytes, mode: int = 0o600) -> None:
@@ -143,6 +150,65 @@ def reread_and_update(settings: Settings) -> str:
             raise HandoverError(f"supervisorctl {command} failed (exit {done.returncode}): {text}; is supervisord "
                                 "running? (RunPod images start it with --handover exec)")
     return "\n".join(output)
+
+
+RELOAD_LINE = re.compile(r"^(\S+): (available|changed|disappeared)$")
+
+
+def reread(settings: Settings) -> dict[str, str]:
+    """`supervisorctl reread`: which program groups the files on disk add, change or drop
+    (name -> available|changed|disappeared), without acting on any."""
+    done = supervisorctl(settings, "reread")
+    text = (done.stdout + done.stderr).strip()
+    if done.returncode != 0 or "refused connection" in text or "no such file" in text.lower():
+        raise HandoverError(f"supervisorctl reread failed (exit {done.returncode}): {text}; is supervisord running?")
+    return {m.group(1): m.group(2) for line in text.splitlines() if (m := RELOAD_LINE.match(line.strip()))}
+
+
+def update_groups(settings: Settings, groups: Iterable[str]) -> str:
+    """`supervisorctl update GROUP...`: add, restart or remove exactly these groups (none: no call)."""
+    names = sorted(groups)
+    if not names:
+        return ""
+    done = supervisorctl(settings, "update", *names)
+    text = (done.stdout + done.stderr).strip()
+    if done.returncode != 0 or "refused connection" in text or any(
+            line.startswith("ERROR") for line in text.splitlines()):
+        raise HandoverError(f"supervisorctl update {' '.join(names)} failed (exit {done.returncode}): {text}")
+    return text
+
+
+def update_later(settings: Settings, group: str) -> None:
+    """Start `supervisorctl update GROUP` in its own session and do not wait for it: the box agent's
+    way to have its own program restarted or removed (supervisord stops the agent, the update goes on)."""
+    try:
+        subprocess.Popen([*_ctl_base(settings), "update", group], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        raise HandoverError(f"cannot run supervisorctl: {exc.strerror}") from None
+
+
+@contextmanager
+def install_lock(settings: Settings, wait_s: float, poll_s: float = 0.5) -> Iterator[None]:
+    """Hold the box's install lock (an flock on a file in the state dir); HandoverError when another
+    installer or the box agent still holds it after `wait_s` seconds."""
+    path = settings.install_lock_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockBusyError(f"another install (the installer or the box agent) holds {path}; "
+                                        f"waited {wait_s:g} s") from None
+                time.sleep(poll_s)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def program_states(settings: Settings, programs: Iterable[str]) -> dict[str, str]:

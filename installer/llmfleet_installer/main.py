@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import json
 import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from llmfleet_contract.report import ReportOutcome, ServerState
 from llmfleet_installer import __version__
+from llmfleet_installer.agentsetup import plan_agent, remove_agent, write_agent
 from llmfleet_installer.boxgateway import (
     BoxGatewayError,
     GatewayPlan,
@@ -37,11 +41,15 @@ from llmfleet_installer.fetch import Client, FetchError, check_url
 from llmfleet_installer.fit import FitResult, check_fit
 from llmfleet_installer.handover import (
     HandoverError,
+    LockBusyError,
+    WriteResult,
     exec_supervisord,
     foreign_vllm_units,
+    install_lock,
     owned_units,
     program_states,
     reread_and_update,
+    write_atomic,
     write_units,
 )
 from llmfleet_installer.hardware import Gpu, ProbeError, cached_weights_gb, free_disk_gb, probe_gpus
@@ -56,6 +64,7 @@ REPORT_DEADLINE_S = 60.0  # retries of POST /vllm/report, never longer than the 
 SETTLING = frozenset({"STARTING", "BACKOFF"})  # Supervisor has not decided yet
 SETTLE_MARGIN_S = 15  # Supervisor's back-off between retries (1 + 2 + 3 s) and slack
 SETTLE_POLL_S = 1.0
+LOCK_WAIT_S = 900.0  # an installer waits this long for a box agent's apply to finish
 
 
 def log(message: str) -> None:
@@ -129,9 +138,14 @@ def own_python() -> str:
 
 def render_units(box: BoxConfig, fit: FitResult, settings: Settings) -> list[Unit]:
     ports = {s.name: s.port for s in box.servers}
-    return [render_unit(s, fit.placements[s.name], order=i, ports=ports, settings=settings, python=own_python(),
+    return [render_unit(s, fit.placements[s.name], ports=ports, settings=settings, python=own_python(),
                         revision=box.revision, gpu_count=len(fit.gpus))
             for i, s in enumerate(box.servers)]
+
+
+def save_applied(settings: Settings, body_sha256: str, poll_s: int) -> None:
+    """What the box applied, for the box agent: it then applies only a config that differs."""
+    write_atomic(settings.agent_state_path, json.dumps({"sha256": body_sha256, "poll_s": poll_s}) + "\n")
 
 
 def show_dry_run(units: list[Unit], fit: FitResult, settings: Settings, gateway: GatewayPlan | None) -> None:
@@ -155,10 +169,20 @@ def show_dry_run(units: list[Unit], fit: FitResult, settings: Settings, gateway:
 class Installer:
     """One run. Holds what the report needs as the steps go."""
 
-    def __init__(self, args: argparse.Namespace, settings: Settings) -> None:
+    def __init__(self, args: argparse.Namespace, settings: Settings, *, client: Client | None = None,
+                 fetched: bytes | None = None, agent: bool = False) -> None:
+        """`fetched`: a box JSON the box agent already fetched with `client` (its GET is not repeated);
+        `agent`: the box agent runs this install (its report says so unless the JSON drops the agent)."""
         self.args = args
         self.settings = settings
-        self.client: Client | None = None
+        self.client: Client | None = client
+        self.fetched = fetched
+        self.agent = agent  # the report's `agent`: the box agent runs on this box
+        self.lock_wait_s = LOCK_WAIT_S
+        self.retry = False  # the failure may pass (writing files, supervisord): the agent tries again
+        self.busy = False  # another install held the lock
+        self.stopping: Callable[[], bool] = lambda: False  # the agent's SIGTERM: stop waiting for a verdict
+        self.body_sha256: str | None = None
         self.box: BoxConfig | None = None
         self.fit: FitResult | None = None
         self.states: dict[str, ServerState] = {}  # by server name, and "gateway" for the box gateway
@@ -171,7 +195,8 @@ class Installer:
         body = build_report(revision=self.box.revision if self.box else "unknown", installer_version=__version__,
                             outcome=outcome, message=message, fit=self.fit,
                             servers=self.box.servers if self.box else (), states=self.states,
-                            units_removed=self.removed, gateway=self.box.gateway if self.box else None)
+                            units_removed=self.removed, gateway=self.box.gateway if self.box else None,
+                            agent=self.agent)
         try:
             self.client.send_report(body, deadline_s=min(REPORT_DEADLINE_S, self.settings.fetch_deadline_s))
             log(f"reported {outcome} to the control plane")
@@ -191,13 +216,17 @@ class Installer:
             except OSError as exc:
                 raise BoxJsonError([f"cannot read {self.args.config_file}: {exc.strerror}"]) from None
             return parse_text(text, settings.host, source=str(self.args.config_file))
-        if not (settings.url and settings.fleet_key and settings.host):
-            raise FetchError("no control plane settings")  # load() requires them without --config-file
-        check_url(settings.url)
-        self.client = Client(settings.url, settings.fleet_key, settings.host, settings.ca_bundle,
-                             deadline_s=settings.fetch_deadline_s, user_agent=f"llmfleet-installer/{__version__}",
-                             log=log)
-        data = self.client.fetch_config()
+        if self.fetched is not None:
+            data = self.fetched
+        else:
+            if not (settings.url and settings.fleet_key and settings.host):
+                raise FetchError("no control plane settings")  # load() requires them without --config-file
+            check_url(settings.url)
+            self.client = Client(settings.url, settings.fleet_key, settings.host, settings.ca_bundle,
+                                 deadline_s=settings.fetch_deadline_s,
+                                 user_agent=f"llmfleet-installer/{__version__}", log=log)
+            data = self.client.fetch_config()
+        self.body_sha256 = hashlib.sha256(data).hexdigest()
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -239,11 +268,17 @@ class Installer:
             except BoxGatewayError as exc:
                 log(f"would fail: {exc}")
             units += [gateway.unit] if gateway else []
+            if box.agent is not None and self.client is not None:
+                try:
+                    units.append(plan_agent(self.settings, own_python())[0])
+                except UnitError as exc:
+                    log(f"would fail: cannot write the box agent's Supervisor program: {exc}")
             show_dry_run(units, fit, self.settings, gateway)
             self.states = {unit.server: ServerState.WRITTEN for unit in units}
             self.report(ReportOutcome.DRY_RUN, "dry run: nothing written")
             return EXIT_OK
         if not fit.ok:
+            self.retry = not fit.gpus  # nvidia-smi failed (a probe finds at least one GPU): it may pass
             return self.fail(ReportOutcome.FIT_FAILED, "will not fit: " + "; ".join(fit.problems))
         if clashes:
             return self.fail(ReportOutcome.FAILED, "; ".join(clashes))
@@ -251,7 +286,24 @@ class Installer:
             gateway = self.plan_gateway(box)
         except BoxGatewayError as exc:
             return self.fail(ReportOutcome.FAILED, str(exc))
-        return self.install(units, gateway)
+        agent: tuple[Unit, bytes] | None = None
+        if box.agent is not None:
+            if self.client is None:
+                log("the box JSON asks for the box agent: not installed with --config-file "
+                    "(it needs the control plane)")
+            else:
+                try:
+                    agent = plan_agent(self.settings, own_python())
+                except UnitError as exc:
+                    return self.fail(ReportOutcome.FAILED, f"cannot write the box agent's Supervisor program: {exc}")
+        try:
+            with install_lock(self.settings, self.lock_wait_s):
+                return self.install(units, gateway, agent)
+        except LockBusyError as exc:  # another install runs: the agent tries again soon, unreported
+            self.retry = self.busy = True
+            if self.agent:  # the agent logs that it looks again soon
+                return EXIT_FAILED
+            return self.fail(ReportOutcome.FAILED, str(exc))
 
     def settled_states(self, programs: list[str]) -> dict[str, str]:
         """Supervisor's verdict on each program: RUNNING once it stayed up `startsecs`, FATAL once it
@@ -263,7 +315,7 @@ class Installer:
         states = program_states(self.settings, programs)
         if any(states.get(p) in SETTLING for p in programs):
             log(f"waiting for supervisord's verdict on {len(programs)} program(s), at most {limit} s")
-        while any(states.get(p) in SETTLING for p in programs) and time.monotonic() < deadline:
+        while any(states.get(p) in SETTLING for p in programs) and time.monotonic() < deadline and not self.stopping():
             time.sleep(SETTLE_POLL_S)
             states = program_states(self.settings, programs)
         return states
@@ -277,20 +329,33 @@ class Installer:
         log(f"box gateway on port {box.gateway.port} (run by {plan.python}): {verdict}")
         return plan
 
-    def install(self, units: list[Unit], gateway: GatewayPlan | None) -> int:
+    def update_programs(self, written: WriteResult) -> None:
+        """Hand the written programs to supervisord (the box agent narrows this to leave itself alone)."""
+        reread_and_update(self.settings)
+
+    def install(self, units: list[Unit], gateway: GatewayPlan | None, agent: tuple[Unit, bytes] | None = None) -> int:
         assert self.box is not None
         if gateway is not None:
             units = [*units, gateway.unit]
+        if agent is not None:
+            units = [*units, agent[0]]
         try:
             if gateway is not None:
                 write_gateway(self.settings, gateway)
             elif removed := remove_gateway(self.settings):
                 log(f"no box gateway: removed {', '.join(p.name for p in removed)}")
+            if agent is not None:
+                write_agent(self.settings, agent[1])
+            elif removed := remove_agent(self.settings):
+                log(f"no box agent: removed {', '.join(p.name for p in removed)}")
             written = write_units(self.settings, units)
         except OSError as exc:
+            self.retry = True
             return self.fail(ReportOutcome.FAILED, f"cannot write {exc.filename}: {exc.strerror}")
         except HandoverError as exc:
+            self.retry = True
             return self.fail(ReportOutcome.FAILED, str(exc))
+        self.agent = agent is not None
         self.removed = written.removed
         self.states = {unit.server: ServerState.WRITTEN for unit in units}
         log(f"wrote {len(units)} program(s) in {self.settings.conf_dir}"
@@ -299,9 +364,10 @@ class Installer:
         given_up: list[str] = []
         if handover == "update":
             try:
-                reread_and_update(self.settings)
+                self.update_programs(written)
                 states = self.settled_states([u.program for u in units])
             except HandoverError as exc:
+                self.retry = True
                 return self.fail(ReportOutcome.FAILED, str(exc))
             self.states = {u.server: server_state(states.get(u.program)) for u in units}
             given_up = [f"{u.program} ({states.get(u.program, 'unknown to supervisord')})" for u in units
@@ -313,6 +379,11 @@ class Installer:
             message += "; supervisord gave up on " + ", ".join(given_up) + ": see their logs in " + str(
                 self.settings.log_dir)
         self.report(ReportOutcome.INSTALLED, message)
+        if agent is not None and self.body_sha256 is not None and self.box.agent is not None:
+            try:
+                save_applied(self.settings, self.body_sha256, self.box.agent.poll_s)
+            except OSError as exc:
+                log(f"cannot write {exc.filename}: {exc.strerror} (the box agent will apply this config once more)")
         if handover == "exec":
             log("exec supervisord -n")
             try:

@@ -67,8 +67,10 @@ def _server(server: ServerSpec, states: Mapping[str, ServerState], fit: FitResul
 
 def build_report(*, revision: str, installer_version: str, outcome: ReportOutcome, message: str,
                  fit: FitResult | None, servers: Sequence[ServerSpec], states: Mapping[str, ServerState],
-                 units_removed: Sequence[str], gateway: GatewaySpec | None = None) -> dict[str, Any]:
-    """`states` is keyed by server name, and by GATEWAY_PROGRAM for the box gateway."""
+                 units_removed: Sequence[str], gateway: GatewaySpec | None = None,
+                 agent: bool = False) -> dict[str, Any]:
+    """`states` is keyed by server name, and by GATEWAY_PROGRAM for the box gateway. `agent`: the box
+    agent runs on this box (sent only when true, so a box without one reports as before)."""
     report: dict[str, Any] = {
         "revision": _cap(revision, MAX_REVISION),
         "installer_version": installer_version,
@@ -81,4 +83,6 @@ def build_report(*, revision: str, installer_version: str, outcome: ReportOutcom
     if gateway is not None:
         report["gateway"] = {"port": gateway.port, "digest": gateway.digest, "unit": program_name(GATEWAY_PROGRAM),
                              "state": str(states.get(GATEWAY_PROGRAM, ServerState.FAILED))}
+    if agent:
+        report["agent"] = True
     return report

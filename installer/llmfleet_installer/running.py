@@ -1,6 +1,6 @@
 """What the last install wrote for each server, read back from its Supervisor program.
 
-The card division keeps a running server's fraction, GPUs, start order and priority when it can
+The card division keeps a running server's fraction, GPUs and start order when it can
 (fit.py, llmfleet_contract.division), so it needs what that server runs with now. That is read from the
 program files this installer wrote (MARKER on the first line), not from a state file of its own: the
 program is exactly what supervisord compares on `update`, so it cannot disagree with what runs, it
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from llmfleet_installer.boxjson import ServerSpec
 from llmfleet_installer.fit import Running
-from llmfleet_installer.units import BASE_PRIORITY, MARKER, program_name
+from llmfleet_installer.units import MARKER, program_name
 
 ENV_PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="([^"]*)"')
 MAX_PROGRAM_BYTES = 1 << 20
@@ -53,7 +53,6 @@ def parse_program(options: dict[str, str]) -> tuple[dict[str, str], Running] | N
     env = dict(ENV_PAIR.findall(options.get("environment", "")))
     try:
         argv = shlex.split(options.get("command", "").replace("%%", "%"))
-        order = int(options.get("priority", "")) - BASE_PRIORITY
     except ValueError:
         return None
     if "--" not in argv:
@@ -79,7 +78,7 @@ def parse_program(options: dict[str, str]) -> tuple[dict[str, str], Running] | N
         gpus = tuple(int(d) for d in devices.split(",")) if devices else ()
     except ValueError:
         return None
-    return env, Running(share=share, gpus=gpus, after=after, order=order, after_ports=after_ports)
+    return env, Running(share=share, gpus=gpus, after=after, after_ports=after_ports)
 
 
 def read_running(conf_dir: Path, servers: Iterable[ServerSpec]) -> dict[str, Running]:

@@ -33,6 +33,10 @@ GATEWAY_PYTHON_VARS = ("LLMFLEET_GATEWAY_PYTHON",)
 
 # Every variable that holds the fleet key: stripped from the environment supervisord inherits.
 SECRET_VARS = KEY_VARS
+# The box agent's program gets the fleet key as a file (mode 0600) in $CREDENTIALS_DIRECTORY (systemd's
+# convention, as the box gateway's bearers), never in a Supervisor file or on a command line.
+CREDENTIALS_VAR = "CREDENTIALS_DIRECTORY"
+FLEET_KEY_CREDENTIAL = "fleet-key"
 
 DEFAULT_DATA_DIR = "/workspace"
 DEFAULT_CONF_DIR = "/etc/supervisor/conf.d"
@@ -87,6 +91,30 @@ class Settings:
     def gateway_program_path(self) -> Path:
         """The box program the gateway runs from (a copy of the installer's own zipapp)."""
         return self.state_dir / "bin" / "llmfleet-gateway.pyz"
+
+    @property
+    def agent_dir(self) -> Path:
+        return self.state_dir / "agent"
+
+    @property
+    def agent_program_path(self) -> Path:
+        """The box program the agent runs from (a copy of the installer's own zipapp)."""
+        return self.state_dir / "bin" / "llmfleet-agent.pyz"
+
+    @property
+    def agent_credentials_dir(self) -> Path:
+        return self.agent_dir / "credentials"
+
+    @property
+    def agent_state_path(self) -> Path:
+        """What the box last applied (the sha256 of the box JSON) and the poll interval, for the agent."""
+        return self.agent_dir / "state.json"
+
+    @property
+    def install_lock_path(self) -> Path:
+        """Held while programs are written and handed to supervisord: an installer and the agent never
+        apply at once (a Vast box's restart starts both)."""
+        return self.state_dir / "install.lock"
 
     @property
     def gateway_dir(self) -> Path:
@@ -152,6 +180,18 @@ def _path(env: Mapping[str, str], names: tuple[str, ...], default: str) -> Path:
     return _safe_path(name, value)
 
 
+def _credential_key(env: Mapping[str, str]) -> str | None:
+    """The fleet key from $CREDENTIALS_DIRECTORY/fleet-key (the box agent's program), or None."""
+    directory = env.get(CREDENTIALS_VAR, "").strip()
+    if not directory:
+        return None
+    try:
+        key = (Path(directory) / FLEET_KEY_CREDENTIAL).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return key or None
+
+
 def load(env: Mapping[str, str] | None = None, *, need_control_plane: bool = True) -> Settings:
     """Read the settings. `need_control_plane=False` (--config-file) makes host, URL and key optional."""
     environ = os.environ if env is None else env
@@ -159,11 +199,12 @@ def load(env: Mapping[str, str] | None = None, *, need_control_plane: bool = Tru
         host: str | None = _require(environ, HOST_VARS, "this box's name in the placement "
                                     "(the provisioning script sets it: the public IP on Vast, the pod id on RunPod)")
         url: str | None = _require(environ, URL_VARS, "the control plane's base URL, e.g. https://fleet.example.org")
-        key: str | None = _require(environ, KEY_VARS, "the fleet key")
+        key: str | None = _credential_key(environ) if _first(environ, KEY_VARS) is None else None
+        key = key or _require(environ, KEY_VARS, "the fleet key")
     else:
         host = (_first(environ, HOST_VARS) or (None, None))[1]
         url = (_first(environ, URL_VARS) or (None, None))[1]
-        key = (_first(environ, KEY_VARS) or (None, None))[1]
+        key = (_first(environ, KEY_VARS) or (None, None))[1] or _credential_key(environ)
     ca = _first(environ, CA_VARS)
     if ca is not None and not Path(ca[1]).is_file():
         raise SettingsError(f"{ca[0]}={ca[1]!r} is not a readable file (a PEM bundle of CA certificates)")

@@ -157,7 +157,7 @@ def _output(log: Path) -> list[str]:
             f"stdout_logfile_backups={LOG_BACKUPS}", ""]
 
 
-def render_unit(server: ServerSpec, placement: Placement, *, order: int, ports: dict[str, int],
+def render_unit(server: ServerSpec, placement: Placement, *, ports: dict[str, int],
                 settings: Settings, python: str, revision: str, gpu_count: int) -> Unit:
     program = program_name(server.name)
     env = environment(server, placement, settings, gpu_count)
@@ -169,7 +169,9 @@ def render_unit(server: ServerSpec, placement: Placement, *, order: int, ports: 
         "command=" + command_line(launcher_argv(server, placement, ports, settings, python)),
         f"directory={settings.data_dir}",
         "environment=" + environment_line(env),
-        f"priority={BASE_PRIORITY + (placement.order if placement.order >= 0 else order)}",
+        # One priority for every server: the launcher orders the starts on a card, and a priority from
+        # the server's place in name order would change (and restart) every later server when one is added.
+        f"priority={BASE_PRIORITY}",
         "autostart=true",
         "autorestart=true",
         f"startsecs={settings.startsecs}",

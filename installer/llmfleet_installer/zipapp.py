@@ -6,6 +6,7 @@ timestamps and order), so the same sources always give the same sha256.
 
     python3 llmfleet-box.pyz [installer args...]       -> llmfleet_installer.main.main
     python3 llmfleet-box.pyz gateway [gateway args...]  -> llmfleet_gateway.cli.main
+    python3 -S llmfleet-box.pyz agent [--once]          -> llmfleet_installer.agent.main (the box agent)
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import sys
 if len(sys.argv) > 1 and sys.argv[1] == "gateway":
     from llmfleet_gateway.cli import main as gateway_main
     raise SystemExit(gateway_main(sys.argv[2:]))
+if len(sys.argv) > 1 and sys.argv[1] == "agent":
+    from llmfleet_installer.agent import main as agent_main
+    raise SystemExit(agent_main(sys.argv[2:]))
 from llmfleet_installer.main import main
 raise SystemExit(main(sys.argv[1:]))
 '''

@@ -42,8 +42,8 @@ def install(tmp_path: Path, servers: tuple[ServerSpec, ...], gpus: tuple[Gpu, ..
     fit = check_fit(servers, gpus, None, running=read_running(settings.conf_dir, servers))
     assert fit.ok, fit.problems
     ports = {s.name: s.port for s in servers}
-    units = [render_unit(s, fit.placements[s.name], order=i, ports=ports, settings=settings, python="python3",
-                         revision="r", gpu_count=len(gpus)) for i, s in enumerate(servers)]
+    units = [render_unit(s, fit.placements[s.name], ports=ports, settings=settings, python="python3",
+                         revision="r", gpu_count=len(gpus)) for s in servers]
     write_units(settings, units)
     return {u.server: u for u in units}
 
@@ -56,7 +56,7 @@ def test_a_server_added_where_it_fits_leaves_the_running_programs_byte_identical
     assert third["a"].text == first["a"].text
     assert "--gpu-memory-utilization 0.325" in first["a"].text
     assert "--after a=8001" in third["c"].text  # a new server boots after the ones that run
-    assert "priority=101" in third["c"].text  # after a's priority (100), whatever its place in the JSON
+    assert "priority=100" in third["c"].text and "priority=100" in third["a"].text  # one priority: the launcher orders
     assert present_servers(settings_in(tmp_path).launcher_path.parent / PRESENT) == {("a", 8001), ("c", 8003)}
 
 
@@ -83,8 +83,8 @@ def test_programs_read_back_as_written(tmp_path: Path) -> None:
     a, b = server("a", 10, 8001, args=("-tp", "2")), server("b", 10, 8002)
     install(tmp_path, (a, b), (gpu(0), gpu(1), gpu(2)))
     running = read_running(settings_in(tmp_path).conf_dir, (a, b))
-    assert running["a"] == Running(share=pytest.approx(0.9), gpus=(0, 1), after=(), order=0)  # type: ignore[arg-type]
-    assert running["b"].gpus == (2,) and running["b"].order == 1
+    assert running["a"] == Running(share=pytest.approx(0.9), gpus=(0, 1), after=())  # type: ignore[arg-type]
+    assert running["b"].gpus == (2,)
 
 
 def test_a_running_server_keeps_its_gpus_when_the_set_changes(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
     box = parse_box(box_json, BOX)
     small = next(s for s in box.servers if s.name == "small")
     ports = {s.name: s.port for s in box.servers}
-    unit = render_unit(small, Placement(gpus=(0, 1), gpu_memory_utilization=0.42, after=("large",)), order=1,
+    unit = render_unit(small, Placement(gpus=(0, 1), gpu_memory_utilization=0.42, after=("large",)),
                        ports=ports, settings=settings, python="/usr/bin/python3", revision="abc123", gpu_count=2)
     unit.path.write_text(unit.text)
     settings.log_dir.mkdir(parents=True)  # supervisord refuses a log file in a missing directory
@@ -111,7 +111,7 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
     assert config.stdout_logfile == str(tmp_path / "data/llmfleet/logs/small.log")
     assert config.stdout_logfile_maxbytes == 50 * 1024 * 1024
     assert config.stdout_logfile_backups == 5
-    assert config.priority == 101
+    assert config.priority == 100  # the same for every server: see test_agent.py
     assert small.api_key not in unit.shown
     assert "VLLM_API_KEY=\"<redacted sha256:" in unit.shown
 
@@ -119,7 +119,7 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
 def test_single_gpu_box_sets_no_cuda_visible_devices(tmp_path: Path, box_json: dict[str, Any]) -> None:
     settings = load({"LLMFLEET_DATA_DIR": str(tmp_path)}, need_control_plane=False)
     server = parse_box(box_json, BOX).servers[0]
-    unit = render_unit(server, Placement((0,), None, ()), order=0, ports={}, settings=settings,
+    unit = render_unit(server, Placement((0,), None, ()), ports={}, settings=settings,
                        python="python3", revision="r", gpu_count=1)
     assert "CUDA_VISIBLE_DEVICES" not in unit.text
     assert "--gpu-memory-utilization" not in unit.text

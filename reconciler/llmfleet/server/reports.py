@@ -84,7 +84,7 @@ def parse_report(body: bytes, box: str, peer: str, received_at: float) -> BoxRep
         raise ReportError(f"{where}: {message}{more}")
     return BoxReport(box=box, received_at=received_at, peer=peer, revision=document["revision"],
                      installer_version=document["installer_version"], outcome=ReportOutcome(document["outcome"]),
-                     body=freeze_mapping(document))
+                     body=freeze_mapping(document), agent=document.get("agent", False) is True)
 
 
 def staleness(report: BoxReport, served: dict[str, Any]) -> dict[str, Any]:
@@ -101,5 +101,5 @@ def staleness(report: BoxReport, served: dict[str, Any]) -> dict[str, Any]:
 
 def report_json(report: BoxReport) -> dict[str, Any]:
     return {"box": report.box, "received_at": report.received_at, "peer": report.peer, "revision": report.revision,
-            "installer_version": report.installer_version, "outcome": report.outcome.value,
+            "installer_version": report.installer_version, "outcome": report.outcome.value, "agent": report.agent,
             "report": thaw(report.body)}

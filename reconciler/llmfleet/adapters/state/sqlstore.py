@@ -81,9 +81,11 @@ def _fetch(row: Row) -> FetchRecord:
 
 
 def _report(row: Row) -> BoxReport:
+    """`agent` is read from the stored body (the whole validated report), so no column or migration."""
+    body = freeze_mapping(json.loads(row["body"]))
     return BoxReport(box=row["box"], received_at=row["received_at"], peer=row["peer"], revision=row["revision"],
                      installer_version=row["installer_version"], outcome=ReportOutcome(row["outcome"]),
-                     body=freeze_mapping(json.loads(row["body"])))
+                     body=body, agent=body.get("agent", False) is True)
 
 
 class SqlStateStore(ControlTables):

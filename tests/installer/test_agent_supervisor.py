@@ -1,0 +1,125 @@
+"""The installer installs and removes the box agent under a real supervisord (from PyPI): the program runs
+the agent from its copy of the box program; a JSON without `agent` stops and removes it and its files;
+the report says `agent` only while the agent runs. And an apply that supervisord refuses is tried
+again, not taken as applied."""
+
+from __future__ import annotations
+
+import copy
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmfleet_installer import agent as agent_module
+from llmfleet_installer.agent import USER_AGENT, Agent
+from llmfleet_installer.fetch import Client
+from llmfleet_installer.handover import update_later
+from llmfleet_installer.main import main
+from llmfleet_installer.settings import load
+from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane
+from tests.installer.realprocs import Supervisor, pid_alive, wait_until, write_supervisord_conf
+
+pytestmark = pytest.mark.slow
+
+
+def with_agent(box_json: dict[str, Any], poll_s: int = 3600) -> dict[str, Any]:
+    return {**copy.deepcopy(box_json), "agent": {"poll_s": poll_s}}
+
+
+@pytest.fixture
+def plane(control_plane: FakeControlPlane, box_json: dict[str, Any], box_env: Path,
+          monkeypatch: pytest.MonkeyPatch) -> FakeControlPlane:
+    control_plane.boxes[BOX] = with_agent(box_json)
+    monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
+    return control_plane
+
+
+def test_installer_installs_then_removes_the_agent(supervisor: Supervisor, plane: FakeControlPlane,
+                                                   box_json: dict[str, Any], box_env: Path) -> None:
+    assert main(["--handover", "update"]) == 0
+    assert plane.reports[-1]["agent"] is True
+    wait_until("the agent RUNNING", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING", 60)
+    settings = load()
+    key = settings.agent_credentials_dir / "fleet-key"
+    assert key.read_text().strip() == FLEET_KEY
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(settings.agent_credentials_dir.stat().st_mode) == 0o700
+    assert settings.agent_program_path.is_file()
+    assert settings.agent_state_path.is_file()
+    agent_pid = int(supervisor.ctl("pid", "llmfleet-agent").strip())
+    # Its first poll finds the config the installer applied: nothing applied, nothing reported.
+    wait_until("the agent's first poll", lambda: len([r for r in plane.requests
+                                                      if r["headers"].get("user-agent") == USER_AGENT]) >= 1, 60)
+    assert len(plane.reports) == 1
+
+    # The same JSON again (a re-provisioned box): the agent keeps running, not restarted.
+    assert main(["--handover", "update"]) == 0
+    assert int(supervisor.ctl("pid", "llmfleet-agent").strip()) == agent_pid
+
+    # The JSON drops the agent: the installer stops and removes it, and reports without `agent`.
+    plane.boxes[BOX] = copy.deepcopy(box_json)
+    assert main(["--handover", "update"]) == 0
+    assert "agent" not in plane.reports[-1]
+    assert "llmfleet-agent" in plane.reports[-1]["units_removed"]
+    assert "llmfleet-agent" not in supervisor.states()
+    wait_until("the agent process gone", lambda: not pid_alive(agent_pid), 30)
+    assert not key.exists()
+    assert not settings.agent_state_path.exists()
+    assert not settings.agent_program_path.exists()
+    assert not (settings.conf_dir / "llmfleet-agent.conf").exists()
+
+
+def test_an_apply_supervisord_refuses_is_tried_again(plane: FakeControlPlane, box_env: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    socketless = tmp_path / "no-supervisord"
+    socketless.mkdir()
+    config = write_supervisord_conf(socketless, socketless, tmp_path / "conf.d")  # nothing listens there
+    monkeypatch.setenv("LLMFLEET_SUPERVISOR_CONFIG", str(config))
+    settings = load()
+    assert settings.url is not None
+    agent = Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
+                  uniform=lambda low, high: 1.0)
+    first = agent.poll()
+    assert first.result == "retry"
+    assert agent.failures == 1
+    assert agent.applied is None
+    assert plane.reports[-1]["outcome"] == "failed"
+    assert "supervisorctl" in plane.reports[-1]["message"]
+    second = agent.poll()  # the same body: applied again, not skipped as done
+    assert second.result == "retry"
+    assert agent.failures == 2
+    assert agent.next_delay() == 4 * agent.poll_s
+    assert os.environ["LLMFLEET_SUPERVISOR_CONFIG"] == str(config)
+
+
+def test_the_agent_leaves_its_own_restart_to_a_detached_update(supervisor: Supervisor, plane: FakeControlPlane,
+                                                               box_json: dict[str, Any],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An apply whose settings change the agent's own program (here: another startsecs) updates every
+    other program itself and has supervisord restart the agent afterwards, so the agent is never
+    stopped in the middle of its own `supervisorctl update`."""
+    assert main(["--handover", "update"]) == 0
+    wait_until("the agent RUNNING", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING", 60)
+    agent_pid = int(supervisor.ctl("pid", "llmfleet-agent").strip())
+    plane.boxes[BOX] = {**plane.boxes[BOX], "revision": "a-new-revision"}
+    monkeypatch.setenv("LLMFLEET_STARTSECS", "2")
+    settings = load()
+    assert settings.url is not None
+    agent = Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
+                  uniform=lambda low, high: 1.0)
+    later: list[str] = []
+    monkeypatch.setattr(agent_module, "update_later", lambda settings, group: later.append(group))
+    outcome = agent.poll()
+    assert outcome.result == "applied"
+    assert plane.reports[-1]["revision"] == "a-new-revision"
+    assert plane.reports[-1]["agent"] is True
+    assert later == ["llmfleet-agent"]
+    assert int(supervisor.ctl("pid", "llmfleet-agent").strip()) == agent_pid  # its own update left it alone
+    assert "llmfleet-agent: changed" in supervisor.ctl("reread")
+    update_later(settings, "llmfleet-agent")  # what the agent started, in its own session
+    wait_until("the agent restarted by supervisord", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING"
+               and int(supervisor.ctl("pid", "llmfleet-agent").strip() or 0) not in (0, agent_pid), 60)
+    assert not pid_alive(agent_pid)
