@@ -5,4 +5,7 @@ reads. Standard library only (it ships in the box zipapp and runs with `python3 
   llmfleet manages, the gateway's credentials).
 - `secretref`: `${env:NAME}`, `${file:PATH}` and `${cred:NAME}` secret references.
 - `addresses`: host and address helpers (IPv4-mapped IPv6, loopback).
+- `logfmt`: the one log format (JSON lines) of every llmfleet process.
 """
+
+__version__ = "0.1.0"  # the box side's version (the gateway's --version); tests/test_packaging.py ties it to llmfleet

@@ -54,6 +54,7 @@ TAKEN: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     "/litellm/write_concurrency": lambda c: c.litellm.write_concurrency if c.litellm else None,
     "/reconcile/enabled": lambda c: c.reconcile.enabled,
     "/reconcile/dry_run": lambda c: c.reconcile.dry_run,
+    "/log_level": lambda c: c.log_level,
 }
 
 

@@ -24,7 +24,8 @@ from llmfleet.cli.passes import (
 )
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.job.loop import LOG, run_forever
-from llmfleet.logs import log_event
+from llmfleet.logs import log_event, resolve_level, set_level
+from llmfleet_contract.logfmt import add_level_argument
 
 
 def register(subparsers: Any) -> None:
@@ -39,11 +40,13 @@ def register(subparsers: Any) -> None:
     when.add_argument("--once", action="store_true", help="run one pass and exit with its status")
     parser.add_argument("--metrics-listen", metavar="HOST:PORT",
                         help="serve Prometheus metrics there while looping")
+    add_level_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
+    set_level(resolve_level(args.log_level, default=config.settings.log_level))  # the flag, else the env or the file
     require_writer(config, "reconcile")
     fleet = load_fleet(args, config)  # the first revision must be valid
     runner = PassRunner(args, config)
