@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import re
 import shutil
 import sys
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from llmfleet_contract.report import ReportOutcome, ServerState
-from llmfleet_installer import __version__
+from llmfleet_installer import __version__, logs
 from llmfleet_installer.boxgateway import (
     BoxGatewayError,
     GatewayPlan,
@@ -58,7 +59,7 @@ SETTLE_POLL_S = 1.0
 
 
 def log(message: str) -> None:
-    print(f"llmfleet-installer: {message}", file=sys.stderr, flush=True)
+    logs.log(message, logging.WARNING if message.startswith(("warning:", "would fail:")) else logging.INFO)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -80,6 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--assume-gpus", metavar="COUNTxGB",
                         help="with --dry-run on a machine without GPUs: divide COUNT cards of GB each (e.g. 1x80)")
     parser.add_argument("--version", action="version", version=f"llmfleet-installer {__version__}")
+    logs.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.assume_gpus and not args.dry_run:
         parser.error("--assume-gpus is only for --dry-run")
@@ -173,10 +175,10 @@ class Installer:
             self.client.send_report(body, deadline_s=min(REPORT_DEADLINE_S, self.settings.fetch_deadline_s))
             log(f"reported {outcome} to the control plane")
         except FetchError as exc:
-            log(f"could not report to the control plane (the install stands): {exc}")
+            logs.log(f"could not report to the control plane (the install stands): {exc}", logging.WARNING)
 
     def fail(self, outcome: ReportOutcome, message: str) -> int:
-        log(message)
+        logs.log(message, logging.ERROR)
         self.report(outcome, message)
         return EXIT_FAILED
 
@@ -205,7 +207,7 @@ class Installer:
         try:
             self.box = self.load_box()
         except FetchError as exc:
-            log(str(exc))  # the control plane is unusable, so there is no report to send
+            logs.log(str(exc), logging.ERROR)  # the control plane is unusable, so there is no report to send
             return EXIT_FAILED
         except BoxJsonError as exc:
             return self.fail(ReportOutcome.FAILED, "the box JSON is not usable: " + "; ".join(exc.problems))
@@ -315,7 +317,7 @@ class Installer:
             try:
                 exec_supervisord(self.settings)
             except HandoverError as exc:
-                log(str(exc))
+                logs.log(str(exc), logging.ERROR)
                 return EXIT_FAILED
         log(message)
         return EXIT_OK
@@ -324,9 +326,14 @@ class Installer:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        logs.setup(args, "llmfleet-installer")
+    except ValueError as exc:
+        print(f"llmfleet-installer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         settings = load(need_control_plane=args.config_file is None)
     except SettingsError as exc:
-        log(str(exc))
+        logs.log(str(exc), logging.ERROR)
         return EXIT_USAGE
     installer = Installer(args, resolve_vllm(settings))
     try:
