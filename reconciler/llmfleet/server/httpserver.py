@@ -50,6 +50,7 @@ from tornado.iostream import IOStream
 from tornado.wsgi import WSGIContainer
 
 from llmfleet.logs import get_logger, log_event
+from llmfleet.server.accesslog import access_logged
 from llmfleet.server.guard import BodyBudget, ConnectionCaps, Refusal, body_share
 from llmfleet.settings import ControlPlaneConfig, Listen
 
@@ -330,7 +331,7 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     executor = ThreadPoolExecutor(config.threads, thread_name_prefix="llmfleet-request")
     inflight = InFlight()
     server = ControlPlaneHTTPServer(
-        _Container(inflight.wrap(app), executor=executor), ssl_options=tls_context(config),
+        _Container(inflight.wrap(access_logged(app)), executor=executor), ssl_options=tls_context(config),
         max_header_size=limits.max_header_bytes, idle_connection_timeout=limits.header_timeout_s,
         body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY, decompress_request=False, xheaders=False)
     server.guard(ConnectionCaps(max_total, limits.max_connections_per_peer, config.trusted_proxies),
