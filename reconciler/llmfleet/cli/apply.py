@@ -1,12 +1,21 @@
-"""`llmfleet apply`: one reconcile pass that executes its plan."""
+"""`llmfleet apply`: one reconcile pass that executes its plan.
+
+Like `terraform apply`: on a terminal it plans first, shows the plan and applies it only after the
+answer `yes`, and then exactly the plan shown (if the fleet or LiteLLM moved in between, nothing is
+written: plan again). `--yes` applies without asking. Without a terminal on stdin (cron, CI, a script)
+it refuses unless `--yes`: nobody is there to answer. Applying a saved plan (`llmfleet plan --out FILE`,
+then `llmfleet apply FILE`) asks nothing: that plan was the one reviewed, and it is applied only if the
+fleet still plans exactly it. Nor does a `reconcile.dry_run` config, which writes nothing.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from typing import Any
 
-from llmfleet.cli.common import CommandError
+from llmfleet.cli.common import EXIT_USAGE, CommandError
 from llmfleet.cli.passes import (
     EXIT_ERROR,
     EXIT_OK,
@@ -19,7 +28,12 @@ from llmfleet.cli.passes import (
     print_outcome,
     require_writer,
 )
-from llmfleet.job.saved import PlanFileError, SavedPlan
+from llmfleet.job.saved import PlanFileError, SavedPlan, signature
+
+PROMPT = "Do you want to perform these actions? Only 'yes' will be accepted to approve.\n  Enter a value: "
+NOT_A_TERMINAL = ("refusing to apply without confirmation: stdin is not a terminal, so nobody can answer. Review "
+                  "the plan (llmfleet plan), then pass --yes; or save it (llmfleet plan --out FILE) and apply "
+                  "exactly that (llmfleet apply FILE)")
 
 
 def register(subparsers: Any) -> None:
@@ -31,6 +45,8 @@ def register(subparsers: Any) -> None:
     add_pass_arguments(parser)
     add_adopt_arguments(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--yes", "--auto-approve", dest="yes", action="store_true",
+                        help="apply without showing the plan and asking first (needed when stdin is not a terminal)")
     parser.set_defaults(run=run)
 
 
@@ -44,7 +60,24 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), EXIT_ERROR) from None
     if saved is not None and saved.adopt_source is not None and not args.adopt:
         args.adopt = saved.adopt_source  # the plan adopted that owner's deployments: apply it the same way
-    outcome = asyncio.run(PassRunner(args, config).locked_apply(fleet, saved))
+    runner = PassRunner(args, config)
+    if saved is None and not args.yes and not config.dry_run:
+        if not sys.stdin.isatty():
+            raise CommandError(NOT_A_TERMINAL, EXIT_USAGE)
+        shown = asyncio.run(runner.run(fleet, apply=False, record=False))
+        print_outcome(shown, args.format)
+        if shown.plan.empty:
+            return apply_exit_code(shown)  # nothing to do: nothing to ask
+        try:
+            answer = input("\n" + PROMPT)
+        except EOFError:
+            answer = ""
+        if answer.strip() != "yes":
+            print("\nApply cancelled: nothing was written.")
+            return EXIT_ERROR
+        saved = SavedPlan("the plan shown above", shown.plan.revision, signature(shown.plan),
+                          args.adopt if getattr(args, "adopt", None) else None)
+    outcome = asyncio.run(runner.locked_apply(fleet, saved))
     if outcome is None:
         print("skipped: another reconcile pass is running")
         return EXIT_OK
