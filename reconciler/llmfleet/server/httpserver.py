@@ -84,8 +84,8 @@ def raise_fd_limit(wanted: int) -> int:
 
 def quiet_tornado_logs() -> None:
     """Tornado's own log lines go to the JSON log without their arguments (a malformed-request line
-    would otherwise quote what the client sent, Authorization included); its access log is off (the
-    app logs every box request itself)."""
+    would otherwise quote what the client sent, Authorization included); its access log is off (ours,
+    llmfleet.server.accesslog and the box blueprint's, log every answer without a secret)."""
     logging.getLogger("tornado.access").disabled = True
     forward = logging.getLogger("llmfleet.http")
 
