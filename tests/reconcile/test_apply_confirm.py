@@ -89,6 +89,7 @@ def test_on_a_terminal_it_shows_the_plan_and_asks(world: tuple[FakeLitellmHttp, 
     assert code == 0, out
     assert list(fake.rows) == [ident]
     assert f"ok     create  {ident}" in out
+    assert out.count("Plan: 1 to add") == 1  # shown once, before the question
     code, out = apply(config, env, answer="")  # nothing to do: nothing asked
     assert code == 0, out
     assert "No changes." in out and "Do you want" not in out

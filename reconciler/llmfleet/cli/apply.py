@@ -30,6 +30,7 @@ from llmfleet.cli.passes import (
 )
 from llmfleet.job.saved import PlanFileError, SavedPlan, signature
 
+SHOWN = "the plan shown above"  # a SavedPlan's path when it is the plan apply just showed
 PROMPT = "Do you want to perform these actions? Only 'yes' will be accepted to approve.\n  Enter a value: "
 NOT_A_TERMINAL = ("refusing to apply without confirmation: stdin is not a terminal, so nobody can answer. Review "
                   "the plan (llmfleet plan), then pass --yes; or save it (llmfleet plan --out FILE) and apply "
@@ -68,18 +69,17 @@ def run(args: argparse.Namespace) -> int:
         print_outcome(shown, args.format)
         if shown.plan.empty:
             return apply_exit_code(shown)  # nothing to do: nothing to ask
-        try:
-            answer = input("\n" + PROMPT)
-        except EOFError:
-            answer = ""
+        ask = sys.stderr if args.format == "json" else sys.stdout  # stdout stays one JSON document
+        print("\n" + PROMPT, end="", file=ask, flush=True)
+        answer = sys.stdin.readline()  # "" at the end of input: not a yes
         if answer.strip() != "yes":
-            print("\nApply cancelled: nothing was written.")
+            print("\nApply cancelled: nothing was written.", file=ask)
             return EXIT_ERROR
-        saved = SavedPlan("the plan shown above", shown.plan.revision, signature(shown.plan),
+        saved = SavedPlan(SHOWN, shown.plan.revision, signature(shown.plan),
                           args.adopt if getattr(args, "adopt", None) else None)
     outcome = asyncio.run(runner.locked_apply(fleet, saved))
     if outcome is None:
         print("skipped: another reconcile pass is running")
         return EXIT_OK
-    print_outcome(outcome, args.format)
+    print_outcome(outcome, args.format, plan=saved is None or saved.path != SHOWN)
     return apply_exit_code(outcome)
