@@ -21,6 +21,7 @@ from llmfleet.adapters.state.passes import PassRecord
 from llmfleet.errors import LockHeld
 from llmfleet.job.metrics import PassMetrics
 from llmfleet.logs import get_logger, log_event
+from llmfleet_contract.logfmt import iso_utc
 
 __all__ = ["LOG", "LockHeld", "log_pass", "next_delay", "pass_lock", "run_forever"]
 
@@ -29,6 +30,7 @@ LOG = get_logger("reconcile")
 
 def log_pass(record: PassRecord) -> None:
     data = record.to_json()
+    data["started_at"] = iso_utc(record.started_at)  # the log's own time format; the stored record keeps epoch
     log_event(LOG, "reconcile_pass", logging.INFO if record.ok else logging.ERROR, ok=record.ok, **data)
 
 
