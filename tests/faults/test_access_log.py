@@ -1,7 +1,7 @@
 """The access log of pages and APIs, against the real `llmfleet serve`: one `request` line per answer
-(method, path, query parameter names, status, bytes, ms, peer, role), none for the box contract's
-/vllm/* (its own `box request` line is the one), and never a token, cookie, Authorization header, fleet
-key or query value, even when a client puts a secret in each of them."""
+(method, the route's path, query parameter names, status, bytes, ms, peer, role), none for the box
+contract's /vllm/* (its own `box request` line is the one), and never a token, cookie, Authorization
+header, fleet key, query value or unknown path, even when a client puts a secret in each of them."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def test_pages_and_apis_are_logged_without_a_secret(tmp_path: Path, start_plane:
     assert plane.get("/admin/reports", {"Authorization": "Bearer wrong-token-abcdefghijklmnopqrstuvwxyz"})[0] == 403
     assert plane.get("/health", {"Cookie": f"{COOKIE}={session}"})[0] == 200
     assert plane.get(f"/no/such/page?secret={HOOK_SECRET}")[0] == 404
+    assert plane.get(f"/{FLEET_KEY}")[0] == 404  # a key pasted where a path goes: the path is not logged
     assert request(plane.url + "/vllm/config", box_headers())[0] == 200
     assert plane.stop() == 0
 
@@ -35,8 +36,8 @@ def test_pages_and_apis_are_logged_without_a_secret(tmp_path: Path, start_plane:
     assert {("GET", "/login", 200, "none"), ("POST", "/login", 302, "none"), ("GET", "/", 200, "viewer"),
             ("GET", "/admin/reports", 200, "viewer"), ("GET", "/admin/reports", 200, "admin"),
             ("GET", "/admin/reports", 403, "none"), ("GET", "/health", 200, "none"),
-            ("GET", "/no/such/page", 404, "none")} <= seen
-    assert not [e for e in lines if e["path"].startswith("/vllm/")]  # logged once, as a box request
+            ("GET", None, 404, "none")} <= seen
+    assert not [e for e in lines if (e["path"] or "").startswith("/vllm/")]  # logged once, as a box request
     assert len(plane.log_events("box request")) == 1
     for entry in lines:
         assert entry["logger"] == "llmfleet.access" and entry["level"] == "info"

@@ -1,9 +1,12 @@
 """The access log of pages and APIs: one `request` line per answer, written by a WSGI wrapper around
 the app (so 404s, 405s and refusals are logged like the rest).
 
-    {"ts":...,"level":"info","logger":"llmfleet.access","event":"request","method":"GET","path":"/boxes",
+    {"ts":...,"level":"info","logger":"llmfleet.access","event":"request","method":"GET","path":"/history",
      "query":["page"],"status":200,"bytes":5120,"ms":3.1,"peer":"127.0.0.1","role":"viewer"}
 
+`path` is the app's route that answered (its rule, e.g. `/admin/reports`), never the raw path a client
+sent: an unknown path is logged as null, since a client can put anything in it (`GET /<fleet key>`
+from a mistyped command), and a route with variables would be logged as its rule.
 What it never holds: a query string's values (only the parameter names: a token pasted into a URL stays
 out), a header (Authorization, Cookie), a body (the login form), a token, a cookie or the fleet key.
 `role` is what the request was granted (`access.requires` notes it: viewer, admin), else "none".
@@ -19,10 +22,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl
 
+from flask import Flask, request
+
 from llmfleet.logs import get_logger, log_event
 
 log = get_logger("access")
 ROLE_KEY = "llmfleet.role"  # in the WSGI environment: the role `requires` granted
+ROUTE_KEY = "llmfleet.route"  # in the WSGI environment: the rule of the route that matched
 BOX_PREFIX = "/vllm/"  # logged by the box blueprint ("box request")
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -37,12 +43,20 @@ def query_names(query: str) -> list[str]:
     return names
 
 
+def _note_route() -> None:
+    rule = request.url_rule
+    if rule is not None:
+        request.environ[ROUTE_KEY] = rule.rule
+
+
 def access_logged(app: WsgiApp) -> WsgiApp:
-    """`app`, with one access-log line per answer outside /vllm/*."""
+    """`app`, with one access-log line per answer outside /vllm/*. A Flask app gets a first
+    before_request hook that notes the matched route (it runs for unrouted requests too)."""
+    if isinstance(app, Flask):
+        app.before_request_funcs.setdefault(None, []).insert(0, _note_route)
 
     def logged(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = str(environ.get("PATH_INFO", ""))
-        if path.startswith(BOX_PREFIX):
+        if str(environ.get("PATH_INFO", "")).startswith(BOX_PREFIX):
             return app(environ, start_response)
         started = time.perf_counter()
         status = [0]
@@ -54,9 +68,9 @@ def access_logged(app: WsgiApp) -> WsgiApp:
         try:
             body = app(environ, start)
         except Exception:
-            _log(environ, path, 500, 0, started)
+            _log(environ, 500, 0, started)
             raise
-        return _counted(body, lambda sent: _log(environ, path, status[0], sent, started))
+        return _counted(body, lambda sent: _log(environ, status[0], sent, started))
 
     return logged
 
@@ -74,9 +88,9 @@ def _counted(body: Iterable[bytes], done: Callable[[int], None]) -> Iterator[byt
         done(sent)
 
 
-def _log(environ: dict[str, Any], path: str, status: int, sent: int, started: float) -> None:
+def _log(environ: dict[str, Any], status: int, sent: int, started: float) -> None:
     log_event(log, "request", logging.WARNING if status >= 500 else logging.INFO,
-              method=str(environ.get("REQUEST_METHOD", "")), path=path,
+              method=str(environ.get("REQUEST_METHOD", "")), path=environ.get(ROUTE_KEY),
               query=query_names(str(environ.get("QUERY_STRING", ""))), status=status, bytes=sent,
               ms=round((time.perf_counter() - started) * 1000, 2), peer=environ.get("REMOTE_ADDR"),
               role=environ.get(ROLE_KEY, "none"))
