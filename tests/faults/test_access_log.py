@@ -47,3 +47,17 @@ def test_pages_and_apis_are_logged_without_a_secret(tmp_path: Path, start_plane:
     text = plane.log.read_text()
     for secret in (VIEWER_TOKEN, ADMIN_TOKEN, FLEET_KEY, HOOK_SECRET, session, cookie, csrf, "wrong-token-abc"):
         assert secret not in text, secret
+
+
+def test_serve_takes_its_level_from_the_config_and_the_environment(tmp_path: Path,
+                                                                    start_plane: Callable[..., ControlPlane]) -> None:
+    """log_level: error in the config drops the info lines (start-up, access log); LLMFLEET_LOG_LEVEL
+    overrides the config."""
+    document = plane_document(tmp_path, repo_path=ROOT / "fleet-repo-example", log_level="error")
+    quiet = start_plane(document, name="quiet")
+    loud = start_plane(document, name="loud", env={"LLMFLEET_LOG_LEVEL": "info"})
+    for plane in (quiet, loud):
+        assert plane.get("/health")[0] == 200
+        assert plane.stop() == 0
+    assert quiet.log.read_text() == ""  # not a line: no info line, and nothing printed outside the log
+    assert {"serving revision", "request"} <= {e["event"] for e in loud.log_events()}
