@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from llmfleet import __version__ as control_plane_version
@@ -61,3 +62,15 @@ def test_a_config_error_while_serving_is_a_json_line(tmp_path: Path) -> None:
     assert entries and all(e["level"] == "error" and e["event"] == "invalid configuration" for e in entries)
     checked = gateway("--config", str(tmp_path / "missing.json"), "--check", cwd=tmp_path)  # a person reads this
     assert checked.returncode == 1 and not checked.stderr.startswith("{")
+
+
+def test_llmfleet_gateway_passes_its_log_level_on(tmp_path: Path) -> None:
+    """`llmfleet gateway --log-level critical`: the config error (an error line) is not logged."""
+    llmfleet = Path(sys.executable).parent / "llmfleet"
+    command = [str(llmfleet), "gateway", "--config", str(tmp_path / "missing.json")]
+    quiet = subprocess.run([*command, "--log-level", "critical"], capture_output=True, text=True, timeout=60,
+                           check=False, cwd=tmp_path)
+    loud = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
+    assert quiet.returncode == loud.returncode == 1
+    assert quiet.stderr == ""
+    assert json.loads(loud.stderr.splitlines()[0])["event"] == "invalid configuration"
