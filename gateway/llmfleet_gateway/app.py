@@ -82,8 +82,8 @@ class _Model:
         if now - self.last_logged < LOG_INTERVAL:
             self.unlogged += 1
             return
-        more = f" ({self.unlogged} more since the last report)" if self.unlogged else ""
-        log.warning("model %s: upstream failed%s: %s%s", self.route.name, what, reason, more)
+        log.warning("upstream failed", extra={"fields": {"model": self.route.name, "where": what.strip() or None,
+                                                         "error": reason, "more_since_last": self.unlogged}})
         self.last_logged, self.unlogged = now, 0
 
 

@@ -1,7 +1,10 @@
-"""`llmfleet-gateway --config FILE [--check]` (also `llmfleet gateway`, `python3 box.pyz gateway`).
+"""`llmfleet-gateway --config FILE [--check] [--log-level LEVEL]` (also `llmfleet gateway`,
+`python3 box.pyz gateway`).
 
-Exit 0 after a clean stop or a valid `--check`, 1 on an invalid configuration or a failed bind.
-LLMhop's single-dash spellings (`-config`, `-check`) are accepted too.
+Exit 0 after a clean stop, a valid `--check` or `--version`, 1 on an invalid configuration or a failed
+bind. LLMhop's single-dash spellings (`-config`, `-check`) are accepted too. While it serves, every log
+line is JSON (llmfleet_contract.logfmt), at `--log-level`, else LLMFLEET_LOG_LEVEL, else info;
+`--check` answers in plain text.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ import logging
 import sys
 from pathlib import Path
 
+from llmfleet_contract.logfmt import add_level_argument, configure, resolve_level
 from llmfleet_gateway import __version__
 from llmfleet_gateway.config import ConfigError, load_config
+
+log = logging.getLogger("gateway")
 
 
 def build_parser(prog: str = "llmfleet-gateway") -> argparse.ArgumentParser:
@@ -29,20 +35,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", "-check", action="store_true",
                         help="validate the configuration and build the router without binding; secret references "
                              "are checked for syntax but not read. Exit 0 valid, 1 invalid")
+    add_level_argument(parser)
+    parser.add_argument("--version", action="version", version=f"llmfleet-gateway {__version__}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run(Path(args.config), check=args.check)
+    return run(Path(args.config), check=args.check, log_level=args.log_level)
 
 
-def run(config_path: Path, *, check: bool) -> int:
-    logging.basicConfig(level=logging.INFO, format="llmfleet-gateway: %(message)s", stream=sys.stderr)
+def run(config_path: Path, *, check: bool, log_level: str | None = None) -> int:
+    try:
+        level = resolve_level(log_level)
+    except ValueError as exc:
+        print(f"llmfleet-gateway: {exc}", file=sys.stderr)
+        return 2
+    configure(logging.getLogger(), level, fmt="text" if check else "json", prog="llmfleet-gateway")
     try:
         config = load_config(config_path, expand_secrets=not check)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            if check:
+                print(problem, file=sys.stderr)
+            else:
+                log.error("invalid configuration", extra={"fields": {"problem": problem}})
         return 1
     # Imported here so `--check` on a config error needs no aiohttp import time.
     from llmfleet_gateway.app import Gateway
@@ -56,5 +72,5 @@ def run(config_path: Path, *, check: bool) -> int:
     try:
         return serve_forever(serve(config))
     except (BindError, ProxyError) as exc:
-        print(f"llmfleet-gateway: {exc}", file=sys.stderr)
+        log.error("cannot serve", extra={"fields": {"error": str(exc)}})
         return 1

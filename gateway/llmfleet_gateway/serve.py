@@ -77,7 +77,7 @@ class _HeaderDeadline(RequestHandler):
         if not isinstance(exc, HttpProcessingError):
             return super().handle_error(request, status, exc, message)
         what = client_error(exc)
-        log.info("refused a malformed request from %s: %s", request.remote or "?", what)
+        log.info("refused a malformed request", extra={"fields": {"peer": request.remote or "?", "error": what}})
         response = Response(status=exc.code if 400 <= exc.code < 500 else 400, text=f"Bad Request: {what}\n",
                             content_type="text/plain")
         response.force_close()
@@ -150,11 +150,12 @@ async def serve(config: GatewayConfig) -> int:
         except OSError as exc:
             raise BindError(f"listen tcp {config.listen_address}: {exc.strerror or exc}") from None
         listed = len(config.listed)
-        log.info("listening on %s: %d models (%d listed)", config.listen_address, len(config.models), listed)
+        log.info("listening", extra={"fields": {"listen": config.listen_address, "models": len(config.models),
+                                                "listed": listed}})
         try:
             sd_notify("READY=1")
         except OSError as exc:
-            log.warning("cannot notify $NOTIFY_SOCKET: %s", exc.strerror or exc)
+            log.warning("cannot notify $NOTIFY_SOCKET", extra={"fields": {"error": str(exc.strerror or exc)}})
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -5,4 +5,10 @@ reads. Standard library only (it ships in the box zipapp and runs with `python3 
   llmfleet manages, the gateway's credentials).
 - `secretref`: `${env:NAME}`, `${file:PATH}` and `${cred:NAME}` secret references.
 - `addresses`: host and address helpers (IPv4-mapped IPv6, loopback).
+- `logfmt`: the one log format (JSON lines) of every llmfleet process.
+- `version`: llmfleet's one version.
 """
+
+from llmfleet_contract.version import __version__
+
+__all__ = ["__version__"]

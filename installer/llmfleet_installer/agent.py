@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from llmfleet_contract.boxjson import AGENT_POLL_S, AGENT_PROGRAM
-from llmfleet_installer import __version__
+from llmfleet_installer import __version__, logs
 from llmfleet_installer.fetch import Client, FetchError, check_url
 from llmfleet_installer.handover import HandoverError, WriteResult, reread, update_groups, update_later
 from llmfleet_installer.main import EXIT_OK, EXIT_USAGE, Installer, log, resolve_vllm, save_applied
@@ -214,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llmfleet-agent", description="Poll GET /vllm/config and apply a "
                                      "changed box JSON as the installer does (the Supervisor program llmfleet-agent).")
     parser.add_argument("--once", action="store_true", help="poll once (and apply a change), then exit")
+    logs.add_arguments(parser)
     args = parser.parse_args(argv)
+    try:
+        logs.setup(args, "llmfleet-agent")
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         settings = resolve_vllm(load())
         assert settings.url is not None

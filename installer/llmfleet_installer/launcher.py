@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import os
 import sys
 import time
@@ -32,9 +33,13 @@ from pathlib import Path
 POLL_S = 2.0
 
 
-def log(message: str) -> None:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-    print(f"{stamp} llmfleet-launch: {message}", flush=True)
+def log(message: str, level: str = "info") -> None:
+    """One line of the llmfleet log format (llmfleet_contract.logfmt, written out here: this file stands
+    alone on the box), into the program's log before vLLM's own lines."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+    print(json.dumps({"ts": stamp, "level": level, "logger": "llmfleet.launch", "event": message},
+                     separators=(",", ":")), flush=True)
 
 
 def healthy(host: str, port: int, timeout_s: float = 3.0) -> bool:
@@ -59,7 +64,7 @@ def wait_for(earlier: list[tuple[str, int]], host: str, timeout_s: float, poll_s
             break
         if time.monotonic() >= deadline:
             names = ", ".join(f"{name} (port {port})" for name, port in pending)
-            log(f"gave up waiting after {timeout_s:g} s for {names}; starting anyway")
+            log(f"gave up waiting after {timeout_s:g} s for {names}; starting anyway", "warning")
             return False
         time.sleep(poll_s)
     return True
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         os.execvp(command[0], command)  # noqa: S606 - becoming vLLM is the point
     except OSError as exc:
-        log(f"{args.name}: cannot run {command[0]}: {exc.strerror}")
+        log(f"{args.name}: cannot run {command[0]}: {exc.strerror}", "error")
     return 127  # execvp returns only by raising
 
 

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import logging
 import re
 import shutil
 import sys
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmfleet_contract.report import ReportOutcome, ServerState
-from llmfleet_installer import __version__
+from llmfleet_installer import __version__, logs
 from llmfleet_installer.agentsetup import plan_agent, remove_agent, write_agent
 from llmfleet_installer.boxgateway import (
     BoxGatewayError,
@@ -68,7 +69,7 @@ LOCK_WAIT_S = 900.0  # an installer waits this long for a box agent's apply to f
 
 
 def log(message: str) -> None:
-    print(f"llmfleet-installer: {message}", file=sys.stderr, flush=True)
+    logs.log(message, logging.WARNING if message.startswith(("warning:", "would fail:")) else logging.INFO)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,6 +91,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--assume-gpus", metavar="COUNTxGB",
                         help="with --dry-run on a machine without GPUs: divide COUNT cards of GB each (e.g. 1x80)")
     parser.add_argument("--version", action="version", version=f"llmfleet-installer {__version__}")
+    logs.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.assume_gpus and not args.dry_run:
         parser.error("--assume-gpus is only for --dry-run")
@@ -201,10 +203,10 @@ class Installer:
             self.client.send_report(body, deadline_s=min(REPORT_DEADLINE_S, self.settings.fetch_deadline_s))
             log(f"reported {outcome} to the control plane")
         except FetchError as exc:
-            log(f"could not report to the control plane (the install stands): {exc}")
+            logs.log(f"could not report to the control plane (the install stands): {exc}", logging.WARNING)
 
     def fail(self, outcome: ReportOutcome, message: str) -> int:
-        log(message)
+        logs.log(message, logging.ERROR)
         self.report(outcome, message)
         return EXIT_FAILED
 
@@ -237,7 +239,7 @@ class Installer:
         try:
             self.box = self.load_box()
         except FetchError as exc:
-            log(str(exc))  # the control plane is unusable, so there is no report to send
+            logs.log(str(exc), logging.ERROR)  # the control plane is unusable, so there is no report to send
             return EXIT_FAILED
         except BoxJsonError as exc:
             return self.fail(ReportOutcome.FAILED, "the box JSON is not usable: " + "; ".join(exc.problems))
@@ -389,7 +391,7 @@ class Installer:
             try:
                 exec_supervisord(self.settings)
             except HandoverError as exc:
-                log(str(exc))
+                logs.log(str(exc), logging.ERROR)
                 return EXIT_FAILED
         log(message)
         return EXIT_OK
@@ -398,9 +400,14 @@ class Installer:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        logs.setup(args, "llmfleet-installer")
+    except ValueError as exc:
+        print(f"llmfleet-installer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         settings = load(need_control_plane=args.config_file is None)
     except SettingsError as exc:
-        log(str(exc))
+        logs.log(str(exc), logging.ERROR)
         return EXIT_USAGE
     installer = Installer(args, resolve_vllm(settings))
     try:

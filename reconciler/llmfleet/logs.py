@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line on stderr, one line per event.
+"""Structured logs: one JSON object per line on stderr, one line per event, in the format every
+llmfleet process writes (llmfleet_contract.logfmt: ts, level, logger, event, then the fields).
 
 Callers pass fields explicitly (`log_event(log, "fetch", status=200, ...)`); nothing reaches a log
 line implicitly, which is how secrets stay out: no field ever carries a key, token, salt or bearer.
@@ -6,36 +7,18 @@ line implicitly, which is how secrets stay out: no field ever carries a key, tok
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
-import time
 from typing import IO, Any
 
+from llmfleet_contract.logfmt import MAX_FIELD, JsonLineFormatter, resolve_level
+
+__all__ = ["LOGGER", "MAX_FIELD", "BufferedStreamHandler", "JsonFormatter", "get_logger", "log_event", "resolve_level",
+           "set_level", "setup_logging"]
+
 LOGGER = "llmfleet"
-MAX_FIELD = 512  # header values are client-controlled: cap what one of them can put in a line
-
-
-def _clip(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > MAX_FIELD:
-        return value[:MAX_FIELD] + f"...(+{len(value) - MAX_FIELD} chars)"
-    return value
-
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        payload: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "event": record.getMessage(),
-        }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            payload.update({k: _clip(v) for k, v in fields.items()})
-        if record.exc_info and record.exc_info[0] is not None:
-            payload["exception"] = record.exc_info[0].__name__
-        return json.dumps(payload, default=str, separators=(",", ":"))
+JsonFormatter = JsonLineFormatter  # the one format, defined in the box contract (llmfleet_contract.logfmt)
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -110,3 +93,8 @@ def setup_logging(stream: IO[str] | None = None, level: int = logging.INFO, *, b
     handler.setFormatter(JsonFormatter())
     handler._llmfleet = True  # type: ignore[attr-defined]
     root.addHandler(handler)
+
+
+def set_level(level: int) -> None:
+    """Change the level of every `llmfleet` logger (after the config named one)."""
+    logging.getLogger(LOGGER).setLevel(level)

@@ -37,6 +37,7 @@ from llmfleet.core.secret import Secret
 from llmfleet.errors import ConfigurationError
 from llmfleet_contract import secretref
 from llmfleet_contract.addresses import is_loopback
+from llmfleet_contract.logfmt import LEVEL_ENV, LEVELS
 
 SCHEMA = "control-plane"
 DEFAULTS: Mapping[str, Any] = schema_defaults(SCHEMA)  # by pointer: the schema's `default`s, the only ones
@@ -215,6 +216,7 @@ class ControlPlaneConfig:
     providers: ProvidersConfig
     reconcile: ReconcileConfig
     notifications: NotificationsConfig
+    log_level: str  # LLMFLEET_LOG_LEVEL, else the file's log_level; `--log-level` overrides it (llmfleet.logs)
 
     @property
     def where(self) -> str:
@@ -279,6 +281,12 @@ class _Builder:
             return None
         candidate = Path(os.path.expanduser(value))
         return Path(os.path.normpath(candidate if candidate.is_absolute() else self.base / candidate))
+
+    def log_level(self) -> str:
+        value = ((os.environ if self.env is None else self.env).get(LEVEL_ENV) or "").strip().lower()
+        if value and value not in LEVELS:
+            self.problems.append(f"{LEVEL_ENV}: unknown log level {value!r}: use one of {', '.join(LEVELS)}")
+        return value or str(self.get("/log_level"))
 
     def repo(self) -> RepoConfig:
         url, path = self.get("/repo/url"), self.get("/repo/path")
@@ -445,7 +453,8 @@ class _Builder:
                 self.get("/server/max_connections_per_peer"), self.get("/server/body_buffer_bytes")),
             litellm=self.litellm(), providers=self.providers(),
             reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run")),
-            notifications=self.notifications())
+            notifications=self.notifications(),
+            log_level=self.log_level())
         return None if self.problems or secrets is None else config
 
 

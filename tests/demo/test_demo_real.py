@@ -77,8 +77,8 @@ def test_move_model_once(tmp_path: Path) -> None:
     assert f"qwen2.5-coder-7b moves to {target}:8003" in out
     for box in (source, target):
         provisioned = (workdir / "simulated-boxes" / box / "provision.log").read_text()
-        assert provisioned.count(f"==> provisioning {box}") == 2
-        assert provisioned.count("llmfleet-provision: installer sha256") == 2
+        assert provisioned.count(f'"event":"provisioning","box":"{box}"') == 2
+        assert provisioned.count('"logger":"llmfleet.provision","event":"installer sha256 ') == 2
     assert f"{target}:8003 qwen2.5-coder-7b: new -> Loading" in out
     assert f"{target}:8003 qwen2.5-coder-7b: Loading -> Healthy" in out
     # The runpod-template box booted through runpod.sh, which became its supervisord.

@@ -110,13 +110,13 @@ def one_crash(k: int, concurrency: int, upstream: LitellmProxy, killer: WriteKil
         killer.arm(None, None)
         return subprocess.CompletedProcess(process.args, process.returncode, out), process.pid
 
-    done, _ = llmfleet("apply", "--rev", rev_a)
+    done, _ = llmfleet("apply", "--yes", "--rev", rev_a)
     assert done.returncode == 0, done.stdout
     hand = next(r for r in deployments(upstream) if r["model_info"]["id"] == HAND_MADE)  # type: ignore[index]
     killer.writes.clear()
-    crashed, crashed_pid = llmfleet("apply", "--rev", rev_b, kill_at=k)
+    crashed, crashed_pid = llmfleet("apply", "--yes", "--rev", rev_b, kill_at=k)
     assert crashed.returncode == -9, crashed.stdout
-    restarted, restarted_pid = llmfleet("apply", "--rev", rev_b)
+    restarted, restarted_pid = llmfleet("apply", "--yes", "--rev", rev_b)
     assert restarted.returncode == 0, restarted.stdout
     assert killer.count(crashed_pid) == k if concurrency == 1 else killer.count(crashed_pid) >= k
     plan, _ = llmfleet("plan", "--rev", rev_b, "--detailed-exitcode")

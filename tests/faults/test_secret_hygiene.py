@@ -107,7 +107,7 @@ def test_no_secret_anywhere(tmp_path: Path, upstream: LitellmProxy, box: Box,
         return subprocess.run([str(LLMFLEET), *args, "--config", str(config)], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=180, check=False)
 
-    for args in (("plan",), ("apply", "--metrics-file", str(tmp_path / "reconcile.prom")), ("plan",)):
+    for args in (("plan",), ("apply", "--yes", "--metrics-file", str(tmp_path / "reconcile.prom")), ("plan",)):
         run = llmfleet(plane.config, *args)
         seen[f"llmfleet {args[0]} output"] = (run.stdout + run.stderr).encode()
         assert run.returncode == 0, run.stdout + run.stderr

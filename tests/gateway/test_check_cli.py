@@ -72,7 +72,8 @@ def test_missing_env_passes_check_but_fails_start(tmp_path: Path) -> None:
     assert _run("--check", "--config", str(path)).returncode == 0
     started = _run("--config", str(path))
     assert started.returncode == 1
-    assert 'config: authTokens[0]: env var "NOPE_NOT_SET" not set' in started.stderr
+    (line,) = [json.loads(line) for line in started.stderr.splitlines()]  # serving: the log's JSON line
+    assert line["level"] == "error" and line["problem"] == 'config: authTokens[0]: env var "NOPE_NOT_SET" not set'
 
 
 def test_literal_dollar_token_authenticates(upstreams: Upstreams) -> None:

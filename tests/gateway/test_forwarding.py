@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import socket
 import subprocess
@@ -184,7 +185,9 @@ def test_upstream_failures_are_logged_sparingly(upstreams: Upstreams) -> None:
     with running_gateway(reference_config(upstreams)) as gateway:
         for _ in range(5):
             assert gateway.request("POST", "/v1/x", body=b'{"model":"dead"}').status == 502
-        lines = [line for line in gateway.stderr().splitlines() if "upstream failed" in line]
-        assert lines == ['llmfleet-gateway: model dead: upstream failed: connect failed: Connection refused']
+        lines = [json.loads(line) for line in gateway.stderr().splitlines() if "upstream failed" in line]
+        assert [{k: v for k, v in line.items() if k != "ts"} for line in lines] == [
+            {"level": "warning", "logger": "gateway", "event": "upstream failed", "model": "dead", "where": None,
+             "error": "connect failed: Connection refused", "more_since_last": 0}]
         metrics = gateway.request("GET", "/metrics").body.decode()
         assert 'llmfleet_gateway_upstream_errors_total{model="dead"} 5' in metrics

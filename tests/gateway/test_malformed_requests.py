@@ -5,6 +5,7 @@ included. The header deadline's AttributeError traceback is covered by tests/fau
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -54,4 +55,6 @@ def test_the_log_holds_one_line_per_refusal_and_no_secret(gateway: GatewayProces
     log = gateway.stderr()
     assert SECRET not in log
     assert "Traceback" not in log
-    assert log.count("refused a malformed request from 127.0.0.1: ") >= len(MALFORMED)
+    refused = [e for e in map(json.loads, log.splitlines()) if e["event"] == "refused a malformed request"]
+    assert len(refused) >= len(MALFORMED)
+    assert all(e["peer"] == "127.0.0.1" and e["level"] == "info" for e in refused)

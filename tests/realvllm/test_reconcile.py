@@ -58,14 +58,14 @@ def test_loading_while_vllm_builds_its_engine(real_box: RealBox) -> None:
 def test_healthy_then_deployments_created_and_kept(real_box: RealBox) -> None:
     seen = plan(real_box)
     assert {m: v for m, (v, _) in seen.items()} == {"tiny-a": "Healthy", "tiny-b": "Healthy"}, seen
-    code, out = real_box.llmfleet("apply")
+    code, out = real_box.llmfleet("apply", "--yes")
     assert code == 0, out
     assert managed(real_box) == ids(real_box)
     for row in real_box.litellm.deployments():
         if row["model_info"].get("managed_by") == "llmfleet":
             port = real_box.ports[row["model_name"]]
             assert row["litellm_params"]["api_base"].startswith(f"http://127.0.0.2:{port}")
-    code, out = real_box.llmfleet("apply")  # a second pass keeps them: nothing to do
+    code, out = real_box.llmfleet("apply", "--yes")  # a second pass keeps them: nothing to do
     assert code == 0, out
     assert "No changes." in out, out
     assert managed(real_box) == ids(real_box)
@@ -73,7 +73,7 @@ def test_healthy_then_deployments_created_and_kept(real_box: RealBox) -> None:
 
 def test_chat_through_litellm_reaches_the_real_vllm(real_box: RealBox) -> None:
     if managed(real_box) != ids(real_box):
-        assert real_box.llmfleet("apply")[0] == 0
+        assert real_box.llmfleet("apply", "--yes")[0] == 0
     for model in real_box.ports:
         before = successes(real_box, model)
         status, answer = post_json(real_box.litellm.url + "/v1/chat/completions",
@@ -89,7 +89,7 @@ def test_chat_through_litellm_reaches_the_real_vllm(real_box: RealBox) -> None:
 
 def test_streamed_chat_through_litellm_reaches_the_real_vllm(real_box: RealBox) -> None:
     if managed(real_box) != ids(real_box):
-        assert real_box.llmfleet("apply")[0] == 0
+        assert real_box.llmfleet("apply", "--yes")[0] == 0
     before = successes(real_box, "tiny-b")
     request = urllib.request.Request(
         real_box.litellm.url + "/v1/chat/completions", method="POST",
@@ -125,7 +125,7 @@ def test_down_after_sigkill_then_back(real_box: RealBox) -> None:
     """SIGKILL to tiny-b's whole vLLM (API server, EngineCore, Worker): Supervisor restarts it, but a real
     vLLM needs tens of seconds to listen again. Healthy through one failed probe, Down at the second, its
     deployment deleted while tiny-a's stays; back after two good probes once vLLM is up again."""
-    code, out = real_box.llmfleet("apply")
+    code, out = real_box.llmfleet("apply", "--yes")
     assert code == 0, out
     assert managed(real_box) == ids(real_box)
     pid = real_box.program_pid("tiny-b")
@@ -134,10 +134,10 @@ def test_down_after_sigkill_then_back(real_box: RealBox) -> None:
     os.killpg(pid, signal.SIGKILL)  # vLLM's whole tree: API server, EngineCore, Worker (an OOM kill's aftermath)
     killed_at = time.monotonic()
     wait_until("tiny-b refusing", lambda: real_box.health("tiny-b") == "refused", 30)
-    code, out = real_box.llmfleet("apply")
+    code, out = real_box.llmfleet("apply", "--yes")
     assert code == 0, out
     assert "1 failed probe(s) in a row" in out, out
-    code, out = real_box.llmfleet("apply")
+    code, out = real_box.llmfleet("apply", "--yes")
     assert code == 0, out
     b_id = f"llmfleet:127.0.0.2:{real_box.ports['tiny-b']}"
     assert f"- deployment {b_id}" in out, out
@@ -150,10 +150,10 @@ def test_down_after_sigkill_then_back(real_box: RealBox) -> None:
     real_box.wait_healthy("tiny-b")
     back_after_s = time.monotonic() - killed_at
     assert real_box.program_kind("tiny-b") == "vllm" and real_box.program_pid("tiny-b") != pid
-    code, out = real_box.llmfleet("apply")
+    code, out = real_box.llmfleet("apply", "--yes")
     assert code == 0, out
     assert b_id not in managed(real_box)  # one good probe is not enough
-    code, out = real_box.llmfleet("apply")
+    code, out = real_box.llmfleet("apply", "--yes")
     assert code == 0, out
     assert managed(real_box) == ids(real_box)
     print(f"\ntiny-b: Down and deleted {down_within_s:.1f} s after the SIGKILL; serving again after "

@@ -182,7 +182,7 @@ async def scenario(proxy: LitellmProxy, tmp: Path, config: Path, models: Path, r
     await asyncio.sleep(2)  # traffic flowing through llmao's deployments first
     before = load.ok
     started = time.monotonic()
-    code, out = await llmfleet("apply", "--config", cp, "--adopt", "llmao", env=env)
+    code, out = await llmfleet("apply", "--yes", "--config", cp, "--adopt", "llmao", env=env)
     took = time.monotonic() - started
     await asyncio.sleep(3)  # and through llmfleet's afterwards
     load.stopping.set()

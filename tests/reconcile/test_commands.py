@@ -64,7 +64,7 @@ def test_plan_output_names_the_failure_and_holds_everything(fleet_dir: Path, tmp
 def test_an_invalid_fleet_is_never_planned(fleet_dir: Path, tmp_path: Path) -> None:
     (fleet_dir / "placement.yaml").write_text("hosts:\n  203.0.113.10:\n    - [no-such-model, 8001]\n")
     cfg = config(tmp_path, "http://127.0.0.1:9")
-    result = llmfleet("apply", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    result = llmfleet("apply", "--yes", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
     assert result.returncode == 1
     assert "unknown model" in result.stderr
     assert "is not valid" in result.stderr
@@ -176,14 +176,14 @@ def test_plan_without_litellm_shows_the_verdicts_and_says_what_it_cannot(fleet_d
 
 def test_apply_and_reconcile_refuse_without_litellm_or_when_disabled(fleet_dir: Path, tmp_path: Path) -> None:
     cfg = no_litellm_config(tmp_path)
-    for command in (["apply"], ["reconcile", "--once"]):
+    for command in (["apply", "--yes"], ["reconcile", "--once"]):
         result = llmfleet(*command, "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
         assert result.returncode == 1
         assert (f"`llmfleet {command[0]}` writes to LiteLLM, and {cfg} has no litellm section (url, master_key): "
                 "add one.") in result.stderr
     disabled = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     disabled.write_text(disabled.read_text() + "reconcile: {enabled: false}\n")
-    for command in (["apply"], ["reconcile", "--once"]):
+    for command in (["apply", "--yes"], ["reconcile", "--once"]):
         result = llmfleet(*command, "--config", str(disabled), "--repo", str(fleet_dir), env=ENV)
         assert result.returncode == 1
         assert f"reconcile.enabled is false in {disabled}: the reconciler is switched off" in result.stderr

@@ -143,7 +143,7 @@ providers:
         wait_until("tiny-b healthy", lambda: http_status(f"http://127.0.0.3:{p2}/health") == 200)
         time.sleep(1)  # the control plane writes its fetch log in batches every 0.5 s
 
-        code, out = llmfleet("apply")
+        code, out = llmfleet("apply", "--yes")
         assert code == 0, out
         assert managed(litellm) == {ida1: "tiny-a", idb2: "tiny-b"}
         assert chat(litellm, "tiny-a").startswith(f"stub-vllm tiny-a port {p1}:")
@@ -163,7 +163,7 @@ providers:
         wait_until("tiny-a on its new box", lambda: http_status(f"http://127.0.0.3:{p3}/health") == 200)
         # The installer starts the box's servers one at a time (startup ordering): tiny-b too.
         wait_until("tiny-b after the install", lambda: http_status(f"http://127.0.0.3:{p2}/health") == 200)
-        code, out = llmfleet("apply")
+        code, out = llmfleet("apply", "--yes")
         assert code == 0, out
         assert out.index(f"+ deployment {ida3}") < out.index(f"- deployment {ida1}")
         assert managed(litellm) == {ida3: "tiny-a", idb2: "tiny-b"}
@@ -172,11 +172,11 @@ providers:
         # Stop tiny-b: Healthy through one failed probe, Down at the second, its deployment removed.
         program = next(name for name in boxes["127.0.0.3"].supervisor.states() if "tiny-b" in name)
         boxes["127.0.0.3"].supervisor.ctl("stop", program)
-        code, out = llmfleet("apply")
+        code, out = llmfleet("apply", "--yes")
         assert code == 0, out
         assert "1 failed probe(s) in a row" in out
         assert idb2 in managed(litellm)
-        code, out = llmfleet("apply")
+        code, out = llmfleet("apply", "--yes")
         assert code == 0, out
         assert f"- deployment {idb2}" in out, out
         assert managed(litellm) == {ida3: "tiny-a"}
@@ -184,10 +184,10 @@ providers:
         # Start it again: back after two good probes in a row.
         boxes["127.0.0.3"].supervisor.ctl("start", program)
         wait_until("tiny-b back", lambda: http_status(f"http://127.0.0.3:{p2}/health") == 200)
-        code, out = llmfleet("apply")
+        code, out = llmfleet("apply", "--yes")
         assert code == 0, out
         assert idb2 not in managed(litellm)
-        code, out = llmfleet("apply")
+        code, out = llmfleet("apply", "--yes")
         assert code == 0, out
         assert managed(litellm) == {ida3: "tiny-a", idb2: "tiny-b"}
         assert chat(litellm, "tiny-b").startswith(f"stub-vllm tiny-b port {p2}:")

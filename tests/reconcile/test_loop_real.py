@@ -152,7 +152,7 @@ async def story(proxy: LitellmProxy, tmp: Path, repo: Path, ports: list[int], cl
     assert "run llmfleet plan again" in out
     assert managed(proxy) == {ida1: "tiny-a", idb2: "tiny-b"}
     stubs.append(Stub("127.0.0.3", p3, "org/tiny-a", "tiny-a", salt.derive("127.0.0.3", p3)))
-    code, out = await cli("apply")
+    code, out = await cli("apply", "--yes")
     assert code == 0, out
     assert out.index(f"+ deployment {ida3}") < out.index(f"- deployment {ida1}")
     assert managed(proxy) == {ida3: "tiny-a", idb2: "tiny-b"}
@@ -162,11 +162,11 @@ async def story(proxy: LitellmProxy, tmp: Path, repo: Path, ports: list[int], cl
 
     # Kill tiny-b's server: one failed probe keeps it (hysteresis), the second makes it Down.
     stubs[1].kill()
-    code, out = await cli("apply")
+    code, out = await cli("apply", "--yes")
     assert code == 0, out
     assert idb2 in managed(proxy)
     assert "1 failed probe(s) in a row" in out
-    code, out = await cli("apply")
+    code, out = await cli("apply", "--yes")
     assert code == 0, out
     assert f"- deployment {idb2}" in out
     assert "Down:" in out
@@ -174,11 +174,11 @@ async def story(proxy: LitellmProxy, tmp: Path, repo: Path, ports: list[int], cl
 
     # Restore it: Down recovers only after two good probes in a row.
     stubs[1] = Stub("127.0.0.3", p2, "org/tiny-b", "tiny-b", salt.derive("127.0.0.3", p2))
-    code, out = await cli("apply")
+    code, out = await cli("apply", "--yes")
     assert code == 0, out
     assert "recovering: 1 of 2" in out
     assert idb2 not in managed(proxy)
-    code, out = await cli("apply")
+    code, out = await cli("apply", "--yes")
     assert code == 0, out
     assert managed(proxy) == {ida3: "tiny-a", idb2: "tiny-b"}
     status, body = await chat(proxy, "tiny-b")

@@ -132,6 +132,7 @@ def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert line["actions"][0]["error"] == "HTTP 503"
     assert line["level"] == "error"  # a failed pass
     assert time.time() - datetime.fromisoformat(line["ts"]).timestamp() < 60  # ISO-8601, like every line
+    assert line["started_at"] == "1970-01-01T00:01:40.000Z"  # the record's epoch 100.0, as the log writes time
 
 
 def test_config_from_the_environment_for_ci_jobs() -> None:

@@ -60,6 +60,7 @@ TAKEN: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     "/notifications/attempts": lambda c: c.notifications.attempts,
     "/notifications/queue_size": lambda c: c.notifications.queue_size,
     "/notifications/drain_timeout_s": lambda c: c.notifications.drain_timeout_s,
+    "/log_level": lambda c: c.log_level,
 }
 
 

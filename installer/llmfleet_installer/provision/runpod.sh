@@ -10,7 +10,16 @@
 # RUNPOD_POD_ID, this box's name in placement.yaml. Arguments are passed on to the installer.
 set -euo pipefail
 
-log() { printf 'llmfleet-provision: %s\n' "$*" >&2; }
+# One line of the llmfleet log format (llmfleet_contract/logfmt.py, written out here: this script stands
+# alone): JSON with ts, level, logger and event. `log [LEVEL] MESSAGE...` (LEVEL: info by default).
+log() {
+    local level=info
+    case "${1:-}" in debug|info|warning|error|critical) level="$1"; shift ;; esac
+    local event="$*"
+    event="${event//\\/\\\\}"; event="${event//\"/\\\"}"; event="${event//[[:cntrl:]]/ }"
+    printf '{"ts":"%s","level":"%s","logger":"llmfleet.provision","event":"%s"}\n' \
+        "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)" "${level}" "${event}" >&2
+}
 
 export LLMAO_HOST="${LLMAO_HOST:-${RUNPOD_POD_ID:-}}"
 export LLMFLEET_DATA_DIR="${LLMFLEET_DATA_DIR:-/workspace}"
@@ -24,7 +33,7 @@ fi
 # install, if the disk kept them) rather than crash-looping: the reason is in this log and, when the
 # control plane was reachable, in its box report.
 fallback() {
-    log "$1; starting supervisord with the programs already installed"
+    log error "$1; starting supervisord with the programs already installed"
     exec env -u LLMFLEET_FLEET_KEY -u FLEET_KEY supervisord "${supervisor_args[@]}"
 }
 
@@ -39,14 +48,24 @@ mkdir -p "$(dirname "${installer}")"
 # appears on a command line (/proc/*/cmdline is world-readable). The Python below is the same, byte for
 # byte, in vast.sh (tests/installer/test_provision.py checks it): each script must stand alone.
 if ! "${PYTHON}" - "${installer}" "the pod's environment" <<'PY'
-import hashlib, ipaddress, os, random, ssl, sys, time, urllib.error, urllib.parse, urllib.request
+import hashlib, ipaddress, json, os, random, ssl, sys, time, urllib.error, urllib.parse, urllib.request
+
+def log(level, event):  # the llmfleet log format, as log() above writes it
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+    print(json.dumps({"ts": stamp, "level": level, "logger": "llmfleet.provision", "event": event},
+                     separators=(",", ":")), file=sys.stderr, flush=True)
+
+def fail(event):
+    log("error", event)
+    sys.exit(1)
 
 def first(*names):
     return next((os.environ[n].strip() for n in names if os.environ.get(n, "").strip()), "")
 
 url, key = first("LLMFLEET_URL", "ASFQUART_URL").rstrip("/"), first("LLMFLEET_FLEET_KEY", "FLEET_KEY")
 if not url or not key:
-    sys.exit(f"llmfleet-provision: set LLMFLEET_URL and LLMFLEET_FLEET_KEY in {sys.argv[2]}")
+    fail(f"set LLMFLEET_URL and LLMFLEET_FLEET_KEY in {sys.argv[2]}")
 def loopback(host):
     try:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
@@ -55,7 +74,7 @@ def loopback(host):
 
 parts = urllib.parse.urlsplit(url)
 if parts.scheme != "https" and not (parts.scheme == "http" and loopback(parts.hostname or "")):
-    sys.exit(f"llmfleet-provision: {url} must be https:// (plain http only to a loopback address)")
+    fail(f"{url} must be https:// (plain http only to a loopback address)")
 context = ssl.create_default_context(cafile=os.environ.get("LLMFLEET_CA_BUNDLE") or None)
 # The fleet key never goes to a proxy in clear: plain http (loopback) uses none; https may use https_proxy
 # (no_proxy respected), through a CONNECT tunnel that shows the proxy only the host and port.
@@ -81,20 +100,19 @@ while True:
         delay = random.uniform(0, min(60.0, 2.0 ** attempt))
         attempt += 1
         if untrusted or (status is not None and status != 429 and status < 500) or time.monotonic() + delay > deadline:
-            sys.exit(f"llmfleet-provision: cannot fetch {url}/vllm/installer: {exc} (gave up after {attempt} attempts)")
-        print(f"llmfleet-provision: cannot fetch {url}/vllm/installer: {exc}; retrying in {delay:.1f} s",
-              file=sys.stderr, flush=True)
+            fail(f"cannot fetch {url}/vllm/installer: {exc} (gave up after {attempt} attempts)")
+        log("warning", f"cannot fetch {url}/vllm/installer: {exc}; retrying in {delay:.1f} s")
         time.sleep(delay)
 digest = hashlib.sha256(body).hexdigest()
 pinned = os.environ.get("LLMFLEET_INSTALLER_SHA256", "").strip().lower()
 for name, expected in (("LLMFLEET_INSTALLER_SHA256", pinned), ("X-Installer-SHA256", announced.strip().lower())):
     if expected and expected != digest:
-        sys.exit(f"llmfleet-provision: installer sha256 {digest} does not match {name} {expected}")
+        fail(f"installer sha256 {digest} does not match {name} {expected}")
 temporary = sys.argv[1] + ".tmp"
 with open(temporary, "wb") as handle:
     handle.write(body)
 os.replace(temporary, sys.argv[1])
-print(f"llmfleet-provision: installer sha256 {digest}", file=sys.stderr)
+log("info", f"installer sha256 {digest}")
 PY
 then
     fallback "could not fetch the installer"

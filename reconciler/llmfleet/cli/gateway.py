@@ -1,4 +1,4 @@
-"""`llmfleet gateway --config FILE [--check]`: the box gateway (same as `llmfleet-gateway`)."""
+"""`llmfleet gateway --config FILE [--check] [--log-level LEVEL]`: the box gateway (same as `llmfleet-gateway`)."""
 
 from __future__ import annotations
 
@@ -19,4 +19,4 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return cli.run(Path(args.config), check=args.check)
+    return cli.run(Path(args.config), check=args.check, log_level=args.log_level)

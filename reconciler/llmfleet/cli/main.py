@@ -16,7 +16,7 @@ from typing import Any
 from llmfleet import __version__
 from llmfleet.cli.common import EXIT_OK, EXIT_USAGE, eprint
 from llmfleet.errors import LlmfleetError
-from llmfleet.logs import setup_logging
+from llmfleet.logs import resolve_level, setup_logging
 
 # Subcommand modules, in the order `llmfleet --help` lists them.
 COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve", "import_llmao", "plan",
@@ -46,7 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    setup_logging()  # JSON lines on stderr; `serve` switches to its buffered writer
+    try:  # `--log-level` (serve, reconcile, gateway), else LLMFLEET_LOG_LEVEL, else info
+        level = resolve_level(getattr(args, "log_level", None))
+    except ValueError as exc:
+        eprint(f"llmfleet {args.command}: {exc}")
+        return EXIT_USAGE
+    setup_logging(level=level)  # JSON lines on stderr; `serve` switches to its buffered writer
     try:
         code: int = args.run(args)
     except LlmfleetError as exc:

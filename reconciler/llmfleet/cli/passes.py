@@ -300,11 +300,11 @@ class PassRunner:
             self.notifier.close(self.config.settings.notifications.drain_timeout_s)
 
 
-def print_outcome(outcome: PassOutcome, fmt: str = "text") -> None:
-    if fmt == "json":
-        print(render_json(outcome.plan, outcome.intended))
-    else:
-        print(render_text(outcome.plan, outcome.intended))
+def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True) -> None:
+    """The plan (unless `plan` is false: `apply` showed it before asking), then each write's result."""
+    if plan:
+        print(render_json(outcome.plan, outcome.intended) if fmt == "json" else
+              render_text(outcome.plan, outcome.intended))
     for result in outcome.results:
         mark = "ok" if result.ok else "FAILED"
         detail = f": {result.error}" if result.error else ""

@@ -28,7 +28,8 @@ from llmfleet.cli.passes import (
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.job.configfile import ReconcileConfig
 from llmfleet.job.loop import LOG, run_forever
-from llmfleet.logs import log_event
+from llmfleet.logs import log_event, resolve_level, set_level
+from llmfleet_contract.logfmt import add_level_argument
 
 
 def register(subparsers: Any) -> None:
@@ -58,11 +59,13 @@ def register(subparsers: Any) -> None:
                         help=f"with --once: the exit status when the pass ran without errors on the last valid "
                              f"commit because the branch head is not valid: {EXIT_INVALID_HEAD} (default) or "
                              f"{EXIT_OK} (for a scheduler that counts only 0 as success, e.g. a Kubernetes Job)")
+    add_level_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
+    set_level(resolve_level(args.log_level, default=config.settings.log_level))  # the flag, else the env or the file
     require_writer(config, "reconcile")
     fleet, invalid_head = load_tracked(args, config)  # the newest valid commit; none at all: exit 1
     runner = PassRunner(args, config)

@@ -22,8 +22,9 @@ from typing import Any
 from llmfleet.adapters.state import look_at_store
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.errors import ConfigurationError, SourceError, StateError
-from llmfleet.logs import get_logger, log_event
+from llmfleet.logs import get_logger, log_event, resolve_level
 from llmfleet.settings import MIN_FLEET_KEY_CHARS, ControlPlaneConfig, Listen, fleet_key_warning, load_config
+from llmfleet_contract.logfmt import add_level_argument
 
 
 def register(subparsers: Any) -> None:
@@ -36,6 +37,7 @@ def register(subparsers: Any) -> None:
                         help="allow plain HTTP on a non-loopback address (boxes would send the fleet key in clear)")
     parser.add_argument("--check", action="store_true",
                         help="run the whole start-up path without binding a port; exit 0 if it would serve")
+    add_level_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -67,9 +69,10 @@ def look_at_state(config: ControlPlaneConfig) -> str:
         raise CommandError(str(exc), EXIT_INVALID) from None
 
 
-def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> list[str]:
-    """The start-up path once, then closed again. Returns warnings; raises CommandError on failure.
-    `dry` (serve --check): the real store is only looked at, the start-up path runs on a memory store."""
+def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> tuple[str, list[str]]:
+    """The start-up path once, then closed again. Returns the verdict ("ok: would serve ...") and the
+    warnings; raises CommandError on failure. `dry` (serve --check): the real store is only looked at,
+    the start-up path runs on a memory store."""
     from llmfleet.server.runtime import start_up
 
     state = look_at_state(config) if dry else None
@@ -106,10 +109,10 @@ def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> l
                       length=len(config.secrets.fleet_key.reveal()) if config.secrets.fleet_key else 0,
                       minimum=MIN_FLEET_KEY_CHARS)
         scheme = "https" if config.tls else "http"
-        print(f"ok: would serve {served.revision} ({len(served.fleet.boxes)} boxes, {served.fleet.server_count} "
-              f"servers) from {runtime.repo.where} branch {runtime.repo.branch} at {scheme}://{listen.bind}"
-              + (f"; state store: {state}" if state else ""))
-        return warnings
+        verdict = (f"ok: would serve {served.revision} ({len(served.fleet.boxes)} boxes, {served.fleet.server_count} "
+                   f"servers) from {runtime.repo.where} branch {runtime.repo.branch} at {scheme}://{listen.bind}"
+                   + (f"; state store: {state}" if state else ""))
+        return verdict, warnings
     finally:
         runtime.stop()
 
@@ -120,16 +123,21 @@ def run(args: argparse.Namespace) -> int:
     if args.check:  # the verdict only: no log line before (or after) it; warnings on stderr
         logging.disable(logging.CRITICAL)
         try:
-            for warning in check(*_config_and_listen(args), dry=True):
+            verdict, warnings = check(*_config_and_listen(args), dry=True)
+            print(verdict)
+            for warning in warnings:
                 print(warning, file=sys.stderr)
         finally:
             logging.disable(logging.NOTSET)
         return EXIT_OK
-    setup_logging()
     config, listen = _config_and_listen(args)
-    for warning in check(config, listen):
-        print(warning, file=sys.stderr)
-    serve(config, listen)
+    level = resolve_level(args.log_level, default=config.log_level)  # the flag, else the environment or the file
+    setup_logging(level=level)
+    verdict, warnings = check(config, listen)  # serving: the log says it, one JSON line each
+    log_event(get_logger("serve"), "start-up checked", verdict=verdict)
+    for warning in warnings:
+        log_event(get_logger("serve"), "start-up warning", logging.WARNING, warning=warning)
+    serve(config, listen, level)
     return EXIT_OK
 
 
@@ -141,7 +149,7 @@ def _config_and_listen(args: argparse.Namespace) -> tuple[ControlPlaneConfig, Li
     return config, _listen(args, config)
 
 
-def serve(config: ControlPlaneConfig, listen: Listen) -> None:
+def serve(config: ControlPlaneConfig, listen: Listen, level: int = logging.INFO) -> None:
     from flask import Flask
 
     from llmfleet.logs import setup_logging
@@ -152,7 +160,7 @@ def serve(config: ControlPlaneConfig, listen: Listen) -> None:
     runtimes: list[Runtime] = []
 
     def load_app() -> Flask:
-        setup_logging(buffered=True)
+        setup_logging(level=level, buffered=True)
         runtime = start_up(config, replica=replica_name(listen.port))
         runtimes.append(runtime)
         runtime.start_background()

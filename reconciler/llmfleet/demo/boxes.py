@@ -18,9 +18,11 @@ re-fetch is what a box restart does: vast.sh again, or (RunPod) the pod stopped 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 import xmlrpc.client
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from llmfleet.core.fleet.model import Fleet
 from llmfleet.demo import procs
 from llmfleet.demo.fleet import DemoError, SimBox, Template
 from llmfleet.demo.realvllm import Harness
+from llmfleet_contract.logfmt import iso_utc
 
 PROVISION = Path(llmfleet_installer.__file__).resolve().parent / "provision"
 SIMULATED_LOAD_S = 3  # how long each simulated vLLM "loads its weights" before it answers
@@ -43,6 +46,12 @@ def _script(header: str, module: str, env: Mapping[str, str]) -> str:
     defaults = "".join(f"os.environ.setdefault({k!r}, {v!r})\n" for k, v in env.items())
     return (f"#!{sys.executable}\n# {header}\nimport os\nimport sys\n\n{defaults}\n"
             f"from {module} import main\n\nsys.exit(main())\n")
+
+
+def json_line(event: str, **fields: str) -> str:
+    """The demo's own marker in a box's provision.log, in the log format of the lines around it."""
+    return json.dumps({"ts": iso_utc(time.time()), "level": "info", "logger": "llmfleet.demo", "event": event,
+                       **fields}, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,7 @@ chmod=0700
 
 [supervisord]
 nodaemon=true
+silent=true
 logfile={self.root}/supervisord.log
 pidfile={self.root}/supervisord.pid
 childlogdir={self.root}
@@ -147,7 +157,7 @@ files = {self.conf_dir}/*.conf
         """Boot (or re-fetch): run the box's provisioning script against the control plane."""
         start = self.log.stat().st_size if self.log.exists() else 0
         env = self.environment(url, fleet_key)
-        procs.append(self.log, f"==> provisioning {self.name} ({self.sim.template} template)")
+        procs.append(self.log, json_line("provisioning", box=self.name, template=str(self.sim.template)))
         if self.sim.template is Template.VAST:
             if self.supervisord is None or self.supervisord.poll() is not None:
                 self._start_supervisord()

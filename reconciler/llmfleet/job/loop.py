@@ -24,6 +24,7 @@ from llmfleet.adapters.state.passes import PassRecord
 from llmfleet.errors import LockHeld
 from llmfleet.job.metrics import PassMetrics
 from llmfleet.logs import get_logger, log_event
+from llmfleet_contract.logfmt import iso_utc
 
 __all__ = ["LOG", "LockHeld", "log_pass", "next_delay", "overdue_after", "pass_lock", "run_forever"]
 
@@ -33,6 +34,7 @@ SYNC_POLL_S = 1.0  # how often the loop looks for a sync request while it waits
 
 def log_pass(record: PassRecord) -> None:
     data = record.to_json()
+    data["started_at"] = iso_utc(record.started_at)  # the log's own time format; the stored record keeps epoch
     log_event(LOG, "reconcile_pass", logging.INFO if record.ok else logging.ERROR, ok=record.ok, **data)
 
 

@@ -27,6 +27,7 @@ from flask import current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from llmfleet.errors import RequestError
+from llmfleet.server.accesslog import ROLE_KEY
 from llmfleet.server.auth import Role, bearer_token, matches
 from llmfleet.server.runtime import current_runtime
 from llmfleet.server.session import role_of_token, session_role
@@ -97,6 +98,7 @@ def requires(role: Role, *, action: str = "This") -> Callable[[Callable[P, R]], 
         @functools.wraps(view)
         def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             g.llmfleet_role = check(role, action)
+            request.environ[ROLE_KEY] = str(g.llmfleet_role)  # for the access log (llmfleet.server.accesslog)
             return view(*args, **kwargs)
 
         setattr(guarded, ROLE_ATTRIBUTE, role)

@@ -51,6 +51,7 @@ from tornado.wsgi import WSGIContainer
 
 from llmfleet.adapters.sdnotify import sd_notify
 from llmfleet.logs import get_logger, log_event
+from llmfleet.server.accesslog import access_logged
 from llmfleet.server.guard import BodyBudget, ConnectionCaps, Refusal, body_share
 from llmfleet.settings import ControlPlaneConfig, Listen
 
@@ -84,8 +85,8 @@ def raise_fd_limit(wanted: int) -> int:
 
 def quiet_tornado_logs() -> None:
     """Tornado's own log lines go to the JSON log without their arguments (a malformed-request line
-    would otherwise quote what the client sent, Authorization included); its access log is off (the
-    app logs every box request itself)."""
+    would otherwise quote what the client sent, Authorization included); its access log is off (ours,
+    llmfleet.server.accesslog and the box blueprint's, log every answer without a secret)."""
     logging.getLogger("tornado.access").disabled = True
     forward = logging.getLogger("llmfleet.http")
 
@@ -339,7 +340,7 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     executor = ThreadPoolExecutor(config.threads, thread_name_prefix="llmfleet-request")
     inflight = InFlight()
     server = ControlPlaneHTTPServer(
-        _Container(inflight.wrap(app), executor=executor), ssl_options=tls_context(config),
+        _Container(inflight.wrap(access_logged(app)), executor=executor), ssl_options=tls_context(config),
         max_header_size=limits.max_header_bytes, idle_connection_timeout=limits.header_timeout_s,
         body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY, decompress_request=False, xheaders=False)
     server.guard(ConnectionCaps(max_total, limits.max_connections_per_peer, config.trusted_proxies),
