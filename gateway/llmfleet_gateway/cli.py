@@ -36,7 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="validate the configuration and build the router without binding; secret references "
                              "are checked for syntax but not read. Exit 0 valid, 1 invalid")
     add_level_argument(parser)
-    parser.add_argument("--version", action="version", version=f"llmfleet-gateway {__version__}")
 
 
 def main(argv: list[str] | None = None) -> int:

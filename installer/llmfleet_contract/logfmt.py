@@ -105,6 +105,18 @@ def add_level_argument(parser: Any) -> None:
                         help=f"the lowest level logged: {', '.join(LEVELS)} (default: ${LEVEL_ENV}, else info)")
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a line is written (as logging's own last-resort handler
+    does), not the stream it was at set-up: a replaced or closed stderr then never loses a line."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> IO[str]:
+        return sys.stderr
+
+
 def configure(logger: logging.Logger, level: int, *, fmt: str = "json", prog: str = "llmfleet",
               stream: IO[str] | None = None) -> logging.Handler:
     """Send `logger`'s records at `level` and above to `stream` (stderr) in `fmt`, replacing any handler
@@ -113,7 +125,7 @@ def configure(logger: logging.Logger, level: int, *, fmt: str = "json", prog: st
         if getattr(old, "_llmfleet_logfmt", False):
             logger.removeHandler(old)
             old.close()
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler: logging.Handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(JsonLineFormatter() if fmt == "json" else TextFormatter(prog))
     handler._llmfleet_logfmt = True  # type: ignore[attr-defined]
     logger.addHandler(handler)

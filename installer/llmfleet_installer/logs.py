@@ -34,7 +34,7 @@ def setup(args: argparse.Namespace, prog: str, logger: str = LOGGER, stream: IO[
     target = stream or sys.stderr
     fmt = getattr(args, "log_format", None) or ("text" if _is_terminal(target) else "json")
     chosen = logging.getLogger(logger)
-    configure(chosen, resolve_level(getattr(args, "log_level", None)), fmt=fmt, prog=prog, stream=target)
+    configure(chosen, resolve_level(getattr(args, "log_level", None)), fmt=fmt, prog=prog, stream=stream)
     chosen.propagate = False
     return chosen
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from supervisor.options import ServerOptions, UnhosedConfigParser
 
-from llmfleet_installer import __version__, fetch
+from llmfleet_installer import __version__, fetch, logs
 from llmfleet_installer.agent import MAX_BACKOFF_S, USER_AGENT, Agent, delay_s
 from llmfleet_installer.agentsetup import render_agent_unit
 from llmfleet_installer.boxjson import parse_box
@@ -36,6 +36,14 @@ from llmfleet_installer.units import MARKER, render_unit
 from llmfleet_installer.zipapp import build_zipapp
 from tests.installer.conftest import BOX, FLEET_KEY, free_port
 from tests.installer.realprocs import wait_until
+
+
+@pytest.fixture(autouse=True)
+def agent_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent's lines, as its main() sets them up (JSON on stderr), into the captured stderr."""
+    import argparse
+
+    logs.setup(argparse.Namespace(log_level=None, log_format="json"), "llmfleet-agent")
 
 
 @dataclass
