@@ -223,3 +223,18 @@ def test_a_new_commit_during_a_rollout_starts_a_new_one() -> None:
     sim.run()
     assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
     assert all(r.revision == "r3" for r in sim.releases.values()) and sim.failed_requests == []
+
+
+def test_a_drain_that_did_not_reach_litellm_holds_the_release() -> None:
+    layout = {f"box{i}": [("m", 8001)] for i in range(3)}
+    sim = Sim.start("r1", layout, {"m": "v1"})
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    first = sim.one_pass()
+    assert first.drain == frozenset({"llmfleet:box0:8001"})
+    for _ in range(3):  # LiteLLM still lists it (the delete failed): the box is not released
+        sim.routed.add("llmfleet:box0:8001")
+        held = sim.one_pass()
+        assert "box0" not in held.released and "leave LiteLLM" in held.status["box0"].why
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED

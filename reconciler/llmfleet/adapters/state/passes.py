@@ -64,6 +64,29 @@ class DuplicateRecord:
 
 
 @dataclass(frozen=True)
+class RolloutPassRecord:
+    """What the staged rollout did in the pass (issue 14)."""
+
+    target: str
+    state: str
+    reason: str = ""
+    waves: int = 0
+    released: Mapping[str, str] = dataclasses.field(default_factory=dict)  # box -> revision
+    drained: tuple[str, ...] = ()  # deployment ids deleted on purpose this pass
+    held_out: tuple[str, ...] = ()
+    rollbacks: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    boxes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # box -> state
+    out: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # model -> "box:port" out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RolloutPassRecord:
+        return cls(data["target"], data["state"], data.get("reason", ""), data.get("waves", 0),
+                   dict(data.get("released", {})), tuple(data.get("drained", ())), tuple(data.get("held_out", ())),
+                   dict(data.get("rollbacks", {})), dict(data.get("boxes", {})),
+                   {k: tuple(v) for k, v in data.get("out", {}).items()})
+
+
+@dataclass(frozen=True)
 class PassRecord:
     started_at: float
     duration_s: float
@@ -78,6 +101,7 @@ class PassRecord:
     servers: tuple[ServerRecord, ...] = ()
     drift_details: tuple[DriftRecord, ...] = ()
     duplicates: tuple[DuplicateRecord, ...] = ()
+    rollout: RolloutPassRecord | None = None
 
     @property
     def ok(self) -> bool:
@@ -94,6 +118,10 @@ class PassRecord:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["verdicts"] = dict(self.verdicts)
+        if self.rollout is not None:
+            data["rollout"] = {**asdict(self.rollout), "released": dict(self.rollout.released),
+                               "rollbacks": dict(self.rollout.rollbacks), "boxes": dict(self.rollout.boxes),
+                               "out": {k: list(v) for k, v in self.rollout.out.items()}}
         return data
 
     @classmethod
@@ -104,4 +132,5 @@ class PassRecord:
                    tuple(ServerRecord(**s) for s in data.get("servers", ())),
                    tuple(DriftRecord(**d) for d in data.get("drift_details", ())),
                    tuple(DuplicateRecord(d["api_base"], d["model_name"], tuple(d["ids"]))
-                         for d in data.get("duplicates", ())))
+                         for d in data.get("duplicates", ())),
+                   RolloutPassRecord.from_json(data["rollout"]) if data.get("rollout") else None)

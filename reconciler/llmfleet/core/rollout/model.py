@@ -75,8 +75,9 @@ class BoxConfig:
 
     revision: str
     servers: tuple[ServerSpec, ...]
-    boot: str = ""  # the box's other boot-lifetime parts (the gateway section), canonical text
-    document: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY)  # the whole JSON, for box_change
+    boot: str = ""  # a digest of the box's other boot-lifetime parts (the gateway section)
+    # The whole rendered JSON, for the stable division's box_change. It holds bearers: never shown.
+    document: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY, repr=False)
 
     def by_name(self) -> dict[str, ServerSpec]:
         return {s.name: s for s in self.servers}

@@ -275,7 +275,12 @@ def finish_drains(work: Work) -> None:
         if release is None or release.state is not BoxState.DRAINING:
             continue
         started = release.drain_started_at if release.drain_started_at is not None else work.inp.now
-        if work.inp.now - started >= work.inp.drain_s:
+        routed = work.inp.routed
+        still = sorted(s.deployment for s in work.disrupted_by(box, release)
+                       if routed is None or s.deployment in routed)
+        if still:  # a failed delete is retried by the pass; the box restarts only once they are gone
+            work.why[box] = f"draining: waits for {', '.join(still)} to leave LiteLLM"
+        elif work.inp.now - started >= work.inp.drain_s:
             release_box(work, box, work.rollout.target, BoxState.RELEASED)
         else:
             work.why[box] = f"draining: released {work.inp.drain_s - (work.inp.now - started):.0f}s from now"

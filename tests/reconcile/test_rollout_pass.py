@@ -1,0 +1,123 @@
+"""Whole passes with the staged rollout (issue 14): the real engine over the HTTP fakes (LiteLLM's model
+API, vLLM stand-ins) and the real state store (SQLite). An agent box is judged and routed by its released
+revision, its server is drained on purpose even with a delete budget of zero, its box is released only
+after drain_s, and the rollout, its box releases and the pass records survive in the store."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+from llmfleet.adapters.litellm import LitellmClient
+from llmfleet.adapters.state import open_store
+from llmfleet.adapters.state.records import BoxReport
+from llmfleet.core.fleet.bearer import Salt
+from llmfleet.core.fleet.jsonvalue import freeze_mapping
+from llmfleet.core.fleet.model import (
+    Box,
+    Fleet,
+    FleetSettings,
+    Recipe,
+    ReconcileSettings,
+    RolloutSettings,
+    ServerRow,
+    VllmRecipe,
+    frozen_map,
+)
+from llmfleet.core.fleet.render import Bearers, render_box
+from llmfleet.core.rollout.model import BoxState, RolloutState
+from llmfleet.core.secret import Secret
+from llmfleet.job.engine import Reconciler
+from llmfleet.job.observer import Observer
+from llmfleet.job.rollout import RolloutDriver
+from llmfleet_contract.report import ReportOutcome
+
+from .fakes import FakeLitellmHttp, FakeServer, FakeVllm, serve
+
+SALT = Salt("rollout-salt-0123456789abcdef")
+BOX = "127.0.0.1"
+R1, R2 = "1" * 40, "2" * 40
+
+
+def fleet(revision: str, port: int, arg: str) -> Fleet:
+    recipes = {"m": Recipe("m", VllmRecipe(model="org/m", served_model_name="m", max_model_len=4096, args=(arg,)))}
+    boxes = {BOX: Box(BOX, (ServerRow("m", port, "m"),))}
+    settings = FleetSettings(listen_ports=(port,), reconcile=ReconcileSettings(
+        probe_timeout_s=2, down_after_failures=1, up_after_successes=1, max_deletes_per_pass=0),
+        rollout=RolloutSettings(drain_s=10))
+    return Fleet(revision, settings, frozen_map(recipes), frozen_map(boxes))
+
+
+def report(at: float, revision: str, target: Fleet) -> BoxReport:
+    doc = render_box(target, BOX, Bearers(SALT))
+    servers = [{"name": s["name"], "digest": s["digest"], "state": "started"}  # type: ignore[index]
+               for s in doc["servers"]]  # type: ignore[union-attr]
+    return BoxReport(BOX, at, BOX, revision, "test", ReportOutcome.INSTALLED,
+                     freeze_mapping({"agent": True, "servers": servers}))
+
+
+def test_a_boot_change_is_drained_on_purpose_then_released_then_routed_again(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = open_store(url)
+    litellm = FakeLitellmHttp()
+    vllm = FakeVllm()
+    now = [1000.0]
+
+    async def scenario() -> None:
+        async with serve(litellm.app()) as (lport,), serve(vllm.app(), [0]) as (port,):
+            vllm.servers[port] = FakeServer("m", SALT.derive(BOX, port), "org/m")
+            fleets = {R1: fleet(R1, port, "--a"), R2: fleet(R2, port, "--b")}
+            driver = RolloutDriver(store, fleets.get, Bearers(SALT))
+            reconciler = Reconciler(Bearers(SALT), Observer({}, 2, 8),
+                                    lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}",
+                                                            Secret(litellm.master_key, "test")),
+                                    store, clock=lambda: now[0], rollout=driver)
+            store.record_report(report(now[0], R1, fleets[R1]), keep=5)
+            first = await reconciler.run_pass(fleets[R1], apply=True)
+            assert [r.outcome for r in first.results] == ["created"]
+            assert first.rollout is not None and first.rollout.rollout.state is RolloutState.CONVERGED
+            deployment = f"llmfleet:{BOX}:{port}"
+
+            # A boot change is merged: the box is still served R1, so its server is judged by R1 (Healthy,
+            # not Stale) and drained on purpose, though the delete budget is zero.
+            now[0] += 60
+            second = await reconciler.run_pass(fleets[R2], apply=True)
+            assert second.intended.servers[(BOX, port)].digest == first.intended.servers[(BOX, port)].digest
+            assert [(r.action.kind, r.outcome) for r in second.results] == [("delete", "deleted")]
+            assert "rollout drain" in second.results[0].action.reason
+            assert deployment not in litellm.rows
+            assert store.box_releases()[BOX].state is BoxState.DRAINING
+            assert store.box_releases()[BOX].revision == R1
+
+            # Before drain_s has passed the box is not released, and nothing recreates the deployment.
+            now[0] += 5
+            third = await reconciler.run_pass(fleets[R2], apply=True)
+            assert third.results == () and store.box_releases()[BOX].state is BoxState.DRAINING
+            now[0] += 6
+            fourth = await reconciler.run_pass(fleets[R2], apply=True)
+            release = store.box_releases()[BOX]
+            assert (release.revision, release.state, release.last_good) == (R2, BoxState.RELEASED, R1)
+            assert fourth.record.rollout is not None and fourth.record.rollout.released == {BOX: R2}
+            assert fourth.results == ()  # still held out: the box has not applied R2 yet
+
+            # The agent applies R2 and reports: the server is routed again, then the box is applied.
+            now[0] += 30
+            store.record_report(report(now[0], R2, fleets[R2]), keep=5)
+            fifth = await reconciler.run_pass(fleets[R2], apply=True)
+            assert [r.outcome for r in fifth.results] == ["created"]
+            now[0] += 30
+            sixth = await reconciler.run_pass(fleets[R2], apply=True)
+            assert sixth.rollout is not None and sixth.rollout.rollout.state is RolloutState.CONVERGED
+            assert store.box_releases()[BOX] == replace(release, state=BoxState.APPLIED, last_good=R2)
+
+    asyncio.run(scenario())
+    store.close()
+    again = open_store(url)  # durable: a restarted control plane finds the rollout where it was
+    try:
+        rollout, _, _ = again.current_rollout()
+        assert rollout is not None and rollout.target == R2 and rollout.state is RolloutState.CONVERGED
+        newest = again.recent_passes(1)[0].rollout
+        assert newest is not None and newest.state == "converged" and newest.boxes == {BOX: "applied"}
+    finally:
+        again.close()
