@@ -121,3 +121,32 @@ def test_a_boot_change_is_drained_on_purpose_then_released_then_routed_again(tmp
         assert newest is not None and newest.state == "converged" and newest.boxes == {BOX: "applied"}
     finally:
         again.close()
+
+
+def test_metrics_show_a_halt_once_and_the_boxes_by_state() -> None:
+    from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
+    from llmfleet.job.metrics import PassMetrics
+
+    metrics = PassMetrics()
+    halted = RolloutPassRecord(R2, "halted", "box a: crash loop", 1, boxes={"a": "halted", "b": "waiting",
+                                                                             "c": "waiting"}, halt="box a: crash loop")
+    metrics.observe(PassRecord(1.0, 0.1, R2, "apply", {}, rollout=halted))
+    metrics.observe(PassRecord(2.0, 0.1, R2, "apply", {}, rollout=replace(halted, halt="")))
+    value = metrics.registry.get_sample_value
+    assert value("llmfleet_rollout_halted") == 1
+    assert value("llmfleet_rollout_halts_total") == 1
+    assert value("llmfleet_rollout_boxes", {"state": "waiting"}) == 2
+    assert value("llmfleet_rollout_boxes", {"state": "halted"}) == 1
+    assert value("llmfleet_rollout_boxes", {"state": "applied"}) == 0
+    metrics.observe(PassRecord(3.0, 0.1, R1, "apply", {}, rollout=RolloutPassRecord(R1, "running")))
+    assert value("llmfleet_rollout_halted") == 0
+
+
+def test_a_pass_record_with_a_rollout_reads_back() -> None:
+    from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
+
+    record = PassRecord(1.0, 0.1, R2, "apply", {"Healthy": 1}, rollout=RolloutPassRecord(
+        R2, "running", waves=2, released={"a": R2}, drained=("llmfleet:b:8001",), boxes={"a": "released"},
+        out={"m": ("b:8001",)}))
+    assert PassRecord.from_json(record.to_json()) == record
+    assert PassRecord.from_json({k: v for k, v in record.to_json().items() if k != "rollout"}).rollout is None

@@ -8,7 +8,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from llmfleet.adapters.git import TrackedRepo
+from llmfleet.adapters.git import TrackedRepo, read_fleet
 from llmfleet.adapters.state import open_reconcile_state
 from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.cli.common import CommandError, add_repo_arguments, eprint, load_validation
@@ -24,7 +24,7 @@ from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.loop import LOG, LockHeld, log_pass
 from llmfleet.job.metrics import PassMetrics
 from llmfleet.job.saved import SavedPlan, StalePlan
-from llmfleet.job.wiring import build_reconciler
+from llmfleet.job.wiring import build_reconciler, rollout_driver
 from llmfleet.logs import log_event
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
@@ -119,6 +119,7 @@ class PassRunner:
     config: ReconcileConfig
     metrics: PassMetrics = field(default_factory=PassMetrics)
     reconciler: Reconciler | None = None
+    _fleets: dict[str, Fleet | None] = field(default_factory=dict)
 
     def store(self) -> ReconcileState:
         try:
@@ -129,7 +130,31 @@ class PassRunner:
     def build(self, fleet: Fleet) -> Reconciler:
         if self.reconciler is None:
             self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, self.store())
+            self.reconciler.rollout = rollout_driver(self.reconciler.store, self.fleet_at, self.reconciler.bearers)
         return self.reconciler
+
+    def fleet_at(self, revision: str) -> Fleet | None:
+        """The valid fleet at a commit (a box's released revision), read from git objects; None when it
+        cannot be read or is not valid. Commits do not change: the outcome is kept."""
+        if revision in self._fleets:
+            return self._fleets[revision]
+        fleet: Fleet | None = None
+        try:
+            if self.config.remote_repo is not None and not self.args.repo:
+                assert self.config.clone_dir is not None
+                tracked = TrackedRepo(self.config.remote_repo, self.config.clone_dir)
+                try:
+                    fleet = validate_snapshot(tracked.snapshot(revision)).fleet
+                finally:
+                    tracked.close()
+            else:
+                fleet = validate_snapshot(read_fleet(repo_and_rev(self.args, self.config)[0], revision)).fleet
+        except SourceError:
+            fleet = None
+        if len(self._fleets) >= 64:
+            self._fleets.clear()
+        self._fleets[revision] = fleet
+        return fleet
 
     async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
                   record: bool | None = None) -> PassOutcome:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter as Counter_
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
-from llmfleet.adapters.state.passes import PassRecord
+from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
 from llmfleet.core.judge.verdict import Verdict
+from llmfleet.core.rollout.model import BoxState, RolloutState
 
 
 class PassMetrics:
@@ -29,6 +32,12 @@ class PassMetrics:
         self.blocked = Gauge("llmfleet_reconcile_deletes_blocked", "1 when a safety valve held the last pass's "
                              "deletes", registry=r)
         self.held = Gauge("llmfleet_reconcile_held_actions", "Actions held back in the last pass", registry=r)
+        self.rollout_halted = Gauge("llmfleet_rollout_halted", "1 while the staged rollout is halted (a released "
+                                    "box failed and was rolled back)", registry=r)
+        self.rollout_halts = Counter("llmfleet_rollout_halts", "Staged rollouts halted by a failed box",
+                                     registry=r)
+        self.rollout_boxes = Gauge("llmfleet_rollout_boxes", "Agent-managed boxes by rollout state (last pass)",
+                                   ["state"], registry=r)
         self.drift = Gauge("llmfleet_litellm_unmanaged_deployments", "LiteLLM deployments not managed by llmfleet",
                            registry=r)
 
@@ -47,6 +56,16 @@ class PassMetrics:
         self.blocked.set(1 if record.blocked else 0)
         self.held.set(record.held)
         self.drift.set(record.drift)
+        if record.rollout is not None:
+            self.observe_rollout(record.rollout)
+
+    def observe_rollout(self, rollout: RolloutPassRecord) -> None:
+        self.rollout_halted.set(1 if rollout.state == RolloutState.HALTED else 0)
+        if rollout.halt:
+            self.rollout_halts.inc()
+        counts = Counter_(rollout.boxes.values())
+        for state in BoxState:
+            self.rollout_boxes.labels(str(state)).set(counts.get(str(state), 0))
 
     def write_textfile(self, path: str) -> None:
         write_to_textfile(path, self.registry)

@@ -212,4 +212,5 @@ def rollout_record(stepped: Step) -> RolloutPassRecord:
         target=r.target, state=str(r.state), reason=r.reason, waves=r.waves, released=dict(stepped.released),
         drained=tuple(sorted(stepped.drain)), held_out=tuple(sorted(stepped.held_out)),
         rollbacks=dict(stepped.rollbacks), boxes={b: str(s.state) for b, s in stepped.status.items()},
-        out={m: tuple(f"{b}:{p}" for b, p in keys) for m, keys in stepped.out.items()})
+        out={m: tuple(f"{b}:{p}" for b, p in keys) for m, keys in stepped.out.items()},
+        halt=stepped.halt.reason if stepped.halt is not None else "")

@@ -77,13 +77,14 @@ class RolloutPassRecord:
     rollbacks: Mapping[str, str] = dataclasses.field(default_factory=dict)
     boxes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # box -> state
     out: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # model -> "box:port" out
+    halt: str = ""  # the rollout halted in this pass: why
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RolloutPassRecord:
         return cls(data["target"], data["state"], data.get("reason", ""), data.get("waves", 0),
                    dict(data.get("released", {})), tuple(data.get("drained", ())), tuple(data.get("held_out", ())),
                    dict(data.get("rollbacks", {})), dict(data.get("boxes", {})),
-                   {k: tuple(v) for k, v in data.get("out", {}).items()})
+                   {k: tuple(v) for k, v in data.get("out", {}).items()}, data.get("halt", ""))
 
 
 @dataclass(frozen=True)

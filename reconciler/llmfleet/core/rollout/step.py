@@ -296,6 +296,9 @@ def start_releases(work: Work) -> None:
         release = work.releases.get(box)
         if release is None or release.revision == target or release.state in UNSETTLED:
             continue
+        if work.served[box] is None and release.revision:
+            work.why[box] = f"waits: its released revision {release.revision[:12]} cannot be read or rendered"
+            continue
         change = box_change(work.served[box], b.target, b.card_gb)
         if not change.boot:
             release_box(work, box, target, BoxState.APPLIED)  # live fields only: nothing restarts
@@ -327,7 +330,7 @@ def apply_controls(work: Work) -> None:
     """Paused, halted or aborted: nothing new; drains stop (their servers are routed again); an abort
     rolls released but unconverged boxes back."""
     state = work.rollout.state
-    for box in _all_boxes(work.inp):
+    for box in sorted(work.releases):
         undrain(work, box, f"rollout {state}")
         release = work.releases.get(box)
         if state is RolloutState.ABORTED and release is not None and release.state is BoxState.RELEASED:
