@@ -341,6 +341,14 @@ class SqlStateStore:
     def box_releases(self) -> dict[str, BoxRelease]:
         return {r["box"]: _release(r) for r in self.db.read("SELECT * FROM box_releases")}
 
+    def box_release(self, box: str) -> BoxRelease | None:
+        rows = self.db.read("SELECT * FROM box_releases WHERE box = ?", (box,))
+        return _release(rows[0]) if rows else None
+
+    def latest_report(self, box: str) -> BoxReport | None:
+        rows = self.db.read("SELECT * FROM box_reports WHERE box = ? ORDER BY id DESC LIMIT 1", (box,))
+        return _report(rows[0]) if rows else None
+
     def save_rollout(self, rollout: Rollout, releases: Mapping[str, BoxRelease],
                      taken: Request | None = None) -> None:
         r = rollout

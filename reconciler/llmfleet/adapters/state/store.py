@@ -133,6 +133,12 @@ class RolloutStore(Protocol):
 
     def box_releases(self) -> dict[str, BoxRelease]: ...
 
+    def box_release(self, box: str) -> BoxRelease | None:
+        """One box's release (what GET /vllm/config serves an agent box)."""
+        ...
+
+    def latest_report(self, box: str) -> BoxReport | None: ...
+
     def save_rollout(self, rollout: Rollout, releases: Mapping[str, BoxRelease],
                      taken: Request | None = None) -> None:
         """In one transaction: update the rollout of its target (or start a new row), replace the box

@@ -377,15 +377,16 @@ def step(inp: StepInput) -> Step:
     if rollout != inp.rollout:
         rollout = replace(rollout, updated_at=inp.now)
     work.rollout = rollout
+    status = {box: status_of(work, box) for box in sorted(work.releases)}
     return Step(
         rollout=rollout,
-        releases=MappingProxyType(dict(work.releases)),
+        releases=MappingProxyType({box: replace(r, reason=status[box].why) for box, r in work.releases.items()}),
         released=MappingProxyType(dict(work.released)),
         drain=frozenset(work.drain),
         held_out=work.held_out(),
         rollbacks=MappingProxyType(dict(work.rollbacks)),
         halt=work.halt,
-        status=MappingProxyType({box: status_of(work, box) for box in sorted(work.releases)}),
+        status=MappingProxyType(status),
         out=MappingProxyType({m: tuple(sorted(k)) for m, k in sorted(out_of_service(work).items())}),
     )
 
@@ -393,7 +394,7 @@ def step(inp: StepInput) -> Step:
 def status_of(work: Work, box: str) -> BoxStatus:
     release = work.releases[box]
     report = work.inp.boxes[box].report
-    why = work.why.get(box) or release.reason
+    why = work.why.get(box) or (release.reason if release.state is BoxState.HALTED else "")
     if not why and release.state is BoxState.WAITING and work.rollout.state is not RolloutState.RUNNING:
         why = f"rollout {work.rollout.state}"
     return BoxStatus(box, release.state, release.revision, report.revision if report is not None else None, why)
