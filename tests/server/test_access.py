@@ -21,6 +21,7 @@ EXPECTED_ROLES = {
     "box.vllm_config": Role.FLEET, "box.vllm_report": Role.FLEET, "box.vllm_installer": Role.FLEET,
     "admin.attention": Role.VIEWER, "admin.reports": Role.VIEWER, "admin.fetches": Role.VIEWER,
     "admin.approvals": Role.VIEWER, "admin.approve_box": Role.ADMIN, "pages.approve": Role.ADMIN,
+    "rollout.rollout": Role.VIEWER, "rollout.control": Role.ADMIN,
 }
 
 

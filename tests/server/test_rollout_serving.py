@@ -99,3 +99,51 @@ def test_health_shows_the_rollout(runtime: Runtime, client: FlaskClient) -> None
     assert rollout["target"] == served.revision and rollout["state"] == "running" and rollout["waves"] == 1
     assert rollout["boxes"][KNOWN_BOX]["why"] == "waits for the disruption budget of qwen3-8b"
     assert rollout["boxes"][KNOWN_BOX]["applied"] == served.revision
+
+
+def admin(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_the_admin_api_shows_the_rollout_and_records_requests(runtime: Runtime, client: FlaskClient) -> None:
+    from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN
+
+    assert client.get("/admin/rollout", headers=admin(VIEWER_TOKEN)).get_json() == {"rollout": None, "history": []}
+    none_yet = client.post("/admin/rollout/pause", headers=admin(ADMIN_TOKEN))
+    assert none_yet.status_code == 409 and "no rollout yet" in none_yet.get_json()["error"]
+    served = runtime.tracker.served
+    assert served is not None
+    release(runtime, served.revision, served.revision)
+    assert client.post("/admin/rollout/pause", headers=admin(VIEWER_TOKEN)).status_code == 403
+    assert client.post("/admin/rollout/resume", headers=admin(ADMIN_TOKEN)).status_code == 409  # it runs
+    paused = client.post("/admin/rollout/pause", headers=admin(ADMIN_TOKEN))
+    assert paused.status_code == 202 and paused.get_json()["requested"] == "pause"
+    assert paused.get_json()["rollout"]["requested"]["request"] == "pause"
+    assert ADMIN_TOKEN not in paused.get_data(as_text=True)
+    # The pending pause counts: pausing again is refused, resuming is accepted.
+    assert client.post("/admin/rollout/pause", headers=admin(ADMIN_TOKEN)).status_code == 409
+    assert client.post("/admin/rollout/resume", headers=admin(ADMIN_TOKEN)).status_code == 202
+    assert client.post("/admin/rollout/reboot", headers=admin(ADMIN_TOKEN)).status_code == 404
+    view = client.get("/admin/rollout", headers=admin(VIEWER_TOKEN)).get_json()
+    assert view["rollout"]["requested"]["request"] == "resume" and len(view["history"]) == 1
+
+
+def test_a_populated_rollout_view_matches_the_openapi_document(runtime: Runtime, client: FlaskClient) -> None:
+    import jsonschema
+    import yaml
+
+    from tests.conftest import ROOT
+    from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN
+
+    document = yaml.safe_load((ROOT / "schemas" / "openapi.yaml").read_text())
+    served = runtime.tracker.served
+    assert served is not None
+    release(runtime, served.revision, served.revision)
+    report(runtime, served.revision, agent=True)
+    accepted = client.post("/admin/rollout/abort", headers=admin(ADMIN_TOKEN))
+    view = client.get("/admin/rollout", headers=admin(VIEWER_TOKEN)).get_json()
+    assert view["rollout"]["boxes"][KNOWN_BOX]["state"] == "waiting"
+    for body, name in ((view, "RolloutView"),):
+        jsonschema.validate(body, {**document, "$ref": f"#/components/schemas/{name}"})
+    answer = document["paths"]["/admin/rollout/{action}"]["post"]["responses"]["202"]["content"]
+    jsonschema.validate(accepted.get_json(), {**document, **answer["application/json"]["schema"]})
