@@ -20,7 +20,7 @@ from llmfleet.logs import setup_logging
 
 # Subcommand modules, in the order `llmfleet --help` lists them.
 COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve", "import_llmao", "plan",
-            "apply", "reconcile", "demo")
+            "apply", "reconcile", "rollout", "demo")
 
 
 class Parser(argparse.ArgumentParser):
