@@ -240,3 +240,16 @@ def test_a_drain_that_did_not_reach_litellm_holds_the_release() -> None:
         assert "box0" not in held.released and "leave LiteLLM" in held.status["box0"].why
     sim.run()
     assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+
+
+def test_a_box_with_more_replicas_of_a_model_than_the_budget_goes_alone() -> None:
+    layout = {"twin": [("m", 8001), ("m", 8002)], "a": [("m", 8001)], "b": [("m", 8001)]}
+    sim = Sim.start("r1", layout, {"m": "v1"})
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == [] and out_per_model(sim) == 2
+    twin = [i for i, s in enumerate(sim.steps) if any(d.startswith("llmfleet:twin:") for d in s.drain)]
+    alone = sim.steps[twin[0]]
+    assert alone.drain == frozenset({"llmfleet:twin:8001", "llmfleet:twin:8002"})  # nothing else out with it

@@ -180,7 +180,8 @@ def budget_refusal(work: Work, out: Mapping[str, set[ServerKey]], box: str,
     for model, keys in sorted(by_model.items()):
         budget = work.inp.budget(model)
         already = out.get(model, set())
-        if len(already | keys) > budget:
+        # A box is the smallest unit: one whose own servers of a model exceed the budget goes alone.
+        if len(already | keys) > budget and (already - keys):
             names = ", ".join(f"{b}:{p}" for b, p in sorted(already)) or "none"
             return (f"waits for the disruption budget of {model}: {len(already)} of its servers out "
                     f"({names}), max_unavailable {budget}")
