@@ -147,3 +147,29 @@ def test_a_populated_rollout_view_matches_the_openapi_document(runtime: Runtime,
         jsonschema.validate(body, {**document, "$ref": f"#/components/schemas/{name}"})
     answer = document["paths"]["/admin/rollout/{action}"]["post"]["responses"]["202"]["content"]
     jsonschema.validate(accepted.get_json(), {**document, **answer["application/json"]["schema"]})
+
+
+def test_the_revision_page_and_the_attention_strip_show_a_halt(runtime: Runtime, client: FlaskClient) -> None:
+    from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
+    from tests.server.conftest import VIEWER_TOKEN
+
+    served = runtime.tracker.served
+    assert served is not None
+    runtime.store.save_rollout(Rollout(served.revision, RolloutState.HALTED, 1.0, 2.0, waves=1,
+                                       reason="box 203.0.113.24: server(s) qwen3-8b crash-loop"),
+                               {KNOWN_BOX: BoxRelease(KNOWN_BOX, "a" * 40, "a" * 40, 2.0, BoxState.HALTED,
+                                                      wave=1, reason="rolled back to aaaaaaaaaaaa")})
+    runtime.store.record_pass(PassRecord(runtime.clock(), 0.1, served.revision, "apply", {}, rollout=RolloutPassRecord(
+        served.revision, "halted", "box 203.0.113.24: server(s) qwen3-8b crash-loop", 1,
+        boxes={KNOWN_BOX: "halted"}, halt="box 203.0.113.24: server(s) qwen3-8b crash-loop")))
+    from tests.pages.conftest import login
+
+    login(client, VIEWER_TOKEN)
+    page = client.get("/revision")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert '<h2 id="rollout">Rollout</h2>' in html and 'class="bad-text">halted</strong>' in html
+    assert f'<tr data-box="{KNOWN_BOX}">' in html and "rolled back to aaaaaaaaaaaa" in html
+    assert "reconcile-rollout-halted" in html and "crash-loop" in html
+    strip = client.get("/api/attention", headers=admin(VIEWER_TOKEN)).get_json()
+    assert [r["state"] for r in strip["reconcile"]] == ["rollout-halted"]
