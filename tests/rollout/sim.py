@@ -74,6 +74,7 @@ class Sim:
     unreachable: list[dict[str, int]] = field(default_factory=list)  # per pass: model -> servers out
     routed_per_model: list[dict[str, int]] = field(default_factory=list)
     control: RolloutState | None = None
+    ever_routed: set[tuple[str, str]] = field(default_factory=set)  # (deployment, model) that served once
 
     @classmethod
     def start(cls, revision: str, layout: Layout, recipes: Mapping[str, str], unmanaged: frozenset[str] = frozenset(),
@@ -101,12 +102,15 @@ class Sim:
         out: dict[tuple[str, int], str] = {}
         for box in self.boxes.values():
             served = self.served(box.name)
-            wanted = {s.name: s for s in served.servers} if served is not None else {}
-            for name, proc in box.running.items():
+            wanted = {s.port: s for s in served.servers} if served is not None else {}
+            for proc in box.running.values():
                 key = (box.name, proc.spec.port)
+                spec = wanted.get(proc.spec.port)
                 if proc.ready_in != 0:
                     out[key] = "Loading"
-                elif name in wanted and wanted[name].digest != proc.spec.digest:
+                elif spec is not None and spec.model != proc.spec.model:
+                    out[key] = "Foreign"  # another model answers there (as the judge's probe would see)
+                elif spec is not None and spec.digest != proc.spec.digest:
                     out[key] = "Stale"
                 else:
                     out[key] = "Healthy"
@@ -206,8 +210,11 @@ class Sim:
         routed: dict[str, int] = {}
         for deployment, (_, proc) in up.items():
             ok = deployment in self.routed and proc.ready_in == 0
-            models[proc.spec.model] = models.get(proc.spec.model, 0) + (0 if ok else 1)
+            served_before = (deployment, proc.spec.model) in self.ever_routed  # a fresh server is not "out"
+            models[proc.spec.model] = models.get(proc.spec.model, 0) + (0 if ok or not served_before else 1)
             routed[proc.spec.model] = routed.get(proc.spec.model, 0) + (1 if ok else 0)
+            if ok:
+                self.ever_routed.add((deployment, proc.spec.model))
         self.unreachable.append(models)
         self.routed_per_model.append(routed)
 

@@ -129,7 +129,10 @@ class Work:
             if release.state is BoxState.DRAINING:
                 ids.update(s.deployment for s in self.disrupted_by(box, release))
             elif release.state is BoxState.RELEASED and not self.reported(box, release):
+                # Until the box applies its release, what it stops or restarts must not be routed again
+                # (the pass's intended state may still hold the old server at that address).
                 change = box_change(self.last_good[box], self.served[box], self.inp.boxes[box].card_gb)
+                ids.update(s.deployment for s in servers_named(self.last_good[box], change.disrupted))
                 ids.update(s.deployment for s in servers_named(self.served[box], change.restarted))
         return frozenset(ids)
 
@@ -157,8 +160,10 @@ def out_of_service(work: Work) -> dict[str, set[ServerKey]]:
     return out
 
 
-def incoming_not_ready(work: Work, model: str, except_box: str) -> list[str]:
-    """Servers of `model` that the target adds on other boxes and that are not yet Healthy and routed."""
+def incoming_not_ready(work: Work, model: str, except_box: str, leaving: bool = False) -> list[str]:
+    """Servers of `model` that the target adds on other boxes and that are not yet Healthy and routed.
+    `leaving` (the box stops a server of the model for good): also the ones the target changes there, so a
+    model that loses a server restarts its others first, while the leaving one still serves."""
     inp = work.inp
     waiting: list[str] = []
     for box in _all_boxes(inp):
@@ -166,17 +171,37 @@ def incoming_not_ready(work: Work, model: str, except_box: str) -> list[str]:
         if box == except_box or b.target is None:
             continue
         waiting.extend(f"{box}:{s.port}" for s in b.target.servers
-                       if s.model == model and is_fresh(b, s, work.last_good.get(box), inp.verdicts)
-                       and not is_ready(box, s, inp))
+                       if s.model == model and (leaving or is_fresh(b, s, work.last_good.get(box), inp.verdicts))
+                       and not runs(work, box, s))
     return waiting
 
 
+def runs(work: Work, box: str, server: ServerSpec) -> bool:
+    """The box runs this very server and it is ready: its box applied a release that has it (a verdict and
+    a route are per address, and another server may still hold the address), Healthy and routed."""
+    b = work.inp.boxes[box]
+    if b.managed:
+        release = work.releases.get(box)
+        served = work.served.get(box)
+        if release is None or served is None or not work.reported(box, release) \
+                or server not in served.servers:
+            return False
+    return is_ready(box, server, work.inp)
+
+
+MAKE_BEFORE_BREAK = "make-before-break: "
+
+
 def budget_refusal(work: Work, out: Mapping[str, set[ServerKey]], box: str,
-                   disrupted: Iterable[ServerSpec]) -> str | None:
-    """Why taking these servers out now would break a model's budget (None: it would not)."""
+                   disrupted: Iterable[ServerSpec], make_before_break: bool = True) -> str | None:
+    """Why taking these servers out now would break a model's budget, or make-before-break (None: it
+    would not)."""
     by_model: dict[str, set[ServerKey]] = {}
     for server in disrupted:
         by_model.setdefault(server.model, set()).add(server_key(box, server))
+    target = work.inp.boxes[box].target
+    staying = {s.name for s in target.servers} if target is not None else set()
+    leaving = {s.model for s in disrupted if s.name not in staying}
     for model, keys in sorted(by_model.items()):
         budget = work.inp.budget(model)
         already = out.get(model, set())
@@ -185,9 +210,9 @@ def budget_refusal(work: Work, out: Mapping[str, set[ServerKey]], box: str,
             names = ", ".join(f"{b}:{p}" for b, p in sorted(already)) or "none"
             return (f"waits for the disruption budget of {model}: {len(already)} of its servers out "
                     f"({names}), max_unavailable {budget}")
-        incoming = incoming_not_ready(work, model, box)
+        incoming = incoming_not_ready(work, model, box, model in leaving) if make_before_break else []
         if incoming:
-            return (f"make-before-break: waits until {model}'s new server(s) {', '.join(incoming)} "
+            return (f"{MAKE_BEFORE_BREAK}waits until {model}'s new server(s) {', '.join(incoming)} "
                     "are Healthy and routed")
     return None
 
@@ -314,17 +339,46 @@ def start_releases(work: Work) -> None:
         if refusal is not None:
             work.why[box] = refusal
             continue
-        for server in disrupted:
-            out.setdefault(server.model, set()).add(server_key(box, server))
-        wave = work.rollout.waves + 1
-        work.drain.update(s.deployment for s in disrupted)
-        if not disrupted or inp.drain_s <= 0:
-            release_box(work, box, target, BoxState.RELEASED, wave)
-        else:
-            work.releases[box] = replace(release, state=BoxState.DRAINING, drain_started_at=inp.now, reason="",
-                                         wave=wave)
-            work.why[box] = f"draining: released in {inp.drain_s}s"
-        work.new_wave = True
+        start_box(work, box, release, disrupted, out)
+    break_a_cycle(work, out)
+
+
+def break_a_cycle(work: Work, out: dict[str, set[ServerKey]]) -> None:
+    """Boxes that wait only for each other's new servers (two models swapping places with no spare slot)
+    would wait for ever: when nothing is in flight and nothing started, the first of them goes, under the
+    budget, without make-before-break (its model is short for a while; the status says so)."""
+    if any(r.state in UNSETTLED for r in work.releases.values()):
+        return
+    waiting = [b for b, r in work.releases.items() if r.revision != work.rollout.target and work.why.get(b)]
+    if not waiting or not all(work.why[b].startswith(MAKE_BEFORE_BREAK) for b in waiting):
+        return  # a box waits for something else (a budget): not a cycle of make-before-break
+    for box in _all_boxes(work.inp):
+        if not work.why.get(box, "").startswith(MAKE_BEFORE_BREAK):
+            continue
+        release = work.releases[box]
+        disrupted = work.disrupted_by(box, release)
+        if budget_refusal(work, out, box, disrupted, make_before_break=False) is None:
+            start_box(work, box, release, disrupted, out)
+            work.why[box] = ("make-before-break is impossible (boxes wait for each other's new servers): "
+                             "released first, its models are short until their new servers serve")
+            return
+
+
+def start_box(work: Work, box: str, release: BoxRelease, disrupted: tuple[ServerSpec, ...],
+              out: dict[str, set[ServerKey]]) -> None:
+    """Drain the box's disrupted servers (or release it at once when it disrupts none, or drain_s is 0)."""
+    inp = work.inp
+    for server in disrupted:
+        out.setdefault(server.model, set()).add(server_key(box, server))
+    wave = work.rollout.waves + 1
+    work.drain.update(s.deployment for s in disrupted)
+    if not disrupted or inp.drain_s <= 0:
+        release_box(work, box, work.rollout.target, BoxState.RELEASED, wave)
+    else:
+        work.releases[box] = replace(release, state=BoxState.DRAINING, drain_started_at=inp.now, reason="",
+                                     wave=wave)
+        work.why[box] = f"draining: released in {inp.drain_s}s"
+    work.new_wave = True
 
 
 def apply_controls(work: Work) -> None:
