@@ -150,3 +150,51 @@ def test_a_pass_record_with_a_rollout_reads_back() -> None:
         out={"m": ("b:8001",)}))
     assert PassRecord.from_json(record.to_json()) == record
     assert PassRecord.from_json({k: v for k, v in record.to_json().items() if k != "rollout"}).rollout is None
+
+
+def test_a_failed_install_halts_the_rollout_and_rolls_the_box_back(tmp_path: Path,
+                                                                 caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    litellm = FakeLitellmHttp()
+    vllm = FakeVllm()
+    now = [1000.0]
+
+    async def scenario() -> None:
+        async with serve(litellm.app()) as (lport,), serve(vllm.app(), [0]) as (port,):
+            vllm.servers[port] = FakeServer("m", SALT.derive(BOX, port), "org/m")
+            fleets = {R1: fleet(R1, port, "--a"), R2: fleet(R2, port, "--b")}
+            fleets[R2] = replace(fleets[R2], settings=replace(fleets[R2].settings,
+                                                              rollout=RolloutSettings(drain_s=0)))
+            reconciler = Reconciler(Bearers(SALT), Observer({}, 2, 8),
+                                    lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}",
+                                                            Secret(litellm.master_key, "test")),
+                                    store, clock=lambda: now[0], rollout=RolloutDriver(store, fleets.get, Bearers(SALT)))
+            store.record_report(report(now[0], R1, fleets[R1]), keep=5)
+            await reconciler.run_pass(fleets[R1], apply=True)
+            now[0] += 60
+            released = await reconciler.run_pass(fleets[R2], apply=True)  # drain_s 0: drained and released
+            assert released.record.rollout is not None and released.record.rollout.released == {BOX: R2}
+            # The agent applies R2 and the install fails.
+            now[0] += 30
+            failed = replace(report(now[0], R2, fleets[R2]), outcome=ReportOutcome.FAILED)
+            store.record_report(failed, keep=5)
+            with caplog.at_level(logging.INFO, logger="llmfleet.rollout"):
+                halted = await reconciler.run_pass(fleets[R2], apply=True)
+            assert halted.rollout is not None and halted.rollout.rollout.state is RolloutState.HALTED
+            assert "installing revision 2222222222" in halted.rollout.rollout.reason
+            assert halted.record.rollout is not None and halted.record.rollout.halt
+            assert halted.record.rollout.rollbacks == {BOX: R1}
+            release = store.box_releases()[BOX]
+            assert (release.revision, release.state) == (R1, BoxState.HALTED)
+            events = [r for r in caplog.records if r.getMessage() == "rollout halted"]
+            assert len(events) == 1 and events[0].fields["box"] == BOX  # type: ignore[attr-defined]
+            # Halted: the next pass releases nothing, and the box is served R1 again.
+            now[0] += 30
+            after = await reconciler.run_pass(fleets[R2], apply=True)
+            assert after.rollout is not None and not after.rollout.released
+            assert after.rollout.rollout.state is RolloutState.HALTED
+
+    asyncio.run(scenario())
+    store.close()

@@ -102,6 +102,12 @@ class Work:
     why: dict[str, str] = field(default_factory=dict)
     halt: Halt | None = None
     new_wave: bool = False
+    _not_running: dict[str, list[tuple[str, ServerSpec, bool]]] | None = None
+
+    def not_running(self) -> dict[str, list[tuple[str, ServerSpec, bool]]]:
+        if self._not_running is None:
+            self._not_running = not_running(self)
+        return self._not_running
 
     def config_of(self, box: str, revision: str) -> BoxConfig | None:
         """The box's config at one of the revisions this step knows for it."""
@@ -164,16 +170,22 @@ def incoming_not_ready(work: Work, model: str, except_box: str, leaving: bool = 
     """Servers of `model` that the target adds on other boxes and that are not yet Healthy and routed.
     `leaving` (the box stops a server of the model for good): also the ones the target changes there, so a
     model that loses a server restarts its others first, while the leaving one still serves."""
+    return [f"{box}:{server.port}" for box, server, fresh in work.not_running().get(model, ())
+            if box != except_box and (leaving or fresh)]
+
+
+def not_running(work: Work) -> dict[str, list[tuple[str, ServerSpec, bool]]]:
+    """Per model, the target's servers that do not run yet (box, server, whether the target adds it).
+    Computed once a step: releasing a box in the step cannot make a target server run, nor stop one."""
     inp = work.inp
-    waiting: list[str] = []
+    found: dict[str, list[tuple[str, ServerSpec, bool]]] = {}
     for box in _all_boxes(inp):
         b = inp.boxes[box]
-        if box == except_box or b.target is None:
-            continue
-        waiting.extend(f"{box}:{s.port}" for s in b.target.servers
-                       if s.model == model and (leaving or is_fresh(b, s, work.last_good.get(box), inp.verdicts))
-                       and not runs(work, box, s))
-    return waiting
+        for server in b.target.servers if b.target is not None else ():
+            if not runs(work, box, server):
+                fresh = is_fresh(b, server, work.last_good.get(box), inp.verdicts)
+                found.setdefault(server.model, []).append((box, server, fresh))
+    return found
 
 
 def runs(work: Work, box: str, server: ServerSpec) -> bool:
