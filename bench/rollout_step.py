@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmfleet.core.rollout.model import RolloutState  # noqa: E402
-from tests.rollout.sim import Sim  # noqa: E402
+from llmfleet.core.rollout.model import RolloutState
+from tests.rollout.sim import Sim
 
 
 def layout(boxes: int) -> dict[str, list[tuple[str, int]]]:
@@ -44,7 +44,8 @@ def run(boxes: int, budget: int) -> dict[str, float]:
         passes += 1
         if sim.rollout is not None and sim.rollout.state is not RolloutState.RUNNING:
             break
-    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.rollout is not None
+    assert sim.rollout.state is RolloutState.CONVERGED
     assert sim.failed_requests == []
     return {"passes": passes, "waves": sim.rollout.waves, "median_s": statistics.median(times),
             "max_s": max(times), "max_out": max(n for p in sim.unreachable for n in p.values())}
