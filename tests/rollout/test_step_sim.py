@@ -253,3 +253,18 @@ def test_a_box_with_more_replicas_of_a_model_than_the_budget_goes_alone() -> Non
     twin = [i for i, s in enumerate(sim.steps) if any(d.startswith("llmfleet:twin:") for d in s.drain)]
     alone = sim.steps[twin[0]]
     assert alone.drain == frozenset({"llmfleet:twin:8001", "llmfleet:twin:8002"})  # nothing else out with it
+
+
+def test_a_box_new_to_the_placement_is_released_at_once() -> None:
+    from llmfleet.core.rollout.model import BoxInput, ReportFacts, StepInput
+    from llmfleet.core.rollout.step import step
+    from tests.rollout.sim import config
+
+    target = config("r2", "fresh", [("m", 8001)], {"m": "v1"})
+    inp = StepInput("r2", 100.0, {"fresh": BoxInput("fresh", True, target, None, None, ReportFacts("r1"), new=True)},
+                    {}, None, {}, frozenset())
+    result = step(inp)
+    assert result.released == {"fresh": "r2"} and not result.drain
+    stuck = step(StepInput("r2", 100.0, {"fresh": BoxInput("fresh", True, target, None, None, ReportFacts("r1"))},
+                           {}, None, {}, frozenset()))
+    assert not stuck.released and "cannot be read" in stuck.status["fresh"].why  # unreadable: it waits

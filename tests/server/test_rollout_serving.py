@@ -173,3 +173,20 @@ def test_the_revision_page_and_the_attention_strip_show_a_halt(runtime: Runtime,
     assert "reconcile-rollout-halted" in html and "crash-loop" in html
     strip = client.get("/api/attention", headers=admin(VIEWER_TOKEN)).get_json()
     assert [r["state"] for r in strip["reconcile"]] == ["rollout-halted"]
+
+
+def test_before_the_first_pass_an_agent_box_keeps_what_it_reported(runtime: Runtime, client: FlaskClient,
+                                                                    fleet_git: Path) -> None:
+    r1 = git(fleet_git, "rev-parse", "HEAD")
+    r2 = commit(fleet_git, "models.yaml", "max-num-batched-tokens: 4096", "max-num-batched-tokens: 8192", "boot")
+    assert runtime.tracker.refresh()
+    report(runtime, r1, agent=True)  # no release recorded yet: a commit merged meanwhile must not reach it
+    assert fetch(client).get_json()["revision"] == r1
+    # A box placed only at the head (approved after it installed) gets the head.
+    r3 = commit(fleet_git, "placement.yaml", "  203.0.113.24:\n", "  203.0.113.77:\n    - [qwen3-8b, 8001]\n\n"
+                "  203.0.113.24:\n", "place a new box")
+    assert runtime.tracker.refresh()
+    runtime.store.record_report(BoxReport("203.0.113.77", runtime.clock(), "192.0.2.51", r2, "test",
+                                          ReportOutcome.INSTALLED, freeze_mapping({"agent": True})), keep=5)
+    new = client.get("/vllm/config", headers=box_headers("203.0.113.77"), environ_base={"REMOTE_ADDR": "192.0.2.51"})
+    assert new.status_code == 200 and new.get_json()["revision"] == r3

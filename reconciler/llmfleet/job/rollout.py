@@ -145,8 +145,9 @@ class RolloutDriver:
             released = self.released_revision(begun, box)
             target_config = self._config(begun, box, target.revision)
             placed = target.box(box)
+            reported = self._fleet(begun, released) if managed and release is None else None
             boxes[box] = BoxInput(
-                box=box, managed=managed, target=target_config,
+                box=box, managed=managed, target=target_config, new=reported is not None and reported.box(box) is None,
                 released=self._config(begun, box, released) if managed else target_config,
                 last_good=self._config(begun, box, release.last_good if release is not None else released)
                 if managed else target_config,

@@ -33,16 +33,21 @@ def served_for(rt: Runtime, served: Rendered, box: str) -> Rendered | Unservable
     if served.fleet.rollout_mode(box) is not RolloutMode.AUTO:
         return served
     release = rt.store.box_release(box)
-    if release is None or release.revision == served.revision or not release.revision:
+    report = rt.store.latest_report(box)
+    if report is None or not is_agent_report(report):
         return served
-    if not is_agent_report(rt.store.latest_report(box)):
+    # No release yet (the reconciler has not run since the agent appeared): the box keeps what it runs, so
+    # a commit merged meanwhile still goes through the rollout. A box placed only later gets the head.
+    revision = release.revision if release is not None else report.revision
+    if revision == served.revision or not revision:
         return served
-    found = rt.tracker.rendered_at(release.revision)
+    found = rt.tracker.rendered_at(revision)
+    if release is None and (not isinstance(found, Rendered) or box not in found.fleet.boxes):
+        return served
     if not isinstance(found, Rendered):
-        return Unservable(release.revision, "it cannot be read from the repository" if found is None
-                          else "it is not valid")
+        return Unservable(revision, "it cannot be read from the repository" if found is None else "it is not valid")
     if box not in found.boxes:
-        return Unservable(release.revision, "the box is not in its placement or cannot be rendered")
+        return Unservable(revision, "the box is not in its placement or cannot be rendered")
     return found
 
 

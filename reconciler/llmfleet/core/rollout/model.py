@@ -102,6 +102,7 @@ class BoxInput:
     last_good: BoxConfig | None
     report: ReportFacts | None = None
     card_gb: float | None = None
+    new: bool = False  # no release yet and not placed at the revision it reported: it runs nothing of ours
 
 
 @dataclass(frozen=True)

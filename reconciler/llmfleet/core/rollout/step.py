@@ -51,8 +51,11 @@ def current_rollout(inp: StepInput) -> tuple[Rollout, bool]:
 
 def initial_release(box: BoxInput, now: float) -> BoxRelease:
     """A box seen for the first time runs what it reported (else it is new, and gets the target)."""
-    revision = box.released.revision if box.released is not None else (
-        box.report.revision if box.report is not None else "")
+    if box.new:
+        revision = ""  # nothing to disrupt: it is released the target at once
+    else:
+        revision = box.released.revision if box.released is not None else (
+            box.report.revision if box.report is not None else "")
     return BoxRelease(box.box, revision, revision, now, BoxState.APPLIED)
 
 
