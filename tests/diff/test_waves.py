@@ -87,3 +87,16 @@ def test_llmfleet_diff_prints_the_waves(fleet_git: Path) -> None:
     assert "Rollout (boot changes, box by box, for boxes running the box agent)" in text
     assert "wave 1:\n      203.0.113.10: drains and restarts qwen3-8b" in text
     assert "203.0.113.24: drains and restarts qwen3-8b, qwen3-8b-b" in text
+
+
+def test_rollout_settings_and_overrides_show_in_the_report() -> None:
+    from llmfleet.core.diff import diff_fleets
+
+    models = MODELS.replace("  m2:\n", "  m2:\n    max_unavailable: 2\n")
+    placement = PLACEMENT.replace("  box2:\n    - [m1, 8001]\n", "  box2:\n    rollout: manual\n    servers:\n"
+                                  "      - [m1, 8001]\n")
+    report = diff_fleets(fleet(), fleet(models=models, placement=placement,
+                                        fleet_yaml="version: 1\nrollout: {drain_s: 30}\n"))
+    assert [(f.path, f.before, f.after) for f in report.settings] == [(("rollout", "drain_s"), 10, 30)]
+    assert [f.path for r in report.recipes for f in r.fields] == [("max_unavailable",)]
+    assert [f.path for b in report.boxes for f in b.details] == [("rollout",)]
