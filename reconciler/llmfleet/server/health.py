@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 from llmfleet.server.metrics import CONTENT_TYPE
-from llmfleet.server.rollouts import rollout_status
+from llmfleet.server.rollouts import rollout_summary
 from llmfleet.server.runtime import current_runtime
 
 bp = Blueprint("health", __name__)
@@ -33,7 +33,7 @@ def health() -> Response:
         "last_refresh": {"ok_at": refresh.ok_at, "error": refresh.error, "error_at": refresh.error_at},
         "state": {"backend": rt.store.backend, "fetch_log_error": rt.store.flush_error},
     }
-    rollout = rollout_status(rt)
+    rollout = rollout_summary(rt)  # the box list is for token holders (GET /admin/rollout)
     if rollout is not None:
         body["rollout"] = rollout
     if served and served.render_errors:

@@ -67,3 +67,18 @@ def rollout_status(rt: Runtime) -> dict[str, object] | None:
                         "released_at": r.released_at, "why": r.reason}
                   for box, r in sorted(releases.items())},
     }
+
+
+def rollout_summary(rt: Runtime) -> dict[str, object] | None:
+    """The rollout for the public /health: its state and why, and boxes counted by state (the boxes
+    themselves are listed only to a token holder: GET /admin/rollout, the pages)."""
+    status = rollout_status(rt)
+    if status is None:
+        return None
+    boxes = status.pop("boxes")
+    assert isinstance(boxes, dict)
+    status.pop("requested", None)
+    counts: dict[str, int] = {}
+    for release in boxes.values():
+        counts[release["state"]] = counts.get(release["state"], 0) + 1
+    return {**status, "boxes": counts}
