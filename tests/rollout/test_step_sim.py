@@ -268,3 +268,17 @@ def test_a_box_new_to_the_placement_is_released_at_once() -> None:
     stuck = step(StepInput("r2", 100.0, {"fresh": BoxInput("fresh", True, target, None, None, ReportFacts("r1"))},
                            {}, None, {}, frozenset()))
     assert not stuck.released and "cannot be read" in stuck.status["fresh"].why  # unreadable: it waits
+
+
+def test_a_box_that_takes_the_agent_after_the_rollout_converged_is_still_released() -> None:
+    layout = {"a": [("m", 8001)], "late": [("m", 8001)]}
+    sim = Sim.start("r1", layout, {"m": "v1"}, unmanaged=frozenset({"late"}))
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    late = sim.boxes["late"]
+    late.managed = True  # its installer now runs the agent; it still runs r1
+    sim.run()
+    assert sim.rollout.state is RolloutState.CONVERGED and sim.releases["late"].revision == "r2"
+    assert late.applied == "r2" and sim.failed_requests == []

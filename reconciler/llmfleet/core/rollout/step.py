@@ -431,6 +431,9 @@ def begin(inp: StepInput) -> Work:
 def step(inp: StepInput) -> Step:
     """One pass of the rollout. See the module's docstring for the rules."""
     work = begin(inp)
+    if work.rollout.state is RolloutState.CONVERGED and not converged(work):
+        # a box that took the agent (or rejoined) after the rollout converged: it goes on
+        work.rollout = replace(work.rollout, state=RolloutState.RUNNING)
     settle(work)
     if work.halt is not None and work.rollout.state in (RolloutState.RUNNING, RolloutState.PAUSED):
         work.rollout = replace(work.rollout, state=RolloutState.HALTED, reason=work.halt.reason)
