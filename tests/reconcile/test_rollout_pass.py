@@ -198,3 +198,32 @@ def test_a_failed_install_halts_the_rollout_and_rolls_the_box_back(tmp_path: Pat
 
     asyncio.run(scenario())
     store.close()
+
+
+def test_the_cli_reads_released_revisions_from_git_objects(fleet_git: Path, tmp_path: Path) -> None:
+    """`llmfleet apply/reconcile` give the rollout every commit's fleet (a box's released revision)."""
+    import argparse
+
+    from llmfleet.cli.passes import PassRunner
+    from llmfleet.job.configfile import config_from_env
+    from llmfleet.job.wiring import rollout_driver
+    from tests.conftest import git
+
+    first = git(fleet_git, "rev-parse", "HEAD")
+    (fleet_git / "placement.yaml").write_text((fleet_git / "placement.yaml").read_text() + "\n  203.0.113.99:\n"
+                                                                                            "    - [qwen3-8b, 8001]\n")
+    git(fleet_git, "commit", "-qam", "a box")
+    config = config_from_env({"LLMFLEET_VLLM_API_SALT": "cli-salt-0123456789abcdef", "LITELLM_URL": "http://127.0.0.1:9",
+                              "LITELLM_MASTER_KEY": "sk-cli-test"})
+    runner = PassRunner(argparse.Namespace(repo=str(fleet_git), rev=None, state=None, lock_file=None), config)
+    old = runner.fleet_at(first)
+    assert old is not None and old.revision == first and "203.0.113.99" not in old.boxes
+    assert runner.fleet_at("f" * 40) is None  # not a commit of this repository: the box waits, nothing breaks
+    assert runner.fleet_at(first) is old  # kept: commits do not change
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        assert rollout_driver(store, runner.fleet_at, Bearers(SALT)) is not None
+        from llmfleet.adapters.state.reconcile import MemoryStore
+        assert rollout_driver(MemoryStore(), runner.fleet_at, Bearers(SALT)) is None  # `memory:`: no rollout
+    finally:
+        store.close()
