@@ -227,3 +227,25 @@ def test_the_cli_reads_released_revisions_from_git_objects(fleet_git: Path, tmp_
         assert rollout_driver(MemoryStore(), runner.fleet_at, Bearers(SALT)) is None  # `memory:`: no rollout
     finally:
         store.close()
+
+
+def test_an_unreadable_released_revision_keeps_the_heads_servers_not_none(tmp_path: Path) -> None:
+    from llmfleet.core.judge.intended import intended_state
+    from llmfleet.core.rollout.model import BoxRelease
+    from llmfleet.job.rollout import Begun
+
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        head = fleet(R2, 8001, "--b")
+        release = BoxRelease(BOX, R1, R1, 1.0, BoxState.APPLIED)
+        begun = Begun(head, None, None, {BOX: release}, {BOX: report(1.0, R1, fleet(R1, 8001, "--a"))}, {BOX})
+        unreadable = RolloutDriver(store, lambda revision: None, Bearers(SALT))
+        intended = unreadable.compose(begun, intended_state(head, Bearers(SALT)))
+        assert set(intended.servers) == {(BOX, 8001)}  # kept (the head's), never pruned for a read error
+        readable = RolloutDriver(store, {R1: fleet(R1, 8001, "--a")}.get, Bearers(SALT))
+        at_release = readable.compose(replace(begun, fleets={}), intended_state(head, Bearers(SALT)))
+        assert at_release.servers[(BOX, 8001)].digest != intended.servers[(BOX, 8001)].digest  # R1's
+        elsewhere = RolloutDriver(store, {R1: replace(fleet(R1, 8001, "--a"), boxes={})}.get, Bearers(SALT))
+        assert elsewhere.compose(replace(begun, fleets={}), intended_state(head, Bearers(SALT))).servers == {}
+    finally:
+        store.close()

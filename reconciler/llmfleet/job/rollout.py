@@ -115,11 +115,14 @@ class RolloutDriver:
         servers = {k: s for k, s in head.servers.items() if s.box not in begun.managed}
         for box in sorted(begun.managed):
             fleet = self._fleet(begun, self.released_revision(begun, box))
-            if fleet is None or fleet.box(box) is None:
-                continue
+            if fleet is not None and fleet.box(box) is None:
+                continue  # not placed at its released revision: it serves nothing of ours
             try:
-                at_release = intended_state(_only(fleet, box), self.bearers)
+                at_release = intended_state(_only(fleet, box), self.bearers) if fleet is not None else None
             except RenderError:
+                at_release = None
+            if at_release is None:  # unreadable now: keep the head's servers rather than prune the box's
+                servers.update({k: s for k, s in head.servers.items() if s.box == box})
                 continue
             servers.update(at_release.servers)
         begun.intended = Intended(head.revision, head.settings, servers)
