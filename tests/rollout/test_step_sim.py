@@ -282,3 +282,43 @@ def test_a_box_that_takes_the_agent_after_the_rollout_converged_is_still_release
     sim.run()
     assert sim.rollout.state is RolloutState.CONVERGED and sim.releases["late"].revision == "r2"
     assert late.applied == "r2" and sim.failed_requests == []
+
+
+def test_two_boxes_swapping_models_break_the_cycle_once_and_say_so() -> None:
+    before = {"a": [("m1", 8001)], "b": [("m2", 8001)], "c": [("m1", 8001)], "d": [("m2", 8001)]}
+    after = {"a": [("m2", 8001)], "b": [("m1", 8001)], "c": [("m1", 8001)], "d": [("m2", 8001)]}
+    sim = Sim.start("r1", before, {"m1": "v1", "m2": "v1"})
+    sim.run(2)
+    sim.commit("r2", after, {"m1": "v1", "m2": "v1"})
+    first = sim.one_pass()
+    # a stops m1 and waits for b's new m1; b stops m2 and waits for a's new m2: the first one goes.
+    assert first.drain == frozenset({"llmfleet:a:8001"}) and first.status["a"].state is BoxState.DRAINING
+    assert first.status["a"].why == ("make-before-break is impossible (boxes wait for each other's new servers): "
+                                     "released first, its models are short until their new servers serve")
+    assert first.status["b"].why == "make-before-break: waits until m2's new server(s) a:8001 are Healthy and routed"
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == []
+    assert all(r.get("m1", 0) >= 1 and r.get("m2", 0) >= 1 for r in sim.routed_per_model)  # c and d serve
+    breaks = [b for s in sim.steps for b, st in s.status.items() if "impossible" in st.why]
+    assert breaks == ["a"]  # once: then b's wait ends by itself
+
+
+def test_the_halt_reasons_name_the_box_and_what_failed() -> None:
+    layout = {"a": [("m", 8001)], "b": [("m", 8001)]}
+    crash = Sim.start("r1", layout, {"m": "v1"}, bad_digests=frozenset({"m:v2:8001"}))
+    crash.run(2)
+    crash.commit("r2", layout, {"m": "v2"})
+    crash.run()
+    assert crash.rollout is not None
+    assert crash.rollout.reason == "box a: server(s) m-8001 crash-loop (supervisord gave up on them); rolled back to r1"
+    halt = next(s.halt for s in crash.steps if s.halt is not None)
+    assert (halt.box, halt.rolled_back_to) == ("a", "r1")
+    assert crash.releases["a"].reason == crash.rollout.reason
+    late = Sim.start("r1", layout, {"m": "v1"}, load_passes=10_000)
+    late.run(2)
+    late.commit("r2", layout, {"m": "v2"})
+    late.run()
+    assert late.rollout is not None
+    assert late.rollout.reason == "box a: server(s) m-8001 (Loading) not Healthy within 300s of the release; rolled back to r1"
+    assert late.steps[-1].status["b"].why == "rollout halted"

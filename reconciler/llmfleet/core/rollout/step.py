@@ -56,7 +56,8 @@ def initial_release(box: BoxInput, now: float) -> BoxRelease:
     else:
         revision = box.released.revision if box.released is not None else (
             box.report.revision if box.report is not None else "")
-    return BoxRelease(box.box, revision, revision, now, BoxState.APPLIED)
+    since = box.report.reported_at if box.report is not None and revision else now  # it runs it since then
+    return BoxRelease(box.box, revision, revision, min(since, now), BoxState.APPLIED)
 
 
 def restart_rollout(release: BoxRelease, target: str) -> BoxRelease:
@@ -198,8 +199,8 @@ def runs(work: Work, box: str, server: ServerSpec) -> bool:
     if b.managed:
         release = work.releases.get(box)
         served = work.served.get(box)
-        if release is None or served is None or not work.reported(box, release) \
-                or server not in served.servers:
+        applied = release is not None and (release.state is BoxState.APPLIED or work.reported(box, release))
+        if not applied or served is None or server not in served.servers:
             return False
     return is_ready(box, server, work.inp)
 
