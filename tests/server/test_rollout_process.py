@@ -130,4 +130,5 @@ def test_the_server_process_serves_an_agent_box_its_released_revision(server: tu
                                       freeze_mapping({"agent": True})), keep=5)
     finally:
         store.close()
+    time.sleep(1.2)  # config requests read the releases at most once a second
     assert config()["revision"] == r1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from flask.testing import FlaskClient
 
 from llmfleet.adapters.state.records import BoxReport
@@ -15,6 +16,14 @@ from llmfleet.server.runtime import Runtime
 from llmfleet_contract.report import ReportOutcome
 from tests.conftest import git
 from tests.server.conftest import KNOWN_BOX, box_headers
+
+
+@pytest.fixture(autouse=True)
+def fresh_releases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Config requests read releases at most once a second; these tests write and read at once."""
+    import llmfleet.server.rollouts as rollouts
+
+    monkeypatch.setattr(rollouts, "CACHE_TTL_S", 0.0)
 
 
 def commit(repo: Path, path: str, old: str, new: str, message: str) -> str:
@@ -190,3 +199,33 @@ def test_before_the_first_pass_an_agent_box_keeps_what_it_reported(runtime: Runt
                                           ReportOutcome.INSTALLED, freeze_mapping({"agent": True})), keep=5)
     new = client.get("/vllm/config", headers=box_headers("203.0.113.77"), environ_base={"REMOTE_ADDR": "192.0.2.51"})
     assert new.status_code == 200 and new.get_json()["revision"] == r3
+
+
+def test_config_requests_keep_the_last_releases_while_the_store_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    import llmfleet.server.rollouts as rollouts
+    from llmfleet.errors import StateError
+
+    class Store:
+        down = False
+        reads = 0
+
+        def box_releases(self) -> dict[str, BoxRelease]:
+            self.reads += 1
+            if self.down:
+                raise StateError("connection refused")
+            return {"b": BoxRelease("b", "r1", "r1", 1.0, BoxState.APPLIED)}
+
+        def latest_reports(self) -> dict[str, BoxReport]:
+            return {"b": BoxReport("b", 1.0, "p", "r1", "t", ReportOutcome.INSTALLED, freeze_mapping({"agent": True}))}
+
+    monkeypatch.setattr(rollouts, "CACHE_TTL_S", 0.0)
+    store = Store()
+    cache = rollouts.ReleaseCache(store)  # type: ignore[arg-type]
+    assert cache.get() == rollouts.ReleaseView({"b": "r1"}, {"b": "r1"})
+    store.down = True
+    assert cache.get() == rollouts.ReleaseView({"b": "r1"}, {"b": "r1"})  # the last known, not an error
+    reads = store.reads
+    for _ in range(100):
+        cache.get()
+    assert store.reads == reads  # not retried on every request while it is down (RETRY_AFTER_S)
+    assert rollouts.ReleaseCache(store).get() is None  # never read: the head is served, as before  # type: ignore[arg-type]
