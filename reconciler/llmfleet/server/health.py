@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify
 
+from llmfleet.errors import StateError
 from llmfleet.server.metrics import CONTENT_TYPE
 from llmfleet.server.rollouts import rollout_summary
 from llmfleet.server.runtime import current_runtime
@@ -33,7 +34,10 @@ def health() -> Response:
         "last_refresh": {"ok_at": refresh.ok_at, "error": refresh.error, "error_at": refresh.error_at},
         "state": {"backend": rt.store.backend, "fetch_log_error": rt.store.flush_error},
     }
-    rollout = rollout_summary(rt)  # the box list is for token holders (GET /admin/rollout)
+    try:
+        rollout = rollout_summary(rt)  # the box list is for token holders (GET /admin/rollout)
+    except StateError:  # /health answers while the state store is down (state.fetch_log_error says so)
+        rollout = {"error": "the state store cannot be read"}
     if rollout is not None:
         body["rollout"] = rollout
     if served and served.render_errors:
