@@ -24,7 +24,8 @@ def example_fleet():  # type: ignore[no-untyped-def]
 
 def test_example_box_json_matches_the_contract() -> None:
     doc = render_box(example_fleet(), "203.0.113.10", BEARERS)
-    assert list(doc) == ["host", "revision", "servers"]
+    assert list(doc) == ["host", "revision", "servers", "agent"]  # rollout mode auto (the default)
+    assert doc["agent"] == {"poll_s": 30}
     assert doc["host"] == "203.0.113.10" and doc["revision"] == "working-tree"
     first = doc["servers"][0]  # type: ignore[index]
     assert list(first) == ["name", "model", "served_model_name", "host", "port", "api_key", "args",
@@ -86,3 +87,19 @@ def test_salt_rotation_changes_the_digest_but_never_leaks_the_salt() -> None:
     two = render_box(result.fleet, "203.0.113.10", Bearers(Salt("another-salt-value-0001")))
     assert one["servers"][0]["digest"] != two["servers"][0]["digest"]  # type: ignore[index]
     assert TEST_SALT not in json.dumps(one)
+
+
+def test_a_manual_box_json_is_exactly_the_contract() -> None:
+    result = validate(fleet=FLEET + "rollout:\n  mode: manual\n")
+    assert result.fleet is not None and not result.errors
+    assert list(render_box(result.fleet, "203.0.113.10", BEARERS)) == ["host", "revision", "servers"]
+
+
+def test_a_placement_override_decides_per_box_and_poll_s_is_rendered() -> None:
+    placement = ("hosts:\n  203.0.113.10:\n    rollout: manual\n    servers:\n      - [m1, 8001]\n"
+                 "  203.0.113.11:\n    - [m2, 8001]\n")
+    result = validate(fleet=FLEET + "rollout:\n  poll_s: 45\n", placement=placement)
+    assert result.fleet is not None and not result.errors, result.errors
+    assert "agent" not in render_box(result.fleet, "203.0.113.10", BEARERS)
+    others = [name for name in result.fleet.boxes if name != "203.0.113.10"]
+    assert render_box(result.fleet, others[0], BEARERS)["agent"] == {"poll_s": 45}

@@ -26,7 +26,7 @@ def test_unknown_key_with_a_suggestion() -> None:
 
 
 def test_unknown_top_level_key_lists_what_is_allowed() -> None:
-    d = only(validate(fleet=FLEET + "colour: blue\n"), "schema-unknown-key")
+    d = only(validate(fleet=FLEET + "zebra: blue\n"), "schema-unknown-key")
     assert d.line == 2 and "listen_ports" in d.message
 
 

@@ -24,6 +24,7 @@ EXPECTED_ROLES = {
     "control.get_control": Role.VIEWER, **{f"control.post_{a}": Role.ADMIN for a in
                                            ("sync", "suspend", "resume", "pin", "unpin")},
     **{f"pages.page_{a}": Role.ADMIN for a in ("sync", "suspend", "resume", "pin", "unpin")},
+    "rollout.rollout": Role.VIEWER, "rollout.control": Role.ADMIN,
 }
 
 

@@ -20,7 +20,7 @@ from llmfleet.logs import resolve_level, setup_logging
 
 # Subcommand modules, in the order `llmfleet --help` lists them.
 COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve", "import_llmao", "plan",
-            "apply", "reconcile", "control", "demo")
+            "apply", "reconcile", "control", "rollout", "demo")
 
 
 class Parser(argparse.ArgumentParser):

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmfleet.adapters.git import GitFleetRepo, TrackedRepo, is_bare_repository
+from llmfleet.adapters.git import GitFleetRepo, TrackedRepo, is_bare_repository, read_fleet
 from llmfleet.adapters.notify import Notifier
 from llmfleet.adapters.state import open_reconcile_state
 from llmfleet.adapters.state.control import pin_of
@@ -34,7 +34,7 @@ from llmfleet.job.loop import LOG, LockHeld, log_pass
 from llmfleet.job.metrics import PassMetrics
 from llmfleet.job.notify import make_notifier, notify_crash, notify_pass
 from llmfleet.job.saved import SavedPlan, StalePlan
-from llmfleet.job.wiring import build_reconciler
+from llmfleet.job.wiring import build_reconciler, rollout_driver
 from llmfleet.logs import log_event
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
@@ -195,6 +195,7 @@ class PassRunner:
     metrics: PassMetrics = field(default_factory=PassMetrics)
     reconciler: Reconciler | None = None
     notifier: Notifier | None = None  # notifications.*: sent beside the passes, never holding one up
+    _fleets: dict[str, Fleet | None] = field(default_factory=dict)
 
     def store(self) -> ReconcileState:
         try:
@@ -205,7 +206,31 @@ class PassRunner:
     def build(self, fleet: Fleet) -> Reconciler:
         if self.reconciler is None:
             self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, self.store())
+            self.reconciler.rollout = rollout_driver(self.reconciler.store, self.fleet_at, self.reconciler.bearers)
         return self.reconciler
+
+    def fleet_at(self, revision: str) -> Fleet | None:
+        """The valid fleet at a commit (a box's released revision), read from git objects; None when it
+        cannot be read or is not valid. Commits do not change: the outcome is kept."""
+        if revision in self._fleets:
+            return self._fleets[revision]
+        fleet: Fleet | None = None
+        try:
+            if self.config.remote_repo is not None and not self.args.repo:
+                assert self.config.clone_dir is not None
+                tracked = TrackedRepo(self.config.remote_repo, self.config.clone_dir)
+                try:
+                    fleet = validate_snapshot(tracked.snapshot(revision)).fleet
+                finally:
+                    tracked.close()
+            else:
+                fleet = validate_snapshot(read_fleet(repo_and_rev(self.args, self.config)[0], revision)).fleet
+        except SourceError:
+            fleet = None
+        if len(self._fleets) >= 64:
+            self._fleets.clear()
+        self._fleets[revision] = fleet
+        return fleet
 
     async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
                   record: bool | None = None, invalid_head: InvalidHead | None = None) -> PassOutcome:

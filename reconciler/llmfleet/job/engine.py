@@ -27,9 +27,11 @@ from llmfleet.core.judge.assess import assess
 from llmfleet.core.judge.intended import Intended, intended_state
 from llmfleet.core.judge.observed import Observation
 from llmfleet.core.judge.plan import Plan, make_plan
+from llmfleet.core.rollout.model import Step
 from llmfleet.job.apply import ActionResult, apply_plan, next_pending
 from llmfleet.job.observer import Observer
 from llmfleet.job.record import pass_record
+from llmfleet.job.rollout import Begun, RolloutDriver, drain_actions, rollout_record, unlisted, without
 from llmfleet.job.saved import SavedPlan
 from llmfleet.settings import DEFAULTS
 
@@ -43,6 +45,7 @@ class PassOutcome:
     results: tuple[ActionResult, ...]
     record: PassRecord
     observation: Observation
+    rollout: Step | None = None  # the staged rollout's step (None: no rollout store)
 
 
 @dataclass
@@ -53,6 +56,7 @@ class Reconciler:
     store: ReconcileState
     write_concurrency: int = DEFAULTS["/litellm/write_concurrency"]  # the schema's, as the settings'
     clock: Callable[[], float] = field(default=time.time)
+    rollout: RolloutDriver | None = None  # staged rollouts (issue 14): without it every box gets the head
 
     def _bearer_for(self, fleet: Fleet) -> Callable[[str, int], str | None]:
         def bearer(box: str, port: int) -> str | None:
@@ -73,6 +77,10 @@ class Reconciler:
         record = apply if record is None else record
         started = self.clock()
         intended = intended_state(fleet, self.bearers)  # RenderError: the pass does not run at all
+        begun: Begun | None = None
+        if self.rollout is not None:  # agent-managed boxes: their servers as released, not the head's
+            begun = self.rollout.begin(fleet, started)
+            intended = self.rollout.compose(begun, intended)
         connector = aiohttp.TCPConnector(limit=max(self.observer.probe_concurrency, self.write_concurrency) + 8,
                                          ttl_dns_cache=300)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -81,7 +89,15 @@ class Reconciler:
                                                       self._bearer_for(fleet))
             assessment = assess(intended, observation, self.store.histories())
             pending = self.store.pending_deletes()
-            plan = make_plan(intended, observation, assessment, pending)
+            stepped: Step | None = None
+            if self.rollout is not None and begun is not None:
+                stepped = self.rollout.step(begun, assessment, observation, self.clock())
+                drains = frozenset(d.id for d in observation.deployments or () if d.id in stepped.held_out)
+                plan = make_plan(without(intended, stepped.held_out), unlisted(observation, drains), assessment,
+                                 pending)
+                plan = drain_actions(plan, observation, drains, stepped)  # on purpose: no delete budget
+            else:
+                plan = make_plan(intended, observation, assessment, pending)
             if adopt_from is not None:
                 plan = adopt(plan, intended, observation, assessment, adopt_from, prune_adopted=prune_adopted)
             if saved is not None:
@@ -93,12 +109,15 @@ class Reconciler:
             self.store.save_histories(assessment.histories)
         if apply and observation.deployments is not None:
             self.store.save_pending_deletes(next_pending(pending, plan, results, self.clock()))
-        outcome = PassOutcome(intended, plan, results, pass_record(
-            started, round(self.clock() - started, 3), apply=apply, intended=intended, observation=observation,
-            plan=plan, results=results), observation)
+        if apply and self.rollout is not None and begun is not None and stepped is not None:
+            self.rollout.save(begun, stepped)
+        record_ = pass_record(started, round(self.clock() - started, 3), apply=apply, intended=intended,
+                              observation=observation, plan=plan, results=results)
+        if stepped is not None:
+            record_ = dataclasses.replace(record_, rollout=rollout_record(stepped))
         if invalid_head is not None:
-            outcome = dataclasses.replace(outcome, record=dataclasses.replace(
-                outcome.record, head=invalid_head[0], head_errors=invalid_head[1]))
+            record_ = dataclasses.replace(record_, head=invalid_head[0], head_errors=invalid_head[1])
+        outcome = PassOutcome(intended, plan, results, record_, observation, stepped)
         if record:
             self.store.record_pass(outcome.record)
         return outcome

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter as Counter_
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
-from llmfleet.adapters.state.passes import PassRecord
+from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
 from llmfleet.core.judge.verdict import SERVING, Verdict
+from llmfleet.core.rollout.model import BoxState, RolloutState
 
 
 class PassMetrics:
@@ -35,6 +38,8 @@ class PassMetrics:
                             "(llmfleet pin)", registry=r)
         self.syncs = Counter("llmfleet_reconcile_sync_requests", "Sync requests taken (a pass run at once)",
                              registry=r)
+        self.rollout_boxes = Gauge("llmfleet_rollout_boxes", "Agent-managed boxes by rollout state (last pass)",
+                                   ["state"], registry=r)
         self.drift = Gauge("llmfleet_litellm_unmanaged_deployments", "LiteLLM deployments not managed by llmfleet",
                            registry=r)
         self.model_intended = Gauge("llmfleet_model_intended_servers", "Servers the served revision places for "
@@ -83,6 +88,16 @@ class PassMetrics:
         self.head_valid.set(1 if record.head_valid else 0)
         if not record.head_valid:
             self.invalid_head.inc()
+        if record.rollout is not None:
+            self.observe_rollout(record.rollout)
+
+    def observe_rollout(self, rollout: RolloutPassRecord) -> None:
+        self.rollout_halted.set(1 if rollout.state == RolloutState.HALTED else 0)
+        if rollout.halt:
+            self.rollout_halts.inc()
+        counts = Counter_(rollout.boxes.values())
+        for state in BoxState:
+            self.rollout_boxes.labels(str(state)).set(counts.get(str(state), 0))
 
     def observe_litellm(self, listed: bool) -> None:
         """Whether the pass could list LiteLLM's deployments (its reachability, as the reconciler sees it)."""

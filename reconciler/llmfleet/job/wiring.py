@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import aiohttp
 
@@ -17,6 +18,9 @@ from llmfleet.core.judge.observed import Deployment
 from llmfleet.job.configfile import ReconcileConfig
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
+from llmfleet.job.rollout import FleetAt, RolloutBackend, RolloutDriver
+
+ROLLOUT_METHODS = ("current_rollout", "box_releases", "save_rollout", "latest_reports")
 
 
 def provider_clients(config: ReconcileConfig) -> dict[Provider, ProviderClient]:
@@ -63,3 +67,11 @@ def build_reconciler(config: ReconcileConfig, settings: ReconcileSettings,
     return Reconciler(Bearers(config.salt, legacy, config.previous_salt), observer, litellm_factory(config),
                       store if store is not None else open_reconcile_state(config.state_url, config.state_password),
                       config.write_concurrency)
+
+
+def rollout_driver(store: object, fleet_at: FleetAt, bearers: Bearers) -> RolloutDriver | None:
+    """The staged rollout over a state store that keeps rollouts (SQLite, PostgreSQL); None for one that
+    does not (`memory:`): every box is then served and judged by the head, as before."""
+    if not all(callable(getattr(store, name, None)) for name in ROLLOUT_METHODS):
+        return None
+    return RolloutDriver(cast(RolloutBackend, store), fleet_at, bearers)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from flask import Flask
 
-from llmfleet.server import admin_api, box_api, control_api, errors, health
+from llmfleet.server import admin_api, box_api, control_api, errors, health, rollout_api
 from llmfleet.server.pages import control as page_controls  # noqa: F401 (adds the pages' control forms)
 from llmfleet.server.pages import routes as pages
 from llmfleet.server.runtime import EXTENSION, Runtime
@@ -25,6 +25,6 @@ def create_app(rt: Runtime) -> Flask:
     app = Flask("llmfleet", static_folder=None)  # no /static from the working directory; pages ship their own
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION] = rt  # before the blueprints: the pages' set-up reads the config from it
-    for blueprint in (health.bp, box_api.bp, admin_api.bp, control_api.bp, pages.bp, errors.bp):
+    for blueprint in (health.bp, box_api.bp, admin_api.bp, control_api.bp, rollout_api.bp, pages.bp, errors.bp):
         app.register_blueprint(blueprint)
     return app

@@ -22,6 +22,7 @@ from llmfleet.server.auth import Role
 from llmfleet.server.errors import NO_STORE, error
 from llmfleet.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
 from llmfleet.server.revisions import Rendered
+from llmfleet.server.rollouts import Unservable, served_for
 from llmfleet.server.runtime import Runtime, current_runtime
 
 access_log = get_logger("access")
@@ -138,6 +139,11 @@ def vllm_config() -> Response:
     if isinstance(known, Response):
         return known
     served, name = known
+    chosen = served_for(box.rt, served, name)  # an agent box: the revision it is released (staged rollouts)
+    if isinstance(chosen, Unservable):
+        return box.finish(error(503, f"box {name!r} is released revision {chosen.revision[:12]}, but {chosen.why}; "
+                                     "it keeps its current config, and its operators see why in /health"))
+    served = chosen
     rendered = served.boxes.get(name)
     if rendered is None:
         return box.finish(error(503, f"the control plane cannot render box {name!r}; its operators see why "

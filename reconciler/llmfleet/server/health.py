@@ -6,7 +6,9 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 from llmfleet.core.control import ControlState
+from llmfleet.errors import StateError
 from llmfleet.server.metrics import CONTENT_TYPE
+from llmfleet.server.rollouts import rollout_summary
 from llmfleet.server.runtime import current_runtime
 
 bp = Blueprint("health", __name__)
@@ -34,6 +36,12 @@ def health() -> Response:
         "state": {"backend": rt.store.backend, "fetch_log_error": rt.store.flush_error},
         "control": control_summary(rt.control),
     }
+    try:
+        rollout = rollout_summary(rt)  # the box list is for token holders (GET /admin/rollout)
+    except StateError:  # /health answers while the state store is down (state.fetch_log_error says so)
+        rollout = {"error": "the state store cannot be read"}
+    if rollout is not None:
+        body["rollout"] = rollout
     if served and served.render_errors:
         body["render_errors"] = dict(served.render_errors)
     response = jsonify(body)

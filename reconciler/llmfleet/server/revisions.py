@@ -291,6 +291,20 @@ class RevisionTracker:
                   servers=valid.fleet.server_count)
         return True
 
+    def rendered_at(self, revision: str) -> Rendered | Invalid | None:
+        """Any commit validated and rendered (cached by SHA): what a box released an older revision is
+        served (staged rollouts). None when the commit cannot be read."""
+        served = self._state.served
+        if served is not None and served.revision == revision:
+            return served
+        with self._lock:
+            try:
+                return self._evaluate(revision)
+            except Exception as exc:  # an unknown or unreadable commit: the caller refuses the request
+                log_event(log, "released revision cannot be read", logging.ERROR, revision=revision,
+                          error=str(exc) if isinstance(exc, SourceError) else type(exc).__name__)
+                return None
+
     def _evaluate(self, revision: str) -> Rendered | Invalid:
         cached = self._cache.get(revision)
         if cached is not None:

@@ -128,4 +128,29 @@ MIGRATIONS: tuple[str, ...] = (
         revision TEXT
     );
     """,
+    # 7: staged rollouts (issue 14): one row per target revision, and each agent box's release.
+    # `requested` is a person's pause/resume/abort, written by the admin API and taken by the next pass.
+    """
+    CREATE TABLE rollouts (
+        id {serial_autoincrement},
+        target TEXT NOT NULL,
+        state TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        started_at {real} NOT NULL,
+        updated_at {real} NOT NULL,
+        waves INTEGER NOT NULL,
+        requested TEXT,
+        requested_by TEXT
+    );
+    CREATE TABLE box_releases (
+        box TEXT PRIMARY KEY,
+        revision TEXT NOT NULL,
+        last_good TEXT NOT NULL,
+        released_at {real} NOT NULL,
+        state TEXT NOT NULL,
+        drain_started_at {real},
+        wave INTEGER NOT NULL,
+        reason TEXT NOT NULL
+    );
+    """,
 )

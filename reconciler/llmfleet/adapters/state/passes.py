@@ -64,6 +64,30 @@ class DuplicateRecord:
 
 
 @dataclass(frozen=True)
+class RolloutPassRecord:
+    """What the staged rollout did in the pass (issue 14)."""
+
+    target: str
+    state: str
+    reason: str = ""
+    waves: int = 0
+    released: Mapping[str, str] = dataclasses.field(default_factory=dict)  # box -> revision
+    drained: tuple[str, ...] = ()  # deployment ids deleted on purpose this pass
+    held_out: tuple[str, ...] = ()
+    rollbacks: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    boxes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # box -> state
+    out: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # model -> "box:port" out
+    halt: str = ""  # the rollout halted in this pass: why
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RolloutPassRecord:
+        return cls(data["target"], data["state"], data.get("reason", ""), data.get("waves", 0),
+                   dict(data.get("released", {})), tuple(data.get("drained", ())), tuple(data.get("held_out", ())),
+                   dict(data.get("rollbacks", {})), dict(data.get("boxes", {})),
+                   {k: tuple(v) for k, v in data.get("out", {}).items()}, data.get("halt", ""))
+
+
+@dataclass(frozen=True)
 class PassRecord:
     started_at: float
     duration_s: float
@@ -80,6 +104,7 @@ class PassRecord:
     duplicates: tuple[DuplicateRecord, ...] = ()
     head: str | None = None  # the tracked branch's head when it was not valid (the pass ran on `revision`)
     head_errors: tuple[str, ...] = ()  # why the head is not valid (validation diagnostics, no secrets)
+    rollout: RolloutPassRecord | None = None
 
     @property
     def head_valid(self) -> bool:
@@ -100,6 +125,10 @@ class PassRecord:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["verdicts"] = dict(self.verdicts)
+        if self.rollout is not None:
+            data["rollout"] = {**asdict(self.rollout), "released": dict(self.rollout.released),
+                               "rollbacks": dict(self.rollout.rollbacks), "boxes": dict(self.rollout.boxes),
+                               "out": {k: list(v) for k, v in self.rollout.out.items()}}
         return data
 
     @classmethod
@@ -111,4 +140,5 @@ class PassRecord:
                    tuple(DriftRecord(**d) for d in data.get("drift_details", ())),
                    tuple(DuplicateRecord(d["api_base"], d["model_name"], tuple(d["ids"]))
                          for d in data.get("duplicates", ())),
-                   data.get("head"), tuple(data.get("head_errors", ())))
+                   data.get("head"), tuple(data.get("head_errors", ())),
+                   RolloutPassRecord.from_json(data["rollout"]) if data.get("rollout") else None)

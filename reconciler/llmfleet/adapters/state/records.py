@@ -98,7 +98,7 @@ class BoxReport:
     installer_version: str
     outcome: ReportOutcome
     body: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY)
-    agent: bool = False  # the box agent runs on the box (the report's `agent`)
+    agent: bool = False  # sent by the box agent (or an installer that installed it): the box is agent-managed
 
     def failed_servers(self) -> frozenset[str]:
         """Servers the box reported as failed (supervisord gave up on them, or never had them)."""

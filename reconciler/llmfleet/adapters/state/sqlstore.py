@@ -36,13 +36,15 @@ from llmfleet.adapters.state.records import (
     FetchRecord,
     Sighting,
 )
-from llmfleet.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, MAX_SESSIONS, FetchRetention
+from llmfleet.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, KEEP_ROLLOUTS, MAX_SESSIONS, FetchRetention
 from llmfleet.core.fleet.jsonvalue import canonical_json, freeze_mapping
 from llmfleet.core.judge.intended import ServerKey
 from llmfleet.core.judge.observed import BoxFacts
 from llmfleet.core.judge.observed import BoxReport as JudgedReport
 from llmfleet.core.judge.plan import PendingDelete
 from llmfleet.core.judge.verdict import ServerHistory
+from llmfleet.core.rollout.control import Request
+from llmfleet.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
 from llmfleet.errors import StateError
 from llmfleet_contract.report import ReportOutcome
 
@@ -334,6 +336,61 @@ class SqlStateStore(ControlTables):
         rows = self.db.read("SELECT record FROM reconcile_pass ORDER BY seq DESC LIMIT ?", (limit,))
         return [PassRecord.from_json(json.loads(r["record"])) for r in rows]
 
+    # RolloutStore
+    def current_rollout(self) -> tuple[Rollout | None, Request | None, str | None]:
+        rows = self.db.read("SELECT * FROM rollouts ORDER BY id DESC LIMIT 1")
+        if not rows:
+            return None, None, None
+        row = rows[0]
+        requested = Request(row["requested"]) if row["requested"] in {r.value for r in Request} else None
+        return _rollout(row), requested, row["requested_by"]
+
+    def recent_rollouts(self, limit: int = 20) -> list[Rollout]:
+        return [_rollout(r) for r in self.db.read("SELECT * FROM rollouts ORDER BY id DESC LIMIT ?", (limit,))]
+
+    def box_releases(self) -> dict[str, BoxRelease]:
+        return {r["box"]: _release(r) for r in self.db.read("SELECT * FROM box_releases")}
+
+    def box_release(self, box: str) -> BoxRelease | None:
+        rows = self.db.read("SELECT * FROM box_releases WHERE box = ?", (box,))
+        return _release(rows[0]) if rows else None
+
+    def latest_report(self, box: str) -> BoxReport | None:
+        rows = self.db.read("SELECT * FROM box_reports WHERE box = ? ORDER BY id DESC LIMIT 1", (box,))
+        return _report(rows[0]) if rows else None
+
+    def save_rollout(self, rollout: Rollout, releases: Mapping[str, BoxRelease],
+                     taken: Request | None = None) -> None:
+        r = rollout
+        with self.db.transaction() as tx:
+            newest = tx.rows("SELECT id, target FROM rollouts ORDER BY id DESC LIMIT 1")
+            if newest and newest[0]["target"] == r.target:
+                tx.execute("UPDATE rollouts SET state = ?, reason = ?, updated_at = ?, waves = ? WHERE id = ?",
+                           (r.state.value, r.reason, r.updated_at, r.waves, newest[0]["id"]))
+                if taken is not None:
+                    tx.execute("UPDATE rollouts SET requested = NULL, requested_by = NULL "
+                               "WHERE id = ? AND requested = ?", (newest[0]["id"], taken.value))
+            else:
+                tx.execute("INSERT INTO rollouts (target, state, reason, started_at, updated_at, waves) "
+                           "VALUES (?, ?, ?, ?, ?, ?)",
+                           (r.target, r.state.value, r.reason, r.started_at, r.updated_at, r.waves))
+                last = int(tx.scalar("SELECT MAX(id) FROM rollouts"))
+                tx.execute("DELETE FROM rollouts WHERE id <= ?", (last - KEEP_ROLLOUTS,))
+            tx.execute("DELETE FROM box_releases")
+            tx.executemany("INSERT INTO box_releases (box, revision, last_good, released_at, state, drain_started_at, "
+                           "wave, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(b.box, b.revision, b.last_good, b.released_at, b.state.value, b.drain_started_at,
+                             b.wave, b.reason) for b in releases.values()])
+
+    def request_rollout(self, request: Request, actor: str) -> Rollout | None:
+        with self.db.transaction() as tx:
+            rows = tx.rows("SELECT * FROM rollouts ORDER BY id DESC LIMIT 1")
+            if not rows:
+                return None
+            tx.execute("UPDATE rollouts SET requested = ?, requested_by = ? WHERE id = ?",
+                       (request.value, actor[:200], rows[0]["id"]))
+            return _rollout(rows[0])
+
     # Housekeeping
     def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
         return self.db.pass_lock(lock_file)
@@ -349,6 +406,17 @@ class SqlStateStore(ControlTables):
             self.flush()
         finally:
             self.db.close()
+
+
+def _rollout(row: Row) -> Rollout:
+    return Rollout(target=row["target"], state=RolloutState(row["state"]), started_at=row["started_at"],
+                   updated_at=row["updated_at"], reason=row["reason"], waves=row["waves"])
+
+
+def _release(row: Row) -> BoxRelease:
+    return BoxRelease(box=row["box"], revision=row["revision"], last_good=row["last_good"],
+                      released_at=row["released_at"], state=BoxState(row["state"]),
+                      drain_started_at=row["drain_started_at"], wave=row["wave"], reason=row["reason"])
 
 
 def box_report(report: BoxReport) -> JudgedReport:

@@ -8,6 +8,7 @@ sqlstore.py.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Protocol
 from llmfleet.adapters.state.control import ControlStore
 from llmfleet.adapters.state.passes import PassRecord
 from llmfleet.adapters.state.records import Approval, AttentionEntry, BoxReport, FetchRecord, Sighting
+from llmfleet.core.rollout.control import Request
+from llmfleet.core.rollout.model import BoxRelease, Rollout
 from llmfleet.errors import StateError
 
 KEEP_PASSES = 1000  # pass records kept
@@ -119,7 +122,42 @@ class SessionStore(Protocol):
         ...
 
 
-class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, SessionStore, ControlStore, Protocol):
+KEEP_ROLLOUTS = 200  # rollout rows kept (one per target revision)
+
+
+class RolloutStore(Protocol):
+    """Staged rollouts (issue 14): the current rollout, each agent box's release, a person's request.
+    Written by the reconcile pass under its pass lock; `request_rollout` by the admin API."""
+
+    def current_rollout(self) -> tuple[Rollout | None, Request | None, str | None]:
+        """The newest rollout, and a pending request (pause/resume/abort) with who asked."""
+        ...
+
+    def recent_rollouts(self, limit: int = 20) -> list[Rollout]:
+        """Newest first."""
+        ...
+
+    def box_releases(self) -> dict[str, BoxRelease]: ...
+
+    def box_release(self, box: str) -> BoxRelease | None:
+        """One box's release (what GET /vllm/config serves an agent box)."""
+        ...
+
+    def latest_report(self, box: str) -> BoxReport | None: ...
+
+    def save_rollout(self, rollout: Rollout, releases: Mapping[str, BoxRelease],
+                     taken: Request | None = None) -> None:
+        """In one transaction: update the rollout of its target (or start a new row), replace the box
+        releases, and clear the request `taken` (only if it is still the pending one)."""
+        ...
+
+    def request_rollout(self, request: Request, actor: str) -> Rollout | None:
+        """Record a person's request for the next pass; the current rollout (None: there is none)."""
+        ...
+
+
+class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, SessionStore, ControlStore,
+                 RolloutStore, Protocol):
     flush_error: str | None  # why the fetch log could not be written last, until a write succeeds
 
     @property

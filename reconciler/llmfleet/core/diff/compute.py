@@ -89,12 +89,13 @@ def disruptions(head: Fleet, boxes: tuple[BoxChange, ...]) -> tuple[Disruption, 
 def box_json(box: Box) -> dict[str, JSON]:
     details: dict[str, JSON] = {"provider": box.provider.value if box.provider else None,
                                 "gpu_memory_gb": box.gpu_memory_gb, "gpus": box.gpus, "disk_gb": box.disk_gb,
-                                "notes": box.notes, "reconcile": box.reconcile.value, "gateway": box.gateway_port}
+                                "notes": box.notes, "reconcile": box.reconcile.value, "gateway": box.gateway_port,
+                                "rollout": box.rollout.value if box.rollout else None}
     return {k: v for k, v in details.items() if v is not None}
 
 
 def _box_lifetime(path: tuple[str, ...]) -> Lifetime:
-    return {"reconcile": Lifetime.LIVE, "gateway": Lifetime.BOOT}.get(path[0], Lifetime.NONE)
+    return {"reconcile": Lifetime.LIVE, "gateway": Lifetime.BOOT, "rollout": Lifetime.LIVE}.get(path[0], Lifetime.NONE)
 
 
 def box_changes(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> tuple[BoxChange, ...]:
@@ -146,6 +147,8 @@ def recipe_json(recipe: Recipe) -> dict[str, JSON]:
                                         "model_info": thaw(recipe.litellm.model_info)}}
     if recipe.health_grace_s is not None:
         out["health_grace_s"] = recipe.health_grace_s
+    if recipe.max_unavailable is not None:
+        out["max_unavailable"] = recipe.max_unavailable
     if recipe.description is not None:
         out["description"] = recipe.description
     return out
@@ -176,11 +179,13 @@ def settings_json(settings: FleetSettings) -> dict[str, JSON]:
     return {"listen_ports": list(settings.listen_ports), "max_servers_per_box": settings.max_servers_per_box,
             "allow_empty_placement": settings.allow_empty_placement,
             "legacy_servers": [f"{h}:{p}" for h, p in sorted(settings.legacy_servers)],
-            "reconcile": dict(asdict(settings.reconcile))}
+            "reconcile": dict(asdict(settings.reconcile)),
+            "rollout": {**asdict(settings.rollout), "mode": settings.rollout.mode.value}}
 
 
 def _settings_lifetime(path: tuple[str, ...]) -> Lifetime:
-    return {"legacy_servers": Lifetime.BOOT, "reconcile": Lifetime.LIVE}.get(path[0], Lifetime.NONE)
+    return {"legacy_servers": Lifetime.BOOT, "reconcile": Lifetime.LIVE, "rollout": Lifetime.LIVE}.get(
+        path[0], Lifetime.NONE)
 
 
 def served_models(fleet: Fleet) -> dict[str, list[str]]:

@@ -20,6 +20,8 @@ from llmfleet.core.fleet.model import (
     Recipe,
     ReconcileMode,
     ReconcileSettings,
+    RolloutMode,
+    RolloutSettings,
     ServerRow,
     VllmRecipe,
 )
@@ -83,6 +85,7 @@ def build_settings(value: JSON, errors: set[Path_]) -> FleetSettings:
         kwargs = {k: v for k, v in knobs.items()
                   if k in ReconcileSettings.__dataclass_fields__ and not _tainted(errors, ("reconcile", k))}
         reconcile = ReconcileSettings(**kwargs)  # type: ignore[arg-type]
+    rollout = build_rollout(value.get("rollout"), errors)
     max_servers = value.get("max_servers_per_box")
     allow_empty = value.get("allow_empty_placement")
     return FleetSettings(
@@ -92,7 +95,21 @@ def build_settings(value: JSON, errors: set[Path_]) -> FleetSettings:
         allow_empty_placement=allow_empty is True,
         legacy_servers=frozenset(legacy),
         reconcile=reconcile,
+        rollout=rollout,
     )
+
+
+def build_rollout(value: JSON, errors: set[Path_]) -> RolloutSettings:
+    """fleet.yaml `rollout:`; a field with a schema error keeps its default."""
+    if not isinstance(value, dict):
+        return RolloutSettings()
+    kwargs: dict[str, object] = {k: v for k, v in value.items()
+                                 if k in ("max_unavailable", "poll_s", "drain_s") and _int(v) is not None
+                                 and not _tainted(errors, ("rollout", k))}
+    mode = value.get("mode")
+    if mode in {m.value for m in RolloutMode} and not _tainted(errors, ("rollout", "mode")):
+        kwargs["mode"] = RolloutMode(mode)
+    return RolloutSettings(**kwargs)  # type: ignore[arg-type]
 
 
 def build_recipe(name: str, value: dict[str, JSON], findings: list[Finding]) -> Recipe | None:
@@ -137,6 +154,7 @@ def build_recipe(name: str, value: dict[str, JSON], findings: list[Finding]) -> 
         reconcile=ReconcileMode.PAUSED if value.get("reconcile") == "paused" else ReconcileMode.ACTIVE,
         health_grace_s=_int(grace),
         description=description if isinstance(description, str) else None,
+        max_unavailable=_int(value.get("max_unavailable")),
     )
 
 
@@ -198,6 +216,8 @@ def build_boxes(value: JSON, errors: set[Path_], built: Built) -> None:
             notes=notes if isinstance(notes := details.get("notes"), str) else None,
             reconcile=ReconcileMode.PAUSED if details.get("reconcile") == "paused" else ReconcileMode.ACTIVE,
             gateway_port=None if _tainted(errors, (*base, "gateway")) else _int(details.get("gateway")),
+            rollout=RolloutMode(mode) if (mode := details.get("rollout")) in {m.value for m in RolloutMode}
+            else None,
         )
 
 

@@ -25,6 +25,11 @@ class ReconcileMode(StrEnum):
     PAUSED = "paused"
 
 
+class RolloutMode(StrEnum):
+    AUTO = "auto"  # boxes running the box agent are released new revisions box by box
+    MANUAL = "manual"  # every box is served the newest valid commit; a person restarts it
+
+
 class Provider(StrEnum):
     VAST = "vast"
     RUNPOD = "runpod"
@@ -45,12 +50,23 @@ class ReconcileSettings:
 
 
 @dataclass(frozen=True)
+class RolloutSettings:
+    """fleet.yaml `rollout:` (defaults mirror schemas/fleet.schema.json)."""
+
+    mode: RolloutMode = RolloutMode.AUTO
+    max_unavailable: int = 1
+    poll_s: int = 30
+    drain_s: int = 10
+
+
+@dataclass(frozen=True)
 class FleetSettings:
     listen_ports: tuple[int, ...] = DEFAULT_LISTEN_PORTS
     max_servers_per_box: int = DEFAULT_MAX_SERVERS
     allow_empty_placement: bool = False
     legacy_servers: frozenset[tuple[str, int]] = frozenset()
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
 
     def is_legacy(self, host: str, port: int) -> bool:
         return (host, port) in self.legacy_servers
@@ -87,6 +103,7 @@ class Recipe:
     reconcile: ReconcileMode = ReconcileMode.ACTIVE
     health_grace_s: int | None = None
     description: str | None = None
+    max_unavailable: int | None = None  # overrides fleet.yaml rollout.max_unavailable
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,7 @@ class Box:
     # The box gateway's public listen port. When set, every server row's port is a loopback port
     # behind the gateway, and LiteLLM reaches the box's models through this one port.
     gateway_port: int | None = None
+    rollout: RolloutMode | None = None  # None: fleet.yaml rollout.mode
 
 
 @dataclass(frozen=True)
@@ -125,6 +143,18 @@ class Fleet:
 
     def box(self, name: str) -> Box | None:
         return self.boxes.get(name)
+
+    def rollout_mode(self, box: str) -> RolloutMode:
+        """The box's rollout mode: its placement override, else fleet.yaml's."""
+        found = self.boxes.get(box)
+        override = found.rollout if found is not None else None
+        return override if override is not None else self.settings.rollout.mode
+
+    def max_unavailable(self, model: str) -> int:
+        """How many of a model's servers a rollout may take out at once."""
+        recipe = self.recipes.get(model)
+        override = recipe.max_unavailable if recipe is not None else None
+        return override if override is not None else self.settings.rollout.max_unavailable
 
     @property
     def server_count(self) -> int:

@@ -4,7 +4,8 @@ The shape is the box contract's, one entry per vLLM process, optional keys prese
 recipe sets them, `port` always the listen port. Additive fields: `revision` (the commit) and a
 per-server `digest` of its boot-lifetime fields, which the box reports back so the reconciler can
 tell a server running stale config. A box with a gateway also gets per-server `listen_host` and a
-top-level `gateway` (llmfleet.core.fleet.boxgateway).
+top-level `gateway` (llmfleet.core.fleet.boxgateway). A box whose rollout mode is auto gets
+`agent: {"poll_s": N}` (the installer then runs the box agent); a manual box's JSON has no `agent` key.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from llmfleet.core.fleet.bearer import Salt, bearer_fingerprint
 from llmfleet.core.fleet.boxgateway import LOOPBACK, gateway_section
 from llmfleet.core.fleet.flags import render_settings
 from llmfleet.core.fleet.jsonvalue import JSON, canonical_json
-from llmfleet.core.fleet.model import Box, Fleet, Recipe, ServerRow
+from llmfleet.core.fleet.model import Box, Fleet, Recipe, RolloutMode, ServerRow
 from llmfleet.errors import OperationError
 
 OPTIONAL_FIELDS = ("gpu_memory_utilization", "max_model_len", "vram_gb", "disk_gb", "kv_bytes_per_token")
@@ -99,7 +100,17 @@ def render_box(fleet: Fleet, box_name: str, bearers: Bearers) -> dict[str, JSON]
     if box.gateway_port is not None:
         document["gateway"] = gateway_section(box.gateway_port, bearers.salt.derive(box.name, box.gateway_port),
                                               servers)
+    agent = agent_section(fleet, box.name)
+    if agent is not None:
+        document["agent"] = agent
     return document
+
+
+def agent_section(fleet: Fleet, box_name: str) -> dict[str, JSON] | None:
+    """The box JSON's `agent` key: present only for a box whose rollout mode is auto."""
+    if fleet.rollout_mode(box_name) is not RolloutMode.AUTO:
+        return None
+    return {"poll_s": fleet.settings.rollout.poll_s}
 
 
 def render_all(fleet: Fleet, bearers: Bearers,

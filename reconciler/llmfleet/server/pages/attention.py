@@ -124,6 +124,10 @@ def reconcile_issues(inputs: Inputs) -> tuple[ReconcileIssue, ...]:
     if last.blocked:
         issues.append(ReconcileIssue("blocked", "deletes held back by a safety valve", last.started_at,
                                      last.blocked))
+    if last.rollout is not None and last.rollout.state == "halted":
+        issues.append(ReconcileIssue("rollout-halted", f"the rollout of {last.rollout.target[:12]} halted: "
+                                     f"{last.rollout.reason}. Fix or revert with a new commit (it starts a new "
+                                     "rollout), or `llmfleet rollout resume` to retry", last.started_at))
     return tuple(issues)
 
 

@@ -48,6 +48,7 @@ from llmfleet.server.pages.inputs import Inputs, gather
 from llmfleet.server.pages.revisionview import history_view, revision_view
 from llmfleet.server.params import ParamError, int_param
 from llmfleet.server.ratelimit import LoginLimiter
+from llmfleet.server.rollouts import rollout_status
 from llmfleet.server.runtime import Runtime, current_runtime, runtime_of
 
 log = get_logger("pages")
@@ -153,8 +154,8 @@ def role_or_none() -> Role | None:
     return auth.session_role(current_app, rt.config, rt.clock(), rt.store)
 
 
-def page(name: str, template: str, view: Any, inputs: Inputs, role: Role) -> str:
-    return render_template(template, view=view, attention=attention_view(inputs), role=str(role),
+def page(name: str, template: str, view: Any, inputs: Inputs, role: Role, **extra: Any) -> str:
+    return render_template(template, view=view, attention=attention_view(inputs), role=str(role), **extra,
                            can_approve=role is Role.ADMIN, csrf=auth.csrf_token(), active=name, pages=PAGES,
                            fragment=request.args.get("fragment") == "1", refresh_s=REFRESH_S,
                            looks=VERDICT_LOOK, not_judged=NOT_JUDGED_LOOK, messages=get_flashed_messages(True),
@@ -162,10 +163,11 @@ def page(name: str, template: str, view: Any, inputs: Inputs, role: Role) -> str
                            approve_target=str(inputs.settings.approve_target), api=API[name])
 
 
-def html_view(name: str, template: str, make: Callable[[Inputs], Any], **gather_args: Any) -> str:
+def html_view(name: str, template: str, make: Callable[[Inputs], Any], extra: dict[str, Any] | None = None,
+              **gather_args: Any) -> str:
     """A page: its view over what is read once for this request, rendered for the logged-in role."""
     inputs = gather(current_runtime(), **gather_args)
-    return page(name, template, make(inputs), inputs, current_role())
+    return page(name, template, make(inputs), inputs, current_role(), **(extra or {}))
 
 
 def api_view(make: Callable[[Inputs], Any], **gather_args: Any) -> Response:
@@ -192,7 +194,8 @@ def models_page() -> str:
 @bp.get("/revision")
 @requires(Role.VIEWER)
 def revision_page() -> str:
-    return html_view("revision", "revision.html", revision_view)
+    return html_view("revision", "revision.html", revision_view,
+                     extra={"rollout": rollout_status(current_runtime())})  # the staged rollout (issue 14)
 
 
 @bp.get("/history")

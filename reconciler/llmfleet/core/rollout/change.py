@@ -1,0 +1,48 @@
+"""What a change of a box's config does to its servers.
+
+`box_change` is the one place that says which servers a change starts, restarts and stops. Until the
+stable memory division (`llmfleet_contract.division.box_change`, issue 14 item 4) lands, a server is
+restarted when its boot digest changes; swap the body here and every count follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmfleet.core.rollout.model import BoxConfig, ServerSpec
+
+
+@dataclass(frozen=True)
+class BoxChange:
+    started: frozenset[str]
+    restarted: frozenset[str]
+    stopped: frozenset[str]
+    unchanged: frozenset[str]
+
+    @property
+    def disrupted(self) -> frozenset[str]:
+        """Servers that stop serving for a while: restarted or removed (added ones are not)."""
+        return self.restarted | self.stopped
+
+    @property
+    def boot(self) -> bool:
+        return bool(self.started or self.restarted or self.stopped)
+
+
+def box_change(old: BoxConfig | None, new: BoxConfig | None, card_gb: float | None = None) -> BoxChange:
+    """Started, restarted, stopped and unchanged server names between two configs of one box."""
+    del card_gb  # the stable division will use it
+    before = old.by_name() if old is not None else {}
+    after = new.by_name() if new is not None else {}
+    both = before.keys() & after.keys()
+    restarted = frozenset(n for n in both if before[n].digest != after[n].digest)
+    if old is not None and new is not None and old.boot != new.boot:
+        restarted = frozenset(both)  # the gateway changed: its servers move between loopback and the host
+    return BoxChange(started=frozenset(after.keys() - before.keys()), restarted=restarted,
+                     stopped=frozenset(before.keys() - after.keys()), unchanged=frozenset(both) - restarted)
+
+
+def servers_named(config: BoxConfig | None, names: frozenset[str]) -> tuple[ServerSpec, ...]:
+    if config is None:
+        return ()
+    return tuple(s for s in config.servers if s.name in names)

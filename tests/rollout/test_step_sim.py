@@ -1,0 +1,324 @@
+"""The rollout step driven over simulated passes (tests/rollout/sim.py): budgets, make-before-break,
+drains and halts, asserted from what the simulated LiteLLM routed after every pass."""
+
+from __future__ import annotations
+
+from llmfleet.core.rollout.model import BoxState, RolloutState
+from tests.rollout.sim import Sim
+
+
+def twelve_boxes() -> dict[str, list[tuple[str, int]]]:
+    """12 boxes, 12 models, 3 replicas of each model on 3 different boxes, 3 servers a box."""
+    layout: dict[str, list[tuple[str, int]]] = {f"box{b:02d}": [] for b in range(12)}
+    for m in range(12):
+        for r in range(3):
+            box = f"box{(m + 4 * r) % 12:02d}"
+            layout[box].append((f"model{m:02d}", 8001 + r))
+    assert all(len(rows) == 3 for rows in layout.values())
+    return layout
+
+
+def out_per_model(sim: Sim) -> int:
+    return max((n for per_pass in sim.unreachable for n in per_pass.values()), default=0)
+
+
+def test_a_fleet_wide_recipe_change_never_takes_more_than_max_unavailable_of_a_model_out() -> None:
+    layout = twelve_boxes()
+    models = {m for rows in layout.values() for m, _ in rows}
+    sim = Sim.start("r1", layout, dict.fromkeys(models, "v1"))
+    sim.run(3)
+    sim.commit("r2", layout, dict.fromkeys(models, "v2"))  # every recipe changes: every server restarts
+    passes = sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED, sim.steps[-1].status
+    assert out_per_model(sim) == 1  # at most max_unavailable (1) of a model out after any pass
+    assert max(max(s.out.values(), key=len, default=()) for s in sim.steps[3:]) and all(
+        len(keys) <= 1 for s in sim.steps for keys in s.out.values())  # the step's own records agree
+    assert sim.failed_requests == []  # LiteLLM never routed to a server that was not up
+    assert all(s.revision == "r2" for s in sim.releases.values())
+    assert sim.rollout.waves >= 3 and passes < 100
+
+
+def test_a_larger_budget_takes_fewer_waves() -> None:
+    layout = twelve_boxes()
+    models = {m for rows in layout.values() for m, _ in rows}
+    waves = {}
+    for budget in (1, 2):
+        sim = Sim.start("r1", layout, dict.fromkeys(models, "v1"), budgets=dict.fromkeys(models, budget))
+        sim.run(2)
+        sim.commit("r2", layout, dict.fromkeys(models, "v2"))
+        sim.run()
+        assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+        assert out_per_model(sim) <= budget and sim.failed_requests == []
+        waves[budget] = sim.rollout.waves
+    assert waves[2] < waves[1]
+
+
+def test_one_recipe_change_restarts_only_its_model_one_box_at_a_time() -> None:
+    layout = twelve_boxes()
+    recipes = {m: "v1" for rows in layout.values() for m, _ in rows}
+    sim = Sim.start("r1", layout, recipes)
+    sim.run(2)
+    sim.commit("r2", layout, {**recipes, "model03": "v2"})
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == [] and out_per_model(sim) == 1
+    assert sim.rollout.waves == 3  # its three replicas, one after another
+    touched = {b for s in sim.steps for b in s.drain}
+    assert touched == {f"llmfleet:box{(3 + 4 * r) % 12:02d}:{8001 + r}" for r in range(3)}
+
+
+def test_move_to_an_empty_port_is_make_before_break() -> None:
+    before = {"a": [("m1", 8001), ("m2", 8002)], "b": [("m1", 8001), ("m3", 8002)], "c": [("m3", 8001)]}
+    after = {"a": [("m2", 8002)], "b": [("m1", 8001), ("m3", 8002)], "c": [("m3", 8001), ("m1", 8002)]}
+    recipes = {"m1": "v1", "m2": "v1", "m3": "v1"}
+    sim = Sim.start("r1", before, recipes)
+    sim.run(2)
+    sim.commit("r2", after, recipes)
+    first = sim.one_pass()
+    assert first.released["c"] == "r2" and first.drain == frozenset()  # the gaining box first, at once
+    assert "a" not in first.released and first.status["c"].state is BoxState.RELEASED
+    assert "make-before-break" in first.status["a"].why
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == []
+    assert min(per_pass["m1"] for per_pass in sim.routed_per_model) >= 2  # never fewer than two m1 routed
+    drained = [i for i, s in enumerate(sim.steps) if "llmfleet:a:8001" in s.drain]
+    routed_new = [i for i, r in enumerate(sim.routed_per_model) if r.get("m1", 0) == 3]
+    assert drained and routed_new and routed_new[0] < drained[0]
+
+
+def test_single_replica_move_keeps_the_model_routed_throughout() -> None:
+    before = {"a": [("solo", 8001)], "b": [("other", 8001)]}
+    after = {"a": [], "b": [("other", 8001), ("solo", 8002)]}
+    recipes = {"solo": "v1", "other": "v1"}
+    sim = Sim.start("r1", before, recipes, load_passes=3)
+    sim.run(2)
+    sim.commit("r2", after, recipes)
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == []
+    assert all(per_pass.get("solo", 0) >= 1 for per_pass in sim.routed_per_model)  # never unrouted
+    assert sim.releases["a"].revision == "r2" and sim.boxes["a"].running == {}
+
+
+def test_a_move_that_restarts_the_gaining_cards_neighbour_drains_it_first() -> None:
+    """The gaining box re-divides its card: its neighbour restarts (its boot digest changes)."""
+    before = {"a": [("m1", 8001)], "b": [("m2", 8001)], "c": [("m2", 8001), ("m1", 8002)]}
+    after = {"a": [], "b": [("m2", 8001), ("m1", 8002)], "c": [("m2", 8001), ("m1", 8002)]}
+    sim = Sim.start("r1", before, {"m1": "v1", "m2": "v1"})
+    sim.run(2)
+    # The neighbour on b restarts at the target (its share of the card changes).
+    sim.revisions["r2"] = {}
+    sim.commit("r2", after, {"m1": "v1", "m2": "v1"})
+    b_neighbour = sim.revisions["r2"]["b"].servers[0]
+    from dataclasses import replace
+
+    from llmfleet.core.rollout.model import BoxConfig
+    sim.revisions["r2"]["b"] = BoxConfig("r2", (replace(b_neighbour, digest="m2:v1:8001:share-0.45"),
+                                                 sim.revisions["r2"]["b"].servers[1]))
+    first = sim.one_pass()
+    assert first.drain == frozenset({"llmfleet:b:8001"}) and first.status["b"].state is BoxState.DRAINING
+    assert "make-before-break" in first.status["a"].why
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == [] and out_per_model(sim) <= 1
+    assert all(per_pass.get("m1", 0) >= 1 and per_pass.get("m2", 0) >= 1 for per_pass in sim.routed_per_model)
+
+
+def test_a_bad_boot_change_halts_after_the_first_box_and_rolls_it_back() -> None:
+    layout = {f"box{i}": [("m", 8001), (f"n{i}", 8002)] for i in range(4)}
+    recipes = {"m": "v1", **{f"n{i}": "v1" for i in range(4)}}
+    sim = Sim.start("r1", layout, recipes, bad_digests=frozenset(f"m:bad:{8001}" for _ in range(1)))
+    sim.run(2)
+    sim.commit("r2", layout, {**recipes, "m": "bad"})
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.HALTED
+    halted = [b for b, r in sim.releases.items() if r.state is BoxState.HALTED]
+    assert halted == ["box0"] and sim.releases["box0"].revision == "r1"
+    assert "crash-loop" in sim.rollout.reason and "box0" in sim.rollout.reason
+    assert all(sim.releases[f"box{i}"].revision == "r1" for i in range(1, 4))
+    assert all(r.applied == "r1" for r in sim.boxes.values())
+    assert sim.failed_requests == []
+    for _ in range(5):  # halted: nothing more is released, the halted box serves again
+        assert not sim.one_pass().released
+    assert sim.boxes["box0"].running["m-8001"].ready_in == 0
+    sim.commit("r3", layout, recipes)  # the revert starts a new rollout that converges
+    sim.run()
+    assert sim.rollout.target == "r3" and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == []
+
+
+def test_a_server_that_never_becomes_healthy_halts_at_its_grace() -> None:
+    layout = {"a": [("m", 8001)], "b": [("m", 8001)]}
+    sim = Sim.start("r1", layout, {"m": "v1"}, load_passes=10_000)
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    passes = sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.HALTED
+    assert "not Healthy within 300s" in sim.rollout.reason
+    assert 300 / sim.interval_s <= passes <= 300 / sim.interval_s + 5
+    assert sim.releases["b"].revision == "r1" and sim.releases["b"].state is BoxState.WAITING
+
+
+def test_live_only_changes_are_released_at_once() -> None:
+    layout = twelve_boxes()
+    recipes = {m: "v1" for rows in layout.values() for m, _ in rows}
+    sim = Sim.start("r1", layout, recipes)
+    sim.run(2)
+    sim.commit("r2", layout, recipes)  # same boot digests: only live fields changed
+    first = sim.one_pass()
+    assert set(first.released) == set(layout) and not first.drain
+    assert first.rollout.state is RolloutState.CONVERGED and first.rollout.waves == 0
+
+
+def test_pause_holds_drains_and_resume_goes_on_abort_rolls_back() -> None:
+    layout = {f"box{i}": [("m", 8001)] for i in range(3)}
+    sim = Sim.start("r1", layout, {"m": "v1"})
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    first = sim.one_pass()
+    assert first.drain == frozenset({"llmfleet:box0:8001"})
+    sim.control = RolloutState.PAUSED
+    paused = sim.one_pass()
+    assert paused.rollout.state is RolloutState.PAUSED and not paused.released
+    assert sim.releases["box0"].state is BoxState.WAITING  # the drain stopped: routed again
+    assert "llmfleet:box0:8001" not in paused.held_out
+    for _ in range(3):
+        assert not sim.one_pass().released
+    sim.control = RolloutState.RUNNING
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == []
+    sim.commit("r3", layout, {"m": "v3"})
+    for _ in range(3):
+        sim.one_pass()
+    in_flight = [b for b, r in sim.releases.items() if r.state is BoxState.RELEASED]
+    assert in_flight
+    sim.control = RolloutState.ABORTED
+    aborted = sim.one_pass()
+    assert aborted.rollout.state is RolloutState.ABORTED
+    assert set(aborted.rollbacks) == set(in_flight) and all(v == "r2" for v in aborted.rollbacks.values())
+
+
+def test_boxes_without_the_agent_are_not_released_but_count_for_the_budget() -> None:
+    layout = {"manual": [("m", 8001)], "a": [("m", 8001)], "b": [("m", 8001)]}
+    sim = Sim.start("r1", layout, {"m": "v1"}, unmanaged=frozenset({"manual"}))
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    sim.run()
+    assert "manual" not in sim.releases
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == []
+    for _ in range(3):  # a converged rollout with boxes without the agent: passes go on quietly
+        assert not sim.one_pass().changed
+
+
+def test_a_new_commit_during_a_rollout_starts_a_new_one() -> None:
+    layout = {f"box{i}": [("m", 8001)] for i in range(3)}
+    sim = Sim.start("r1", layout, {"m": "v1"})
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    sim.one_pass()
+    sim.commit("r3", layout, {"m": "v3"})
+    nxt = sim.one_pass()
+    assert nxt.rollout.target == "r3" and nxt.rollout.waves <= 1
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert all(r.revision == "r3" for r in sim.releases.values()) and sim.failed_requests == []
+
+
+def test_a_drain_that_did_not_reach_litellm_holds_the_release() -> None:
+    layout = {f"box{i}": [("m", 8001)] for i in range(3)}
+    sim = Sim.start("r1", layout, {"m": "v1"})
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    first = sim.one_pass()
+    assert first.drain == frozenset({"llmfleet:box0:8001"})
+    for _ in range(3):  # LiteLLM still lists it (the delete failed): the box is not released
+        sim.routed.add("llmfleet:box0:8001")
+        held = sim.one_pass()
+        assert "box0" not in held.released and "leave LiteLLM" in held.status["box0"].why
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+
+
+def test_a_box_with_more_replicas_of_a_model_than_the_budget_goes_alone() -> None:
+    layout = {"twin": [("m", 8001), ("m", 8002)], "a": [("m", 8001)], "b": [("m", 8001)]}
+    sim = Sim.start("r1", layout, {"m": "v1"})
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == [] and out_per_model(sim) == 2
+    twin = [i for i, s in enumerate(sim.steps) if any(d.startswith("llmfleet:twin:") for d in s.drain)]
+    alone = sim.steps[twin[0]]
+    assert alone.drain == frozenset({"llmfleet:twin:8001", "llmfleet:twin:8002"})  # nothing else out with it
+
+
+def test_a_box_new_to_the_placement_is_released_at_once() -> None:
+    from llmfleet.core.rollout.model import BoxInput, ReportFacts, StepInput
+    from llmfleet.core.rollout.step import step
+    from tests.rollout.sim import config
+
+    target = config("r2", "fresh", [("m", 8001)], {"m": "v1"})
+    inp = StepInput("r2", 100.0, {"fresh": BoxInput("fresh", True, target, None, None, ReportFacts("r1"), new=True)},
+                    {}, None, {}, frozenset())
+    result = step(inp)
+    assert result.released == {"fresh": "r2"} and not result.drain
+    stuck = step(StepInput("r2", 100.0, {"fresh": BoxInput("fresh", True, target, None, None, ReportFacts("r1"))},
+                           {}, None, {}, frozenset()))
+    assert not stuck.released and "cannot be read" in stuck.status["fresh"].why  # unreadable: it waits
+
+
+def test_a_box_that_takes_the_agent_after_the_rollout_converged_is_still_released() -> None:
+    layout = {"a": [("m", 8001)], "late": [("m", 8001)]}
+    sim = Sim.start("r1", layout, {"m": "v1"}, unmanaged=frozenset({"late"}))
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2"})
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    late = sim.boxes["late"]
+    late.managed = True  # its installer now runs the agent; it still runs r1
+    sim.run()
+    assert sim.rollout.state is RolloutState.CONVERGED and sim.releases["late"].revision == "r2"
+    assert late.applied == "r2" and sim.failed_requests == []
+
+
+def test_two_boxes_swapping_models_break_the_cycle_once_and_say_so() -> None:
+    before = {"a": [("m1", 8001)], "b": [("m2", 8001)], "c": [("m1", 8001)], "d": [("m2", 8001)]}
+    after = {"a": [("m2", 8001)], "b": [("m1", 8001)], "c": [("m1", 8001)], "d": [("m2", 8001)]}
+    sim = Sim.start("r1", before, {"m1": "v1", "m2": "v1"})
+    sim.run(2)
+    sim.commit("r2", after, {"m1": "v1", "m2": "v1"})
+    first = sim.one_pass()
+    # a stops m1 and waits for b's new m1; b stops m2 and waits for a's new m2: the first one goes.
+    assert first.drain == frozenset({"llmfleet:a:8001"}) and first.status["a"].state is BoxState.DRAINING
+    assert first.status["a"].why == ("make-before-break is impossible (boxes wait for each other's new servers): "
+                                     "released first, its models are short until their new servers serve")
+    assert first.status["b"].why == "make-before-break: waits until m2's new server(s) a:8001 are Healthy and routed"
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == []
+    assert all(r.get("m1", 0) >= 1 and r.get("m2", 0) >= 1 for r in sim.routed_per_model)  # c and d serve
+    breaks = [b for s in sim.steps for b, st in s.status.items() if "impossible" in st.why]
+    assert breaks == ["a"]  # once: then b's wait ends by itself
+
+
+def test_the_halt_reasons_name_the_box_and_what_failed() -> None:
+    layout = {"a": [("m", 8001)], "b": [("m", 8001)]}
+    crash = Sim.start("r1", layout, {"m": "v1"}, bad_digests=frozenset({"m:v2:8001"}))
+    crash.run(2)
+    crash.commit("r2", layout, {"m": "v2"})
+    crash.run()
+    assert crash.rollout is not None
+    assert crash.rollout.reason == "box a: server(s) m-8001 crash-loop (supervisord gave up on them); rolled back to r1"
+    halt = next(s.halt for s in crash.steps if s.halt is not None)
+    assert (halt.box, halt.rolled_back_to) == ("a", "r1")
+    assert crash.releases["a"].reason == crash.rollout.reason
+    late = Sim.start("r1", layout, {"m": "v1"}, load_passes=10_000)
+    late.run(2)
+    late.commit("r2", layout, {"m": "v2"})
+    late.run()
+    assert late.rollout is not None
+    assert late.rollout.reason == "box a: server(s) m-8001 (Loading) not Healthy within 300s of the release; rolled back to r1"
+    assert late.steps[-1].status["b"].why == "rollout halted"
