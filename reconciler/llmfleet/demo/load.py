@@ -67,7 +67,7 @@ def _completed(status: int, body: bytes) -> str | None:
         return f"HTTP {status}: {body[:REASON_CHARS].decode(errors='replace')}"
     try:
         answer = json.loads(body)
-        answer["choices"][0]["message"]["content"]  # noqa: B018 (only its presence is checked)
+        str(answer["choices"][0]["message"]["content"])  # only its presence is checked
     except (ValueError, KeyError, IndexError, TypeError):
         return f"HTTP 200 without a completion: {body[:REASON_CHARS].decode(errors='replace')}"
     return None
