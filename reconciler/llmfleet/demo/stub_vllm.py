@@ -4,7 +4,7 @@
 Command line (what the installer writes; `vllm` on PATH can be a link to this file):
 
     stub_vllm.py serve MODEL [--host H] [--port P] [--served-model-name N [N ...]] [--max-model-len L]
-                 [--gpu-memory-utilization F] [--api-key K] [any other vLLM argument, accepted and ignored]
+                 [--gpu-memory-utilization F] [--api-key K] [--dtype D] [any other vLLM argument, accepted and ignored]
     stub_vllm.py --version
 
 Defaults: --host 127.0.0.1 (real vLLM: all interfaces), --port 8000, served name = MODEL.
@@ -53,6 +53,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+DTYPES = ("auto", "bfloat16", "float", "float16", "float32", "half")
 GUARDED = ("/v1", "/v2", "/inference", "/cohere")
 VERSION = os.environ.get("STUB_VLLM_VERSION", "0.11.0")
 
@@ -348,6 +349,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     serve.add_argument("--max-model-len", type=int)
     serve.add_argument("--gpu-memory-utilization", type=float)
     serve.add_argument("--api-key", action="append")
+    # vLLM 0.32's choices: an unknown dtype is an argparse error, exit 2 before anything loads (the
+    # rollout scenarios' "bad boot change"; tests/realvllm/test_bad_argument.py compares both).
+    serve.add_argument("--dtype", choices=DTYPES)
     config, extra = parser.parse_known_args(argv)
     if config.version:
         print(VERSION)

@@ -1,0 +1,75 @@
+"""The scenarios' load generator, against the stub vLLM's OpenAI endpoint (the same path LiteLLM
+serves): it counts answered requests, names a failure's cause, and keeps sending while a server is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from llmfleet.core.secret import Secret
+from llmfleet.demo.load import LoadGenerator, _completed
+from llmfleet.demo.procs import free_port
+
+
+def _stub(port: int, key: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "VLLM_API_KEY": key}
+    proc = subprocess.Popen([sys.executable, "-m", "llmfleet.demo.stub_vllm", "serve", "m", "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the stub vLLM did not start")
+
+
+def test_completed_names_what_is_wrong() -> None:
+    assert _completed(200, b'{"choices":[{"message":{"content":"hi"}}]}') is None
+    assert _completed(500, b"boom") == "HTTP 500: boom"
+    assert "without a completion" in (_completed(200, b'{"choices":[]}') or "")
+    assert "without a completion" in (_completed(200, b"not json") or "")
+
+
+def test_counts_answers_and_failures_per_model_and_keeps_sending_when_the_server_goes() -> None:
+    port = free_port()
+    key = "sk-load-test-key-0123456789"
+    stub = _stub(port, key)
+    load = LoadGenerator(f"http://127.0.0.1:{port}", Secret(key, "test key"), ["m", "unknown-model"],
+                         rate_per_model=20, timeout_s=5)
+    try:
+        load.start()
+        time.sleep(1.0)
+        during = load.snapshot()
+        stub.send_signal(signal.SIGTERM)
+        stub.wait(10)
+        time.sleep(0.6)
+    finally:
+        report = load.stop()
+        if stub.poll() is None:
+            stub.kill()
+    served = during.tallies["m"]
+    assert served.sent >= 10 and served.ok == served.sent - served.failed
+    assert served.failed == 0, served.failures
+    assert during.tallies["unknown-model"].ok == 0
+    assert during.tallies["unknown-model"].failed >= 10
+    assert all("HTTP 404" in f.reason for f in during.tallies["unknown-model"].failures)
+    after = report.tallies["m"]
+    assert after.sent > served.sent  # it kept sending while the server was gone...
+    assert after.failed >= 5  # ...and counted those requests as failed
+    assert any("Connect" in f.reason for f in after.failures), after.failures[:3]
+    assert report.failed == after.failed + report.tallies["unknown-model"].failed
+    assert key not in "\n".join(report.lines())
+
+
+def test_rate_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        LoadGenerator("http://127.0.0.1:9", Secret("k", "k"), ["m"], rate_per_model=0)

@@ -1,0 +1,65 @@
+"""The rollout scenarios' edits: each a small change a person would make in a pull request, valid, and
+doing what the scenario says."""
+
+from __future__ import annotations
+
+import difflib
+
+from llmfleet.adapters.git import read_directory
+from llmfleet.core.fleet.files import WORKTREE_REVISION, Snapshot
+from llmfleet.core.fleet.validate import validate_snapshot
+from llmfleet.demo.fleet import simulate
+from llmfleet.demo.rollouts import (
+    bad_boot_change,
+    choose_single_move,
+    most_replicated,
+    single_move_change,
+    with_setting,
+)
+from tests.conftest import EXAMPLE
+
+
+def _demo() -> tuple[dict[str, str], object]:
+    demo = simulate(read_directory(EXAMPLE))
+    return {k: v.decode() for k, v in demo.files.items()}, demo.fleet
+
+
+def _changed(before: str, after: str) -> list[str]:
+    return [line for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def _valid(files: dict[str, str]):  # type: ignore[no-untyped-def]
+    encoded = {k: v.encode() for k, v in files.items()}
+    result = validate_snapshot(Snapshot(WORKTREE_REVISION, encoded, {k: k for k in encoded}))
+    assert result.fleet is not None, result.diagnostics
+    return result.fleet
+
+
+def test_the_bad_boot_change_is_one_settings_line_of_the_most_replicated_model() -> None:
+    files, fleet = _demo()
+    assert most_replicated(fleet) == "qwen3-8b"  # type: ignore[arg-type]
+    change = bad_boot_change(fleet, files)  # type: ignore[arg-type]
+    assert change.halts
+    assert _changed(files["models.yaml"], change.files["models.yaml"]) == ["+        dtype: bogus"]
+    edited = _valid({**files, **change.files})
+    assert edited.recipes["qwen3-8b"].vllm.settings["dtype"] == "bogus"
+    assert edited.recipes["llama3.1-8b"] == fleet.recipes["llama3.1-8b"]  # type: ignore[attr-defined]
+
+
+def test_a_recipe_without_settings_gets_an_inline_mapping() -> None:
+    files, _ = _demo()
+    after = with_setting(files["models.yaml"], "llama3.1-8b", "dtype", "half")
+    assert _changed(files["models.yaml"], after) == ["+      settings: {dtype: half}"]
+    assert _valid({**files, "models.yaml": after}).recipes["llama3.1-8b"].vllm.settings["dtype"] == "half"
+
+
+def test_the_single_replica_move_moves_a_model_that_has_one_server() -> None:
+    files, fleet = _demo()
+    move = choose_single_move(fleet)  # type: ignore[arg-type]
+    servers = [(b.name, r.port) for b in fleet.boxes.values() for r in b.servers if r.model == move.model]  # type: ignore[attr-defined]
+    assert servers == [(move.source, move.source_port)]
+    change, _ = single_move_change(fleet, files)  # type: ignore[arg-type]
+    edited = _valid({**files, **change.files})
+    after = [(b.name, r.port) for b in edited.boxes.values() for r in b.servers if r.model == move.model]
+    assert after == [(move.target, move.target_port)]
