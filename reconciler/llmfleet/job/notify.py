@@ -21,6 +21,7 @@ from llmfleet.adapters.state.passes import PassRecord, ServerRecord
 from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.core.judge.verdict import SERVING, Verdict
 from llmfleet.core.notify import Event, EventKind
+from llmfleet.core.rollout.model import RolloutState
 from llmfleet.settings import NotificationsConfig
 
 UNDECIDED = frozenset({str(Verdict.UNKNOWN), str(Verdict.LOADING)})
@@ -89,10 +90,26 @@ def notify_pass(notifier: Notifier, record: PassRecord) -> None:
     if record.detailed or not record.verdicts:  # a summary-only record tells nothing about each model
         firing, undecided = model_events(record)
         notifier.settle(EventKind.MODEL_WITHOUT_SERVERS, firing, keep=undecided)
+    if record.rollout is not None:
+        halted = rollout_event(record)
+        notifier.settle(EventKind.ROLLOUT_HALTED, [halted] if halted else [])
+
+
+def rollout_event(record: PassRecord) -> Event | None:
+    """The rollout is halted (a released box failed and was rolled back): firing until a new commit
+    starts a new rollout or a person resumes it; the subject is the target revision."""
+    rollout = record.rollout
+    if rollout is None or rollout.state != str(RolloutState.HALTED):
+        return None
+    back = dict(rollout.rollbacks)
+    return Event(EventKind.ROLLOUT_HALTED, rollout.target,
+                 f"the rollout of {rollout.target[:12]} halted: {rollout.halt or rollout.reason}",
+                 details={"target": rollout.target, "reason": rollout.halt or rollout.reason, "waves": rollout.waves,
+                          "rolled_back": {box: revision for box, revision in sorted(back.items())}})
 
 
 def notify_crash(notifier: Notifier, exc: BaseException) -> None:
     notifier.emit(crashed_pass_event(f"{type(exc).__name__}: {exc}"[:500]))
 
 
-__all__ = ["make_notifier", "model_events", "notify_crash", "notify_pass"]
+__all__ = ["make_notifier", "model_events", "notify_crash", "notify_pass", "rollout_event"]
