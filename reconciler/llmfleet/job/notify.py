@@ -105,7 +105,7 @@ def rollout_event(record: PassRecord) -> Event | None:
     return Event(EventKind.ROLLOUT_HALTED, rollout.target,
                  f"the rollout of {rollout.target[:12]} halted: {rollout.halt or rollout.reason}",
                  details={"target": rollout.target, "reason": rollout.halt or rollout.reason, "waves": rollout.waves,
-                          "rolled_back": {box: revision for box, revision in sorted(back.items())}})
+                          "rolled_back": dict(sorted(back.items()))})
 
 
 def notify_crash(notifier: Notifier, exc: BaseException) -> None:
