@@ -211,7 +211,9 @@ def box_change(old_box_json: Mapping[str, Any] | None, new_box_json: Mapping[str
     if not auto_steady:
         return BoxChange(started, changed, stopped, steady)
     if card_gb is None or not (_number(card_gb) or 0) > 0:
-        grows = bool(started or changed)
+        # a changed server whose demand on the card is the same (new args, same weights and KV) fits in
+        # the share it had, so only a start or a changed demand can move the neighbours
+        grows = bool(started) or any(demand_of(old[n]) != demand_of(new[n]) for n in changed)
         moved = auto_steady if grows else frozenset()
         return BoxChange(started, changed | moved, stopped, steady - moved, redivided=grows, card_known=False)
     total = float(card_gb)

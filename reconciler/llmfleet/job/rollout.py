@@ -155,7 +155,7 @@ class RolloutDriver:
                 last_good=self._config(begun, box, release.last_good if release is not None else released)
                 if managed else target_config,
                 report=report_facts(begun.reports.get(box)),
-                card_gb=placed.gpu_memory_gb if placed is not None else None)
+                card_gb=placed.card_gb if placed is not None else None)
         verdicts = {key: str(j.verdict) for key, j in assessment.judgements.items()}
         routed = (None if observation.deployments is None
                   else frozenset(d.id for d in observation.deployments if d.managed))

@@ -46,16 +46,11 @@ def diff_fleets(base: Fleet, head: Fleet) -> Report:
     )
 
 
-def card_gb(box: Box) -> float | None:
-    """One card's memory: placement.yaml's gpu_memory_gb is the box's total over its GPUs."""
-    return box.gpu_memory_gb / (box.gpus or 1) if box.gpu_memory_gb else None
-
-
 def redivision(base: Fleet, head: Fleet) -> dict[str, division.BoxChange]:
     """Per box at both revisions: what applying HEAD's box JSON does to its processes, the card's division
     included (llmfleet_contract.division, the code the installer divides with)."""
     before, after = box_documents(base), box_documents(head)
-    return {name: division.box_change(before[name], after[name], card_gb(head.boxes[name]))
+    return {name: division.box_change(before[name], after[name], head.boxes[name].card_gb)
             for name in sorted(set(before) & set(after))}
 
 

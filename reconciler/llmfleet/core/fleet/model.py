@@ -131,6 +131,12 @@ class Box:
     gateway_port: int | None = None
     rollout: RolloutMode | None = None  # None: fleet.yaml rollout.mode
 
+    @property
+    def card_gb(self) -> float | None:
+        """One card's memory: placement.yaml's gpu_memory_gb is the box's total over its GPUs (what the
+        stable division predicts a card's restarts from)."""
+        return self.gpu_memory_gb / (self.gpus or 1) if self.gpu_memory_gb else None
+
 
 @dataclass(frozen=True)
 class Fleet:

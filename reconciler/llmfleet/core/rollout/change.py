@@ -1,8 +1,9 @@
 """What a change of a box's config does to its servers.
 
-`box_change` is the one place that says which servers a change starts, restarts and stops. Until the
-stable memory division (`llmfleet_contract.division.box_change`, issue 14 item 4) lands, a server is
-restarted when its boot digest changes; swap the body here and every count follows.
+`box_change` is the one place that says which servers a change starts, restarts and stops: the stable
+card division's own prediction (`llmfleet_contract.division.box_change`, what the box's installer will
+do), so a neighbour whose share the card cannot keep counts as restarted (drained first, within the
+budget). Configs without their rendered documents (a test's) fall back to the boot digests.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmfleet.core.rollout.model import BoxConfig, ServerSpec
+from llmfleet_contract import division
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,13 @@ class BoxChange:
 
 def box_change(old: BoxConfig | None, new: BoxConfig | None, card_gb: float | None = None) -> BoxChange:
     """Started, restarted, stopped and unchanged server names between two configs of one box."""
-    del card_gb  # the stable division will use it
     before = old.by_name() if old is not None else {}
     after = new.by_name() if new is not None else {}
     both = before.keys() & after.keys()
     restarted = frozenset(n for n in both if before[n].digest != after[n].digest)
+    if old is not None and new is not None and old.document and new.document:
+        predicted = division.box_change(old.document, new.document, card_gb)
+        restarted |= predicted.restarted & both
     if old is not None and new is not None and old.boot != new.boot:
         restarted = frozenset(both)  # the gateway changed: its servers move between loopback and the host
     return BoxChange(started=frozenset(after.keys() - before.keys()), restarted=restarted,

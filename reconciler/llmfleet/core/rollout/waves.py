@@ -81,6 +81,7 @@ def plan_waves(base: Fleet, head: Fleet, max_passes: int | None = None) -> Waves
     short: dict[str, int] = {}
     last_why: dict[str, str] = {}
     routed = {s.deployment for c in old.values() if c is not None for s in c.servers}
+    cards = {b: placed.card_gb for b in boxes if (placed := head.boxes.get(b) or base.boxes.get(b)) is not None}
     for _ in range(max_passes or 4 * len(boxes) + 20):
         verdicts: dict[ServerKey, str] = {}
         for b in boxes:
@@ -89,7 +90,8 @@ def plan_waves(base: Fleet, head: Fleet, max_passes: int | None = None) -> Waves
                 verdicts[(b, s.port)] = "Healthy"
         inputs = {b: BoxInput(b, True, new[b], at(releases[b].revision, b) if b in releases else None,
                               at(releases[b].last_good, b) if b in releases else None,
-                              ReportFacts(served[b], reported_at=now) if served[b] else None) for b in boxes}
+                              ReportFacts(served[b], reported_at=now) if served[b] else None,
+                              card_gb=cards.get(b)) for b in boxes}
         result = step(StepInput(HEAD, now, inputs, releases, rollout, verdicts, frozenset(routed),
                                 {m: head.max_unavailable(m) for m in head.recipes}, head.settings.rollout.drain_s))
         rollout, releases = result.rollout, dict(result.releases)
@@ -107,7 +109,7 @@ def plan_waves(base: Fleet, head: Fleet, max_passes: int | None = None) -> Waves
     changed = []
     stuck: dict[str, str] = {}
     for b in boxes:
-        change = box_change(old[b], new[b])
+        change = box_change(old[b], new[b], cards.get(b))
         if not change.boot:
             continue  # live fields only, or nothing: released at once, nothing restarts
         if b in order:
