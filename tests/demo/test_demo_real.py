@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 from llmfleet.adapters.state import open_store
 from llmfleet.demo.fleet import addresses
 from llmfleet.demo.procs import can_bind, pids_mentioning
-from tests.support.integration import REQUIRE_ENV, missing, required
+from tests.support.integration import missing
 from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
@@ -52,53 +53,110 @@ def assert_no_secret(workdir: Path, *texts: str) -> None:
             assert value not in text, f"the {name} appears in the output or a log"
 
 
-def test_move_model_once(tmp_path: Path) -> None:
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("LITELLM_MASTER_KEY", "LLMFLEET_DEMO_LITELLM")}
+
+
+def _provisioned_once(workdir: Path, boxes: list[str]) -> None:
+    """No manual step: every box ran its provisioning script (and the installer) exactly once, at boot;
+    everything after the commit was its box agent's doing."""
+    for box in boxes:
+        provisioned = (workdir / "simulated-boxes" / box / "provision.log").read_text()
+        assert provisioned.count(f'"event":"provisioning","box":"{box}"') == 1, box
+
+
+def _rollout_lines(out: str) -> list[str]:
+    return out[out.index("Rollouts, commit to converged:"):].split("\n")[1:]
+
+
+def test_rollouts_under_load_through_the_real_litellm(tmp_path: Path) -> None:
+    """Issue 14's acceptance: a move to a free port, a move of a model's only server, and a bad boot change
+    (halt after one box, rolled back; then the revert), each under 2 chat completions per second per model
+    through the real LiteLLM, with no manual step and 0 failed requests for every model. One demo run
+    plays all of them (`--scenario rollouts`)."""
+    proxy: LitellmProxy | None = proxy_from_env()
+    if proxy is None:
+        missing(SKIP_REASON)
+    assert proxy is not None
+    workdir, first = tmp_path / "demo", free_block()
+    boxes = addresses(first, 4)
+    env = _clean_env()
+    proxy.reset()
+    env["LITELLM_MASTER_KEY"] = proxy.master_key
+    done = subprocess.run(demo_command(workdir, first, "--scenario", "rollouts", "--once", "--litellm-url", proxy.url),
+                          env=env, capture_output=True, text=True, timeout=1500, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "final state: as expected" in out
+    _provisioned_once(workdir, boxes)
+
+    # Every model was sent load for every scenario, and not one request failed.
+    tallies = re.findall(r"^  (\S+): (\d+) requests, (\d+) answered, (\d+) failed$", out, re.MULTILINE)
+    models = {"qwen3-8b", "llama3.1-8b", "qwen2.5-coder-7b", "gemma3-27b"}
+    assert {model for model, *_ in tallies} == models, out
+    assert len(tallies) == 4 * len(models), out  # four commits: move, single move, bad boot, revert
+    for model, sent, answered, failed in tallies:
+        assert int(failed) == 0 and int(sent) == int(answered) > 0, (model, out)
+
+    summary = _rollout_lines(out)
+    assert summary[0].startswith("  move qwen2.5-coder-7b from ") and "converged in" in summary[0], out
+    assert summary[1].startswith("  move the only server of ") and "converged in" in summary[1], out
+    assert "dtype: bogus" in summary[2] and "halted in" in summary[2], out
+    assert summary[3].startswith("  revert: ") and "converged in" in summary[3], out
+    # The halt came after the first box, which is back on its last good revision; the revert converged.
+    halted = re.findall(r"^  (\S+) halted and rolled back: released (\w+), last good (\w+), it reports (\w+)$", out,
+                        re.MULTILINE)
+    assert len(halted) == 1, out
+    assert halted[0][1] == halted[0][2] == halted[0][3], out
+    assert "crash-loop" in out
+
+    store = open_store(f"sqlite:///{workdir / 'control-plane' / 'state.sqlite3'}")
+    try:
+        rollouts = store.recent_rollouts(10)
+        releases = store.box_releases()
+    finally:
+        store.close()
+    ordered = sorted(rollouts, key=lambda r: r.started_at)
+    assert [str(r.state) for r in ordered][-4:] == ["converged", "converged", "halted", "converged"], ordered
+    assert ordered[-2].waves == 1  # the bad boot change halted in its first wave: after one box
+    assert {box: r.revision for box, r in releases.items()} == dict.fromkeys(boxes, ordered[-1].target)
+
+    assert not [r for r in proxy.deployments() if r["model_info"].get("managed_by") == "llmfleet"]
+    assert pids_mentioning(str(workdir)) == []
+    assert_no_secret(workdir, out, logs(workdir))
+
+
+def test_move_model_plan_only_needs_no_manual_step(tmp_path: Path) -> None:
+    """Without LiteLLM the move still plays out by itself: commit, then passes; the box agents apply."""
     workdir, first = tmp_path / "demo", free_block()
     boxes = addresses(first, 4)
     source, target = boxes[0], boxes[1]
-    proxy: LitellmProxy | None = proxy_from_env()
-    if proxy is None and required():  # CI runs the demo against the real proxy, never plan-only by accident
-        pytest.fail(f"{REQUIRE_ENV}=1: {SKIP_REASON}", pytrace=False)
-    env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_MASTER_KEY", "LLMFLEET_DEMO_LITELLM")}
-    extra: list[str] = []
-    if proxy is not None:
-        proxy.reset()
-        env["LITELLM_MASTER_KEY"] = proxy.master_key
-        extra = ["--litellm-url", proxy.url]
-    done = subprocess.run(demo_command(workdir, first, "--scenario", "move-model", "--once", *extra), env=env,
+    done = subprocess.run(demo_command(workdir, first, "--scenario", "move-model", "--once"), env=_clean_env(),
                           capture_output=True, text=True, timeout=1200, check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "final state: as expected" in out
-
-    # The scenario committed the move, showed `llmfleet diff`, and both boxes re-ran their installer.
+    assert "no LiteLLM: no load is sent" in out
+    assert "no manual step from here" in out
     placement = (workdir / "fleet" / "placement.yaml").read_text()
     assert placement.index(f"{target}:") < placement.index("[qwen2.5-coder-7b, 8003]")
-    assert f"qwen2.5-coder-7b moves to {target}:8003" in out
-    for box in (source, target):
-        provisioned = (workdir / "simulated-boxes" / box / "provision.log").read_text()
-        assert provisioned.count(f'"event":"provisioning","box":"{box}"') == 2
-        assert provisioned.count('"logger":"llmfleet.provision","event":"installer sha256 ') == 2
     assert f"{target}:8003 qwen2.5-coder-7b: new -> Loading" in out
-    assert f"{target}:8003 qwen2.5-coder-7b: Loading -> Healthy" in out
+    assert f"move qwen2.5-coder-7b from {source}:8003 to {target}:8003: converged in" in out
+    _provisioned_once(workdir, boxes)
+    # The box agents applied the move: the source no longer runs the server, the target does.
+    agent_log = (workdir / "simulated-boxes" / target / "data" / "llmfleet" / "logs" / "agent.log").read_text()
+    assert "applying it" in agent_log
     # The runpod-template box booted through runpod.sh, which became its supervisord.
     assert "handed to supervisord (none)" in (workdir / "simulated-boxes" / boxes[2] / "provision.log").read_text()
-    if proxy is not None:
-        assert out.index(f"LiteLLM create llmfleet:{target}:8003") < out.index(f"LiteLLM delete llmfleet:{source}:8003")
-        assert "chat completion through LiteLLM to qwen2.5-coder-7b: 'stub-vllm qwen2.5-coder-7b port 8003: hello'" in out
-        assert not [r for r in proxy.deployments() if r["model_info"].get("managed_by") == "llmfleet"]
-    else:
-        assert "Plan: 7 to add, 0 to change, 0 to destroy.  (plan only: nothing is written)" in out
 
-    # Every pass is recorded in the control plane's state (what the status page shows), plan-only too.
     store = open_store(f"sqlite:///{workdir / 'control-plane' / 'state.sqlite3'}")
     try:
         last = store.recent_passes(1)[0]
+        rollout, _, _ = store.current_rollout()
     finally:
         store.close()
-    assert last.mode == ("apply" if proxy is not None else "plan")
     assert last.verdicts == {"Healthy": 7}
-
+    assert rollout is not None and str(rollout.state) == "converged"
     assert pids_mentioning(str(workdir)) == []
     assert_no_secret(workdir, out, logs(workdir))
 
@@ -107,7 +165,7 @@ def test_move_model_once(tmp_path: Path) -> None:
 def test_ctrl_c_stops_every_process(tmp_path: Path, stop: signal.Signals) -> None:
     workdir, first = tmp_path / "demo", free_block()
     output = tmp_path / "demo.out"
-    env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_MASTER_KEY", "LLMFLEET_DEMO_LITELLM")}
+    env = _clean_env()
     with open(output, "wb") as out:
         process = subprocess.Popen(demo_command(workdir, first), env=env, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -144,3 +144,22 @@ def test_the_real_vllm_box_comes_after_the_simulated_ones() -> None:
     document = render_box(real.fleet, box.name, Bearers(Salt("demo-salt-0123456789abcdef")))
     assert document["servers"][0]["args"] == ["--kv-cache-memory-bytes", "67108864", "--max-num-seqs", "8"]
     assert set(real.fleet.boxes) - set(demo.fleet.boxes) == {box.name}
+
+
+def test_the_demo_fleet_polls_and_drains_fast() -> None:
+    """A rollout scenario takes tens of seconds: the box agents poll every 5 s and drains last 3 s."""
+    from llmfleet.core.fleet.files import FLEET_FILE
+    from llmfleet.demo.fleet import DEMO_DRAIN_S, DEMO_POLL_S, _fast_rollout
+
+    demo = simulate(read_directory(EXAMPLE))
+    rollout = demo.fleet.settings.rollout
+    assert (rollout.poll_s, rollout.drain_s) == (DEMO_POLL_S, DEMO_DRAIN_S) == (5, 3)
+    before = (EXAMPLE / FLEET_FILE).read_text().splitlines()
+    after = demo.files[FLEET_FILE].decode().splitlines()
+    assert [(a, b) for a, b in zip(before, after, strict=True) if a != b and "- host:" not in a] == [
+        ("  poll_s: 30                  # the box agent polls its config this often",
+         "  poll_s: 5                  # the box agent polls its config this often"),
+        ("  drain_s: 10                 # seconds between deleting a deployment and restarting its box",
+         "  drain_s: 3                 # seconds between deleting a deployment and restarting its box")]
+    # A fleet.yaml without a rollout mapping gets one.
+    assert _fast_rollout("version: 1\n").endswith("rollout:\n  poll_s: 5\n  drain_s: 3\n")

@@ -64,3 +64,49 @@ def test_boxes_that_come_and_go() -> None:
 def test_loopback() -> None:
     assert loopback("127.0.0.2") and loopback("127.9.9.9") and loopback("::1")
     assert not loopback("127.0.0.1") and not loopback("10.0.0.1") and not loopback("k7v2m9x4q1w8e3")
+
+
+class _Store:
+    def __init__(self, agents: dict[str, bool]) -> None:
+        self.agents = agents
+
+    def latest_reports(self) -> dict[str, object]:
+        from types import SimpleNamespace
+
+        return {box: SimpleNamespace(agent=agent) for box, agent in self.agents.items()}
+
+
+class _Stage:
+    """What follow() uses of the running demo; provision() records instead of restarting."""
+
+    def __init__(self, fleet_: Fleet, agents: dict[str, bool]) -> None:
+        from types import SimpleNamespace
+
+        secrets = {"legacy-api-key": TEST_LEGACY_KEY, "vllm-api-salt": TEST_SALT}
+        self.workspace = SimpleNamespace(secret=secrets.__getitem__)
+        self.passes = SimpleNamespace(fleet=fleet_, store=_Store(agents))
+        self.boxes = {name: name for name in fleet_.boxes}
+        self.owned: set[str] = set()
+        self.provisioned: list[object] = []
+        self.said: list[str] = []
+
+    def say(self, message: str, style: str = "") -> None:
+        self.said.append(message)
+
+    def provision(self, box: object, what: str) -> None:
+        self.provisioned.append(box)
+
+
+def test_the_live_demo_restarts_only_boxes_without_the_box_agent() -> None:
+    from llmfleet.demo.follow import follow
+
+    files = demo_files()
+    before = fleet(files, "a" * 40)
+    move = choose_move(before)
+    after = fleet({**files, "placement.yaml": move_row(files["placement.yaml"].decode(), move).encode()}, "b" * 40)
+    stage = _Stage(after, {"127.0.0.2": True, "127.0.0.3": True})
+    assert follow(stage, before) is after  # type: ignore[arg-type]
+    assert stage.provisioned == []  # the agents apply the release themselves
+    stage = _Stage(after, {"127.0.0.2": True, "127.0.0.3": False})
+    follow(stage, before)  # type: ignore[arg-type]
+    assert stage.provisioned == ["127.0.0.3"]  # a box without the agent is restarted, as before

@@ -322,3 +322,30 @@ def test_the_halt_reasons_name_the_box_and_what_failed() -> None:
     assert late.rollout is not None
     assert late.rollout.reason == "box a: server(s) m-8001 (Loading) not Healthy within 300s of the release; rolled back to r1"
     assert late.steps[-1].status["b"].why == "rollout halted"
+
+
+def test_a_restarted_server_is_routed_again_only_once_it_serves_after_its_box_reported() -> None:
+    """The box agent reports once supervisord runs the new programs, before vLLM has loaded; a restarted
+    server the judge still calls Healthy by hysteresis is passed to the step as Down by the job (its probe
+    failed this pass). Found by the demo's move-model under load through the real LiteLLM: the reconciler
+    routed the gaining card's re-divided neighbours again while they loaded, and a request failed."""
+    from dataclasses import replace
+
+    from llmfleet.core.rollout.step import step
+
+    sim = Sim.start("r1", {"a": [("m", 8001)], "b": [("m", 8001)]}, {"m": "v1"})
+    sim.run(2)
+    sim.commit("r2", {"a": [("m", 8001)], "b": [("m", 8001)]}, {"m": "v2"})
+    for _ in range(20):
+        sim.one_pass()
+        applied = [box for box, r in sim.releases.items()
+                   if r.state is BoxState.RELEASED and sim.boxes[box].applied == "r2"]
+        if applied:
+            break
+    else:
+        raise AssertionError("no box applied its release")
+    box = applied[0]
+    inp = sim.step_input()
+    key, deployment = (box, 8001), f"llmfleet:{box}:8001"
+    assert deployment in step(replace(inp, verdicts={**inp.verdicts, key: "Down"})).held_out
+    assert deployment not in step(replace(inp, verdicts={**inp.verdicts, key: "Healthy"})).held_out

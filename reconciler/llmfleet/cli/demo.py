@@ -10,7 +10,7 @@ from typing import Any
 import llmfleet
 from llmfleet.cli.common import CommandError
 
-SCENARIOS = ("move-model",)
+SCENARIOS = ("move-model", "move-single", "bad-boot", "rollouts")  # llmfleet.demo.scenario.SCENARIOS
 
 DESCRIPTION = """\
 Run a whole fleet locally: the example fleet repository in a scratch git repository with every box
@@ -38,7 +38,11 @@ def register(subparsers: Any) -> None:
         "demo", help="run a whole simulated fleet on this machine", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", choices=SCENARIOS,
-                        help="once the fleet serves, play a scenario: move-model commits a change that moves a model")
+                        help="once the fleet serves, commit a change and let the rollout play it out (no manual "
+                             "step) under load through LiteLLM: move-model moves a server to a free port of "
+                             "another box, move-single moves the only server of a model, bad-boot commits a "
+                             "recipe vLLM refuses (the rollout halts and rolls back; a revert converges), "
+                             "rollouts plays all three")
     parser.add_argument("--once", action="store_true",
                         help="run to the end without a live display and exit 0 only if the final state is right")
     parser.add_argument("--litellm-url", metavar="URL", help="a running LiteLLM proxy (with a database) to converge")

@@ -8,6 +8,9 @@ files' text and the validated model.
   script boots the box (vast.sh or runpod.sh) still follows the example's provider.
 - A legacy pair follows its box to the new address (the demo sets a legacy key).
 - A row that pins a hand-written public port is dropped: nothing maps public ports here.
+- Staged rollouts go faster than on rented boxes: the box agents poll every DEMO_POLL_S seconds and a
+  drained deployment waits DEMO_DRAIN_S seconds (fleet.yaml `rollout: {poll_s: 5, drain_s: 3}`), so a
+  rollout scenario takes tens of seconds, not minutes.
 
 Every other line, comment and value stays as the example wrote it.
 """
@@ -29,6 +32,8 @@ from llmfleet.errors import OperationError
 DEFAULT_FIRST_ADDRESS = "127.0.0.2"  # 127.0.0.1 is the control plane's
 DEFAULT_GPU_MEMORY_GB = 80.0  # a simulated box whose placement declares no GPU memory: one 80 GB card
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+DEMO_POLL_S = 5  # fleet.yaml rollout.poll_s in the demo (the schema's minimum)
+DEMO_DRAIN_S = 3  # fleet.yaml rollout.drain_s in the demo: the stub answers within milliseconds
 
 
 class DemoError(OperationError):
@@ -140,7 +145,7 @@ def simulate(example: Snapshot, first_address: str = DEFAULT_FIRST_ADDRESS) -> D
               *[f"#   {old} -> {new}" for old, new in names.items()]]
     files = {**{k: v for k, v in example.files.items() if isinstance(v, bytes)},
              PLACEMENT_FILE: _apply(placement, replaces, drop, header).encode(),
-             FLEET_FILE: _legacy_renamed(_text(example, FLEET_FILE), fleet, names).encode()}
+             FLEET_FILE: _fast_rollout(_legacy_renamed(_text(example, FLEET_FILE), fleet, names)).encode()}
     result = validate_snapshot(Snapshot(WORKTREE_REVISION, files, {name: name for name in files}))
     if result.fleet is None:
         raise DemoError("the example fleet rewritten for loopback boxes is not valid:\n"
@@ -160,6 +165,33 @@ def _legacy_renamed(text: str, fleet: Fleet, names: Mapping[str, str]) -> str:
             mark = doc.mark_at(["legacy_servers", index, "host"])
             replaces.append(_Replace(mark.line, mark.column, host, names[host]))
     return _apply(text, replaces, set(), []) if replaces else text
+
+
+def _fast_rollout(text: str) -> str:
+    """fleet.yaml with the demo's agent poll and drain (DEMO_POLL_S, DEMO_DRAIN_S): the values replaced
+    where the file sets them, else added to its `rollout:` mapping, else a `rollout:` mapping appended."""
+    doc = strictyaml.load(text, FLEET_FILE)
+    rollout = doc.value.get("rollout") if isinstance(doc.value, dict) else None
+    wanted = {"poll_s": DEMO_POLL_S, "drain_s": DEMO_DRAIN_S}
+    if not isinstance(rollout, dict):
+        return text.rstrip("\n") + "\n\n# llmfleet demo: a fast agent poll and drain\nrollout:\n" + "".join(
+            f"  {key}: {value}\n" for key, value in wanted.items())
+    replaces, missing = [], []
+    for key, value in wanted.items():
+        if key in rollout:
+            mark = doc.mark_at(["rollout", key])
+            replaces.append(_Replace(mark.line, mark.column, str(rollout[key]), str(value)))
+        else:
+            missing.append(f"{key}: {value}")
+    edited = _apply(text, replaces, set(), [])
+    if not missing:
+        return edited
+    lines = edited.split("\n")
+    at = doc.key_mark([], "rollout").line  # the `rollout:` line; its entries follow
+    first = doc.mark_at(["rollout", next(iter(rollout))]) if rollout else None
+    indent = " " * (first.column - 1) if first is not None else "  "
+    lines[at:at] = [f"{indent}{entry}  # llmfleet demo" for entry in missing]
+    return "\n".join(lines)
 
 
 def _text(snapshot: Snapshot, name: str) -> str:

@@ -1,9 +1,12 @@
-"""Following commits in the live demo. A box learns its servers only when it boots, so after a commit
-an operator restarts the boxes it touches; the live demo does that for you, so that an edit of the
-demo's fleet repository plays out end to end. `changes` (pure) says which boxes a revision touches;
-`follow` acts on it.
+"""Following commits in the live demo. A box running the box agent (rollout mode auto, the demo's
+default) applies a commit by itself when the control plane releases it: the demo never restarts it. A
+box without the agent (`rollout: manual`) learns its servers only when it boots, so after a commit an
+operator restarts the boxes it touches; the live demo does that for you, so that an edit of the demo's
+fleet repository plays out end to end. `changes` (pure) says which boxes a revision touches; `follow`
+acts on it.
 
-- a box whose rendered config (its servers, their recipes and bearers) changed is restarted;
+- a box without the agent whose rendered config (its servers, their recipes and bearers) changed is
+  restarted; a box with the agent is left to it;
 - a new box whose name is a loopback address gets a simulated box booted for it;
 - a box that left the placement is stopped (the demo destroys the instance; a real one keeps running,
   and billing, until you destroy it).
@@ -67,11 +70,14 @@ def follow(demo: Stage, old: Fleet | None) -> Fleet | None:
         return new
     legacy = demo.workspace.secret("legacy-api-key")
     found = changes(old, new, Bearers(Salt(demo.workspace.secret("vllm-api-salt")), legacy))
-    demo.say(f"commit {new.revision[:12]} is served" + (": it changes no box's servers" if found.empty else
-                                                         "; the demo restarts the boxes it touches"))
-    for name in found.restart:
-        if name in demo.boxes:
-            demo.provision(demo.boxes[name], "restarts (re-fetches its config)")
+    agents = agent_boxes(demo)
+    restart = [name for name in found.restart if name in demo.boxes and name not in agents]
+    demo.say(f"commit {new.revision[:12]} is served" + (
+        ": it changes no box's servers" if found.empty else
+        "; the box agents apply it as the rollout releases it" if not restart else
+        "; the rollout releases it to the boxes with an agent, the demo restarts the others it touches"))
+    for name in restart:
+        demo.provision(demo.boxes[name], "restarts (re-fetches its config; it runs no box agent)")
     for name in found.new:
         add_box(demo, new, name)
     for name in found.gone:
@@ -82,6 +88,14 @@ def follow(demo: Stage, old: Fleet | None) -> Fleet | None:
         demo.say(f"box {name} is not a loopback address: the demo cannot simulate it, so it stays Pending",
                  "yellow")
     return new
+
+
+def agent_boxes(demo: Stage) -> set[str]:
+    """Boxes whose latest report says the box agent runs there: they apply released revisions themselves."""
+    store = demo.passes.store if demo.passes is not None else None
+    if store is None:
+        return set()
+    return {name for name, report in store.latest_reports().items() if report.agent}
 
 
 def add_box(demo: Stage, fleet: Fleet, name: str) -> None:

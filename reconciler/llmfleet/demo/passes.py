@@ -5,12 +5,16 @@ With a LiteLLM proxy a pass applies its plan. Without one the demo plans only, a
 LiteLLM that takes no writes (`NoLitellm`): the plan then says what a fresh proxy would get. Such a
 pass is recorded like a `reconcile.dry_run` pass (mode "plan": the probe histories and the record with
 its planned actions), so the status page shows the verdicts and what a proxy would be sent.
+
+A rollout scenario without a proxy cannot plan only: a staged rollout releases a box only once the
+servers it waits for are routed, and moves on only when passes apply. Its passes apply to a routing
+table kept in the demo's memory (`MemoryLitellm`: nothing is sent anywhere, no caller can use it).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmfleet.adapters.git import read_fleet
 from llmfleet.adapters.litellm import LitellmApi, LitellmError
@@ -29,7 +33,7 @@ from llmfleet.errors import LockHeld, SourceError
 from llmfleet.job.configfile import ReconcileConfig
 from llmfleet.job.configfile import load_config as reconcile_config
 from llmfleet.job.engine import PassOutcome, Reconciler
-from llmfleet.job.wiring import build_reconciler
+from llmfleet.job.wiring import build_reconciler, rollout_driver
 
 PLAN_ONLY = "plan-only: no LiteLLM given, nothing is written"
 
@@ -57,6 +61,28 @@ def _plan_only(_session: object) -> LitellmApi:
     return NoLitellm()
 
 
+class MemoryLitellm:
+    """LiteLLM's deployment table in memory: what a rollout scenario without a proxy applies to."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, Deployment] = {}
+
+    async def list_deployments(self) -> tuple[Deployment, ...]:
+        return tuple(self.table.values())
+
+    async def get(self, deployment_id: str) -> Deployment | None:
+        return self.table.get(deployment_id)
+
+    async def create(self, spec: DeploymentSpec) -> None:
+        self.table[spec.id] = Deployment(spec.id, spec.model_name, spec.model_info, spec.api_base)
+
+    async def update(self, spec: DeploymentSpec) -> None:
+        await self.create(spec)
+
+    async def delete(self, deployment_id: str) -> bool:
+        return self.table.pop(deployment_id, None) is not None
+
+
 @dataclass
 class Passes:
     workspace: Workspace
@@ -66,10 +92,12 @@ class Passes:
     reconciler: Reconciler | None = None
     store: SqlStateStore | None = None  # the control plane's state store
     invalid: tuple[str, str] | None = None  # main's head when it is not valid, and why
+    memory: MemoryLitellm | None = None  # without a proxy, for a rollout scenario: the table it applies to
+    fleets: dict[str, Fleet | None] = field(default_factory=dict)  # valid fleets by commit (boxes' releases)
 
     @property
     def apply(self) -> bool:
-        return self.litellm is not None
+        return self.litellm is not None or self.memory is not None
 
     def _config(self) -> ReconcileConfig:
         # Exactly what `llmfleet plan --config` (and with LiteLLM, `reconcile --config`) reads.
@@ -89,14 +117,26 @@ class Passes:
             raise DemoError(f"{self.workspace.fleet}: no valid commit on main")
         return self.fleet
 
+    def fleet_at(self, revision: str) -> Fleet | None:
+        """The valid fleet at a commit (a box's released revision), as `llmfleet reconcile` reads it; kept."""
+        if revision not in self.fleets:
+            try:
+                self.fleets[revision] = validate_snapshot(read_fleet(str(self.workspace.fleet), revision)).fleet
+            except SourceError:
+                return None
+        return self.fleets[revision]
+
     def run(self) -> PassOutcome | None:
         """One pass; None when another pass (a `llmfleet apply` in another terminal) holds the lock."""
         fleet = self._load_fleet()
         if self.reconciler is None:
             self.store = open_store(self.workspace.state_url, application_name="llmfleet-demo")
             self.reconciler = build_reconciler(self._config(), fleet.settings.reconcile, self.store)
+            # Staged rollouts, as `llmfleet reconcile` runs them: agent boxes are released box by box.
+            self.reconciler.rollout = rollout_driver(self.store, self.fleet_at, self.reconciler.bearers)
             if self.litellm is None:
-                self.reconciler.api_factory = _plan_only
+                memory = self.memory
+                self.reconciler.api_factory = _plan_only if memory is None else lambda _session: memory
         reconciler, store = self.reconciler, self.store
         assert store is not None
         # The fleet controls (llmfleet sync|suspend|pin), as `llmfleet reconcile` honours them.

@@ -32,7 +32,8 @@ from llmfleet.demo.follow import follow
 from llmfleet.demo.guide import banner, where_to_look
 from llmfleet.demo.litellm import Litellm, build, check_shared, remove_demo_deployments
 from llmfleet.demo.move import Move
-from llmfleet.demo.passes import Passes
+from llmfleet.demo.passes import MemoryLitellm, Passes
+from llmfleet.demo.scenario import Results, run_scenarios
 from llmfleet.demo.view import BoxStates, screen
 from llmfleet.demo.workspace import Workspace, control_plane_config, create, init_fleet_repo
 from llmfleet.job.engine import PassOutcome
@@ -88,6 +89,7 @@ class Demo:
         self.header: list[str] = []
         self.verdicts: dict[tuple[str, int], str] = {}
         self.move: Move | None = None
+        self.results: Results | None = None  # the rollout scenarios played
         self.first_model = ""  # the model the printed curl asks for
         self.reported_invalid: str | None = None
         self.owned: set[str] = set()  # every box name the demo simulated: its deployments are the demo's
@@ -146,7 +148,8 @@ class Demo:
             self.owned.add(sim.name)
             box.prepare(fleet)
             self.provision(box, f"boots ({sim.template} template, was {sim.example_name})")
-        self.passes = Passes(workspace, self.litellm)
+        self.passes = Passes(workspace, self.litellm,
+                             memory=MemoryLitellm() if self.litellm is None and options.scenario else None)
 
     def _litellm(self, workspace: Workspace, boxes: list[str]) -> Litellm | None:
         options = self.options
@@ -252,20 +255,20 @@ class Demo:
         return code
 
     def scenario(self) -> None:
-        if self.options.scenario == "move-model":
-            from llmfleet.demo.scenario import move_model
-
-            self.move = move_model(self)
+        if self.options.scenario is None:
+            return
+        self.results = run_scenarios(self, self.options.scenario, self.litellm, timeout_s=self.options.timeout_s,
+                                     interval_s=self.options.interval_s)
+        self.move = self.results.move
 
     def run_once(self) -> int:
         self.converge("waiting for every simulated server to serve" + (" and LiteLLM to follow" if self.applying
                                                                       else ""))
         self.scenario()
-        if self.move is not None:
-            self.converge(f"waiting for the fleet to follow the move of {self.move}")
         outcome = self.tick()
         self.console.print(screen([], outcome, self.states(), applying=self.applying))
         found = problems(outcome, self.states(), self.move, applying=self.applying)
+        found += self.results.problems if self.results is not None else []
         if self.litellm is not None and outcome is not None and not found:
             model = self.move.model if self.move else next(iter(outcome.intended.servers.values())).model
             answer = self.litellm.chat(model, "hello")

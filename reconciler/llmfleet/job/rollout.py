@@ -21,8 +21,9 @@ from llmfleet.core.fleet.model import Fleet, RolloutMode
 from llmfleet.core.fleet.render import Bearers, RenderError
 from llmfleet.core.judge.assess import Assessment
 from llmfleet.core.judge.intended import Intended, deployment_id, intended_state
-from llmfleet.core.judge.observed import Observation
+from llmfleet.core.judge.observed import FAILED_PROBES, Observation
 from llmfleet.core.judge.plan import ORDER, Action, ActionKind, Plan
+from llmfleet.core.judge.verdict import Verdict
 from llmfleet.core.rollout.configs import box_config
 from llmfleet.core.rollout.control import Request, apply_request
 from llmfleet.core.rollout.model import (
@@ -156,7 +157,10 @@ class RolloutDriver:
                 if managed else target_config,
                 report=report_facts(begun.reports.get(box)),
                 card_gb=placed.card_gb if placed is not None else None)
-        verdicts = {key: str(j.verdict) for key, j in assessment.judgements.items()}
+        # A server Healthy only by hysteresis (its probe failed this pass: restarting, loading) does not serve.
+        verdicts = {key: "Down" if j.verdict is Verdict.HEALTHY and key in observation.probes
+                    and observation.probes[key].status in FAILED_PROBES else str(j.verdict)
+                    for key, j in assessment.judgements.items()}
         routed = (None if observation.deployments is None
                   else frozenset(d.id for d in observation.deployments if d.managed))
         budgets = {model: target.max_unavailable(model) for model in target.recipes}

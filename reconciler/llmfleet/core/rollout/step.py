@@ -138,12 +138,19 @@ class Work:
         for box, release in self.releases.items():
             if release.state is BoxState.DRAINING:
                 ids.update(s.deployment for s in self.disrupted_by(box, release))
-            elif release.state is BoxState.RELEASED and not self.reported(box, release):
+            elif release.state is BoxState.RELEASED:
                 # Until the box applies its release, what it stops or restarts must not be routed again
-                # (the pass's intended state may still hold the old server at that address).
+                # (the pass's intended state may still hold the old server at that address); once it
+                # applied, a restarted server is routed again only when it serves (Healthy, its probe
+                # answered this pass): the box reports when supervisord runs it, before vLLM has loaded.
                 change = box_change(self.last_good[box], self.served[box], self.inp.boxes[box].card_gb)
-                ids.update(s.deployment for s in servers_named(self.last_good[box], change.disrupted))
-                ids.update(s.deployment for s in servers_named(self.served[box], change.restarted))
+                restarted = servers_named(self.served[box], change.restarted)
+                if not self.reported(box, release):
+                    ids.update(s.deployment for s in servers_named(self.last_good[box], change.disrupted))
+                    ids.update(s.deployment for s in restarted)
+                else:
+                    ids.update(s.deployment for s in restarted
+                               if self.inp.verdicts.get(server_key(box, s)) != "Healthy")
         return frozenset(ids)
 
 
