@@ -39,7 +39,8 @@ def fleet_repo(root: Path, port: int, grace_s: int = 600) -> Path:
     repo = root / "fleet"
     repo.mkdir()
     (repo / "fleet.yaml").write_text(f"version: 1\nlisten_ports: [{port}]\n"
-                                     f"reconcile: {{health_grace_s: {grace_s}, probe_timeout_s: 2}}\n")
+                                     f"reconcile: {{health_grace_s: {grace_s}, probe_timeout_s: 2}}\n"
+                                     "rollout: {mode: manual}\n")  # the installer's own failures, no agent
     (repo / "models.yaml").write_text(
         "models:\n  tiny-a:\n    vllm: {model: org/tiny-a, max_model_len: 4096, vram_gb: 20, disk_gb: 1}\n")
     (repo / "placement.yaml").write_text(f"hosts:\n  '{BOX}':\n    provider: static\n    servers:\n"

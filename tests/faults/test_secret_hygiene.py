@@ -169,8 +169,16 @@ def test_no_secret_anywhere(tmp_path: Path, upstream: LitellmProxy, box: Box,
     # Every file written (logs, state database, reconciler metrics, the box's data dir, ...), but the
     # Supervisor program files, which carry VLLM_API_KEY by design.
     units = sorted((tmp_path / "box" / "conf.d").glob("llmfleet-*.conf"))
-    assert units and all(bearers[f"bearer {BOX}:{p1}"] in u.read_text() or LEGACY_KEY in u.read_text() for u in units)
-    files = [p for p in tmp_path.rglob("*") if p.is_file() and p not in units and ".git" not in p.parts]
+    servers = [u for u in units if u.name != "llmfleet-agent.conf"]  # the box agent's program holds no bearer
+    assert servers and all(bearers[f"bearer {BOX}:{p1}"] in u.read_text() or LEGACY_KEY in u.read_text()
+                           for u in servers)
+    assert (tmp_path / "box" / "conf.d" / "llmfleet-agent.conf") in units  # the box has its agent...
+    assert FLEET_KEY not in (tmp_path / "box" / "conf.d" / "llmfleet-agent.conf").read_text()  # ...without the key
+    # The box agent's own copy of the fleet key (it fetches with it): the one place it may be, owner-only
+    key_file = tmp_path / "box" / "data" / "llmfleet" / "agent" / "credentials" / "fleet-key"
+    assert key_file.read_text().strip() == FLEET_KEY and key_file.stat().st_mode & 0o077 == 0
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and p not in units and ".git" not in p.parts
+             and p != key_file]
     for path in files:
         seen[f"file {path.relative_to(tmp_path)}"] = path.read_bytes()
     assert any(p.name == "state.sqlite3" for p in files) and any(p.suffix == ".log" for p in files)

@@ -73,12 +73,14 @@ models:
 
 
 def write_fleet(directory: Path, ports: list[int], rows: list[tuple[str, int, str | None]],
-                gateway: int | None = None) -> Path:
+                gateway: int | None = None, rollout: str = "manual") -> Path:
     """A fleet repository with one box, BOX, whose rows are (model, port, name-or-None), and a box gateway
-    on `gateway` (one of `ports`) when given."""
+    on `gateway` (one of `ports`) when given. `rollout: manual` by default: the box JSON is the contract's
+    (no `agent`), which is what the installer's own tests are about; the agent's tests add `agent`."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "fleet.yaml").write_text(
-        f"version: 1\nlisten_ports: [{', '.join(map(str, ports))}]\nmax_servers_per_box: {max(len(ports), len(rows))}\n")
+        f"version: 1\nlisten_ports: [{', '.join(map(str, ports))}]\nmax_servers_per_box: {max(len(ports), len(rows))}\n"
+        f"rollout: {{mode: {rollout}}}\n")
     (directory / "models.yaml").write_text(MODELS)
     lines = ["hosts:", f"  {BOX}:"]
     indent = "    "

@@ -149,7 +149,8 @@ class RealBox:
             "version: 1\n"
             f"listen_ports: [{', '.join(str(p) for p in ports)}]\n"
             "reconcile:\n  health_grace_s: 900\n  probe_timeout_s: 10\n  down_after_failures: 2\n"
-            "  up_after_successes: 2\n  max_deletes_per_pass: 10\n  max_delete_fraction: 1.0\n")
+            "  up_after_successes: 2\n  max_deletes_per_pass: 10\n  max_delete_fraction: 1.0\n"
+            "rollout: {mode: manual}\n")  # the box as the contract has it (no agent): the suite is about vLLM
         recipe = (f"    vllm:\n      model: {self.harness.model}\n      max_model_len: 512\n      vram_gb: 1\n"
                   "      disk_gb: 0\n      settings:\n"
                   f"        kv-cache-memory-bytes: {KV_CACHE_BYTES}\n        max-num-seqs: {MAX_NUM_SEQS}\n")

@@ -48,7 +48,8 @@ def write_fleet(repo: Path, ports: list[int], placement: dict[str, list[tuple[st
         "version: 1\n"
         f"listen_ports: [{', '.join(str(p) for p in ports)}]\n"
         "reconcile:\n  health_grace_s: 600\n  probe_timeout_s: 2\n  down_after_failures: 2\n"
-        "  up_after_successes: 2\n  max_deletes_per_pass: 10\n  max_delete_fraction: 1.0\n")
+        "  up_after_successes: 2\n  max_deletes_per_pass: 10\n  max_delete_fraction: 1.0\n"
+        "rollout: {mode: manual}\n")  # the manual procedure (boxes restarted by hand); rollouts: tests/demo
     (repo / "models.yaml").write_text(
         "models:\n"
         "  tiny-a:\n    vllm: {model: org/tiny-a, max_model_len: 4096, vram_gb: 2, disk_gb: 1}\n"

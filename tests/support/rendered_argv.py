@@ -30,7 +30,7 @@ def rendered_argvs(tmp_path: Path) -> list[list[str]]:
         fit = check_fit(box.servers, gpus, disk_free_gb=None)
         ports = {s.name: s.port for s in box.servers}
         for server in box.servers:
-            unit = render_unit(server, fit.placements[server.name], order=0, ports=ports, settings=settings,
+            unit = render_unit(server, fit.placements[server.name], ports=ports, settings=settings,
                                python="python3", revision=box.revision, gpu_count=1)
             command = next(line for line in unit.text.splitlines() if line.startswith("command="))
             argv = shlex.split(command.removeprefix("command=").replace("%%", "%"))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from llmfleet.core.fleet import strictyaml
 from llmfleet.core.fleet.files import MODELS_FILE, PLACEMENT_FILE
 from llmfleet.core.fleet.model import Fleet
+from llmfleet.core.rollout.model import RolloutState
 from llmfleet.demo.check import waiting_for
 from llmfleet.demo.fleet import DEFAULT_GPU_MEMORY_GB, DemoError
 from llmfleet.demo.load import LoadGenerator, LoadReport
@@ -153,7 +154,8 @@ RolloutProbe = Callable[[], "tuple[str | None, int | None]"]  # (halt reason or 
 
 def converged(demo: Stage, outcome: PassOutcome, head: str) -> list[str]:
     """What is still missing before `head` is everywhere: every box of the placement reports it applied
-    `head`, and the fleet is where it should be (servers Healthy, LiteLLM in step)."""
+    `head`, the fleet is where it should be (servers Healthy, LiteLLM in step), and the rollout of `head`
+    has recorded that it converged (the pass after the last box's report does)."""
     passes = demo.passes
     assert passes is not None
     assert passes.store is not None
@@ -163,6 +165,9 @@ def converged(demo: Stage, outcome: PassOutcome, head: str) -> list[str]:
                f"{reports[name].revision[:12] if name in reports else 'nothing'})"
                for name in sorted(passes.fleet.boxes) if name in demo.boxes
                and (name not in reports or reports[name].revision != head)]
+    rollout, _, _ = passes.store.current_rollout()
+    if rollout is not None and rollout.target == head and rollout.state is not RolloutState.CONVERGED:
+        missing.append(f"the rollout of {head[:12]} is {rollout.state}")
     return missing + waiting_for(outcome, applying=demo.applying)
 
 
