@@ -108,6 +108,10 @@ class EchoHandler(BaseHTTPRequestHandler):
 
 
 class _QuietAboutClosedClients:
+    # vLLM's uvicorn listens with a backlog of 2048; socketserver's default of 5 drops SYNs when the
+    # gateway opens 128 connections at once, and their retransmits (1 s, 3 s, 7 s, ...) hang a loaded run.
+    request_queue_size = 2048
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """The gateway closing an upstream connection (a client went away) is expected here."""
 
