@@ -72,6 +72,7 @@ class Sim:
     steps: list[Step] = field(default_factory=list)
     failed_requests: list[tuple[int, str]] = field(default_factory=list)  # (pass, deployment)
     unreachable: list[dict[str, int]] = field(default_factory=list)  # per pass: model -> servers out
+    out_on: list[dict[str, set[str]]] = field(default_factory=list)  # per pass: model -> boxes with one out
     routed_per_model: list[dict[str, int]] = field(default_factory=list)
     control: RolloutState | None = None
     ever_routed: set[tuple[str, str]] = field(default_factory=set)  # (deployment, model) that served once
@@ -208,14 +209,18 @@ class Sim:
                 self.failed_requests.append((index, deployment))
         models: dict[str, int] = {}
         routed: dict[str, int] = {}
-        for deployment, (_, proc) in up.items():
+        out_on: dict[str, set[str]] = {}
+        for deployment, (box_name, proc) in up.items():
             ok = deployment in self.routed and proc.ready_in == 0
             served_before = (deployment, proc.spec.model) in self.ever_routed  # a fresh server is not "out"
             models[proc.spec.model] = models.get(proc.spec.model, 0) + (0 if ok or not served_before else 1)
+            if not ok and served_before:
+                out_on.setdefault(proc.spec.model, set()).add(box_name)
             routed[proc.spec.model] = routed.get(proc.spec.model, 0) + (1 if ok else 0)
             if ok:
                 self.ever_routed.add((deployment, proc.spec.model))
         self.unreachable.append(models)
+        self.out_on.append(out_on)
         self.routed_per_model.append(routed)
 
     def run(self, passes: int = 200) -> int:

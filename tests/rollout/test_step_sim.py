@@ -351,3 +351,68 @@ def test_a_restarted_server_is_routed_again_only_once_it_serves_after_its_box_re
     key, deployment = (box, 8001), f"llmfleet:{box}:8001"
     assert deployment in step(replace(inp, verdicts={**inp.verdicts, key: "Down"})).held_out
     assert deployment not in step(replace(inp, verdicts={**inp.verdicts, key: "Healthy"})).held_out
+
+
+def test_a_box_over_the_budget_says_why_it_went_alone_while_it_is_out() -> None:
+    """2 of m's 3 servers on one box, max_unavailable 1, a recipe change: the box goes alone (nothing else
+    of m is out with it) and its status says why, from its drain until its servers serve again."""
+    layout = {"a": [("m", 8001)], "twin": [("m", 8001), ("m", 8002), ("x", 8003)]}
+    sim = Sim.start("r1", layout, {"m": "v1", "x": "v1"})
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2", "x": "v2"})
+    note = ("went alone past the budget: 2 servers of m out at once, over its max_unavailable 1 (a box is the "
+            "smallest unit of release: it was released only when no other server of m was out)")
+    first = sim.one_pass()
+    assert first.drain == frozenset({"llmfleet:a:8001"})  # a first (sorted): twin waits for it
+    assert first.status["twin"].why == ("waits for the disruption budget of m: 1 of its servers out (a:8001), "
+                                        "max_unavailable 1")
+    whys: list[str] = []
+    for _ in range(40):
+        result = sim.one_pass()
+        if result.status["twin"].state in (BoxState.DRAINING, BoxState.RELEASED):
+            whys.append(result.status["twin"].why)
+            assert set(result.out.get("m", ())) <= {("twin", 8001), ("twin", 8002)}  # alone: a's serves
+        if sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED:
+            break
+    assert whys[0] == f"draining: released in 10s; {note}"
+    assert f"released: waits for its changed servers to be Healthy and routed; {note}" in whys
+    assert all(why.endswith(note) for why in whys)
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED and sim.failed_requests == []
+    assert sim.releases["twin"].reason == "" and sim.steps[-1].status["a"].why == ""
+
+
+def test_the_status_names_every_model_a_box_takes_past_its_budget() -> None:
+    layout = {"a": [("m", 8001)], "b": [("n", 8001)],
+              "big": [("m", 8001), ("m", 8002), ("n", 8003), ("n", 8004), ("n", 8005)]}
+    sim = Sim.start("r1", layout, {"m": "v1", "n": "v1"}, budgets={"n": 2}, drain_s=0)
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2", "n": "v2"})
+    whys = [s.status["big"].why for s in (sim.one_pass() for _ in range(40)) if s.status["big"].state
+            is BoxState.RELEASED]
+    assert whys and whys[0] == (
+        "went alone past the budget: 2 servers of m out at once, over its max_unavailable 1; 3 servers of n out "
+        "at once, over its max_unavailable 2 (a box is the smallest unit of release: it was released only when "
+        "no other server of m or n was out)")
+
+
+def test_the_last_server_of_a_model_stays_until_its_new_one_on_a_box_without_the_agent_serves() -> None:
+    """m moves from a (its only server) to a box without the agent, where a person starts it. a waits for it:
+    that is no cycle between boxes to break, and breaking it would leave m with no server."""
+    before = {"a": [("m", 8001)], "manual": [("x", 8001)], "c": [("x", 8001)]}
+    after = {"a": [], "manual": [("x", 8001), ("m", 8002)], "c": [("x", 8001)]}
+    sim = Sim.start("r1", before, {"m": "v1", "x": "v1"}, unmanaged=frozenset({"manual"}))
+    sim.run(2)
+    sim.commit("r2", after, {"m": "v1", "x": "v1"})
+    for _ in range(10):
+        result = sim.one_pass()
+        assert "a" not in result.released and not result.drain
+        assert result.status["a"].why == ("make-before-break: waits until m's new server(s) manual:8002 are "
+                                          "Healthy and routed")
+    assert all(r.get("m", 0) == 1 for r in sim.routed_per_model)
+    from tests.rollout.sim import Running  # a person starts it on the box
+    manual = sim.boxes["manual"]
+    spec = next(s for s in sim.config_at("manual", "r2").servers if s.model == "m")  # type: ignore[union-attr]
+    manual.running[spec.name] = Running(spec, 1)
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert sim.failed_requests == [] and all(r.get("m", 0) >= 1 for r in sim.routed_per_model)

@@ -215,6 +215,20 @@ def runs(work: Work, box: str, server: ServerSpec) -> bool:
 MAKE_BEFORE_BREAK = "make-before-break: "
 
 
+def leaving_models(work: Work, box: str, disrupted: Iterable[ServerSpec]) -> set[str]:
+    """The models of which the box stops a server for good (not in its target)."""
+    target = work.inp.boxes[box].target
+    staying = {s.name for s in target.servers} if target is not None else set()
+    return {s.model for s in disrupted if s.name not in staying}
+
+
+def awaited_boxes(work: Work, box: str, disrupted: tuple[ServerSpec, ...]) -> set[str]:
+    """The boxes whose new (or, for a model the box stops, changed) servers its make-before-break waits for."""
+    leaving = leaving_models(work, box, disrupted)
+    return {other for model in {s.model for s in disrupted}
+            for other, _, fresh in work.not_running().get(model, ()) if other != box and (fresh or model in leaving)}
+
+
 def budget_refusal(work: Work, out: Mapping[str, set[ServerKey]], box: str,
                    disrupted: Iterable[ServerSpec], make_before_break: bool = True) -> str | None:
     """Why taking these servers out now would break a model's budget, or make-before-break (None: it
@@ -222,9 +236,7 @@ def budget_refusal(work: Work, out: Mapping[str, set[ServerKey]], box: str,
     by_model: dict[str, set[ServerKey]] = {}
     for server in disrupted:
         by_model.setdefault(server.model, set()).add(server_key(box, server))
-    target = work.inp.boxes[box].target
-    staying = {s.name for s in target.servers} if target is not None else set()
-    leaving = {s.model for s in disrupted if s.name not in staying}
+    leaving = leaving_models(work, box, disrupted)
     for model, keys in sorted(by_model.items()):
         budget = work.inp.budget(model)
         already = out.get(model, set())
@@ -380,6 +392,11 @@ def break_a_cycle(work: Work, out: dict[str, set[ServerKey]]) -> None:
             continue
         release = work.releases[box]
         disrupted = work.disrupted_by(box, release)
+        # A cycle only if every server it waits for is on a box that itself waits: a server coming up on a
+        # box without the agent (a person restarts it), or on one already released, is worth waiting for
+        # (taking the last servers of a model out while its others come up elsewhere is never needed).
+        if not awaited_boxes(work, box, disrupted) <= set(waiting):
+            continue
         if budget_refusal(work, out, box, disrupted, make_before_break=False) is None:
             start_box(work, box, release, disrupted, out)
             work.why[box] = ("make-before-break is impossible (boxes wait for each other's new servers): "
@@ -472,10 +489,33 @@ def step(inp: StepInput) -> Step:
     )
 
 
+def over_budget(work: Work, box: str, release: BoxRelease) -> str:
+    """Why a box in flight has more of a model's servers out than the model's budget ("": it has not)."""
+    if release.state is BoxState.DRAINING:
+        out = work.disrupted_by(box, release)
+    elif release.state is BoxState.RELEASED:
+        change = box_change(work.last_good[box], work.served[box], work.inp.boxes[box].card_gb)
+        out = servers_named(work.last_good[box], change.disrupted)
+    else:
+        return ""
+    counts: dict[str, int] = {}
+    for server in out:
+        counts[server.model] = counts.get(server.model, 0) + 1
+    over = {model: n for model, n in sorted(counts.items()) if n > work.inp.budget(model)}
+    if not over:
+        return ""
+    shown = "; ".join(f"{n} servers of {model} out at once, over its max_unavailable {work.inp.budget(model)}"
+                      for model, n in over.items())
+    return (f"went alone past the budget: {shown} (a box is the smallest unit of release: it was released only "
+            f"when no other server of {' or '.join(over)} was out)")
+
+
 def status_of(work: Work, box: str) -> BoxStatus:
     release = work.releases[box]
     report = work.inp.boxes[box].report
     why = work.why.get(box) or (release.reason if release.state is BoxState.HALTED else "")
     if not why and release.state is BoxState.WAITING and work.rollout.state is not RolloutState.RUNNING:
         why = f"rollout {work.rollout.state}"
+    note = over_budget(work, box, release)
+    why = f"{why}; {note}" if why and note else why or note
     return BoxStatus(box, release.state, release.revision, report.revision if report is not None else None, why)
