@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,12 @@ from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.core.diff import DEFAULT_MAX_CHARS, diff_fleets, render_json, render_markdown, render_text
 from llmfleet.core.diff.invalid import render_invalid_json, render_invalid_markdown, render_invalid_text
 from llmfleet.core.diff.sections import Section
-from llmfleet.core.diff.waves import waves_json, waves_section
+from llmfleet.core.diff.waves import waves_json, waves_section, with_waves_alerts
 from llmfleet.core.fleet.files import Snapshot
 from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.core.fleet.model import Fleet, FleetSettings, frozen_map
 from llmfleet.core.fleet.validate import Validation, validate_snapshot
+from llmfleet.core.rollout.waves import plan_waves
 from llmfleet.errors import SourceError
 
 EXIT_CHANGES = 2  # with --detailed-exitcode only
@@ -120,12 +122,14 @@ def compare(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     report = diff_fleets(old.fleet, new.fleet)
     plan = attached_plan(args.attach_plan) if args.attach_plan else None
-    rollout = waves_section(old.fleet, new.fleet)  # the staged rollout's waves (issue 14)
+    waves = plan_waves(old.fleet, new.fleet)  # the staged rollout's waves (issue 14)
+    report = replace(report, alerts=with_waves_alerts(report.alerts, waves, new.fleet))
+    rollout = waves_section(old.fleet, new.fleet, waves)
     extra = (*((rollout,) if rollout else ()), *((plan[0],) if plan else ()))
     if args.format == "markdown":
         print(render_markdown(report, extra, max_chars=args.max_chars), end="")
     elif args.format == "json":
-        print(render_json(report, {"rollout": waves_json(old.fleet, new.fleet),
+        print(render_json(report, {"rollout": waves_json(old.fleet, new.fleet, waves),
                                    **({"plan": plan[1]} if plan else {})}), end="")
     else:
         print(render_text(report, extra), end="")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers
-from llmfleet.core.rollout.change import box_change
+from llmfleet.core.rollout.change import box_change, servers_named
 from llmfleet.core.rollout.configs import box_config
 from llmfleet.core.rollout.model import (
     BoxConfig,
@@ -39,11 +39,34 @@ class BoxWave:
 
 
 @dataclass(frozen=True)
+class OverBudget:
+    """A box whose release takes out more of a model's servers than the model's max_unavailable: a box is
+    the smallest unit of release, so it goes alone (when no other server of the model is out)."""
+
+    box: str
+    model: str
+    out: int  # the model's servers the box's release takes out at once
+    serving: int  # the model's servers serving just before (the box's own included)
+    budget: int
+
+
+@dataclass(frozen=True)
+class Dark:
+    """A model left with no serving server for a while: every server it has is out at once."""
+
+    model: str
+    boxes: tuple[str, ...]  # the boxes whose release took them out
+    servers: int  # how many it had serving just before
+
+
+@dataclass(frozen=True)
 class Waves:
     boxes: tuple[BoxWave, ...]  # boxes whose config changes, in release order
     waves: int
     stuck: Mapping[str, str]  # boxes the rollout would not release, and why
     short: Mapping[str, int]  # per model: the most of its servers out at once (drained or restarting)
+    over: tuple[OverBudget, ...] = ()  # in release order
+    dark: tuple[Dark, ...] = ()  # by model
 
     def in_wave(self, wave: int) -> tuple[BoxWave, ...]:
         return tuple(b for b in self.boxes if b.wave == wave)
@@ -82,7 +105,24 @@ def plan_waves(base: Fleet, head: Fleet, max_passes: int | None = None) -> Waves
     last_why: dict[str, str] = {}
     routed = {s.deployment for c in old.values() if c is not None for s in c.servers}
     cards = {b: placed.card_gb for b in boxes if (placed := head.boxes.get(b) or base.boxes.get(b)) is not None}
+    over: list[OverBudget] = []
+    dark: dict[str, Dark] = {}
+    begun: set[str] = set()
+    kept = {s.model for c in old.values() if c is not None for s in c.servers} & set(head.recipes) & {
+        s.model for c in new.values() if c is not None for s in c.servers}
+
+    def serving() -> dict[str, int]:
+        """Per model, its servers that LiteLLM routes (of what each box is served)."""
+        found: dict[str, int] = {}
+        for b in boxes:
+            config = at(served[b], b)
+            for s in config.servers if config is not None else ():
+                if s.deployment in routed:
+                    found[s.model] = found.get(s.model, 0) + 1
+        return found
+
     for _ in range(max_passes or 4 * len(boxes) + 20):
+        before = serving()
         verdicts: dict[ServerKey, str] = {}
         for b in boxes:
             config = at(served[b], b)
@@ -97,12 +137,26 @@ def plan_waves(base: Fleet, head: Fleet, max_passes: int | None = None) -> Waves
         rollout, releases = result.rollout, dict(result.releases)
         for model, keys in result.out.items():
             short[model] = max(short.get(model, 0), len(keys))
+        for b, release in sorted(result.releases.items()):
+            if b in begun or release.state not in (BoxState.DRAINING, BoxState.RELEASED):
+                continue
+            begun.add(b)
+            counts: dict[str, int] = {}
+            for s in servers_named(old[b], box_change(old[b], new[b], cards.get(b)).disrupted):
+                counts[s.model] = counts.get(s.model, 0) + 1
+            over.extend(OverBudget(b, m, n, before.get(m, 0), head.max_unavailable(m))
+                        for m, n in sorted(counts.items()) if n > head.max_unavailable(m))
         for b, revision in result.released.items():
             order.setdefault(b, releases[b].wave)
             served[b] = revision
         last_why = {b: s.why for b, s in result.status.items() if s.why}
         routed = {s.deployment for b in boxes if (c := at(served[b], b)) is not None for s in c.servers
                   if s.deployment not in result.held_out}
+        after = serving()
+        for model in sorted(kept - dark.keys()):
+            if before.get(model, 0) and not after.get(model, 0):
+                out_on = tuple(sorted({b for b, _ in result.out.get(model, ())}))
+                dark[model] = Dark(model, out_on, before[model])
         now += step_s
         if rollout.state is not RolloutState.RUNNING:
             break
@@ -118,5 +172,6 @@ def plan_waves(base: Fleet, head: Fleet, max_passes: int | None = None) -> Waves
         else:
             stuck[b] = last_why.get(b, "not released")
     changed.sort(key=lambda w: (w.wave, w.box))
-    return Waves(tuple(changed), rollout.waves if rollout is not None else 0, stuck, short)
+    return Waves(tuple(changed), rollout.waves if rollout is not None else 0, stuck, short, tuple(over),
+                 tuple(dark[m] for m in sorted(dark)))
 
