@@ -416,3 +416,31 @@ def test_the_last_server_of_a_model_stays_until_its_new_one_on_a_box_without_the
     sim.run()
     assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
     assert sim.failed_requests == [] and all(r.get("m", 0) >= 1 for r in sim.routed_per_model)
+
+
+def test_a_box_holding_every_server_of_a_model_waits_for_a_replica_the_change_adds_elsewhere() -> None:
+    """Both of m's servers on one box, a recipe change that restarts them and adds a third on another box:
+    the new one serves first, so m is never left with no server; without it, m has none while they load."""
+    before = {"all": [("m", 8001), ("m", 8002)], "b": [("x", 8001)]}
+    after = {"all": [("m", 8001), ("m", 8002)], "b": [("x", 8001), ("m", 8002)]}
+    sim = Sim.start("r1", before, {"m": "v1", "x": "v1"})
+    sim.run(2)
+    sim.commit("r2", after, {"m": "v2", "x": "v1"})
+    first = sim.one_pass()
+    assert first.released == {"b": "r2"} and not first.drain
+    assert first.status["all"].why == "make-before-break: waits until m's new server(s) b:8002 are Healthy and routed"
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED and sim.failed_requests == []
+    assert all(r.get("m", 0) >= 1 for r in sim.routed_per_model)
+    alone = Sim.start("r1", before, {"m": "v1", "x": "v1"})
+    alone.run(2)
+    alone.commit("r2", before, {"m": "v2", "x": "v1"})
+    drained = alone.one_pass()
+    assert drained.drain == frozenset({"llmfleet:all:8001", "llmfleet:all:8002"})
+    assert drained.status["all"].why == (
+        "draining: released in 10s; went alone past the budget: 2 servers of m out at once, over its "
+        "max_unavailable 1 (a box is the smallest unit of release: it was released only when no other server "
+        "of m was out)")
+    alone.run()
+    assert alone.rollout is not None and alone.rollout.state is RolloutState.CONVERGED
+    assert alone.failed_requests == [] and min(r.get("m", 0) for r in alone.routed_per_model) == 0
