@@ -444,3 +444,91 @@ def test_a_box_holding_every_server_of_a_model_waits_for_a_replica_the_change_ad
     alone.run()
     assert alone.rollout is not None and alone.rollout.state is RolloutState.CONVERGED
     assert alone.failed_requests == [] and min(r.get("m", 0) for r in alone.routed_per_model) == 0
+
+
+def test_the_went_alone_note_counts_only_what_the_box_takes_out_per_model_budget() -> None:
+    """twin restarts its two m servers; its two x servers stay; n's budget is 2 and twin restarts 2 of them:
+    only m is past its budget, while the box drains and once released."""
+    from llmfleet.core.rollout.model import BoxStatus
+
+    layout = {"a": [("m", 8001)], "b": [("n", 8001)],
+              "twin": [("m", 8001), ("m", 8002), ("x", 8003), ("x", 8004), ("n", 8005), ("n", 8006)]}
+    sim = Sim.start("r1", layout, {"m": "v1", "n": "v1", "x": "v1"}, budgets={"n": 2})
+    sim.run(2)
+    sim.commit("r2", layout, {"m": "v2", "n": "v2", "x": "v1"})
+    note = ("went alone past the budget: 2 servers of m out at once, over its max_unavailable 1 (a box is the "
+            "smallest unit of release: it was released only when no other server of m was out)")
+    seen = set()
+    for _ in range(40):
+        applied = sim.boxes["twin"].applied  # what the box reported before the pass
+        result = sim.one_pass()
+        status = result.status["twin"]
+        if status.state in (BoxState.DRAINING, BoxState.RELEASED):
+            seen.add(status.state)
+            assert status.why.endswith(note) and status.why.count("went alone") == 1, status.why
+            released = "r2" if status.state is BoxState.RELEASED else "r1"
+            assert status == BoxStatus("twin", status.state, released, applied, status.why)
+    assert seen == {BoxState.DRAINING, BoxState.RELEASED}
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED and sim.failed_requests == []
+
+
+def test_a_replica_added_on_a_box_without_the_agent_is_awaited_even_when_the_model_stays() -> None:
+    """a restarts m's only server; the change adds one on a box without the agent: a waits for it (a
+    person starts it) and m is never without a server."""
+    before = {"a": [("m", 8001)], "manual": [("x", 8001)]}
+    after = {"a": [("m", 8001)], "manual": [("x", 8001), ("m", 8002)]}
+    sim = Sim.start("r1", before, {"m": "v1", "x": "v1"}, unmanaged=frozenset({"manual"}))
+    sim.run(2)
+    sim.commit("r2", after, {"m": "v2", "x": "v1"})
+    for _ in range(6):
+        result = sim.one_pass()
+        assert not result.drain and result.status["a"].why.startswith("make-before-break: waits until m's new")
+    from tests.rollout.sim import Running
+
+    spec = next(s for s in sim.config_at("manual", "r2").servers if s.model == "m")  # type: ignore[union-attr]
+    sim.boxes["manual"].running[spec.name] = Running(spec, 0)
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert all(r.get("m", 0) >= 1 for r in sim.routed_per_model) and sim.failed_requests == []
+
+
+def test_a_box_that_drops_a_server_waits_for_a_manual_box_to_restart_the_model_s_changed_one() -> None:
+    """m loses its server on a; its other one, on a box without the agent, changes: a waits until a person
+    restarts it (it serves, Stale, meanwhile), rather than breaking a cycle that is none."""
+    before = {"a": [("m", 8001)], "manual": [("m", 8001)]}
+    after = {"a": [], "manual": [("m", 8001)]}
+    sim = Sim.start("r1", before, {"m": "v1"}, unmanaged=frozenset({"manual"}))
+    sim.run(2)
+    sim.commit("r2", after, {"m": "v2"})
+    for _ in range(6):
+        result = sim.one_pass()
+        assert not result.drain
+        assert result.status["a"].why == ("make-before-break: waits until m's new server(s) manual:8001 are "
+                                          "Healthy and routed")
+    from tests.rollout.sim import Running
+
+    spec = sim.config_at("manual", "r2").servers[0]  # type: ignore[union-attr]
+    sim.boxes["manual"].running[spec.name] = Running(spec, 1)
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED and sim.failed_requests == []
+
+
+def test_a_real_cycle_is_broken_beside_a_box_that_waits_for_a_manual_box() -> None:
+    """a0 waits for a server a person starts (no cycle); b and c swap models (a cycle), and b also stops a
+    model the target drops: the cycle is still broken once."""
+    before = {"a0": [("m0", 8001)], "b": [("m1", 8001), ("gone", 8002)], "c": [("m2", 8001)],
+              "d": [("m1", 8001)], "e": [("m2", 8001)], "manual": [("x", 8001)]}
+    after = {"a0": [], "b": [("m2", 8001)], "c": [("m1", 8001)], "d": [("m1", 8001)], "e": [("m2", 8001)],
+             "manual": [("x", 8001), ("m0", 8002)]}
+    recipes = {"m0": "v1", "m1": "v1", "m2": "v1", "gone": "v1", "x": "v1"}
+    sim = Sim.start("r1", before, recipes, unmanaged=frozenset({"manual"}))
+    sim.run(2)
+    sim.commit("r2", after, recipes)
+    first = sim.one_pass()
+    assert first.drain == frozenset({"llmfleet:b:8001", "llmfleet:b:8002"})
+    assert first.status["b"].why.startswith("make-before-break is impossible")
+    sim.run(30)
+    assert sim.releases["c"].revision == "r2" and sim.releases["a0"].revision == "r1"
+    assert sim.steps[-1].status["a0"].why == ("make-before-break: waits until m0's new server(s) manual:8002 are "
+                                              "Healthy and routed")
+    assert [b for s in sim.steps for b, st in s.status.items() if "impossible" in st.why] == ["b"]
