@@ -17,6 +17,8 @@ from llmfleet.cli.passes import (
     add_pass_arguments,
     load_config_arg,
     load_fleet,
+    pin_note,
+    print_note,
     print_outcome,
 )
 from llmfleet.core.judge.plantext import render_json
@@ -41,8 +43,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
-    fleet = load_fleet(args, config)
-    outcome = asyncio.run(PassRunner(args, config).run(fleet, apply=False))
+    newest = load_fleet(args, config)
+    runner = PassRunner(args, config)
+    fleet, pin = runner.pinned(newest, follow=args.rev is None)  # as the reconcile job does; --against is kept
+    print_note(pin_note(runner, newest, pin, fleet), args.format)
+    outcome = asyncio.run(runner.run(fleet, apply=False))
     print_outcome(outcome, args.format)
     if args.out:
         try:
