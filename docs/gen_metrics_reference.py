@@ -93,7 +93,8 @@ LABELS: dict[tuple[str, str], str] = {
     ("llmfleet_reconcile_passes", "outcome"): "`ok`, `error` (observation errors or a failed write), `crashed` "
                                               "(the pass raised; the loop went on)",
     ("llmfleet_reconcile_actions", "kind"): values(ActionKind),
-    ("llmfleet_reconcile_actions", "result"): "`ok`, `failed`, `planned` (a dry run)",
+    ("llmfleet_reconcile_actions", "result"): "`ok`, `failed`, `planned` (a dry run), "
+                                             "`suspended` (a pass while the fleet is suspended: not written)",
     ("llmfleet_servers", "verdict"): f"{values(Verdict)} ([concepts.md](concepts.md#verdicts))",
     ("llmfleet_model_intended_servers", "model"): "the model's name in models.yaml",
     ("llmfleet_model_serving_servers", "model"): "the model's name in models.yaml",

@@ -234,7 +234,8 @@ class PassRunner:
         return fleet
 
     async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
-                  record: bool | None = None, invalid_head: InvalidHead | None = None) -> PassOutcome:
+                  record: bool | None = None, invalid_head: InvalidHead | None = None,
+                  suspended: bool = False) -> PassOutcome:
         reconciler = self.build(fleet)
         knobs = fleet.settings.reconcile  # a new commit may change them
         reconciler.observer.probe_timeout_s = knobs.probe_timeout_s
@@ -247,7 +248,7 @@ class PassRunner:
                                              adopt_from=AdoptSource(adopt_from) if adopt_from else None,
                                              prune_adopted=bool(getattr(self.args, "prune_adopted", False)),
                                              invalid_head=(invalid_head.revision, invalid_head.errors)
-                                             if invalid_head is not None else None)
+                                             if invalid_head is not None else None, suspended=suspended)
         except (RenderError, StalePlan) as exc:
             raise CommandError(str(exc), EXIT_ERROR) from None
 
@@ -305,7 +306,8 @@ class PassRunner:
                 self.metrics.suspended.set(1 if controls.suspended is not None else 0)
                 self.metrics.pinned.set(1 if controls.pin is not None else 0)
                 act = not self.config.dry_run and controls.suspended is None
-                outcome = await self.run(fleet, apply=act, saved=saved, record=True, invalid_head=invalid_head)
+                outcome = await self.run(fleet, apply=act, saved=saved, record=True, invalid_head=invalid_head,
+                                         suspended=controls.suspended is not None)
         except LockHeld as exc:
             log_event(LOG, "reconcile_pass_skipped", reason=str(exc))
             self.metrics.skipped.inc()
