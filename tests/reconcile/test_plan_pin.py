@@ -7,28 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from llmfleet.adapters.state import open_store
 from tests.conftest import git
 from tests.reconcile.fakes import FakeLitellmHttp
 from tests.reconcile.test_apply_confirm import BOX, apply, world  # noqa: F401  (world: the fixture)
 from tests.reconcile.test_loop_real import commit, write_fleet
-from tests.state.conftest import pg_database, pg_url  # noqa: F401  (fixtures, for the PostgreSQL case)
+from tests.state.conftest import pg_database, pg_url, store_url  # noqa: F401  (fixtures: SQLite, PostgreSQL)
 
 from .fakes import free_port
 from .test_commands import ENV, config, llmfleet
 
 ACTOR = "admin:sha256:1f2e3d4c"
 REASON = "bad gemma weights in the newest commit"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'state.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 def two_commits(repo: Path) -> tuple[str, str]:
@@ -40,7 +30,9 @@ def two_commits(repo: Path) -> tuple[str, str]:
 
 
 def test_plan_works_from_the_pinned_revision_and_says_who_pinned_it_and_why(fleet_git: Path, tmp_path: Path,
-                                                                          state_url: str) -> None:
+                                                                          store_url: str,  # noqa: F811
+                                                                          ) -> None:
+    state_url = store_url  # a fresh SQLite file, a fresh PostgreSQL schema (tests/state/conftest.py)
     pinned, newest = two_commits(fleet_git)
     store = open_store(state_url)
     try:
