@@ -104,3 +104,23 @@ def test_apply_on_a_terminal_shows_the_plan_of_the_pinned_revision(
     assert f"revision {pinned[:12]}" in out and f"+ deployment {ident}" in out
     assert out.index("PINNED") < out.index("Do you want to perform these actions?")
     assert list(fake.rows) == [ident] and fake.rows[ident]["model_name"] == "tiny-a"
+
+
+def test_plan_of_the_tracked_branch_runs_on_its_newest_valid_commit_as_the_job_does(fleet_git: Path,
+                                                                                   tmp_path: Path) -> None:
+    """The branch head is not valid: the reconcile job runs on the last valid commit (load_tracked); plan
+    used to stop at the head ("not valid: nothing is planned")."""
+    valid = git(fleet_git, "rev-parse", "HEAD")
+    (fleet_git / "fleet.yaml").write_text((fleet_git / "fleet.yaml").read_text() + "nonsense_key: 1\n")
+    git(fleet_git, "commit", "-qam", "broken")
+    head = git(fleet_git, "rev-parse", "HEAD")
+    cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    cfg.write_text(cfg.read_text().replace(f"repo: {{path: '{tmp_path}'}}", f"repo: {{path: '{fleet_git}', "
+                                                                          "branch: main}"))
+    result = llmfleet("plan", "--config", str(cfg), env=ENV)
+    assert "Traceback" not in result.stderr
+    assert f"revision {valid[:12]}" in result.stdout, result.stdout + result.stderr
+    assert (f"the branch head {head[:12]} is not valid (1 error(s), above); this pass runs on the last valid "
+            f"commit {valid[:12]}") in result.stderr
+    against = llmfleet("plan", "--config", str(cfg), "--against", head, env=ENV)  # asked for: refused
+    assert against.returncode == 1 and "is not valid: nothing is planned" in against.stderr

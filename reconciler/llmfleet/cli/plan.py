@@ -16,7 +16,7 @@ from llmfleet.cli.passes import (
     add_adopt_arguments,
     add_pass_arguments,
     load_config_arg,
-    load_fleet,
+    load_tracked,
     pin_note,
     print_note,
     print_outcome,
@@ -43,11 +43,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
-    newest = load_fleet(args, config)
+    newest, invalid_head = load_tracked(args, config)  # the job's newest valid commit (--against REV: REV)
     runner = PassRunner(args, config)
     fleet, pin = runner.pinned(newest, follow=args.rev is None)  # as the reconcile job does; --against is kept
     print_note(pin_note(runner, newest, pin, fleet), args.format)
-    outcome = asyncio.run(runner.run(fleet, apply=False))
+    outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=invalid_head))
     print_outcome(outcome, args.format)
     if args.out:
         try:
