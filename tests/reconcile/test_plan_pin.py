@@ -63,14 +63,20 @@ def test_plan_works_from_the_pinned_revision_and_says_who_pinned_it_and_why(flee
     assert as_json.stdout.lstrip().startswith("{") and "PINNED" not in as_json.stdout
     assert f"The fleet is PINNED to {pinned}" in as_json.stderr
 
+    assert "SUSPENDED" not in out
+
+    # Unpinned and suspended: the newest again, and the job will write none of it.
     store = open_store(state_url)
     try:
         assert store.unpin(ACTOR, 1_764_000_100.0)
+        assert store.suspend(ACTOR, 1_764_000_200.0, "LiteLLM upgrade")
     finally:
         store.close()
     unpinned = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", state_url, env=ENV)
     assert "revision working-tree" in unpinned.stdout and "203.0.113.24:8002" not in unpinned.stdout
     assert "PINNED" not in unpinned.stdout + unpinned.stderr
+    assert (f"The fleet is SUSPENDED since 2025-11-24 16:03:20 UTC by {ACTOR}: LiteLLM upgrade. The reconcile job "
+            "and apply write none of this plan to LiteLLM until `llmfleet resume`.") in unpinned.stdout
     assert "Pin: unknown" not in unpinned.stdout
 
 

@@ -341,25 +341,36 @@ class PassRunner:
             self.notifier.close(self.config.settings.notifications.drain_timeout_s)
 
 
-def pin_note(runner: PassRunner, newest: Fleet, pin: Pin | None, fleet: Fleet) -> str | None:
-    """What `plan` and `apply` say about an operator's pin before their plan: that the fleet is pinned
-    (revision, who, when, why) and what the plan shows; or, without a state store, that they cannot know."""
+def _since(at: float, actor: str, reason: str) -> str:
+    when = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"since {when} by {actor}" + (f": {reason}" if reason else " (no reason given)")
+
+
+def control_note(runner: PassRunner, newest: Fleet, pin: Pin | None, fleet: Fleet) -> str | None:
+    """What `plan` and `apply` say about the operator controls before their plan: that the fleet is pinned
+    (revision, who, when, why) and what the plan shows, that it is suspended (nothing of the plan is
+    written); or, without a state store, that they cannot know."""
     if not runner.state_known():
         return ("Pin: unknown. No state store is configured (state.url in the config, or --state), so this "
                 "plan cannot see an operator's pin (llmfleet pin) or suspension: the reconcile job reads them "
                 "from its state store and may work from another revision than this plan.")
-    if pin is None:
-        return None
-    when = datetime.fromtimestamp(pin.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    why = f": {pin.reason}" if pin.reason else " (no reason given)"
-    head = f"The fleet is PINNED to {pin.revision} since {when} by {pin.actor}{why}."
-    if fleet.revision == pin.revision:
-        unpinned = "the working tree" if newest.revision == WORKTREE_REVISION else newest.revision[:12]
-        ahead = "" if newest.revision == pin.revision else f", not {unpinned} (what it reads without the pin)"
-        return (f"{head} This plan, like the reconcile job, works from the pinned revision{ahead}, until "
-                "`llmfleet unpin`.")
-    return (f"{head} This plan shows {fleet.revision[:12]} as asked (--against REV); the reconcile job works from "
-            f"the pinned revision {pin.revision[:12]} until `llmfleet unpin`, whatever is merged.")
+    lines = []
+    if pin is not None:
+        head = f"The fleet is PINNED to {pin.revision} {_since(pin.at, pin.actor, pin.reason)}."
+        if fleet.revision == pin.revision:
+            unpinned = "the working tree" if newest.revision == WORKTREE_REVISION else newest.revision[:12]
+            ahead = "" if newest.revision == pin.revision else f", not {unpinned} (what it reads without the pin)"
+            lines.append(f"{head} This plan, like the reconcile job, works from the pinned revision{ahead}, "
+                         "until `llmfleet unpin`.")
+        else:
+            lines.append(f"{head} This plan shows {fleet.revision[:12]} as asked (--against REV); the reconcile "
+                         f"job works from the pinned revision {pin.revision[:12]} until `llmfleet unpin`, "
+                         "whatever is merged.")
+    suspended = runner.build(fleet).store.control().suspended
+    if suspended is not None:
+        lines.append(f"The fleet is SUSPENDED {_since(suspended.at, suspended.actor, suspended.reason)}. The "
+                     "reconcile job and apply write none of this plan to LiteLLM until `llmfleet resume`.")
+    return "\n".join(lines) or None
 
 
 def print_note(note: str | None, fmt: str = "text") -> None:

@@ -15,9 +15,9 @@ from llmfleet.cli.passes import (
     PassRunner,
     add_adopt_arguments,
     add_pass_arguments,
+    control_note,
     load_config_arg,
     load_tracked,
-    pin_note,
     print_note,
     print_outcome,
 )
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     newest, invalid_head = load_tracked(args, config)  # the job's newest valid commit (--against REV: REV)
     runner = PassRunner(args, config)
     fleet, pin = runner.pinned(newest, follow=args.rev is None)  # as the reconcile job does; --against is kept
-    print_note(pin_note(runner, newest, pin, fleet), args.format)
+    print_note(control_note(runner, newest, pin, fleet), args.format)
     outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=invalid_head))
     print_outcome(outcome, args.format)
     if args.out:
