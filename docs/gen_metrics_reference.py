@@ -12,7 +12,6 @@ against the same list (`exported()`).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,9 @@ from llmfleet.job.metrics import PassMetrics
 from llmfleet.server.guard import Refusal
 from llmfleet.server.metrics import Metrics
 from llmfleet_contract.report import ReportOutcome
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # docgen.py beside this file, however it is loaded
+from docgen import write_or_check
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "docs" / "metrics.md"
@@ -93,7 +95,8 @@ LABELS: dict[tuple[str, str], str] = {
     ("llmfleet_reconcile_passes", "outcome"): "`ok`, `error` (observation errors or a failed write), `crashed` "
                                               "(the pass raised; the loop went on)",
     ("llmfleet_reconcile_actions", "kind"): values(ActionKind),
-    ("llmfleet_reconcile_actions", "result"): "`ok`, `failed`, `planned` (a dry run)",
+    ("llmfleet_reconcile_actions", "result"): "`ok`, `failed`, `planned` (a dry run), "
+                                             "`suspended` (a pass while the fleet is suspended: not written)",
     ("llmfleet_servers", "verdict"): f"{values(Verdict)} ([concepts.md](concepts.md#verdicts))",
     ("llmfleet_model_intended_servers", "model"): "the model's name in models.yaml",
     ("llmfleet_model_serving_servers", "model"): "the model's name in models.yaml",
@@ -182,19 +185,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/metrics.md is stale")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
-        if current != text:
-            print(f"{TARGET.relative_to(ROOT)} is stale: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(text, encoding="utf-8")
-    print(f"wrote {TARGET.relative_to(ROOT)}")
-    return 0
+    return write_or_check(TARGET, render, (__doc__ or "").splitlines()[0], argv)
 
 
 if __name__ == "__main__":

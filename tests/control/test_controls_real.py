@@ -178,7 +178,7 @@ def test_sync_suspend_resume_pin_unpin_end_to_end(world: World) -> None:
     assert done.returncode == 0, done.stderr
     suspended_pass, sync_s = world.wait_for_pass(before)
     assert suspended_pass.revision == rev_b  # observed and judged the new commit ...
-    assert suspended_pass.mode == "plan"  # ... and acted on nothing
+    assert suspended_pass.mode == "suspended"  # ... and acted on nothing, recorded as such (not as a dry run)
     assert [a.id for a in suspended_pass.actions] == [id_b]
     assert world.deployments() == {id_a}
     assert '"reconcile_suspended"' in world.loop_log.read_text()

@@ -1,6 +1,6 @@
 """A real notification receiver: an HTTP server on loopback in the test process (aiohttp, on a thread of
 its own) that records every POST (path, headers, JSON body) and answers from a script of statuses
-(then 200), optionally after a delay."""
+(then 200; an entry may be (status, headers), e.g. a Retry-After), optionally after a delay."""
 
 from __future__ import annotations
 
@@ -25,9 +25,12 @@ class Received:
     status: int  # what the receiver answered
 
 
+Answer = int | tuple[int, dict[str, str]]  # a status, or a status with the headers to answer it with
+
+
 @dataclass
 class Receiver:
-    script: list[int] = field(default_factory=list)  # statuses to answer first, in order; then 200
+    script: list[Answer] = field(default_factory=list)  # statuses to answer first, in order; then 200
     delay_s: float = 0.0
     gate: threading.Event | None = None  # when given, every answer waits until it is set
     received: list[Received] = field(default_factory=list)
@@ -41,9 +44,10 @@ class Receiver:
         if self.gate is not None:
             await asyncio.to_thread(self.gate.wait, 60)
         with self._lock:
-            status = self.script.pop(0) if self.script else 200
+            answer = self.script.pop(0) if self.script else 200
+            status, headers = answer if isinstance(answer, tuple) else (answer, {})
             self.received.append(Received(request.path_qs, dict(request.headers), body, status))
-        return web.Response(status=status, text="ok" if status == 200 else "try later")
+        return web.Response(status=status, text="ok" if status == 200 else "try later", headers=headers)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -66,7 +70,7 @@ class Receiver:
 
 
 @contextmanager
-def receiving(script: list[int] | None = None, delay_s: float = 0.0,
+def receiving(script: list[Answer] | None = None, delay_s: float = 0.0,
               gate: threading.Event | None = None) -> Iterator[Receiver]:
     receiver = Receiver(list(script or []), delay_s, gate)
     with ThreadedServer(receiver.app()) as server:

@@ -123,16 +123,18 @@ class Stubs:
 
 
 def run_passes(state: Path, fleet: Fleet, litellm: FakeLitellm, stubs: Stubs, clock: Callable[[], float],
-               count: int = 2, *, apply: bool = True) -> list[PassOutcome]:
+               count: int = 2, *, apply: bool = True, suspended: bool = False) -> list[PassOutcome]:
     """`count` passes by the real Reconciler, recorded in the state file; planned only (as with
-    `reconcile.dry_run`) when not `apply`."""
+    `reconcile.dry_run`) when not `apply`; `suspended`: as the reconcile job runs them while the fleet is
+    suspended."""
     async def passes() -> list[PassOutcome]:
         store = open_reconcile_state(str(state))
         try:
             reconciler = Reconciler(Bearers(stubs.salt, TEST_LEGACY_KEY), Observer({}, 2.0, 16, clock=clock),
                                     lambda _session: litellm, store, clock=clock)
             async with stubs.running():
-                return [await reconciler.run_pass(fleet, apply=apply, record=True) for _ in range(count)]
+                return [await reconciler.run_pass(fleet, apply=apply, record=True, suspended=suspended)
+                        for _ in range(count)]
         finally:
             store.close()
 

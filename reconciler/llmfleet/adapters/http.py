@@ -1,18 +1,23 @@
 """JSON over HTTP with retries: the one place that decides what is worth retrying.
 
 Retried, with capped exponential backoff and jitter: connection errors, timeouts, 429 (honouring a
-`Retry-After` of seconds, capped) and 502/503/504. Everything else is answered at once: a 4xx is the
-caller's problem, and a 500 from LiteLLM's create must be re-checked by id, not blindly repeated.
+`Retry-After`, seconds or an HTTP-date, capped: `retry_after_s`) and 502/503/504. Everything else is
+answered at once: a 4xx is the caller's problem, and a 500 from LiteLLM's create must be re-checked by
+id, not blindly repeated.
 Error messages name the method and URL path, never a header (the keys travel in headers).
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
+import math
 import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 import aiohttp
@@ -26,10 +31,12 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 class HttpError(UpstreamError):
     """A request failed for good (after retries). `status` is None for transport failures."""
 
-    def __init__(self, message: str, status: int | None = None, body: JSON = None) -> None:
+    def __init__(self, message: str, status: int | None = None, body: JSON = None,
+                 retry_after: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
+        self.retry_after = retry_after  # the answer's Retry-After header as sent (retry_after_s reads it)
 
     @property
     def retryable(self) -> bool:
@@ -44,17 +51,39 @@ class RetryPolicy:
     factor: float = 1.5
     max_delay_s: float = 10.0
 
-    def delay(self, attempt: int, retry_after: str | None = None) -> float:
-        if retry_after is not None:
-            try:
-                return min(max(float(retry_after), 0.0), self.max_delay_s)
-            except ValueError:
-                pass
+    def delay(self, attempt: int, retry_after: str | None = None, now: float | None = None) -> float:
+        """Seconds before retry `attempt + 1`: what a Retry-After header asks for (at `now`, Unix time;
+        default: the clock), else the exponential backoff with jitter; never more than max_delay_s, so a
+        receiver cannot park a retry for longer."""
+        asked = retry_after_s(retry_after, time.time() if now is None else now)
+        if asked is not None:
+            return min(asked, self.max_delay_s)
         backoff = self.base_delay_s * self.factor ** attempt
         return float(min(backoff * (0.5 + random.random()), self.max_delay_s))  # noqa: S311 (jitter)
 
 
 NO_RETRY = RetryPolicy(attempts=1)
+MAX_DELTA_DIGITS = 12  # a longer delta-seconds is more than any cap: read as "very long", not converted
+
+
+def retry_after_s(value: str | None, now: float) -> float | None:
+    """The seconds to wait that a Retry-After header value asks for (RFC 9110 section 10.2.3): delta-seconds
+    (1*DIGIT), or an HTTP-date (IMF-fixdate, or the obsolete RFC 850 and asctime forms that section 5.6.7
+    says a recipient must accept; parsed by the standard library's email.utils), a date in the past being 0.
+    None when absent or neither form (the caller then backs off as it would without it). Uncapped: the
+    caller caps it."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        return float(text) if len(text) <= MAX_DELTA_DIGITS else math.inf
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # asctime carries no zone: HTTP dates are in GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now)
 
 
 def _decode(text: str) -> JSON:
@@ -95,10 +124,10 @@ async def request_json(session: aiohttp.ClientSession, method: str, url: str, *,
                 if status in ok:
                     return status, _decode(text)
                 decoded = _decode(scrub(text, hidden))
-                last = HttpError(f"{what}: HTTP {status}: {_brief(decoded)}", status, decoded)
+                retry_after = response.headers.get("Retry-After")
+                last = HttpError(f"{what}: HTTP {status}: {_brief(decoded)}", status, decoded, retry_after)
                 if not last.retryable:
                     raise last
-                retry_after = response.headers.get("Retry-After")
         except TimeoutError:
             last = HttpError(f"{what}: no answer within {timeout_s:g}s")
         except aiohttp.ClientError as exc:

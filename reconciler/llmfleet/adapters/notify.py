@@ -8,7 +8,9 @@ loop of its own, takes the items in order: it decides what is news against the s
 notification to the queue of every target that wants it: bounded too (queue_size, drop-oldest,
 counted), with a few workers per target, so a slow or dead receiver holds up and drops only its own.
 Each is sent through the HTTP adapter with a timeout. Connection errors, timeouts, 429 and 5xx are
-retried with capped exponential backoff; any other 4xx is final (the receiver refuses that request).
+retried with capped exponential backoff, or after what the answer's `Retry-After` asks (seconds or an
+HTTP-date, RFC 9110 section 10.2.3), capped by the same maximum so that a receiver cannot park a target's
+worker for longer (the wait holds up only that worker, never an emit); any other 4xx is final.
 Each outcome is counted (sent, failed) and a failure is logged with the target's name, never its URL,
 bearer or header (they are secrets, scrubbed from any error text as well). `close(drain_s)` waits up
 to `drain_s` for what is queued (the end of `reconcile --once`), then stops.
@@ -21,7 +23,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -89,8 +91,10 @@ class Notifier:
 
     def __init__(self, targets: Sequence[Target], delivery: Delivery, ledger: NotificationLedger, *,
                  component: str, instance: str, registry: CollectorRegistry | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.targets = tuple(targets)
+        self.sleep = sleep  # the wait between attempts (on the sender thread's loop)
         self.delivery = delivery
         self.ledger = ledger
         self.component = component
@@ -274,7 +278,11 @@ class Notifier:
                               attempts=attempt + 1, error=_scrubbed(str(exc), hidden))
                     return
                 self.metrics.retries.labels(target.name).inc()
-                await asyncio.sleep(self.delivery.backoff.delay(attempt))
+                wait_s = self.delivery.backoff.delay(attempt, exc.retry_after, self.clock())
+                log_event(log, "notification retried", target=target.name, kind=kind, key=decision.event.key,
+                          attempt=attempt + 1, http_status=exc.status, retry_after=(exc.retry_after or "")[:64] or None,
+                          wait_s=round(wait_s, 3))
+                await self.sleep(wait_s)
                 continue
             self.metrics.sent.labels(target.name, kind).inc()
             log_event(log, "notification sent", target=target.name, kind=kind, key=decision.event.key,

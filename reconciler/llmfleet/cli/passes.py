@@ -10,17 +10,18 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from llmfleet.adapters.git import GitFleetRepo, TrackedRepo, is_bare_repository, read_fleet
 from llmfleet.adapters.notify import Notifier
-from llmfleet.adapters.state import open_reconcile_state
+from llmfleet.adapters.state import is_memory_state, open_reconcile_state
 from llmfleet.adapters.state.control import pin_of
 from llmfleet.adapters.state.notifications import ledger_for
 from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.cli.common import CommandError, add_repo_arguments, eprint, load_validation
 from llmfleet.core.control import Pin
 from llmfleet.core.fleet.diagnostics import format_text
-from llmfleet.core.fleet.files import Snapshot
+from llmfleet.core.fleet.files import WORKTREE_REVISION, Snapshot
 from llmfleet.core.fleet.history import newest_valid
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import RenderError
@@ -233,7 +234,8 @@ class PassRunner:
         return fleet
 
     async def run(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
-                  record: bool | None = None, invalid_head: InvalidHead | None = None) -> PassOutcome:
+                  record: bool | None = None, invalid_head: InvalidHead | None = None,
+                  suspended: bool = False) -> PassOutcome:
         reconciler = self.build(fleet)
         knobs = fleet.settings.reconcile  # a new commit may change them
         reconciler.observer.probe_timeout_s = knobs.probe_timeout_s
@@ -246,9 +248,22 @@ class PassRunner:
                                              adopt_from=AdoptSource(adopt_from) if adopt_from else None,
                                              prune_adopted=bool(getattr(self.args, "prune_adopted", False)),
                                              invalid_head=(invalid_head.revision, invalid_head.errors)
-                                             if invalid_head is not None else None)
+                                             if invalid_head is not None else None, suspended=suspended)
         except (RenderError, StalePlan) as exc:
             raise CommandError(str(exc), EXIT_ERROR) from None
+
+    def pinned(self, fleet: Fleet, *, follow: bool = True) -> tuple[Fleet, Pin | None]:
+        """The fleet a pass works from and the pin in force: the one resolution of the pin that the
+        reconcile job (`locked_apply`), `apply` and `plan` share (the pin read from this runner's state
+        store with pin_of, followed with follow_pin). With `follow` false (`plan --against REV`), the pin
+        is looked up and returned but `fleet` is kept."""
+        pin = pin_of(self.build(fleet).store)
+        return (self.follow_pin(fleet, pin) if follow else fleet), pin
+
+    def state_known(self) -> bool:
+        """Whether this runner reads a real state store: an in-memory one (no state.url, --state memory:)
+        cannot hold an operator's pin or suspension, so what the reconcile job would do is not known."""
+        return not is_memory_state(self.args.state or self.config.state_url)
 
     def follow_pin(self, fleet: Fleet, pin: Pin | None) -> Fleet:
         """The fleet a pass works from: the pinned revision while a pin is in force (llmfleet pin; looked up
@@ -279,7 +294,7 @@ class PassRunner:
             with store.pass_lock(self.args.lock_file):
                 controls = store.control()
                 store.take_sync_request()  # this pass is the one a pending sync asked for
-                fleet = self.follow_pin(fleet, pin_of(store))
+                fleet, _ = self.pinned(fleet)
                 if self.config.dry_run:
                     log_event(LOG, "reconcile_dry_run", reason="reconcile.dry_run is true in the config: "
                                                           "the pass is recorded, LiteLLM is not written")
@@ -291,7 +306,8 @@ class PassRunner:
                 self.metrics.suspended.set(1 if controls.suspended is not None else 0)
                 self.metrics.pinned.set(1 if controls.pin is not None else 0)
                 act = not self.config.dry_run and controls.suspended is None
-                outcome = await self.run(fleet, apply=act, saved=saved, record=True, invalid_head=invalid_head)
+                outcome = await self.run(fleet, apply=act, saved=saved, record=True, invalid_head=invalid_head,
+                                         suspended=controls.suspended is not None)
         except LockHeld as exc:
             log_event(LOG, "reconcile_pass_skipped", reason=str(exc))
             self.metrics.skipped.inc()
@@ -323,6 +339,45 @@ class PassRunner:
         """Wait (notifications.drain_timeout_s at most) for the notifications still queued, then stop."""
         if self.notifier is not None:
             self.notifier.close(self.config.settings.notifications.drain_timeout_s)
+
+
+def _since(at: float, actor: str, reason: str) -> str:
+    when = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"since {when} by {actor}" + (f": {reason}" if reason else " (no reason given)")
+
+
+def control_note(runner: PassRunner, newest: Fleet, pin: Pin | None, fleet: Fleet) -> str | None:
+    """What `plan` and `apply` say about the operator controls before their plan: that the fleet is pinned
+    (revision, who, when, why) and what the plan shows, that it is suspended (nothing of the plan is
+    written); or, without a state store, that they cannot know."""
+    if not runner.state_known():
+        return ("Pin: unknown. No state store is configured (state.url in the config, or --state), so this "
+                "plan cannot see an operator's pin (llmfleet pin) or suspension: the reconcile job reads them "
+                "from its state store and may work from another revision than this plan.")
+    lines = []
+    if pin is not None:
+        head = f"The fleet is PINNED to {pin.revision} {_since(pin.at, pin.actor, pin.reason)}."
+        if fleet.revision == pin.revision:
+            unpinned = "the working tree" if newest.revision == WORKTREE_REVISION else newest.revision[:12]
+            ahead = "" if newest.revision == pin.revision else f", not {unpinned} (what it reads without the pin)"
+            lines.append(f"{head} This plan, like the reconcile job, works from the pinned revision{ahead}, "
+                         "until `llmfleet unpin`.")
+        else:
+            lines.append(f"{head} This plan shows {fleet.revision[:12]} as asked (--against REV); the reconcile "
+                         f"job works from the pinned revision {pin.revision[:12]} until `llmfleet unpin`, "
+                         "whatever is merged.")
+    suspended = runner.build(fleet).store.control().suspended
+    if suspended is not None:
+        lines.append(f"The fleet is SUSPENDED {_since(suspended.at, suspended.actor, suspended.reason)}. The "
+                     "reconcile job and apply write none of this plan to LiteLLM until `llmfleet resume`.")
+    return "\n".join(lines) or None
+
+
+def print_note(note: str | None, fmt: str = "text") -> None:
+    """A note before the plan: on stdout with the text plan, on stderr beside a JSON one (stdout stays one
+    JSON document)."""
+    if note is not None:
+        print(note + ("\n" if fmt == "text" else ""), file=sys.stderr if fmt == "json" else sys.stdout)
 
 
 def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True) -> None:

@@ -15,8 +15,10 @@ from llmfleet.cli.passes import (
     PassRunner,
     add_adopt_arguments,
     add_pass_arguments,
+    control_note,
     load_config_arg,
-    load_fleet,
+    load_tracked,
+    print_note,
     print_outcome,
 )
 from llmfleet.core.judge.plantext import render_json
@@ -41,8 +43,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
-    fleet = load_fleet(args, config)
-    outcome = asyncio.run(PassRunner(args, config).run(fleet, apply=False))
+    newest, invalid_head = load_tracked(args, config)  # the job's newest valid commit (--against REV: REV)
+    runner = PassRunner(args, config)
+    fleet, pin = runner.pinned(newest, follow=args.rev is None)  # as the reconcile job does; --against is kept
+    print_note(control_note(runner, newest, pin, fleet), args.format)
+    outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=invalid_head))
     print_outcome(outcome, args.format)
     if args.out:
         try:

@@ -67,13 +67,14 @@ class Reconciler:
 
     async def run_pass(self, fleet: Fleet, *, apply: bool, saved: SavedPlan | None = None,
                        record: bool | None = None, adopt_from: AdoptSource | None = None,
-                       prune_adopted: bool = False, invalid_head: tuple[str, tuple[str, ...]] | None = None
-                       ) -> PassOutcome:
+                       prune_adopted: bool = False, invalid_head: tuple[str, tuple[str, ...]] | None = None,
+                       suspended: bool = False) -> PassOutcome:
         """With `saved` (a plan file), apply only if this pass plans exactly the same actions: StalePlan
         otherwise, before any write and before any state is saved. `record` (default: `apply`) keeps
         the histories and the pass record. `adopt_from`: also adopt that owner's deployments
         (reconcile.adopt), deleting them after llmfleet's own exist. `invalid_head`: (revision, errors) of a
-        branch head that is not valid, so this pass runs on `fleet`, the last valid commit (the record says so)."""
+        branch head that is not valid, so this pass runs on `fleet`, the last valid commit (the record says so).
+        `suspended`: the pass does not apply because the fleet is suspended (its record's mode says so)."""
         record = apply if record is None else record
         started = self.clock()
         intended = intended_state(fleet, self.bearers)  # RenderError: the pass does not run at all
@@ -112,7 +113,7 @@ class Reconciler:
         if apply and self.rollout is not None and begun is not None and stepped is not None:
             self.rollout.save(begun, stepped)
         record_ = pass_record(started, round(self.clock() - started, 3), apply=apply, intended=intended,
-                              observation=observation, plan=plan, results=results)
+                              observation=observation, plan=plan, results=results, suspended=suspended)
         if stepped is not None:
             record_ = dataclasses.replace(record_, rollout=rollout_record(stepped))
         if invalid_head is not None:

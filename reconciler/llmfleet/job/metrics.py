@@ -6,7 +6,7 @@ from collections import Counter as Counter_
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
-from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
+from llmfleet.adapters.state.passes import PassMode, PassRecord, RolloutPassRecord
 from llmfleet.core.judge.verdict import SERVING, Verdict
 from llmfleet.core.rollout.model import BoxState, RolloutState
 
@@ -26,7 +26,8 @@ class PassMetrics:
                              "When the last pass without errors started", registry=r)
         self.servers = Gauge("llmfleet_servers", "Intended servers by verdict (last pass)", ["verdict"], registry=r)
         self.actions = Counter("llmfleet_reconcile_actions",
-                               "LiteLLM writes by kind and result (ok, failed; planned in a dry run)",
+                               "LiteLLM writes by kind and result (ok, failed; planned in a dry run, suspended while "
+                               "the fleet is suspended: not written)",
                                ["kind", "result"], registry=r)
         self.errors = Gauge("llmfleet_reconcile_last_pass_errors", "Observation errors in the last pass", registry=r)
         self.blocked = Gauge("llmfleet_reconcile_deletes_blocked", "1 when a safety valve held the last pass's "
@@ -70,8 +71,9 @@ class PassMetrics:
             self.last_ok.set(record.started_at)
         for verdict in Verdict:
             self.servers.labels(str(verdict)).set(record.verdicts.get(str(verdict), 0))
-        for action in record.actions:  # a dry run's are planned, not written
-            result = "planned" if record.mode == "plan" else "ok" if action.ok else "failed"
+        for action in record.actions:  # a dry run's are planned, a suspended pass's held: neither is written
+            result = ("ok" if action.ok else "failed") if record.written else \
+                "suspended" if record.mode == PassMode.SUSPENDED else "planned"
             self.actions.labels(action.kind, result).inc()
         self.errors.set(len(record.errors))
         self.blocked.set(1 if record.blocked else 0)

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from llmfleet.adapters.state.passes import ActionRecord, DriftRecord, DuplicateRecord, PassRecord, ServerRecord
+from llmfleet.adapters.state.passes import (
+    ActionRecord,
+    DriftRecord,
+    DuplicateRecord,
+    PassMode,
+    PassRecord,
+    ServerRecord,
+)
 from llmfleet.core.judge.intended import Intended
 from llmfleet.core.judge.observed import Deployment, Observation
 from llmfleet.core.judge.plan import Plan
@@ -66,9 +73,12 @@ def duplicate_records(deployments: tuple[Deployment, ...] | None) -> tuple[Dupli
 
 
 def pass_record(started_at: float, duration_s: float, *, apply: bool, intended: Intended, observation: Observation,
-                plan: Plan, results: tuple[ActionResult, ...]) -> PassRecord:
+                plan: Plan, results: tuple[ActionResult, ...], suspended: bool = False) -> PassRecord:
+    """`suspended`: the pass did not write because the fleet was suspended (mode "suspended", not a dry run's
+    "plan")."""
     return PassRecord(
-        started_at=started_at, duration_s=duration_s, revision=intended.revision, mode="apply" if apply else "plan",
+        started_at=started_at, duration_s=duration_s, revision=intended.revision,
+        mode=PassMode.of(apply=apply, suspended=suspended).value,
         verdicts=dict(Counter(str(j.verdict) for j in plan.judgements.values())),
         actions=(tuple(ActionRecord(str(r.action.kind), r.action.id, r.ok, r.outcome, r.error) for r in results)
                  if apply else

@@ -49,6 +49,7 @@ __all__ = [
     "Sighting",
     "StateError",
     "StateStore",
+    "is_memory_state",
     "open_reconcile_state",
     "open_store",
 ]
@@ -66,11 +67,19 @@ def open_store(url: str, base: Path | None = None, *, password: Secret | None = 
     return SqlStateStore(SqliteDatabase(sqlite_path(url, base)), retention)
 
 
+MEMORY_URLS = ("memory:", "memory://", "sqlite:///:memory:")
+
+
+def is_memory_state(url: str | None) -> bool:
+    """Whether `url` names no state store of its own (open_reconcile_state opens an in-memory one)."""
+    return not url or url in MEMORY_URLS
+
+
 def open_reconcile_state(url: str | None, password: Secret | None = None) -> ReconcileState:
     """The control plane's state store (llmfleet.adapters.state.open_store: `sqlite:///path/to/file.db` or
     `postgresql://user@host/db`, `password` apart), a plain path for SQLite, or None/`memory:` for an
     in-memory store."""
-    if not url or url in ("memory:", "memory://", "sqlite:///:memory:"):
+    if url is None or is_memory_state(url):
         return MemoryStore()
     if "://" in url and not url.startswith((SQLITE_PREFIX, *POSTGRES_PREFIXES)):
         raise ValueError(f"unsupported state URL scheme in {url.split('://')[0]}://…: use sqlite:///PATH or "

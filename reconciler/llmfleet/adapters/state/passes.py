@@ -14,7 +14,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any
+
+
+class PassMode(StrEnum):
+    """What a pass did with its plan (`PassRecord.mode`, a free-text column of reconcile_pass)."""
+
+    APPLY = "apply"  # written to LiteLLM
+    PLAN = "plan"  # a dry run (reconcile.dry_run, llmfleet plan, the demo): nothing written
+    SUSPENDED = "suspended"  # the fleet was suspended (llmfleet suspend): observed and recorded, nothing written
+
+    @classmethod
+    def of(cls, *, apply: bool, suspended: bool = False) -> PassMode:
+        return cls.APPLY if apply else cls.SUSPENDED if suspended else cls.PLAN
 
 
 @dataclass(frozen=True)
@@ -92,7 +105,7 @@ class PassRecord:
     started_at: float
     duration_s: float
     revision: str
-    mode: str  # "plan" | "apply"
+    mode: str  # a PassMode's value; a str, so that records of any version (and any later mode) stay readable
     verdicts: Mapping[str, int]
     actions: tuple[ActionRecord, ...] = ()
     errors: tuple[str, ...] = ()
@@ -109,6 +122,11 @@ class PassRecord:
     @property
     def head_valid(self) -> bool:
         return self.head is None or self.head == self.revision
+
+    @property
+    def written(self) -> bool:
+        """Whether the pass wrote its plan (its actions are results); else they are what it would write."""
+        return self.mode == PassMode.APPLY
 
     @property
     def ok(self) -> bool:
