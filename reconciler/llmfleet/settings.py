@@ -44,7 +44,11 @@ DEFAULTS: Mapping[str, Any] = schema_defaults(SCHEMA)  # by pointer: the schema'
 HOW_TO_REFER = (
     "write it as one reference: ${env:NAME}, ${file:/absolute/path} or ${cred:NAME}, never the value")
 _SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/admin_tokens", "/viewer_tokens",
-                    "/litellm/master_key", "/providers/vast/api_key", "/providers/runpod/api_key")
+                    "/litellm/master_key", "/providers/vast/api_key", "/providers/runpod/api_key",
+                    "/reconcile/pushgateway/username", "/reconcile/pushgateway/password")
+# The secrets only the reconcile job uses (its Pushgateway's credential): `llmfleet serve` leaves them
+# unresolved, so its unit or Deployment needs none of them.
+RECONCILE_ONLY = ("/reconcile/pushgateway/url", "/reconcile/pushgateway/username", "/reconcile/pushgateway/password")
 _NAMING_RULES = ("schema-unknown-key", "schema-required")  # these quote a key, never a value
 # Secrets inside lists of mappings (a pointer pattern, * for an index), with what to say instead.
 _SECRET_GLOBS = {
@@ -53,6 +57,8 @@ _SECRET_GLOBS = {
                                     "http(s) URL or a secret reference",
     "/notifications/targets/*/bearer": f"not a secret reference: {HOW_TO_REFER}",
     "/notifications/targets/*/header/value": f"not a secret reference: {HOW_TO_REFER}",
+    "/reconcile/pushgateway/url": "not a usable pushgateway url: an http(s) URL, or a secret reference "
+                                  "(${env:NAME}, ${file:/absolute/path} or ${cred:NAME}) holding one",
 }
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -165,9 +171,23 @@ class ProvidersConfig:
 
 
 @dataclass(frozen=True)
+class PushgatewayConfig:
+    """reconcile.pushgateway: where `reconcile --once` pushes its pass metrics (llmfleet.job.pushmetrics)."""
+
+    url: Secret  # may carry a credential (user:password@, a token in its path): only `where` is shown
+    where: str  # scheme://host:port, safe to log
+    instance: str
+    username: Secret | None
+    password: Secret | None
+    timeout_s: float
+
+
+@dataclass(frozen=True)
 class ReconcileConfig:
     enabled: bool
     dry_run: bool
+    pushgateway: PushgatewayConfig | None
+    metrics_file: Path | None
 
 
 @dataclass(frozen=True)
@@ -439,6 +459,40 @@ class _Builder:
         header = (raw["header"]["name"], header_value) if header_value is not None else None
         return Target(raw["name"], kind, url, frozenset(EventKind(e) for e in raw["events"]), bearer, header)
 
+    def pushgateway(self) -> PushgatewayConfig | None:
+        if self.get("/reconcile/pushgateway") is None:
+            return None
+        at: list[str | int] = ["reconcile", "pushgateway"]
+        raw = str(self.get("/reconcile/pushgateway/url"))
+        plain = not raw.startswith("${")  # the schema let through a reference or an http(s) URL
+        url = Secret(raw, "reconcile.pushgateway.url") if plain else self.secret([*at, "url"])
+        username, password = self.secret([*at, "username"]), self.secret([*at, "password"])
+        if (username is None) != (password is None):
+            self.problem(at, "give both username and password (HTTP basic auth), or neither")
+        if url is None:
+            return None
+        try:
+            parts = urlsplit(url.reveal())
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+            where = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        except ValueError:
+            usable, where = False, ""
+        if not usable:
+            self.problem([*at, "url"], f"{url.reference} does not hold an http(s) URL")
+            return None
+        if plain and (parts.username or parts.password):
+            self.problem([*at, "url"], "the URL carries a credential (user:password@): give it as "
+                         "url: ${cred:NAME} (or ${env:NAME}, ${file:/path}), or use username and password")
+        if parts.username is not None and username is not None:
+            self.problem(at, "the url carries user:password@ and username/password are given too: keep one")
+        carries_secret = not plain or username is not None
+        if parts.scheme == "http" and carries_secret and not is_loopback(parts.hostname or ""):
+            self.problem([*at, "url"], f"the pushgateway url would send a credential in clear text over http to "
+                         f"{parts.hostname}: use https (plain http is for loopback or an unauthenticated "
+                         "in-cluster Pushgateway without a credential)")
+        return PushgatewayConfig(url, where, str(self.get("/reconcile/pushgateway/instance")), username, password,
+                                 float(self.get("/reconcile/pushgateway/timeout_s")))
+
     def build(self) -> ControlPlaneConfig | None:
         repo = self.repo()
         secrets = self.secrets()
@@ -452,7 +506,8 @@ class _Builder:
                 self.get("/server/max_header_bytes"), self.get("/server/max_connections"),
                 self.get("/server/max_connections_per_peer"), self.get("/server/body_buffer_bytes")),
             litellm=self.litellm(), providers=self.providers(),
-            reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run")),
+            reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run"),
+                                      self.pushgateway(), self.path(self.get("/reconcile/metrics_file"))),
             notifications=self.notifications(),
             log_level=self.log_level())
         return None if self.problems or secrets is None else config

@@ -62,6 +62,13 @@ TAKEN: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     "/notifications/drain_timeout_s": lambda c: c.notifications.drain_timeout_s,
     "/log_level": lambda c: c.log_level,
 }
+# The defaults inside reconcile.pushgateway, an optional section: taken from a config that has one.
+PUSHGATEWAY = 'reconcile: {pushgateway: {url: "http://127.0.0.1:9091"}}\n'
+TAKEN_IN_PUSHGATEWAY: dict[str, Callable[[ControlPlaneConfig], Any]] = {
+    "/reconcile/pushgateway/instance": lambda c: c.reconcile.pushgateway.instance if c.reconcile.pushgateway else None,
+    "/reconcile/pushgateway/timeout_s": lambda c: c.reconcile.pushgateway.timeout_s if c.reconcile.pushgateway
+    else None,
+}
 
 
 def expected(where: str) -> Any:
@@ -79,7 +86,8 @@ def test_the_defaults_are_the_schemas() -> None:
     schema = load_schema("control-plane")
     assert DEFAULTS["/litellm/write_concurrency"] == schema["properties"]["litellm"]["properties"][
         "write_concurrency"]["default"] == 4
-    assert set(TAKEN) == set(DEFAULTS), "a schema default this test does not check, or one it lost"
+    assert set(TAKEN) | set(TAKEN_IN_PUSHGATEWAY) == set(DEFAULTS), \
+        "a schema default this test does not check, or one it lost"
 
 
 def test_every_default_the_settings_take_is_the_schemas(tmp_path: Path) -> None:
@@ -89,6 +97,15 @@ def test_every_default_the_settings_take_is_the_schemas(tmp_path: Path) -> None:
         default = expected(where)
         assert value == default, where
         assert isinstance(value, type(default)) or (type(default) is int and type(value) is float), where
+
+
+def test_the_pushgateway_defaults_are_the_schemas(tmp_path: Path) -> None:
+    path = tmp_path / "cp.yaml"
+    path.write_text(MINIMAL + PUSHGATEWAY)
+    config = load_config(path, ENV)
+    for where, taken in TAKEN_IN_PUSHGATEWAY.items():
+        assert taken(config) == expected(where), where
+        assert type(taken(config)) in (type(expected(where)), float), where
 
 
 def test_the_environment_only_settings_take_the_same_defaults(tmp_path: Path) -> None:
@@ -152,12 +169,15 @@ def test_the_environment_only_settings_name_what_is_missing() -> None:
 REVEALED = {
     "adapters/litellm.py": 1, "adapters/providers.py": 1, "adapters/state/postgres.py": 1, "adapters/state/__init__.py": 1,
     "adapters/admin_client.py": 1,
-    "settings.py": 11, "cli/serve.py": 1, "job/wiring.py": 1,
+    "settings.py": 12, "cli/serve.py": 1, "job/wiring.py": 1,
     "server/auth.py": 2, "server/session.py": 2, "server/runtime.py": 1,
     # notifications: the target's secrets onto the wire (adapters/notify.py), into the list of strings
     # scrubbed from error text (core/notify.py Target.secrets), the URL checked by the builder (settings.py)
     "core/notify.py": 3, "adapters/notify.py": 3,
     "demo/load.py": 1,  # the scenarios' callers present the demo proxy's master key
+    # the Pushgateway's URL and basic auth onto the wire (prometheus_client's push handler), and the
+    # URL checked by the builder (settings.py)
+    "job/pushmetrics.py": 3,
 }
 
 

@@ -34,12 +34,14 @@ from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.loop import LOG, LockHeld, log_pass
 from llmfleet.job.metrics import PassMetrics
 from llmfleet.job.notify import make_notifier, notify_crash, notify_pass
+from llmfleet.job.pushmetrics import push_metrics, write_metrics_file
 from llmfleet.job.saved import SavedPlan, StalePlan
 from llmfleet.job.wiring import build_reconciler, rollout_driver
 from llmfleet.logs import log_event
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 EXIT_INVALID_HEAD = 3  # `reconcile --once`: the pass ran without errors on the last valid commit; the head is invalid
+LAST_SUCCESS_LOOKBACK = 50  # pass records read for the last success a failed batch pass hands over
 
 
 def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +57,9 @@ def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-file", metavar="FILE", help="single-flight lock file (default: beside the SQLite "
                         "file); a PostgreSQL state store always uses its advisory lock instead")
     parser.add_argument("--metrics-file", metavar="FILE",
-                        help="write the pass metrics there in the Prometheus text format (node exporter textfile)")
+                        help="write the pass metrics there in the Prometheus text format after each pass that "
+                             "ran, atomically, for node_exporter's textfile collector (default: "
+                             "reconcile.metrics_file of the config)")
 
 
 def add_adopt_arguments(parser: argparse.ArgumentParser) -> None:
@@ -196,6 +200,8 @@ class PassRunner:
     metrics: PassMetrics = field(default_factory=PassMetrics)
     reconciler: Reconciler | None = None
     notifier: Notifier | None = None  # notifications.*: sent beside the passes, never holding one up
+    push: bool = False  # `reconcile --once`: push each pass's metrics to reconcile.pushgateway (hand_over)
+    _seeded: bool = False  # the last success read from the state store (once per process)
     _fleets: dict[str, Fleet | None] = field(default_factory=dict)
 
     def store(self) -> ReconcileState:
@@ -315,12 +321,37 @@ class PassRunner:
         except StateError as exc:
             raise CommandError(f"state store: {exc}", EXIT_ERROR) from None
         log_pass(outcome.record)
+        if self.handing_over and not outcome.record.ok and not self._seeded:
+            self._seeded = True
+            try:  # a failed batch pass hands over the fleet's last success, not 0 (PassMetrics.seed_last_success)
+                self.metrics.seed_last_success(store.recent_passes(LAST_SUCCESS_LOOKBACK))
+            except StateError as exc:
+                log_event(LOG, "last_success_unknown", logging.WARNING, error=str(exc))
         self.metrics.observe(outcome.record)
         self.metrics.observe_litellm(outcome.observation.deployments is not None)
         notify_pass(self.notifications(store), outcome.record)
-        if self.args.metrics_file:
-            self.metrics.write_textfile(self.args.metrics_file)
+        self.hand_over()
         return outcome
+
+    @property
+    def handing_over(self) -> bool:
+        """Whether this process's metrics leave it after each pass (a file, a push) rather than only being
+        scraped while it runs."""
+        return bool(self.args.metrics_file or self.config.metrics_file or (self.push and self.config.pushgateway))
+
+    def hand_over(self) -> None:
+        """After a pass that ran (ok, failed, suspended, dry run; never a skipped one, which would replace
+        the pass that held the lock with empty gauges): the metrics file (--metrics-file, else
+        reconcile.metrics_file), and with `push` (`reconcile --once`) the Pushgateway (reconcile.pushgateway).
+        A failure is logged and said on stderr; it never changes the pass's outcome or exit status."""
+        path = self.args.metrics_file or self.config.metrics_file
+        if path and (error := write_metrics_file(self.metrics.registry, path)) is not None:
+            eprint(f"llmfleet {self.args.command}: warning: the metrics file {path} was not written ({error}); "
+                   "the pass's outcome stands")
+        target = self.config.pushgateway
+        if self.push and target is not None and (error := push_metrics(self.metrics.registry, target)) is not None:
+            eprint(f"llmfleet {self.args.command}: warning: the pass metrics were not pushed to the Pushgateway "
+                   f"{target.where} ({error}); the pass's outcome stands")
 
 
     def notifications(self, store: ReconcileState) -> Notifier:

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     set_level(resolve_level(args.log_level, default=config.settings.log_level))  # the flag, else the env or the file
     require_writer(config, "reconcile")
     fleet, invalid_head = load_tracked(args, config)  # the newest valid commit; none at all: exit 1
-    runner = PassRunner(args, config)
+    runner = PassRunner(args, config, push=bool(args.once))  # looping, it serves /metrics instead
     try:
         return loop(args, config, fleet, invalid_head, runner)
     finally:

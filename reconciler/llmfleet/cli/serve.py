@@ -23,7 +23,14 @@ from llmfleet.adapters.state import look_at_store
 from llmfleet.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from llmfleet.errors import ConfigurationError, SourceError, StateError
 from llmfleet.logs import get_logger, log_event, resolve_level
-from llmfleet.settings import MIN_FLEET_KEY_CHARS, ControlPlaneConfig, Listen, fleet_key_warning, load_config
+from llmfleet.settings import (
+    MIN_FLEET_KEY_CHARS,
+    RECONCILE_ONLY,
+    ControlPlaneConfig,
+    Listen,
+    fleet_key_warning,
+    load_config,
+)
 from llmfleet_contract.logfmt import add_level_argument
 
 
@@ -143,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _config_and_listen(args: argparse.Namespace) -> tuple[ControlPlaneConfig, Listen]:
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, unread=RECONCILE_ONLY)  # its unit or Deployment has no push credential
     except ConfigurationError as exc:
         raise CommandError(f"invalid config:\n{exc}", EXIT_INVALID) from None
     return config, _listen(args, config)

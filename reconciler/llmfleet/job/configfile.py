@@ -10,6 +10,7 @@ What the reconciler uses of the control-plane config:
     state: {url: sqlite:///var/lib/llmfleet/state.sqlite3}   (or postgresql://..., password: ${cred:...})
     litellm: {url, master_key, timeout_s, write_concurrency}
     providers: {vast: {api_key, url}, runpod: {api_key, url}, static: {}}
+    reconcile: {enabled, dry_run, pushgateway: {url, instance, username, password, timeout_s}, metrics_file}
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from llmfleet.settings import (
     MEMORY_STATE,
     ControlPlaneConfig,
     LitellmConfig,
+    PushgatewayConfig,
     RepoConfig,
     default_clone_dir,
     settings_from_env,
@@ -147,6 +149,14 @@ class ReconcileConfig:
     @property
     def dry_run(self) -> bool:  # reconcile.dry_run: plan and report, never write to LiteLLM
         return self.settings.reconcile.dry_run
+
+    @property
+    def pushgateway(self) -> PushgatewayConfig | None:  # reconcile.pushgateway: where `reconcile --once` pushes
+        return self.settings.reconcile.pushgateway
+
+    @property
+    def metrics_file(self) -> Path | None:  # reconcile.metrics_file: node_exporter's textfile (--metrics-file)
+        return self.settings.reconcile.metrics_file
 
 
 def config_from_env(env: Mapping[str, str]) -> ReconcileConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter as Counter_
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
@@ -100,6 +101,15 @@ class PassMetrics:
         counts = Counter_(rollout.boxes.values())
         for state in BoxState:
             self.rollout_boxes.labels(str(state)).set(counts.get(str(state), 0))
+
+    def seed_last_success(self, records: Sequence[PassRecord]) -> None:
+        """The last success before this process: from the state store's pass records (newest first). A batch
+        process (`reconcile --once`) runs one pass, and its metrics replace the last ones (a Pushgateway
+        group, a textfile): without this a failed pass would hand over a last success of 0, as if none had
+        ever run. None among them: left as it is (0 until a pass succeeds)."""
+        ok = next((r for r in records if r.ok), None)
+        if ok is not None:
+            self.last_ok.set(ok.started_at)
 
     def observe_litellm(self, listed: bool) -> None:
         """Whether the pass could list LiteLLM's deployments (its reachability, as the reconciler sees it)."""
