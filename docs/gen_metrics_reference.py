@@ -64,10 +64,20 @@ SOURCES = (
            "Prometheus only). Each replica exports its own; the `llmfleet_box_last_*` and `llmfleet_unknown_*` "
            "series are read from the shared state store (at most once every 30 s; scrapes between reuse the "
            "read), so every replica shows the same."),
-    Source("reconciler", "Reconciler", "`llmfleet reconcile --metrics-listen HOST:PORT` (`/metrics`), or "
-           "`llmfleet reconcile --once` / `apply` with `--metrics-file FILE` for node_exporter's textfile "
-           "collector. Values are of the last pass this process ran: a `--once` run's counters count that one pass, "
-           "so with the file, rely on the gauges (timestamps, last-pass values) rather than on rate() of a counter."),
+    Source("reconciler", "Reconciler", "`llmfleet reconcile --metrics-listen HOST:PORT` (`/metrics`, the "
+           "long-running loop). A batch `llmfleet reconcile --once` (the CronJob, the systemd timer) hands each "
+           "pass's metrics over when the pass ends: a PUT to a Pushgateway (`reconcile.pushgateway` in the "
+           "config: the group `job=\"llmfleet_reconcile\"`, `instance=` its instance, replaced by the next pass; "
+           "scrape the Pushgateway with `honor_labels: true`), and/or a file for node_exporter's textfile "
+           "collector (`reconcile.metrics_file`, or `--metrics-file FILE`, which `apply` takes too), written "
+           "atomically. A pass that ran hands over, with or without errors, suspended or in a dry run; a pass "
+           "skipped because another held the pass lock, or one that could not run, hands over nothing (the "
+           "last one stays exported, and `LlmfleetReconcilePassOverdue` fires when passes stop). A failed "
+           "push or write is logged (`metrics_push_failed`, `metrics_file_failed`) and never changes the exit "
+           "status. Values are of the last pass this process ran: a `--once` run's counters count that one "
+           "pass, so rely on the gauges (timestamps, last-pass values) rather than on rate() of a counter; "
+           "`llmfleet_reconcile_last_success_timestamp_seconds` of a failed `--once` pass is the fleet's last "
+           "success read from the state store's pass records (the newest of the last 50)."),
     Source("notifications", "Notifications", "both: the control plane and the reconciler each register the "
            "outgoing notifier's metrics in their own registry (docs/notifications.md); a process without "
            "`notifications.targets` exports them at zero."),
