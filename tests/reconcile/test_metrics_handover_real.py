@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmfleet.adapters.state import open_store
 from llmfleet.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.reconcile.fakes import FakeLitellmHttp
@@ -207,6 +208,16 @@ def test_a_once_pass_pushes_its_gauges_and_the_next_run_replaces_the_group(pushg
                 if labels["model"] == "tiny-b"]
     assert {labels["instance"] for labels, _ in got["llmfleet_reconcile_last_pass_timestamp_seconds"]} == \
         {"prod-fleet"}  # one group for the fleet, whatever pod or host ran the pass
+
+    # A suspended fleet's pass (it observes and records, writes nothing) is pushed too, and says so.
+    second_at = value(got, "llmfleet_reconcile_last_pass_timestamp_seconds", **group)
+    store = open_store(f"sqlite:///{fleet.tmp_path}/state.sqlite3")
+    assert store.suspend("admin:test", time.time(), "LiteLLM upgrade")
+    suspended = fleet.reconcile()
+    assert suspended.returncode == 0, suspended.stdout + suspended.stderr
+    got = pushgateway.families()
+    assert value(got, "llmfleet_reconcile_suspended", **group) == 1
+    assert value(got, "llmfleet_reconcile_last_pass_timestamp_seconds", **group) > second_at
 
 
 def test_a_failed_pass_is_pushed_with_its_outcome_and_exit_status(pushgateway: Daemon, fleet: Fleet) -> None:
