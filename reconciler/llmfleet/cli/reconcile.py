@@ -51,7 +51,10 @@ def register(subparsers: Any) -> None:
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--interval", type=float, metavar="SECONDS",
                       help="seconds between passes (default: fleet.yaml reconcile.interval_s)")
-    when.add_argument("--once", action="store_true", help="run one pass and exit with its status")
+    when.add_argument("--once", action="store_true",
+                      help="run one pass and exit with its status; a pass that ran pushes its metrics to "
+                           "reconcile.pushgateway of the config (and writes --metrics-file), a failed push "
+                           "never changing the status")
     parser.add_argument("--metrics-listen", metavar="HOST:PORT",
                         help="serve Prometheus metrics there while looping")
     parser.add_argument("--invalid-head-exit", type=int, choices=(EXIT_INVALID_HEAD, EXIT_OK),
