@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from llmfleet.adapters.state.passes import ActionRecord, PassRecord
 from llmfleet.errors import ConfigurationError as ConfigError
@@ -106,12 +107,10 @@ def test_jitter_stays_within_ten_percent() -> None:
     assert len({round(d, 3) for d in delays}) > 1
 
 
-def test_metrics_from_a_pass_record(tmp_path: Path) -> None:
+def test_metrics_from_a_pass_record() -> None:
     metrics = PassMetrics()
     metrics.observe(RECORD)
-    path = tmp_path / "reconcile.prom"
-    metrics.write_textfile(str(path))
-    text = path.read_text()
+    text = generate_latest(metrics.registry).decode()
     assert 'llmfleet_servers{verdict="Healthy"} 2.0' in text
     assert 'llmfleet_servers{verdict="Stalled"} 0.0' in text
     assert 'llmfleet_reconcile_actions_total{kind="delete",result="failed"} 1.0' in text

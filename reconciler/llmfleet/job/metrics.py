@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter as Counter_
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from llmfleet.adapters.state.passes import PassMode, PassRecord, RolloutPassRecord
 from llmfleet.core.judge.verdict import SERVING, Verdict
@@ -114,6 +114,3 @@ class PassMetrics:
     def observe_litellm(self, listed: bool) -> None:
         """Whether the pass could list LiteLLM's deployments (its reachability, as the reconciler sees it)."""
         self.litellm_up.set(1 if listed else 0)
-
-    def write_textfile(self, path: str) -> None:
-        write_to_textfile(path, self.registry)
