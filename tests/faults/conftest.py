@@ -17,11 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.reconcile.fakes import FakeLitellmHttp
-from tests.support.integration import REQUIRE_ENV, required
-from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
+from tests.support.litellm import LitellmProxy
 from tests.support.plane import ControlPlane
-from tests.support.write_killer import ThreadedServer
+from tests.support.upstream import litellm_upstream
 
 # Recognisable values, so that a grep for them over logs, files and answers proves their absence.
 FLEET_KEY = "fk-faults-7Qm2ZpX9vL4sN8rT"
@@ -111,16 +109,6 @@ def figures(request: pytest.FixtureRequest) -> Callable[..., None]:
 
 @pytest.fixture
 def upstream() -> Iterator[LitellmProxy]:
-    """The real LiteLLM when the environment names one (emptied of test deployments before and after),
-    else the fake of its API on a thread, with a recognisable master key."""
-    real = proxy_from_env()
-    if real is None and required():  # CI must test against the real proxy, not silently against the fake
-        pytest.fail(f"{REQUIRE_ENV}=1: {SKIP_REASON}", pytrace=False)
-    if real is not None:
-        real.reset()
-        yield real
-        real.reset()
-        return
-    fake = FakeLitellmHttp(master_key="sk-faults-fake-master-Zr5Yq")
-    with ThreadedServer(fake.app()) as server:
-        yield LitellmProxy(server.url, fake.master_key)
+    """The real LiteLLM when the environment names one, else the fake of its API (tests/support/upstream.py)."""
+    with litellm_upstream("sk-faults-fake-master-Zr5Yq") as proxy:
+        yield proxy

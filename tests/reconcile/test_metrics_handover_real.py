@@ -31,12 +31,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmfleet.adapters.state import open_store
 from llmfleet.core.fleet.bearer import Salt
 from tests.conftest import git
-from tests.reconcile.fakes import FakeLitellmHttp
 from tests.reconcile.procs import Stub
-from tests.support.integration import REQUIRE_ENV, missing, required
-from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
+from tests.support.integration import missing
+from tests.support.litellm import LitellmProxy
 from tests.support.plane import LLMFLEET, free_port
-from tests.support.write_killer import ThreadedServer
+from tests.support.upstream import litellm_upstream
 
 BOX = "127.0.0.9"
 SALT = "push-salt-0123456789abcdef"
@@ -104,19 +103,9 @@ def pushgateway(tmp_path: Path) -> Iterator[Daemon]:
 
 @pytest.fixture
 def upstream() -> Iterator[LitellmProxy]:
-    """The real LiteLLM when the environment names one (emptied of test deployments before and after),
-    else the fake of its API on a thread."""
-    real = proxy_from_env()
-    if real is None and required():
-        pytest.fail(f"{REQUIRE_ENV}=1: {SKIP_REASON}", pytrace=False)
-    if real is not None:
-        real.reset()
-        yield real
-        real.reset()
-        return
-    fake = FakeLitellmHttp(master_key="sk-push-fake-master-Qe7Lw")
-    with ThreadedServer(fake.app()) as server:
-        yield LitellmProxy(server.url, fake.master_key)
+    """The real LiteLLM when the environment names one, else the fake of its API (tests/support/upstream.py)."""
+    with litellm_upstream("sk-push-fake-master-Qe7Lw") as proxy:
+        yield proxy
 
 
 class Fleet:
