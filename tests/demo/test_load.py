@@ -13,8 +13,9 @@ import time
 import pytest
 
 from llmfleet.core.secret import Secret
-from llmfleet.demo.load import LoadGenerator, _completed
+from llmfleet.demo.load import LoadGenerator, LoadReport, _completed
 from llmfleet.demo.procs import free_port
+from tests.installer.realprocs import wait_until
 
 
 def _stub(port: int, key: str) -> subprocess.Popen[bytes]:
@@ -32,6 +33,12 @@ def _stub(port: int, key: str) -> subprocess.Popen[bytes]:
     raise AssertionError("the stub vLLM did not start")
 
 
+def snapshot_with(load: LoadGenerator, sent: dict[str, int]) -> LoadReport | None:
+    """The running tallies once each model has at least `sent[model]` requests counted, else None."""
+    report = load.snapshot()
+    return report if all(report.tallies[m].sent >= n for m, n in sent.items()) else None
+
+
 def test_completed_names_what_is_wrong() -> None:
     assert _completed(200, b'{"choices":[{"message":{"content":"hi"}}]}') is None
     assert _completed(500, b"boom") == "HTTP 500: boom"
@@ -47,11 +54,11 @@ def test_counts_answers_and_failures_per_model_and_keeps_sending_when_the_server
                          rate_per_model=20, timeout_s=5)
     try:
         load.start()
-        time.sleep(1.0)
-        during = load.snapshot()
+        # Counted once answered: on a loaded machine 20 requests/s can take far longer than 1 s to come back.
+        during = wait_until("10 requests to each model counted", lambda: snapshot_with(load, {"m": 10, "unknown-model": 10}))
         stub.send_signal(signal.SIGTERM)
         stub.wait(10)
-        time.sleep(0.6)
+        wait_until("5 requests failed after the server went", lambda: load.snapshot().tallies["m"].failed >= 5)
     finally:
         report = load.stop()
         if stub.poll() is None:
