@@ -37,11 +37,12 @@ from types import FrameType
 
 from llmfleet_contract.boxjson import AGENT_POLL_S, AGENT_PROGRAM
 from llmfleet_installer import __version__, logs
+from llmfleet_installer.boxgateway import GatewayPlan
 from llmfleet_installer.fetch import Client, FetchError, check_url
 from llmfleet_installer.handover import HandoverError, WriteResult, reread, update_groups, update_later
 from llmfleet_installer.main import EXIT_OK, EXIT_USAGE, Installer, log, resolve_vllm, save_applied
 from llmfleet_installer.settings import Settings, SettingsError, load
-from llmfleet_installer.units import PREFIX, program_name
+from llmfleet_installer.units import PREFIX, Unit, program_name
 
 DEFAULT_POLL_S = 30
 JITTER = 0.2
@@ -64,11 +65,29 @@ def installer_args() -> argparse.Namespace:
     return argparse.Namespace(dry_run=False, config_file=None, handover="update", assume_gpus=None)
 
 
+def read_state(settings: Settings) -> dict[str, object]:
+    """What the installer (or the agent) last applied, as save_applied wrote it; empty when unreadable."""
+    try:
+        state = json.loads(settings.agent_state_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
 class AgentInstaller(Installer):
     """The installer's run on a config the agent fetched. It hands supervisord every llmfleet program
-    but its own; `own_change` says what `reread` found for the agent's program."""
+    but its own; `own_change` says what `reread` found for the agent's program. `applied_meanwhile`: the
+    body was applied by the time this run held the install lock (the installer run that started the
+    agent writes what it applied last, just before it lets go of the lock), so this run did nothing."""
 
     own_change: str | None = None
+    applied_meanwhile = False
+
+    def install(self, units: list[Unit], gateway: GatewayPlan | None, agent: tuple[Unit, bytes] | None = None) -> int:
+        if self.body_sha256 is not None and read_state(self.settings).get("sha256") == self.body_sha256:
+            self.applied_meanwhile = True
+            return EXIT_OK
+        return super().install(units, gateway, agent)
 
     def update_programs(self, written: WriteResult) -> None:
         changes = reread(self.settings)
@@ -105,16 +124,13 @@ class Agent:
 
     def load_state(self) -> None:
         """What the installer (or this agent before a restart) applied; nothing when unreadable."""
-        try:
-            state = json.loads(self.settings.agent_state_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return
-        if isinstance(state, dict):
-            if isinstance(state.get("sha256"), str):
-                self.applied = state["sha256"]
-            poll = state.get("poll_s")
-            if isinstance(poll, int) and AGENT_POLL_S[0] <= poll <= AGENT_POLL_S[1]:
-                self.poll_s = poll
+        state = read_state(self.settings)
+        sha256 = state.get("sha256")
+        if isinstance(sha256, str):
+            self.applied = sha256
+        poll = state.get("poll_s")
+        if isinstance(poll, int) and AGENT_POLL_S[0] <= poll <= AGENT_POLL_S[1]:
+            self.poll_s = poll
 
     def next_delay(self) -> float:
         if self.busy:
@@ -163,6 +179,11 @@ class Agent:
             self.busy = True
             log(f"agent: an install runs; the served box JSON is looked at again in about {self.next_delay():.0f} s")
             return Outcome(answer.status, "busy")
+        if code == EXIT_OK and installer.applied_meanwhile:  # the installer run that held the lock applied it
+            self.load_state()
+            self.failures = 0
+            self.etag = answer.etag
+            return Outcome(answer.status, "same")
         if code != EXIT_OK and installer.retry:
             self.failures += 1
             log(f"agent: the apply did not finish; it is tried again in about {self.next_delay():.0f} s")

@@ -3,18 +3,24 @@ serves): it counts answered requests, names a failure's cause, and keeps sending
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from llmfleet.core.secret import Secret
-from llmfleet.demo.load import LoadGenerator, _completed
+from llmfleet.demo.load import LoadGenerator, LoadReport, _completed
 from llmfleet.demo.procs import free_port
+from tests.installer.realprocs import wait_until
 
 
 def _stub(port: int, key: str) -> subprocess.Popen[bytes]:
@@ -32,6 +38,12 @@ def _stub(port: int, key: str) -> subprocess.Popen[bytes]:
     raise AssertionError("the stub vLLM did not start")
 
 
+def snapshot_with(load: LoadGenerator, sent: dict[str, int]) -> LoadReport | None:
+    """The running tallies once each model has at least `sent[model]` requests counted, else None."""
+    report = load.snapshot()
+    return report if all(report.tallies[m].sent >= n for m, n in sent.items()) else None
+
+
 def test_completed_names_what_is_wrong() -> None:
     assert _completed(200, b'{"choices":[{"message":{"content":"hi"}}]}') is None
     assert _completed(500, b"boom") == "HTTP 500: boom"
@@ -47,11 +59,11 @@ def test_counts_answers_and_failures_per_model_and_keeps_sending_when_the_server
                          rate_per_model=20, timeout_s=5)
     try:
         load.start()
-        time.sleep(1.0)
-        during = load.snapshot()
+        # Counted once answered: on a loaded machine 20 requests/s can take far longer than 1 s to come back.
+        during = wait_until("10 requests to each model counted", lambda: snapshot_with(load, {"m": 10, "unknown-model": 10}))
         stub.send_signal(signal.SIGTERM)
         stub.wait(10)
-        time.sleep(0.6)
+        wait_until("5 requests failed after the server went", lambda: load.snapshot().tallies["m"].failed >= 5)
     finally:
         report = load.stop()
         if stub.poll() is None:
@@ -73,3 +85,55 @@ def test_counts_answers_and_failures_per_model_and_keeps_sending_when_the_server
 def test_rate_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         LoadGenerator("http://127.0.0.1:9", Secret("k", "k"), ["m"], rate_per_model=0)
+
+
+IDLE_CLOSE_S = 3.0  # the test server's keep-alive timeout (uvicorn's, LiteLLM's server, is 5 s)
+
+
+class _IdleClosingHandler(BaseHTTPRequestHandler):
+    """Answers every POST with a completion on a kept-alive connection, and resets a connection whose
+    next request comes after it was idle IDLE_CLOSE_S: the moment a server's keep-alive timer closes it
+    just as the client sends on it (uvicorn then resets, and the caller sees 'Connection reset by peer')."""
+
+    protocol_version = "HTTP/1.1"
+    idle_since: float | None = None
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def handle_one_request(self) -> None:
+        if self.idle_since is not None:
+            select.select([self.connection], [], [])
+            if time.monotonic() - self.idle_since >= IDLE_CLOSE_S:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return  # closed unread: a reset
+        super().handle_one_request()
+        self.idle_since = time.monotonic()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"choices": [{"message": {"content": "hi"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_connection_the_server_may_have_closed_for_idleness_is_not_reused() -> None:
+    """A pooled connection idle for longer than the server keeps it is not sent on: the requests spaced
+    wider than the server's keep-alive timeout all succeed (with the pool's default of 15 s each was sent
+    on the connection the server was closing, and failed with 'Connection reset by peer')."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _IdleClosingHandler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    load = LoadGenerator(f"http://127.0.0.1:{server.server_address[1]}", Secret("k" * 20, "test key"), ["m"],
+                         rate_per_model=1 / (IDLE_CLOSE_S + 1), timeout_s=5)
+    try:
+        load.start()
+        wait_until("3 requests counted", lambda: snapshot_with(load, {"m": 3}), 60)
+    finally:
+        report = load.stop()
+        server.shutdown()
+        server.server_close()
+    assert report.tallies["m"].failures == []

@@ -31,6 +31,7 @@ from tests.installer.realprocs import http_status, wait_until
 from tests.support.box import Box
 from tests.support.litellm import LitellmProxy, proxy_from_env
 from tests.support.plane import LLMFLEET, ControlPlane, free_port, request
+from tests.support.ports import free_ports
 
 from .conftest import ADMIN_TOKEN, FLEET_KEY, HOOK_SECRET, LEGACY_KEY, PLANE_ENV, SALT, VIEWER_TOKEN, plane_document
 
@@ -75,7 +76,7 @@ def cmdlines() -> list[str]:
 
 def test_no_secret_anywhere(tmp_path: Path, upstream: LitellmProxy, box: Box,
                             start_plane: Callable[..., ControlPlane], figures: Callable[..., None]) -> None:
-    p1, p2 = free_port(BOX), free_port(BOX)
+    p1, p2 = free_ports(BOX, BOX)
     repo = tmp_path / "fleet"
     repo.mkdir()
     write_fleet(repo, p1, p2)

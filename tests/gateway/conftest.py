@@ -182,7 +182,7 @@ class GatewayProcess:
         finally:
             conn.close()
 
-    def wait_in_flight(self, model: str, count: int, timeout: float = 10.0) -> None:
+    def wait_in_flight(self, model: str, count: int, timeout: float = 60.0) -> None:
         """Poll /metrics until `model` holds `count` slots."""
         line = f'llmfleet_gateway_requests_in_flight{{model="{model}"}} {count}'
         deadline = time.monotonic() + timeout

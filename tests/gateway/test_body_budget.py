@@ -14,6 +14,7 @@ import pytest
 from llmfleet_gateway.config import DEFAULT_MAX_BUFFERED_BYTES, ConfigError, parse_config
 from llmfleet_gateway.limiter import ByteBudget
 from tests.gateway.conftest import TOKEN, GatewayProcess, Upstreams, reference_config, running_gateway
+from tests.gateway.upstreams import holding
 
 URL = "http://127.0.0.1:9"
 
@@ -134,13 +135,14 @@ def test_a_path_routed_body_is_read_after_the_slot(upstreams: Upstreams) -> None
     with running_gateway(config) as gw:
         sock = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
         try:
-            sock.sendall(b"POST /route/echo/slow HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + TOKEN.encode()
-                         + b"\r\nContent-Length: 2\r\n\r\n{}")
-            gw.wait_in_flight("echo", 1)
-            waiting = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
-            waiting.sendall(b"POST /route/echo/x HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + TOKEN.encode()
-                            + b"\r\nContent-Length: 10\r\n\r\n")  # and no body
-            assert waiting.recv(4096).startswith(b"HTTP/1.1 503 ")
-            waiting.close()
+            with holding():  # the slot stays taken however slowly the machine runs
+                sock.sendall(b"POST /route/echo/held HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + TOKEN.encode()
+                             + b"\r\nContent-Length: 2\r\n\r\n{}")
+                gw.wait_in_flight("echo", 1)
+                waiting = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
+                waiting.sendall(b"POST /route/echo/x HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + TOKEN.encode()
+                                + b"\r\nContent-Length: 10\r\n\r\n")  # and no body
+                assert waiting.recv(4096).startswith(b"HTTP/1.1 503 ")
+                waiting.close()
         finally:
             sock.close()

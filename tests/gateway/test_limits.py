@@ -8,6 +8,8 @@ import time
 import pytest
 
 from tests.gateway.conftest import GatewayProcess, Upstreams, reference_config, running_gateway
+from tests.gateway.upstreams import holding
+from tests.installer.realprocs import wait_until
 
 
 def _json_of_size(size: int) -> bytes:
@@ -60,21 +62,38 @@ def _slow_requests(gw: GatewayProcess, count: int, model: str = "echo") -> list[
         return list(pool.map(one, range(count)))
 
 
+def _held(pool: concurrent.futures.ThreadPoolExecutor, gw: GatewayProcess, count: int,
+          model: str = "echo") -> list[concurrent.futures.Future[int]]:
+    """`count` requests to the upstream's `.../held` path at once (inside `holding()`): their statuses."""
+    body = b'{"model":"%b"}' % model.encode()
+    return [pool.submit(lambda: gw.request("POST", "/held", body=body).status) for _ in range(count)]
+
+
+def _answered(futures: list[concurrent.futures.Future[int]], count: int) -> list[int]:
+    """The statuses of the first `count` requests answered (60 s at most)."""
+    wait_until(f"{count} answered", lambda: sum(f.done() for f in futures) >= count)
+    return [f.result() for f in futures if f.done()]
+
+
 def test_n_plus_two_slow_requests_without_queue(gw: GatewayProcess) -> None:
-    results = _slow_requests(gw, 4)
-    statuses = sorted(status for status, _ in results)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        with holding():
+            requests = _held(pool, gw, 4)
+            # The refusals are immediate, not after the slow ones finish: answered while the two that
+            # have the slots are still held upstream.
+            assert _answered(requests, 2) == [503, 503]
+        statuses = sorted(f.result() for f in requests)
     assert statuses == [200, 200, 503, 503]
-    # The refusals are immediate, not after the slow ones finish (each of those takes 1 s).
-    assert all(elapsed < 0.9 for status, elapsed in results if status == 503)
 
 
 def test_limits_are_per_model(gw: GatewayProcess) -> None:
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        busy = pool.submit(_slow_requests, gw, 2, "echo")
-        gw.wait_in_flight("echo", 2)
-        # echo is saturated; sock has its own slots.
-        assert gw.request("POST", "/v1/x", body=b'{"model":"sock"}').status == 200
-        assert sorted(s for s, _ in busy.result()) == [200, 200]
+        with holding():
+            busy = _held(pool, gw, 2, "echo")
+            gw.wait_in_flight("echo", 2)
+            # echo is saturated; sock has its own slots.
+            assert gw.request("POST", "/v1/x", body=b'{"model":"sock"}').status == 200
+        assert sorted(f.result() for f in busy) == [200, 200]
 
 
 def test_zero_disables_both_limits(upstreams: Upstreams) -> None:
@@ -87,8 +106,11 @@ def test_zero_disables_both_limits(upstreams: Upstreams) -> None:
 def test_queue_waits_for_a_slot_then_refuses_past_its_length(upstreams: Upstreams) -> None:
     config = reference_config(upstreams, maxConcurrentRequests=1, maxQueuedRequests=2, queueTimeoutSeconds=30)
     with running_gateway(config) as gateway:
-        results = _slow_requests(gateway, 4)
-        statuses = sorted(status for status, _ in results)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            with holding():  # while the first is held upstream, two wait in the queue
+                requests = _held(pool, gateway, 4)
+                assert _answered(requests, 1) == [503]
+            statuses = sorted(f.result() for f in requests)
         assert statuses == [200, 200, 200, 503]  # 1 running + 2 queued, the 4th refused
         metrics = gateway.request("GET", "/metrics").body.decode()
         assert 'llmfleet_gateway_requests_total{model="echo",code="200"} 3' in metrics
@@ -97,18 +119,24 @@ def test_queue_waits_for_a_slot_then_refuses_past_its_length(upstreams: Upstream
 
 def test_queue_wait_is_bounded(upstreams: Upstreams) -> None:
     config = reference_config(upstreams, maxConcurrentRequests=1, maxQueuedRequests=5, queueTimeoutSeconds=0.2)
-    with running_gateway(config) as gateway:
-        results = _slow_requests(gateway, 2)
-        assert sorted(s for s, _ in results) == [200, 503]
-        refused = next(elapsed for status, elapsed in results if status == 503)
-        assert refused < 0.9  # gave up after its 0.2 s wait, long before the slot came free
+    with running_gateway(config) as gateway, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        with holding():
+            requests = _held(pool, gateway, 2)
+            # gave up after its 0.2 s wait, long before the slot came free: answered while the
+            # request that has the slot is still held upstream
+            assert _answered(requests, 1) == [503]
+        assert sorted(f.result() for f in requests) == [200, 503]
 
 
 def test_per_model_override(upstreams: Upstreams) -> None:
     config = reference_config(upstreams, maxConcurrentRequests=1)
     config["models"]["echo"]["maxConcurrentRequests"] = 3
     with running_gateway(config) as gateway:
-        assert sorted(s for s, _ in _slow_requests(gateway, 4)) == [200, 200, 200, 503]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            with holding():  # the three admitted ones stay in flight until the fourth is answered
+                requests = _held(pool, gateway, 4)
+                assert _answered(requests, 1) == [503]
+            assert sorted(f.result() for f in requests) == [200, 200, 200, 503]
         metrics = gateway.request("GET", "/metrics").body.decode()
         assert 'llmfleet_gateway_concurrency_limit{model="echo"} 3' in metrics
         assert 'llmfleet_gateway_concurrency_limit{model="sock"} 1' in metrics

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 
 from tests.gateway.conftest import GatewayProcess, Upstreams, reference_config, running_gateway
+from tests.gateway.upstreams import holding
 
 
 def test_list_is_sorted_exact_and_hides_unlisted(gw: GatewayProcess) -> None:
@@ -69,10 +70,11 @@ def test_empty_list_when_every_model_is_unlisted(upstreams: Upstreams) -> None:
 def test_models_api_takes_no_slot(gw: GatewayProcess) -> None:
     # Both slots held by slow requests; the models API still answers at once.
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        slow = [pool.submit(gw.request, "POST", "/slow", b'{"model":"echo"}') for _ in range(2)]
-        gw.wait_in_flight("echo", 2)
-        assert gw.request("GET", "/v1/models").status == 200
-        assert gw.request("GET", "/v1/models/echo").status == 200
-        assert gw.request("POST", "/slow", body=b'{"model":"echo"}').status == 503
+        with holding():  # both stay in flight however slowly they start
+            slow = [pool.submit(gw.request, "POST", "/held", b'{"model":"echo"}') for _ in range(2)]
+            gw.wait_in_flight("echo", 2)
+            assert gw.request("GET", "/v1/models").status == 200
+            assert gw.request("GET", "/v1/models/echo").status == 200
+            assert gw.request("POST", "/slow", body=b'{"model":"echo"}').status == 503
         assert [f.result().status for f in slow] == [200, 200]
 

@@ -6,6 +6,7 @@ headers in order (duplicates kept), body (base64) and trailers. Special paths (m
 so they work under any base path):
 
     .../slow           sleep 1 s, then echo
+    .../held           wait until the test's `holding()` block ends (at most HELD_S), then echo
     .../sse            text/event-stream, 3 events 0.5 s apart
     .../hop            a chunked response carrying hop-by-hop headers and a trailer
     .../big            a 2 MiB known-length body
@@ -22,12 +23,30 @@ import socket
 import socketserver
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+HELD_S = 60.0  # the longest a `.../held` request waits: a test releases it long before
 SSE_EVENTS = 3
 SSE_INTERVAL = 0.5
 BIG_SIZE = 2 * 1024 * 1024
+
+
+_RELEASED = threading.Event()
+_RELEASED.set()
+
+
+@contextlib.contextmanager
+def holding() -> Iterator[None]:
+    """`.../held` requests stay in flight upstream until the block ends: a test that needs requests
+    holding the gateway's slots has them for as long as it needs, however slowly a loaded machine
+    starts them (a fixed 1 s `.../slow` can end before the next request even arrives)."""
+    _RELEASED.clear()
+    try:
+        yield
+    finally:
+        _RELEASED.set()
 
 
 class EchoHandler(BaseHTTPRequestHandler):
@@ -65,6 +84,8 @@ class EchoHandler(BaseHTTPRequestHandler):
             return
         if path.endswith("/slow"):
             time.sleep(1.0)
+        if path.endswith("/held"):
+            _RELEASED.wait(HELD_S)
         status = 200
         if "/status/" in path:
             status = int(path.rsplit("/", 1)[1])

@@ -25,6 +25,7 @@ import pytest
 from supervisor.options import ServerOptions, UnhosedConfigParser
 
 from llmfleet_installer import __version__, fetch, logs
+from llmfleet_installer import main as main_module
 from llmfleet_installer.agent import MAX_BACKOFF_S, USER_AGENT, Agent, delay_s
 from llmfleet_installer.agentsetup import render_agent_unit
 from llmfleet_installer.boxjson import parse_box
@@ -240,6 +241,30 @@ def test_a_refused_config_changes_nothing_and_is_reported_once(plane: Plane, run
     assert len(plane.reports) == 1
     assert agent.next_delay() == agent.poll_s
     assert FLEET_KEY not in capsys.readouterr().err
+
+
+def test_a_config_the_installer_applied_while_the_agent_looked_is_not_applied_again(
+        plane: Plane, running_unit: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The installer run that starts the agent writes what it applied last, just before it lets go of
+    the install lock. An agent whose first poll read that state before it was written, and reached the
+    lock after the installer let go, finds the served config applied: nothing written, nothing reported
+    (it applied and reported it a second time, which test_agent_integration.py saw on a loaded machine)."""
+    before = conf_files(running_unit)
+    digest = hashlib.sha256(plane.body()).hexdigest()
+    measure_fit = main_module.measure_fit
+
+    def installer_finishes_meanwhile(*args: Any) -> Any:  # after the agent's look, before its lock
+        save_applied(running_unit, digest, 7)
+        return measure_fit(*args)
+
+    monkeypatch.setattr(main_module, "measure_fit", installer_finishes_meanwhile)
+    agent = make_agent(running_unit)
+    outcome = agent.poll()
+    assert (outcome.fetch, outcome.result) == (200, "same")
+    assert plane.reports == []
+    assert conf_files(running_unit) == before
+    assert (agent.applied, agent.poll_s, agent.failures) == (digest, 7, 0)
+    assert agent.poll().fetch == 304  # the ETag of the config it runs
 
 
 def test_a_failed_gpu_probe_is_tried_again_not_refused(plane: Plane, running_unit: Settings,

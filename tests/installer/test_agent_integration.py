@@ -257,6 +257,10 @@ def follow_commits(plane: str, proxy: Proxy, fleet: Path, supervisor: Supervisor
     assert all(e["agent_header"] == f"llmfleet-agent/{__version__}" for e in proxy.log
                if e["agent_header"].startswith("llmfleet-agent"))
     assert len(proxy.reports()) == 1  # nothing applied, nothing reported
+    # supervisord calls a program RUNNING once its launcher has run `startsecs`; the stub vLLM it execs
+    # (after the servers before it answer /health) records its start later, on a loaded machine after
+    # the next report. Serving, each has started.
+    wait_until("alpha, beta and gamma serving", lambda: all(healthy(port) for port in p[:3]), 60)
     pids = {name: program_pid(supervisor, f"llmfleet-{name}") for name in ("alpha", "beta", "gamma")}
 
     # A commit that changes only the revision: applied and reported, nothing restarted.
@@ -291,6 +295,7 @@ def follow_commits(plane: str, proxy: Proxy, fleet: Path, supervisor: Supervisor
     assert program_pid(supervisor, "llmfleet-alpha") == pids["alpha"]  # unchanged: not restarted
     assert len(supervisor.pids(p[0])) == 1
     assert program_pid(supervisor, "llmfleet-beta") != pids["beta"]  # its args changed: restarted
+    wait_until("beta's new stub started", lambda: len(supervisor.pids(p[1])) >= 2, 60)  # see above
     assert len(supervisor.pids(p[1])) == 2
     wait_until("gamma stopped", lambda: not pid_alive(pids["gamma"]), 30)
     assert not (conf / "llmfleet-gamma.conf").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import stat
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from llmfleet_installer import agent as agent_module
 from llmfleet_installer.agent import USER_AGENT, Agent
 from llmfleet_installer.fetch import Client
-from llmfleet_installer.handover import update_later
+from llmfleet_installer.handover import install_lock, update_later
 from llmfleet_installer.main import main
 from llmfleet_installer.settings import load
 from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane
@@ -109,6 +110,25 @@ def test_the_agent_leaves_its_own_restart_to_a_detached_update(supervisor: Super
     assert main(["--handover", "update"]) == 0
     wait_until("the agent RUNNING", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING", 60)
     agent_pid = int(supervisor.ctl("pid", "llmfleet-agent").strip())
+    # The agent under supervisord is a second agent on this box. Its first poll found main()'s install
+    # lock held and looks again about 5 s later: after the JSON below changes it would apply it itself,
+    # and this test's agent find the lock held ("busy") or the config applied ("same"). So it is frozen
+    # (SIGSTOP) while this test's agent applies, taken with the install lock held: between polls, never
+    # in an apply. Its pid and program stay; supervisord restarts it below.
+    with install_lock(load(), 60):
+        os.kill(agent_pid, signal.SIGSTOP)
+    try:
+        applied_by_this_agent(supervisor, plane, agent_pid, monkeypatch)
+    finally:
+        os.kill(agent_pid, signal.SIGCONT)
+    update_later(load(), "llmfleet-agent")  # what the agent started, in its own session
+    wait_until("the agent restarted by supervisord", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING"
+               and int(supervisor.ctl("pid", "llmfleet-agent").strip() or 0) not in (0, agent_pid), 60)
+    assert not pid_alive(agent_pid)
+
+
+def applied_by_this_agent(supervisor: Supervisor, plane: FakeControlPlane, agent_pid: int,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
     plane.boxes[BOX] = {**plane.boxes[BOX], "revision": "a-new-revision"}
     monkeypatch.setenv("LLMFLEET_STARTSECS", "2")
     settings = load()
@@ -124,7 +144,3 @@ def test_the_agent_leaves_its_own_restart_to_a_detached_update(supervisor: Super
     assert later == ["llmfleet-agent"]
     assert int(supervisor.ctl("pid", "llmfleet-agent").strip()) == agent_pid  # its own update left it alone
     assert "llmfleet-agent: changed" in supervisor.ctl("reread")
-    update_later(settings, "llmfleet-agent")  # what the agent started, in its own session
-    wait_until("the agent restarted by supervisord", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING"
-               and int(supervisor.ctl("pid", "llmfleet-agent").strip() or 0) not in (0, agent_pid), 60)
-    assert not pid_alive(agent_pid)

@@ -20,6 +20,7 @@ import pytest
 from llmfleet_installer.main import main
 from tests.installer.conftest import BOX, FakeControlPlane, free_port, render, write_fleet
 from tests.installer.realprocs import Supervisor, http_status, pid_alive, wait_until
+from tests.support.ports import free_ports
 
 pytestmark = pytest.mark.slow
 PUBLIC = "127.0.0.2"
@@ -129,7 +130,7 @@ def gateway_pid(supervisor: Supervisor) -> int:
 
 def test_moving_the_gateway_keeps_the_servers_and_removing_it_publishes_them(
         supervisor: Supervisor, plane: FakeControlPlane, tmp_path: Path, ports: list[int]) -> None:
-    first, second = free_port(), free_port()
+    first, second = free_ports("127.0.0.1", "127.0.0.1")
     doc = plane.boxes[BOX] = gateway_box(tmp_path / "gw1", ports, first)
     assert main(["--handover", "update"]) == 0
     wait_serving(doc)

@@ -24,8 +24,8 @@ import aiohttp
 import pytest
 
 from tests.support.litellm import LitellmProxy
+from tests.support.ports import free_ports
 
-from .fakes import free_port
 from .procs import ROOT, Stub
 
 pytestmark = pytest.mark.slow
@@ -127,7 +127,7 @@ async def llmfleet(*args: str, env: dict[str, str]) -> tuple[int, str]:
 
 
 def test_adopt_llmao_under_load_loses_no_request(litellm: LitellmProxy, tmp_path: Path) -> None:
-    p1, p2, p3, p4 = (free_port(BOX_A), free_port(BOX_A), free_port(BOX_B), free_port(BOX_B))
+    p1, p2, p3, p4 = free_ports(BOX_A, BOX_A, BOX_B, BOX_B)
     rows = {BOX_A: [["tiny-a", p1], ["tiny-b", p2, "tiny-b-x"]],
             BOX_B: [["tiny-a", p3, None, p3],  # the older form: name null, public port written by hand
                     ["tiny-b", p4]]}  # a legacy pair: the shared key

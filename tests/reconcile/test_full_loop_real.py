@@ -25,6 +25,7 @@ from tests.conftest import git
 from tests.installer.realprocs import http_status, wait_until
 from tests.support.box import Box
 from tests.support.litellm import LitellmProxy
+from tests.support.ports import free_ports
 from tests.support.serve import require_serve
 
 from .fakes import free_port
@@ -91,7 +92,7 @@ def managed(proxy: LitellmProxy) -> dict[str, str]:
 
 
 def test_full_loop(litellm: LitellmProxy, boxes: dict[str, Box], tmp_path: Path) -> None:
-    p1, p2, p3 = free_port("127.0.0.2"), free_port("127.0.0.3"), free_port("127.0.0.3")
+    p1, p2, p3 = free_ports("127.0.0.2", "127.0.0.3", "127.0.0.3")
     ports = [p1, p2, p3]
     repo = tmp_path / "fleet"
     repo.mkdir()

@@ -18,8 +18,8 @@ import aiohttp
 from llmfleet.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.support.litellm import LitellmProxy
+from tests.support.ports import free_ports
 
-from .fakes import free_port
 from .procs import Stub
 
 SALT = "e2e-salt-0123456789abcdef"
@@ -79,7 +79,7 @@ def test_whole_loop_against_real_litellm(litellm: LitellmProxy, tmp_path: Path) 
 
 
 async def scenario(proxy: LitellmProxy, tmp: Path) -> None:
-    p1, p2, p3 = free_port("127.0.0.2"), free_port("127.0.0.3"), free_port("127.0.0.3")
+    p1, p2, p3 = free_ports("127.0.0.2", "127.0.0.3", "127.0.0.3")
     ports = [p1, p2, p3]
     repo = tmp / "fleet"
     repo.mkdir()

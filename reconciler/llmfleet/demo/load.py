@@ -22,6 +22,10 @@ import aiohttp
 from llmfleet.core.secret import Secret
 
 MAX_IN_FLIGHT = 32  # per model: beyond it a tick is counted as failed (the proxy is not keeping up)
+# A pooled connection idle for longer is closed, not sent on: uvicorn (LiteLLM's server) closes one idle
+# for 5 s, and a request sent on it as it closes fails with "Connection reset by peer" (aiohttp's
+# default keeps one 15 s). After a slow spell of the proxy, the many connections it left idle met that.
+KEEPALIVE_S = 2.0
 REASON_CHARS = 160
 
 
@@ -117,7 +121,7 @@ class LoadGenerator:
     # -- the loop ----------------------------------------------------------------------------------
     async def _run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        connector = aiohttp.TCPConnector(limit=MAX_IN_FLIGHT * max(1, len(self.models)))
+        connector = aiohttp.TCPConnector(limit=MAX_IN_FLIGHT * max(1, len(self.models)), keepalive_timeout=KEEPALIVE_S)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             await asyncio.gather(*(self._model(session, m) for m in self.models))
 
