@@ -35,7 +35,8 @@ from llmfleet.server.auth import token_fingerprint
 from tests.conftest import git
 from tests.reconcile.fakes import FakeLitellmHttp
 from tests.reconcile.procs import Stub
-from tests.support.plane import LLMFLEET, ControlPlane, free_port, request
+from tests.support.plane import LLMFLEET, ControlPlane, request
+from tests.support.ports import free_ports
 from tests.support.write_killer import ThreadedServer
 
 BOX = "127.0.0.6"
@@ -113,7 +114,7 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    ports = [free_port(BOX), free_port(BOX)]
+    ports = free_ports(BOX, BOX)
     repo = tmp_path / "fleet"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")

@@ -36,6 +36,7 @@ from tests.installer.realprocs import (
     wait_until,
     write_supervisord_conf,
 )
+from tests.support.ports import free_ports
 
 SUPPORT = Path(__file__).resolve().parent.parent / "support"
 STUB_VLLM = SUPPORT / "stub_vllm.py"
@@ -204,7 +205,7 @@ class FakeControlPlane:
 
 @pytest.fixture
 def ports() -> list[int]:
-    return [free_port() for _ in range(3)]
+    return free_ports("127.0.0.1", "127.0.0.1", "127.0.0.1")
 
 
 @pytest.fixture

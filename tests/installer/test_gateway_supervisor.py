@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from llmfleet_installer.main import main
-from tests.installer.conftest import BOX, FakeControlPlane, free_port, render, write_fleet
+from tests.installer.conftest import BOX, FakeControlPlane, render, write_fleet
 from tests.installer.realprocs import Supervisor, http_status, pid_alive, wait_until
 from tests.support.ports import free_ports
 
@@ -77,7 +77,7 @@ def cmdlines() -> list[bytes]:
 
 def test_the_gateway_serves_every_model_of_the_box_with_one_bearer(supervisor: Supervisor, plane: FakeControlPlane,
                                                                      tmp_path: Path, ports: list[int]) -> None:
-    gateway_port = free_port()
+    gateway_port, = free_ports("127.0.0.1", avoid=ports)
     doc = plane.boxes[BOX] = gateway_box(tmp_path / "gw", ports, gateway_port)
     token = doc["gateway"]["api_key"]
     assert main(["--handover", "update"]) == 0

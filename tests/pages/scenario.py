@@ -31,7 +31,8 @@ from llmfleet.job.engine import PassOutcome, Reconciler
 from llmfleet.job.observer import Observer
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT, git
 from tests.reconcile.fake_litellm import FakeLitellm
-from tests.reconcile.fakes import FakeServer, FakeVllm, free_port, serve
+from tests.reconcile.fakes import FakeServer, FakeVllm, serve
+from tests.support.ports import free_ports
 
 HEALTHY_BOX, STALLED_BOX, FOREIGN_BOX, PENDING_BOX = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
 UNKNOWN_BOX = "198.51.100.77"
@@ -62,7 +63,8 @@ def write_fleet(repo: Path, port: int, port2: int) -> None:
 
 def make_repo(repo: Path) -> tuple[int, int]:
     repo.mkdir(parents=True)
-    ports = (free_port(), free_port())
+    first, second = free_ports("127.0.0.1", "127.0.0.1")
+    ports = (first, second)
     git(repo, "init", "-q", "-b", "main")
     write_fleet(repo, *ports)
     git(repo, "add", "-A")

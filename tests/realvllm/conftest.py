@@ -44,6 +44,7 @@ from tests.installer.realprocs import SUPERVISORD, Supervisor, http_status, wait
 from tests.realvllm.harness import Harness, harness_from_env
 from tests.support.integration import missing
 from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
+from tests.support.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "tests" / "support"
@@ -327,7 +328,7 @@ providers:
 def real_box(harness: Harness, litellm_proxy: LitellmProxy,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBox]:
     root = tmp_path_factory.mktemp("realbox")
-    box = RealBox(harness, root, litellm_proxy, {"tiny-a": free_port(BOX), "tiny-b": free_port(BOX)})
+    box = RealBox(harness, root, litellm_proxy, dict(zip(("tiny-a", "tiny-b"), free_ports(BOX, BOX), strict=True)))
     litellm_proxy.reset()
     try:
         box.write_fleet()

@@ -39,8 +39,8 @@ from llmfleet.core.secret import Secret
 from llmfleet.job.engine import Reconciler
 from llmfleet.job.observer import Observer
 from tests.support.litellm import LitellmProxy
+from tests.support.ports import free_ports
 
-from .fakes import free_port
 from .procs import Stub
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,8 +51,8 @@ BOX = "127.0.0.1"
 
 class GatewayBox:
     def __init__(self, tmp: Path) -> None:
-        self.ports = {"tiny-a": free_port(), "tiny-b": free_port()}
-        self.gateway_port = free_port()
+        tiny_a, tiny_b, self.gateway_port = free_ports("127.0.0.1", "127.0.0.1", "127.0.0.1")
+        self.ports = {"tiny-a": tiny_a, "tiny-b": tiny_b}
         self.bearer = SALT.derive(BOX, self.gateway_port)
         self.stubs = {m: Stub(BOX, p, f"org/{m}", m, SALT.derive(BOX, p)) for m, p in self.ports.items()}
         config = {"host": BOX, "port": self.gateway_port, "authTokens": ["${env:GW_CLIENT_TOKEN}"],

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Collection
 
 
-def free_ports(*hosts: str) -> list[int]:
-    """One free port on each of `hosts` (a host may repeat), all different numbers."""
+def free_ports(*hosts: str, avoid: Collection[int] = ()) -> list[int]:
+    """One free port on each of `hosts` (a host may repeat), all different numbers and none in `avoid`
+    (ports already handed out that nothing listens on yet)."""
     chosen: list[int] = []
     with contextlib.ExitStack() as held:
         for host in hosts:
@@ -21,7 +23,7 @@ def free_ports(*hosts: str) -> list[int]:
                 sock = held.enter_context(socket.socket())
                 sock.bind((host, 0))
                 port = int(sock.getsockname()[1])
-                if port not in chosen:
+                if port not in chosen and port not in avoid:
                     break
             chosen.append(port)
     return chosen
