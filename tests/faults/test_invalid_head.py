@@ -22,7 +22,8 @@ from llmfleet.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.reconcile.procs import Stub
 from tests.support.litellm import LitellmProxy
-from tests.support.plane import LLMFLEET, free_port
+from tests.support.plane import LLMFLEET
+from tests.support.ports import free_ports
 
 BOX = "127.0.0.6"
 SALT = "head-salt-0123456789abcdef"
@@ -52,7 +53,7 @@ def managed(proxy: LitellmProxy) -> dict[str, str]:
 
 def test_an_invalid_head_during_a_crash_still_deletes_the_crashed_servers_deployment(
         upstream: LitellmProxy, tmp_path: Path) -> None:
-    s1, s2 = ports = [free_port(BOX) for _ in range(2)]
+    s1, s2 = ports = free_ports(BOX, BOX)
     repo = tmp_path / "fleet"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")

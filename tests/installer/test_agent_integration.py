@@ -33,6 +33,7 @@ from llmfleet_installer import __version__
 from tests.conftest import ROOT, TEST_SALT, git
 from tests.installer.conftest import BOX, FLEET_KEY, free_port
 from tests.installer.realprocs import Supervisor, http_status, pid_alive, wait_until
+from tests.support.ports import free_ports
 from tests.support.serve import require_serve
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
@@ -144,7 +145,7 @@ def serve_works() -> None:
 
 @pytest.fixture
 def agent_ports() -> list[int]:
-    return [free_port() for _ in range(4)]
+    return free_ports(*["127.0.0.1"] * 4)
 
 
 @pytest.fixture

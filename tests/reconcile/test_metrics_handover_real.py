@@ -35,6 +35,7 @@ from tests.reconcile.procs import Stub
 from tests.support.integration import missing
 from tests.support.litellm import LitellmProxy
 from tests.support.plane import LLMFLEET, free_port
+from tests.support.ports import free_ports
 from tests.support.upstream import litellm_upstream
 
 BOX = "127.0.0.9"
@@ -114,7 +115,7 @@ class Fleet:
 
     def __init__(self, tmp_path: Path, upstream: LitellmProxy) -> None:
         self.tmp_path = tmp_path
-        self.served, self.dead = free_port(BOX), free_port(BOX)
+        self.served, self.dead = free_ports(BOX, BOX)
         self.repo = tmp_path / "fleet"
         self.repo.mkdir()
         git(self.repo, "init", "-q", "-b", "main")
