@@ -86,13 +86,16 @@ def test_rollouts_under_load_through_the_real_litellm(tmp_path: Path) -> None:
     env = _clean_env()
     proxy.reset()
     env["LITELLM_MASTER_KEY"] = proxy.master_key
-    try:
-        done = subprocess.run(demo_command(workdir, first, "--scenario", "rollouts", "--once", "--litellm-url",
-                                           proxy.url), env=env, capture_output=True, text=True, timeout=900, check=False)
-    except subprocess.TimeoutExpired as expired:
-        raise AssertionError(f"the demo did not end in 900 s:\n{expired.stdout!s}\n{expired.stderr!s}") from None
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out
+    with subprocess.Popen(demo_command(workdir, first, "--scenario", "rollouts", "--once", "--litellm-url", proxy.url),
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as demo:
+        try:
+            stdout, stderr = demo.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            demo.send_signal(signal.SIGINT)  # the demo stops every process it started (test_ctrl_c_...)
+            stdout, stderr = demo.communicate(timeout=120)
+            raise AssertionError(f"the demo did not end in 900 s:\n{stdout}\n{stderr}") from None
+    out = stdout + stderr
+    assert demo.returncode == 0, out
     assert "final state: as expected" in out
     _provisioned_once(workdir, boxes)
 
