@@ -3,17 +3,12 @@ serves): it counts answered requests, names a failure's cause, and keeps sending
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -21,6 +16,7 @@ from llmfleet.core.secret import Secret
 from llmfleet.demo.load import LoadGenerator, LoadReport, _completed
 from llmfleet.demo.procs import free_port
 from tests.installer.realprocs import wait_until
+from tests.support.idle_server import idle_closing_server
 
 
 def _stub(port: int, key: str) -> subprocess.Popen[bytes]:
@@ -90,50 +86,16 @@ def test_rate_must_be_positive() -> None:
 IDLE_CLOSE_S = 3.0  # the test server's keep-alive timeout (uvicorn's, LiteLLM's server, is 5 s)
 
 
-class _IdleClosingHandler(BaseHTTPRequestHandler):
-    """Answers every POST with a completion on a kept-alive connection, and resets a connection whose
-    next request comes after it was idle IDLE_CLOSE_S: the moment a server's keep-alive timer closes it
-    just as the client sends on it (uvicorn then resets, and the caller sees 'Connection reset by peer')."""
-
-    protocol_version = "HTTP/1.1"
-    idle_since: float | None = None
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def handle_one_request(self) -> None:
-        if self.idle_since is not None:
-            select.select([self.connection], [], [])
-            if time.monotonic() - self.idle_since >= IDLE_CLOSE_S:
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.close_connection = True
-                return  # closed unread: a reset
-        super().handle_one_request()
-        self.idle_since = time.monotonic()
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = json.dumps({"choices": [{"message": {"content": "hi"}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
 def test_a_connection_the_server_may_have_closed_for_idleness_is_not_reused() -> None:
     """A pooled connection idle for longer than the server keeps it is not sent on: the requests spaced
     wider than the server's keep-alive timeout all succeed (with the pool's default of 15 s each was sent
     on the connection the server was closing, and failed with 'Connection reset by peer')."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _IdleClosingHandler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    load = LoadGenerator(f"http://127.0.0.1:{server.server_address[1]}", Secret("k" * 20, "test key"), ["m"],
-                         rate_per_model=1 / (IDLE_CLOSE_S + 1), timeout_s=5)
-    try:
-        load.start()
-        wait_until("3 requests counted", lambda: snapshot_with(load, {"m": 3}), 60)
-    finally:
-        report = load.stop()
-        server.shutdown()
-        server.server_close()
+    with idle_closing_server(IDLE_CLOSE_S) as url:
+        load = LoadGenerator(url, Secret("k" * 20, "test key"), ["m"], rate_per_model=1 / (IDLE_CLOSE_S + 1),
+                             timeout_s=5)
+        try:
+            load.start()
+            wait_until("3 requests counted", lambda: snapshot_with(load, {"m": 3}), 60)
+        finally:
+            report = load.stop()
     assert report.tallies["m"].failures == []

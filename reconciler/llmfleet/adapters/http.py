@@ -26,6 +26,16 @@ from llmfleet.core.fleet.jsonvalue import JSON
 from llmfleet.errors import UpstreamError
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# A pooled connection idle for longer is closed, not sent on. uvicorn (LiteLLM's and vLLM's server) closes
+# one idle for 5 s; a request sent on it as it closes is reset ("Connection reset by peer") before any
+# answer, and a write that meets that fails its pass. aiohttp's default keeps one 15 s. The box gateway's
+# own upstream client keeps 4 s for the same reason.
+KEEPALIVE_S = 4.0
+
+
+def connector(limit: int = 100) -> aiohttp.TCPConnector:
+    """The TCP connector of every session that talks to LiteLLM, vLLM, a provider or a receiver."""
+    return aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, keepalive_timeout=KEEPALIVE_S)
 
 
 class HttpError(UpstreamError):

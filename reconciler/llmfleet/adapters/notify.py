@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from llmfleet.adapters.http import HttpError, RetryPolicy, request_json
+from llmfleet.adapters.http import HttpError, RetryPolicy, connector, request_json
 from llmfleet.adapters.state.notifications import MemoryLedger, NotificationLedger
 from llmfleet.core.notify import Decision, Event, EventKind, Target, TargetKind, decide, payload, settle, slack_message
 from llmfleet.logs import get_logger, log_event
@@ -171,7 +171,7 @@ class Notifier:
     async def _main(self) -> None:
         queues: dict[str, asyncio.Queue[Decision]] = {
             target.name: asyncio.Queue(maxsize=self.delivery.queue_size) for target in self.targets}
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(connector=connector()) as session:
             workers = [asyncio.create_task(self._worker(session, target, queues[target.name]))
                        for target in self.targets for _ in range(MAX_IN_FLIGHT)]
             try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from llmfleet.adapters.http import connector
 from llmfleet.adapters.litellm import LitellmApi
 from llmfleet.adapters.state.passes import PassRecord
 from llmfleet.adapters.state.reconcile import ReconcileState
@@ -82,9 +83,8 @@ class Reconciler:
         if self.rollout is not None:  # agent-managed boxes: their servers as released, not the head's
             begun = self.rollout.begin(fleet, started)
             intended = self.rollout.compose(begun, intended)
-        connector = aiohttp.TCPConnector(limit=max(self.observer.probe_concurrency, self.write_concurrency) + 8,
-                                         ttl_dns_cache=300)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        pool = connector(limit=max(self.observer.probe_concurrency, self.write_concurrency) + 8)
+        async with aiohttp.ClientSession(connector=pool) as session:
             api = self.api_factory(session)
             observation = await self.observer.observe(session, intended, api, self.store.box_facts(),
                                                       self._bearer_for(fleet))
