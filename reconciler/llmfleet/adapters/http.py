@@ -15,7 +15,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
@@ -104,11 +104,11 @@ def _decode(text: str) -> JSON:
     return value
 
 
-def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """Error bodies may echo what we sent (a 422 repeats its input): never let a secret through."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "<redacted>")
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """Error bodies may echo what we sent (a 422 repeats its input): never let a secret through. The
+    longest first, so that a secret containing another is replaced whole."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "<redacted>")
     return text
 
 

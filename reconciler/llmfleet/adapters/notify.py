@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from llmfleet.adapters.http import HttpError, RetryPolicy, connector, request_json
+from llmfleet.adapters.http import HttpError, RetryPolicy, connector, request_json, scrub
 from llmfleet.adapters.state.notifications import MemoryLedger, NotificationLedger
 from llmfleet.core.notify import Decision, Event, EventKind, Target, TargetKind, decide, payload, settle, slack_message
 from llmfleet.logs import get_logger, log_event
@@ -275,7 +275,7 @@ class Notifier:
                     self.metrics.failed.labels(target.name, kind).inc()
                     log_event(log, "notification not delivered", logging.WARNING, target=target.name,
                               kind=kind, key=decision.event.key, status=str(decision.status),
-                              attempts=attempt + 1, error=_scrubbed(str(exc), hidden))
+                              attempts=attempt + 1, error=scrub(str(exc), hidden))
                     return
                 self.metrics.retries.labels(target.name).inc()
                 wait_s = self.delivery.backoff.delay(attempt, exc.retry_after, self.clock())
@@ -297,13 +297,6 @@ def _url_parts(url: str) -> tuple[str, ...]:
     except ValueError:
         return ()
     return tuple(p for p in (parts.path, parts.query) if len(p) > 1)
-
-
-def _scrubbed(text: str, secrets: tuple[str, ...]) -> str:
-    for secret in sorted(secrets, key=len, reverse=True):
-        if secret:
-            text = text.replace(secret, "<redacted>")
-    return text
 
 
 def disabled() -> Notifier:

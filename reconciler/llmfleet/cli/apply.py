@@ -67,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
     if saved is None and not args.yes and not config.dry_run:
         if not sys.stdin.isatty():
             raise CommandError(NOT_A_TERMINAL, EXIT_USAGE)
-        newest = fleet
-        fleet, pin = runner.pinned(newest)  # what locked_apply will work from: the plan shown is that one's
-        print_note(control_note(runner, newest, pin, fleet), args.format)
+        newest, controls = fleet, runner.controls(fleet)
+        fleet = runner.pinned(newest, controls)  # what locked_apply will work from: the plan shown is that one's
+        print_note(control_note(runner, newest, controls, fleet), args.format)
         shown = asyncio.run(runner.run(fleet, apply=False, record=False))
         print_outcome(shown, args.format)
         if shown.plan.empty:

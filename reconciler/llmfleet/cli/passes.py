@@ -15,11 +15,10 @@ from datetime import UTC, datetime
 from llmfleet.adapters.git import GitFleetRepo, TrackedRepo, is_bare_repository, read_fleet
 from llmfleet.adapters.notify import Notifier
 from llmfleet.adapters.state import is_memory_state, open_reconcile_state
-from llmfleet.adapters.state.control import pin_of
 from llmfleet.adapters.state.notifications import ledger_for
 from llmfleet.adapters.state.reconcile import ReconcileState
 from llmfleet.cli.common import CommandError, add_repo_arguments, eprint, load_validation
-from llmfleet.core.control import Pin
+from llmfleet.core.control import ControlState, Pin
 from llmfleet.core.fleet.diagnostics import format_text
 from llmfleet.core.fleet.files import WORKTREE_REVISION, Snapshot
 from llmfleet.core.fleet.history import newest_valid
@@ -258,13 +257,15 @@ class PassRunner:
         except (RenderError, StalePlan) as exc:
             raise CommandError(str(exc), EXIT_ERROR) from None
 
-    def pinned(self, fleet: Fleet, *, follow: bool = True) -> tuple[Fleet, Pin | None]:
-        """The fleet a pass works from and the pin in force: the one resolution of the pin that the
-        reconcile job (`locked_apply`), `apply` and `plan` share (the pin read from this runner's state
-        store with pin_of, followed with follow_pin). With `follow` false (`plan --against REV`), the pin
-        is looked up and returned but `fleet` is kept."""
-        pin = pin_of(self.build(fleet).store)
-        return (self.follow_pin(fleet, pin) if follow else fleet), pin
+    def controls(self, fleet: Fleet) -> ControlState:
+        """The operator controls in force (pin, suspension), read once from this runner's state store."""
+        return self.build(fleet).store.control()
+
+    def pinned(self, fleet: Fleet, controls: ControlState, *, follow: bool = True) -> Fleet:
+        """The fleet a pass works from: the one resolution of the pin that the reconcile job
+        (`locked_apply`), `apply` and `plan` share (follow_pin of the controls' pin). With `follow` false
+        (`plan --against REV`), `fleet` is kept."""
+        return self.follow_pin(fleet, controls.pin) if follow else fleet
 
     def state_known(self) -> bool:
         """Whether this runner reads a real state store: an in-memory one (no state.url, --state memory:)
@@ -273,7 +274,7 @@ class PassRunner:
 
     def follow_pin(self, fleet: Fleet, pin: Pin | None) -> Fleet:
         """The fleet a pass works from: the pinned revision while a pin is in force (llmfleet pin; looked up
-        with pin_of), else `fleet` (the newest valid commit, or --rev)."""
+        from the state store), else `fleet` (the newest valid commit, or --rev)."""
         if pin is None or fleet.revision == pin.revision:
             return fleet
         log_event(LOG, "reconcile_pinned", revision=pin.revision, newest=fleet.revision, actor=pin.actor,
@@ -300,7 +301,7 @@ class PassRunner:
             with store.pass_lock(self.args.lock_file):
                 controls = store.control()
                 store.take_sync_request()  # this pass is the one a pending sync asked for
-                fleet, _ = self.pinned(fleet)
+                fleet = self.pinned(fleet, controls)
                 if self.config.dry_run:
                     log_event(LOG, "reconcile_dry_run", reason="reconcile.dry_run is true in the config: "
                                                           "the pass is recorded, LiteLLM is not written")
@@ -377,7 +378,7 @@ def _since(at: float, actor: str, reason: str) -> str:
     return f"since {when} by {actor}" + (f": {reason}" if reason else " (no reason given)")
 
 
-def control_note(runner: PassRunner, newest: Fleet, pin: Pin | None, fleet: Fleet) -> str | None:
+def control_note(runner: PassRunner, newest: Fleet, controls: ControlState, fleet: Fleet) -> str | None:
     """What `plan` and `apply` say about the operator controls before their plan: that the fleet is pinned
     (revision, who, when, why) and what the plan shows, that it is suspended (nothing of the plan is
     written); or, without a state store, that they cannot know."""
@@ -386,6 +387,7 @@ def control_note(runner: PassRunner, newest: Fleet, pin: Pin | None, fleet: Flee
                 "plan cannot see an operator's pin (llmfleet pin) or suspension: the reconcile job reads them "
                 "from its state store and may work from another revision than this plan.")
     lines = []
+    pin = controls.pin
     if pin is not None:
         head = f"The fleet is PINNED to {pin.revision} {_since(pin.at, pin.actor, pin.reason)}."
         if fleet.revision == pin.revision:
@@ -397,7 +399,7 @@ def control_note(runner: PassRunner, newest: Fleet, pin: Pin | None, fleet: Flee
             lines.append(f"{head} This plan shows {fleet.revision[:12]} as asked (--against REV); the reconcile "
                          f"job works from the pinned revision {pin.revision[:12]} until `llmfleet unpin`, "
                          "whatever is merged.")
-    suspended = runner.build(fleet).store.control().suspended
+    suspended = controls.suspended
     if suspended is not None:
         lines.append(f"The fleet is SUSPENDED {_since(suspended.at, suspended.actor, suspended.reason)}. The "
                      "reconcile job and apply write none of this plan to LiteLLM until `llmfleet resume`.")

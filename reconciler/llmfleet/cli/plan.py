@@ -45,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
     newest, invalid_head = load_tracked(args, config)  # the job's newest valid commit (--against REV: REV)
     runner = PassRunner(args, config)
-    fleet, pin = runner.pinned(newest, follow=args.rev is None)  # as the reconcile job does; --against is kept
-    print_note(control_note(runner, newest, pin, fleet), args.format)
+    controls = runner.controls(newest)
+    fleet = runner.pinned(newest, controls, follow=args.rev is None)  # as the reconcile job does; --against is kept
+    print_note(control_note(runner, newest, controls, fleet), args.format)
     outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=invalid_head))
     print_outcome(outcome, args.format)
     if args.out:

@@ -17,13 +17,14 @@ Pushgateway cannot hang the Job. The URL may carry a credential: logs and errors
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from prometheus_client import CollectorRegistry, push_to_gateway, write_to_textfile
 from prometheus_client.exposition import basic_auth_handler, default_handler
 
+from llmfleet.adapters.http import scrub
 from llmfleet.logs import get_logger, log_event
 from llmfleet.settings import PushgatewayConfig
 
@@ -31,12 +32,6 @@ __all__ = ["JOB", "push_metrics", "write_metrics_file"]
 
 LOG = get_logger("reconcile")
 JOB = "llmfleet_reconcile"  # the Pushgateway's job label of every push (the alert rules do not need it)
-
-
-def _scrubbed(text: str, secrets: Sequence[str]) -> str:
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "<redacted>")
-    return text
 
 
 def _split(parts: SplitResult) -> tuple[str, str | None, str | None]:
@@ -71,7 +66,7 @@ def push_metrics(registry: CollectorRegistry, target: PushgatewayConfig) -> str 
         push_to_gateway(gateway, job=JOB, registry=registry, grouping_key={"instance": target.instance},
                         timeout=target.timeout_s, handler=handler)
     except Exception as exc:  # any failure of the push: the pass's outcome stands
-        error = _scrubbed(f"{type(exc).__name__}: {exc}", secrets)
+        error = scrub(f"{type(exc).__name__}: {exc}", secrets)
         log_event(LOG, "metrics_push_failed", logging.WARNING, pushgateway=target.where, job=JOB,
                   instance=target.instance, error=error,
                   note="the pass's outcome and exit status are unchanged; the group keeps the previous push")

@@ -8,6 +8,8 @@ budget). Configs without their rendered documents (a test's) fall back to the bo
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from llmfleet.core.rollout.model import BoxConfig, ServerSpec
@@ -50,3 +52,15 @@ def servers_named(config: BoxConfig | None, names: frozenset[str]) -> tuple[Serv
     if config is None:
         return ()
     return tuple(s for s in config.servers if s.name in names)
+
+
+def disrupted_servers(old: BoxConfig | None, new: BoxConfig | None, card_gb: float | None = None
+                      ) -> tuple[ServerSpec, ...]:
+    """The servers of `old` that moving the box to `new` takes out (restarted or removed)."""
+    return servers_named(old, box_change(old, new, card_gb).disrupted)
+
+
+def over_budget(servers: Iterable[ServerSpec], budget: Callable[[str], int]) -> dict[str, int]:
+    """Per model (sorted) of which `servers` holds more than its budget, how many it holds."""
+    counts = Counter(s.model for s in servers)
+    return {model: n for model, n in sorted(counts.items()) if n > budget(model)}

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from llmfleet.core.rollout.change import box_change, servers_named
+from llmfleet.core.rollout.change import box_change, disrupted_servers, over_budget, servers_named
 from llmfleet.core.rollout.model import (
     VERDICTS_UP,
     BoxConfig,
@@ -124,8 +124,7 @@ class Work:
     def disrupted_by(self, box: str, release: BoxRelease) -> tuple[ServerSpec, ...]:
         """The servers of the box's served config that moving it to the target takes out."""
         b = self.inp.boxes[box]
-        change = box_change(self.served[box], b.target, b.card_gb)
-        return servers_named(self.served[box], change.disrupted)
+        return disrupted_servers(self.served[box], b.target, b.card_gb)
 
     def reported(self, box: str, release: BoxRelease) -> bool:
         """The box reported applying its released revision since the release."""
@@ -489,19 +488,15 @@ def step(inp: StepInput) -> Step:
     )
 
 
-def over_budget(work: Work, box: str, release: BoxRelease) -> str:
+def went_past_budget(work: Work, box: str, release: BoxRelease) -> str:
     """Why a box in flight has more of a model's servers out than the model's budget ("": it has not)."""
     if release.state is BoxState.DRAINING:
         out = work.disrupted_by(box, release)
     elif release.state is BoxState.RELEASED:
-        change = box_change(work.last_good[box], work.served[box], work.inp.boxes[box].card_gb)
-        out = servers_named(work.last_good[box], change.disrupted)
+        out = disrupted_servers(work.last_good[box], work.served[box], work.inp.boxes[box].card_gb)
     else:
         return ""
-    counts: dict[str, int] = {}
-    for server in out:
-        counts[server.model] = counts.get(server.model, 0) + 1
-    over = {model: n for model, n in sorted(counts.items()) if n > work.inp.budget(model)}
+    over = over_budget(out, work.inp.budget)
     if not over:
         return ""
     shown = "; ".join(f"{n} servers of {model} out at once, over its max_unavailable {work.inp.budget(model)}"
@@ -516,6 +511,6 @@ def status_of(work: Work, box: str) -> BoxStatus:
     why = work.why.get(box) or (release.reason if release.state is BoxState.HALTED else "")
     if not why and release.state is BoxState.WAITING and work.rollout.state is not RolloutState.RUNNING:
         why = f"rollout {work.rollout.state}"
-    note = over_budget(work, box, release)
+    note = went_past_budget(work, box, release)
     why = f"{why}; {note}" if why and note else why or note
     return BoxStatus(box, release.state, release.revision, report.revision if report is not None else None, why)

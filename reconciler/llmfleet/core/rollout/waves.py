@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from llmfleet.core.fleet.bearer import Salt
 from llmfleet.core.fleet.model import Fleet
 from llmfleet.core.fleet.render import Bearers
-from llmfleet.core.rollout.change import box_change, servers_named
+from llmfleet.core.rollout.change import box_change, disrupted_servers, over_budget
 from llmfleet.core.rollout.configs import box_config
 from llmfleet.core.rollout.model import (
     BoxConfig,
@@ -141,11 +141,8 @@ def plan_waves(base: Fleet, head: Fleet, max_passes: int | None = None) -> Waves
             if b in begun or release.state not in (BoxState.DRAINING, BoxState.RELEASED):
                 continue
             begun.add(b)
-            counts: dict[str, int] = {}
-            for s in servers_named(old[b], box_change(old[b], new[b], cards.get(b)).disrupted):
-                counts[s.model] = counts.get(s.model, 0) + 1
-            over.extend(OverBudget(b, m, n, before.get(m, 0), head.max_unavailable(m))
-                        for m, n in sorted(counts.items()) if n > head.max_unavailable(m))
+            out = over_budget(disrupted_servers(old[b], new[b], cards.get(b)), head.max_unavailable)
+            over.extend(OverBudget(b, m, n, before.get(m, 0), head.max_unavailable(m)) for m, n in out.items())
         for b, revision in result.released.items():
             order.setdefault(b, releases[b].wave)
             served[b] = revision
