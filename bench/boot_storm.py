@@ -3,7 +3,7 @@
     .venv/bin/python bench/boot_storm.py [--boxes 1000] [--wrong-keys 100] [--made-up 100] [--spread 1.0]
 
 Builds bench/fleetgen's repository of `--boxes` boxes (3 servers each) in a temp git repo, starts
-`llmfleet serve` on a free loopback port (one gthread worker, as shipped) and lets every box boot at a
+`fleetllm serve` on a free loopback port (one gthread worker, as shipped) and lets every box boot at a
 random instant within `--spread` seconds, each on its own connection as separate machines would:
 GET /vllm/installer, then GET /vllm/config. Mixed in at random instants: `--wrong-keys` requests with a
 wrong fleet key (for real boxes) and `--made-up` requests with the right key from host names that are

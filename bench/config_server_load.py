@@ -6,7 +6,7 @@ Builds bench/fleetgen's repository of `--boxes` boxes (3 servers each) in a temp
 for each variant starts a real gunicorn process on a free loopback port and drives it with an
 asyncio (aiohttp) client holding `--concurrency` connections, every box fetching its own JSON:
 
-- cached: `llmfleet serve` as shipped (one gthread worker; the commit is rendered once at start-up,
+- cached: `fleetllm serve` as shipped (one gthread worker; the commit is rendered once at start-up,
   every request still authenticates, resolves the host, writes the fetch log and a JSON log line);
 - naive: the same gunicorn settings and the same auth and host rules, but each request opens the
   repository, reads the commit, validates it and renders the box (what a handler without the
@@ -15,7 +15,7 @@ asyncio (aiohttp) client holding `--concurrency` connections, every box fetching
   i.e. what the WSGI server itself costs on this machine at that moment.
 
 `--compare-state` measures the cached server twice instead, once with each state store: the SQLite
-file (the default) and PostgreSQL (LLMFLEET_BENCH_PG_URL, or a throwaway cluster started for the run
+file (the default) and PostgreSQL (FLEETLLM_BENCH_PG_URL, or a throwaway cluster started for the run
 as tests/state/postgres.py does), every fetch recorded in it; after each run the records in the store
 are counted against the requests answered.
 
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.fleetgen import box_name, write_fleet
-from llmfleet.demo.procs import free_port, stop
+from fleetllm.demo.procs import free_port, stop
 
 FLEET_KEY = "bench-fleet-key-0123456789"
 ENV = {"BENCH_FLEET_KEY": FLEET_KEY, "BENCH_SALT": "bench-salt-0123456789abcdef"}
@@ -90,8 +90,8 @@ def write_config(directory: Path, repo: Path, threads: int = 8, state_url: str |
 
 
 def recorded_fetches(config: Path) -> int:
-    from llmfleet.adapters.state import open_store
-    from llmfleet.settings import load_config
+    from fleetllm.adapters.state import open_store
+    from fleetllm.settings import load_config
 
     cp = load_config(config, {**os.environ, **ENV})
     store = open_store(cp.state.url, cp.state.base, password=cp.state.password)
@@ -105,12 +105,12 @@ def naive_app(config_path: str) -> Any:
     """The strawman: the same rules, but the repository is re-read and re-rendered on every request."""
     from flask import Flask, Response, jsonify, request
 
-    from llmfleet.adapters.git import GitFleetRepo
-    from llmfleet.core.fleet.render import Bearers, render_box
-    from llmfleet.core.fleet.validate import validate_snapshot
-    from llmfleet.core.hosts import resolve_host
-    from llmfleet.server.auth import bearer_token, matches
-    from llmfleet.settings import load_config
+    from fleetllm.adapters.git import GitFleetRepo
+    from fleetllm.core.fleet.render import Bearers, render_box
+    from fleetllm.core.fleet.validate import validate_snapshot
+    from fleetllm.core.hosts import resolve_host
+    from fleetllm.server.auth import bearer_token, matches
+    from fleetllm.settings import load_config
 
     config = load_config(config_path)
     key = config.secrets.fleet_key
@@ -151,8 +151,8 @@ def constant_app() -> Any:
 
 
 def serve_variant(variant: str, config_path: str, listen: str) -> None:
-    from llmfleet.server.gunicorn_app import ControlPlaneServer
-    from llmfleet.settings import load_config
+    from fleetllm.server.gunicorn_app import ControlPlaneServer
+    from fleetllm.settings import load_config
 
     load_app = (lambda: naive_app(config_path)) if variant == "naive" else constant_app
     ControlPlaneServer(load_config(config_path), listen, load_app).run()
@@ -161,7 +161,7 @@ def serve_variant(variant: str, config_path: str, listen: str) -> None:
 def start(variant: str, config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     listen = f"127.0.0.1:{port}"
     if variant == "cached":
-        command = [sys.executable, "-m", "llmfleet", "serve", "--config", str(config), "--listen", listen]
+        command = [sys.executable, "-m", "fleetllm", "serve", "--config", str(config), "--listen", listen]
     else:
         command = [sys.executable, __file__, "serve-variant", variant, str(config), listen]
     env = {**os.environ, **ENV, "PYTHONPATH": str(ROOT)}
@@ -257,10 +257,10 @@ def compare_state(args: argparse.Namespace) -> None:
     from tests.state.postgres import database_url, schema_url
 
     boxes = [box_name(i) for i in range(args.boxes)]
-    with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as tmp, \
+    with tempfile.TemporaryDirectory(prefix="fleetllm-bench-") as tmp, \
             database_url() as pg_database:
         if pg_database is None:
-            raise SystemExit("no PostgreSQL: apt-get install postgresql, or set LLMFLEET_TEST_PG_URL")
+            raise SystemExit("no PostgreSQL: apt-get install postgresql, or set FLEETLLM_TEST_PG_URL")
         directory = Path(tmp)
         repo = make_fleet(directory, args.boxes)
         results: dict[str, Any] = {"boxes": args.boxes, "concurrency": args.concurrency, "threads": args.threads,
@@ -292,7 +292,7 @@ def run(args: argparse.Namespace) -> None:
         compare_state(args)
         return
     boxes = [box_name(i) for i in range(args.boxes)]
-    with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fleetllm-bench-") as tmp:
         directory = Path(tmp)
         repo = make_fleet(directory, args.boxes)
         config = write_config(directory, repo, args.threads)

@@ -1,20 +1,20 @@
-"""Coverage-guided fuzzing (atheris, libFuzzer) of llmfleet's parsers of untrusted text.
+"""Coverage-guided fuzzing (atheris, libFuzzer) of fleetllm's parsers of untrusted text.
 
     .venv/bin/python bench/fuzz_atheris.py TARGET [libFuzzer flags, e.g. -runs=100000 -max_total_time=600]
 
 Targets, each fed raw bytes:
-  yaml        llmfleet.core.fleet.strictyaml.load: problems only, never an exception
+  yaml        fleetllm.core.fleet.strictyaml.load: problems only, never an exception
   validate    the bytes as placement.yaml beside the example's other files, through schema + semantic
               validation and, when valid, rendering and the installer's parse of every box JSON
-  boxjson     llmfleet_installer.boxjson.parse_text: a BoxConfig or BoxJsonError
-  secretref   llmfleet_contract.secretref.expand: a string or SecretRefError, the secret never in the message
+  boxjson     fleetllm_installer.boxjson.parse_text: a BoxConfig or BoxJsonError
+  secretref   fleetllm_contract.secretref.expand: a string or SecretRefError, the secret never in the message
   installer   the box JSON as Installer.run takes it: parse, fit check and card division on assumed
               GPUs, every Supervisor program; only BoxJsonError or UnitError (issue 16: OverflowError)
-  flags       one argv token in a recipe's args: `llmfleet validate` and the installer's box-JSON check
-              refuse it exactly when llmfleet_contract.vllmflags says vLLM could read it as a managed flag
-  gatewaybody llmfleet_gateway.jsonscan: the scanner finds the same model (or error) as json.loads, also with
+  flags       one argv token in a recipe's args: `fleetllm validate` and the installer's box-JSON check
+              refuse it exactly when fleetllm_contract.vllmflags says vLLM could read it as a managed flag
+  gatewaybody fleetllm_gateway.jsonscan: the scanner finds the same model (or error) as json.loads, also with
               windows of a few bytes, and never raises anything but BodyError
-  report      llmfleet.server.reports.parse_report: a BoxReport or ReportError (400/413), never
+  report      fleetllm.server.reports.parse_report: a BoxReport or ReportError (400/413), never
               another exception (a RecursionError or a ValueError used to be a 500)
   all         the six above in one process, the first byte picking one (what CI runs, briefly)
 
@@ -38,20 +38,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 with atheris.instrument_imports():
-    import llmfleet_gateway.jsonscan as jsonscan
-    from llmfleet.core.fleet import strictyaml
-    from llmfleet.core.fleet.bearer import Salt
-    from llmfleet.core.fleet.files import FLEET_FILES, Snapshot
-    from llmfleet.core.fleet.render import Bearers, render_all
-    from llmfleet.core.fleet.validate import validate_snapshot
-    from llmfleet.server.reports import ReportError, parse_report
-    from llmfleet_contract import secretref, vllmflags
-    from llmfleet_gateway.errors import BodyError
-    from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
-    from llmfleet_installer.fit import check_fit
-    from llmfleet_installer.main import assumed_gpus, render_units
-    from llmfleet_installer.settings import load as load_settings
-    from llmfleet_installer.units import UnitError
+    import fleetllm_gateway.jsonscan as jsonscan
+    from fleetllm.core.fleet import strictyaml
+    from fleetllm.core.fleet.bearer import Salt
+    from fleetllm.core.fleet.files import FLEET_FILES, Snapshot
+    from fleetllm.core.fleet.render import Bearers, render_all
+    from fleetllm.core.fleet.validate import validate_snapshot
+    from fleetllm.server.reports import ReportError, parse_report
+    from fleetllm_contract import secretref, vllmflags
+    from fleetllm_gateway.errors import BodyError
+    from fleetllm_installer.boxjson import BoxJsonError, parse_box, parse_text
+    from fleetllm_installer.fit import check_fit
+    from fleetllm_installer.main import assumed_gpus, render_units
+    from fleetllm_installer.settings import load as load_settings
+    from fleetllm_installer.units import UnitError
 
 EXAMPLE = {name: (ROOT / "fleet-repo-example" / name).read_bytes() for name in FLEET_FILES}
 BEARERS = Bearers(Salt("atheris-salt-0123456789abcdef"), "sk-atheris-legacy")
@@ -93,7 +93,7 @@ def fuzz_secretref(data: bytes) -> None:
             raise AssertionError(f"the secret is in the error: {exc}") from exc
 
 
-BOX_SETTINGS = load_settings({"LLMFLEET_DATA_DIR": "/srv/data", "LLMFLEET_SUPERVISOR_CONF_DIR": "/srv/conf"},
+BOX_SETTINGS = load_settings({"FLEETLLM_DATA_DIR": "/srv/data", "FLEETLLM_SUPERVISOR_CONF_DIR": "/srv/conf"},
                              need_control_plane=False)
 GPUS = assumed_gpus("2x80")
 

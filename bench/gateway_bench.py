@@ -3,7 +3,7 @@
     apt-get install -y wrk
     python bench/gateway_bench.py [--duration 8] [--out results.md]
 
-Starts bench/gateway_upstream.py (TCP and unix socket) and the real gateway (`python -m llmfleet_gateway`,
+Starts bench/gateway_upstream.py (TCP and unix socket) and the real gateway (`python -m fleetllm_gateway`,
 uvloop when installed), then measures, like llmhop.md §13 (77-byte POST, 110-byte answer, limit off):
 
 - req/s at 32 connections (wrk -t2): upstream directly, body routing, path routing, unix-socket upstream,
@@ -124,7 +124,7 @@ def processes(directory: Path) -> Iterator[tuple[int, int, str]]:
         notify_path = str(directory / "notify.sock")
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         notify.bind(notify_path)
-        gateway = subprocess.Popen([sys.executable, "-m", "llmfleet_gateway", "--config",
+        gateway = subprocess.Popen([sys.executable, "-m", "fleetllm_gateway", "--config",
                                     str(directory / "gateway.json")],
                                    env={**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": notify_path})
         if not select.select([notify], [], [], 30)[0] or notify.recv(64) != b"READY=1":

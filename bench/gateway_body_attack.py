@@ -100,7 +100,7 @@ def gateway(root: Path, directory: Path) -> Iterator[tuple[int, int]]:
             os.unlink(notify_path)
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         notify.bind(notify_path)
-        proc = subprocess.Popen([sys.executable, "-m", "llmfleet_gateway", "--config", str(directory / "gateway.json")],
+        proc = subprocess.Popen([sys.executable, "-m", "fleetllm_gateway", "--config", str(directory / "gateway.json")],
                                 env={**os.environ, "PYTHONPATH": str(root), "NOTIFY_SOCKET": notify_path},
                                 cwd=root, stderr=subprocess.DEVNULL)
         if not select.select([notify], [], [], 30)[0] or notify.recv(64) != b"READY=1":

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.records import Endpoint, FetchRecord
-from llmfleet.adapters.state.store import FetchRetention
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.records import Endpoint, FetchRecord
+from fleetllm.adapters.state.store import FetchRetention
 
 
 def main() -> None:

@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import CollectorRegistry
 
-from llmfleet.adapters.notify import Delivery, Notifier
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.notifications import MemoryLedger, SqlLedger
-from llmfleet.core.notify import Event, EventKind, Target, TargetKind
-from llmfleet.core.secret import Secret
+from fleetllm.adapters.notify import Delivery, Notifier
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.notifications import MemoryLedger, SqlLedger
+from fleetllm.core.notify import Event, EventKind, Target, TargetKind
+from fleetllm.core.secret import Secret
 from tests.notify.receiver import receiving
 
 
@@ -79,7 +79,7 @@ def delivery(count: int) -> dict[str, float]:
         store.close()
         return {"events": count, "delivered_s": round(sent_s, 2), "per_s": round(count / sent_s),
                 "resent": len(receiver.received) - count, "dedup_pass_s": round(dedup_s, 3),
-                "deduplicated": sample(registry, "llmfleet_notifications_deduplicated_total")}
+                "deduplicated": sample(registry, "fleetllm_notifications_deduplicated_total")}
 
 
 def main() -> int:

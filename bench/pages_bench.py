@@ -24,13 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.fleetgen import write_fleet
-from llmfleet.adapters.state.passes import PassRecord, ServerRecord
-from llmfleet.adapters.state.records import BoxReport, Endpoint, FetchRecord
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import start_up
-from llmfleet.settings import load_config
-from llmfleet_contract.report import ReportOutcome
+from fleetllm.adapters.state.passes import PassRecord, ServerRecord
+from fleetllm.adapters.state.records import BoxReport, Endpoint, FetchRecord
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import start_up
+from fleetllm.settings import load_config
+from fleetllm_contract.report import ReportOutcome
 
 TOKEN = "bench-viewer-token-0123456789"
 ENV = {"SALT": "bench-salt-0123456789abcdef", "VIEWER": TOKEN, "FLEET_KEY": "bench-fleet-key-0123"}
@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--boxes", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="llmfleet-pages-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fleetllm-pages-bench-") as tmp:
         root = Path(tmp)
         repo = write_fleet(root / "fleet", args.boxes)
         git(repo, "init", "-q", "-b", "main")

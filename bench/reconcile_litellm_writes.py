@@ -2,7 +2,7 @@
 way `apply` does them (re-check by id, then POST /model/new), then the deletes.
 
     source .ci-cache/litellm/env.sh ... (a running proxy), then
-    LLMFLEET_TEST_LITELLM_URL=http://127.0.0.1:PORT LLMFLEET_TEST_LITELLM_MASTER_KEY=sk-... \\
+    FLEETLLM_TEST_LITELLM_URL=http://127.0.0.1:PORT FLEETLLM_TEST_LITELLM_MASTER_KEY=sk-... \\
         .venv/bin/python bench/reconcile_litellm_writes.py --count 3000 --concurrency 8
 """
 
@@ -20,13 +20,13 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmfleet.adapters.litellm import LitellmClient
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.model import LitellmRoute, Provider
-from llmfleet.core.judge.intended import Endpoint, IntendedServer, desired_deployment
-from llmfleet.core.judge.plan import Action, ActionKind, Plan
-from llmfleet.core.secret import Secret
-from llmfleet.job.apply import apply_plan
+from fleetllm.adapters.litellm import LitellmClient
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.model import LitellmRoute, Provider
+from fleetllm.core.judge.intended import Endpoint, IntendedServer, desired_deployment
+from fleetllm.core.judge.plan import Action, ActionKind, Plan
+from fleetllm.core.secret import Secret
+from fleetllm.job.apply import apply_plan
 
 SALT = Salt("bench-salt-0123456789abcdef")
 
@@ -71,9 +71,9 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
-    url, key = os.environ.get("LLMFLEET_TEST_LITELLM_URL"), os.environ.get("LLMFLEET_TEST_LITELLM_MASTER_KEY")
+    url, key = os.environ.get("FLEETLLM_TEST_LITELLM_URL"), os.environ.get("FLEETLLM_TEST_LITELLM_MASTER_KEY")
     if not url or not key:
-        sys.exit("set LLMFLEET_TEST_LITELLM_URL and LLMFLEET_TEST_LITELLM_MASTER_KEY to a running proxy")
+        sys.exit("set FLEETLLM_TEST_LITELLM_URL and FLEETLLM_TEST_LITELLM_MASTER_KEY to a running proxy")
     print(json.dumps({"load_before": os.getloadavg(), **asyncio.run(run(url, key, args.count, args.concurrency))}))
 
 

@@ -26,13 +26,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmfleet.adapters.http import RetryPolicy
-from llmfleet.adapters.litellm import LitellmClient
-from llmfleet.adapters.providers import ProviderAccess, VastClient
-from llmfleet.adapters.state import open_reconcile_state
-from llmfleet.adapters.state.sqlstore import SqlStateStore
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.model import (
+from fleetllm.adapters.http import RetryPolicy
+from fleetllm.adapters.litellm import LitellmClient
+from fleetllm.adapters.providers import ProviderAccess, VastClient
+from fleetllm.adapters.state import open_reconcile_state
+from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,
@@ -43,10 +43,10 @@ from llmfleet.core.fleet.model import (
     VllmRecipe,
     frozen_map,
 )
-from llmfleet.core.fleet.render import Bearers
-from llmfleet.core.secret import Secret
-from llmfleet.job.engine import Reconciler
-from llmfleet.job.observer import Observer
+from fleetllm.core.fleet.render import Bearers
+from fleetllm.core.secret import Secret
+from fleetllm.job.engine import Reconciler
+from fleetllm.job.observer import Observer
 
 SALT = "bench-salt-0123456789abcdef"
 PORTS = (8001, 8002, 8003)

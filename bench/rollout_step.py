@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmfleet.core.rollout.model import RolloutState
+from fleetllm.core.rollout.model import RolloutState
 from tests.rollout.sim import Sim
 
 

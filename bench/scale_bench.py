@@ -10,7 +10,7 @@ figures and a plot (matplotlib, the `bench` extra).
 - render: `render_all` (every box's JSON, 3 bearers derived per box), best of `--repeat`, per box;
 - reconcile: bench/reconcile_pass.py's two passes (the first creates every healthy server's deployment,
   the second is the steady state), Vast and LiteLLM fakes over HTTP, 5% of servers hanging, the
-  reconciler's state in a fresh PostgreSQL schema (LLMFLEET_TEST_PG_URL or a throwaway cluster).
+  reconciler's state in a fresh PostgreSQL schema (FLEETLLM_TEST_PG_URL or a throwaway cluster).
 
 Each figure carries the 1-minute load average read just before it was measured (the 2 cores are
 shared with other sessions).
@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench import reconcile_pass
 from bench.fleetgen import write_fleet
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.render import Bearers, render_all
-from llmfleet.core.fleet.validate import validate_snapshot
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.render import Bearers, render_all
+from fleetllm.core.fleet.validate import validate_snapshot
 from tests.state.postgres import database_url, schema_url
 
 
@@ -56,7 +56,7 @@ def load1() -> float:
 
 def measure(boxes: int, repeat: int, pg_database: str, probe_concurrency: int) -> dict[str, Any]:
     row: dict[str, Any] = {"boxes": boxes, "servers": 3 * boxes}
-    with tempfile.TemporaryDirectory(prefix="llmfleet-scale-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fleetllm-scale-") as tmp:
         root = write_fleet(Path(tmp) / "fleet", boxes)
         validation = validate_snapshot(read_directory(root))
         assert validation.fleet is not None, validation.diagnostics[:3]
@@ -102,7 +102,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
         axes.set_xticks(boxes, [f"{b:,}" for b in boxes])
     total.legend(fontsize=8)
     loads = sorted({r[k] for r in rows for k in ("validate_load", "render_load", "reconcile_load")})
-    fig.suptitle(f"llmfleet on 2 shared cores (1-min load average {loads[0]}–{loads[-1]} while measuring)",
+    fig.suptitle(f"fleetllm on 2 shared cores (1-min load average {loads[0]}–{loads[-1]} while measuring)",
                  fontsize=10)
     fig.savefig(out, dpi=110)
 
@@ -118,7 +118,7 @@ def main() -> None:
     rows = []
     with database_url() as pg_database:
         if pg_database is None:
-            raise SystemExit("no PostgreSQL: apt-get install postgresql, or set LLMFLEET_TEST_PG_URL")
+            raise SystemExit("no PostgreSQL: apt-get install postgresql, or set FLEETLLM_TEST_PG_URL")
         for boxes in (int(b) for b in args.boxes.split(",")):
             rows.append(measure(boxes, args.repeat, pg_database, args.probe_concurrency))
             print(json.dumps(rows[-1]), flush=True)

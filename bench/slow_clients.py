@@ -3,7 +3,7 @@
     .venv/bin/python bench/slow_clients.py [--slow 1000] [--addresses 40] [--concurrency 64] [--seconds 20]
                                            [--rate 0] [--boxes 100] [--server-pythonpath DIR] [--single-peer]
 
-Builds bench/fleetgen's repository of `--boxes` boxes in a temp git repo and starts `llmfleet serve`
+Builds bench/fleetgen's repository of `--boxes` boxes in a temp git repo and starts `fleetllm serve`
 on a free loopback port. Then, in a second process, holds `--slow` connections open from `--addresses`
 loopback source addresses (127.3.0.x; `--single-peer`: all from one): half send nothing, half send a
 request line and then one header line every 2 s (a slowloris). Whenever the server closes one, it is
@@ -205,7 +205,7 @@ def main() -> None:
         document = {"repo": {"path": str(repo), "branch": "main", "refresh_interval_s": 3600},
                     "secrets": {"fleet_key": "${env:FK}", "vllm_api_salt": "${env:SALT}"},
                     "state": {"url": f"sqlite:///{directory / 'state.sqlite3'}"}, "server": {"threads": args.threads}}
-        env = {"FK": FLEET_KEY, "SALT": SALT, **{k: v for k, v in os.environ.items() if k.startswith("LLMFLEET_")}}
+        env = {"FK": FLEET_KEY, "SALT": SALT, **{k: v for k, v in os.environ.items() if k.startswith("FLEETLLM_")}}
         if args.server_pythonpath:
             env["PYTHONPATH"] = args.server_pythonpath
         plane = ControlPlane(directory / "plane", document, env)

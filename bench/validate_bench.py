@@ -18,10 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import write_fleet
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.render import Bearers, render_all
-from llmfleet.core.fleet.validate import validate_snapshot
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.render import Bearers, render_all
+from fleetllm.core.fleet.validate import validate_snapshot
 
 
 def timed(fn, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]

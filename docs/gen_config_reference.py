@@ -26,7 +26,7 @@ TARGET = ROOT / "docs" / "configuration.md"
 
 # (schema, the file it describes, what to call the keys of its maps)
 FILES = [
-    ("control-plane", "the control plane's config file (`llmfleet serve --config FILE`)", {}),
+    ("control-plane", "the control plane's config file (`fleetllm serve --config FILE`)", {}),
     ("fleet", "`fleet.yaml` in the fleet repository", {}),
     ("models", "`models.yaml` in the fleet repository", {"models": "<model>"}),
     ("placement", "`placement.yaml` in the fleet repository", {"hosts": "<box>"}),
@@ -42,7 +42,7 @@ Every file is strict YAML (docs/fleet-repo.md#strict-yaml) checked against its J
 `schemas/`; unknown keys are errors. Editors that speak the YAML language server complete and check
 the files from the `# yaml-language-server: $schema=...` line at their top.
 
-- [The control plane's config](#the-control-planes-config-file-llmfleet-serve---config-file): where the
+- [The control plane's config](#the-control-planes-config-file-fleetllm-serve---config-file): where the
   fleet repository is, secrets (as references), listening, state, LiteLLM, providers.
   A worked example: [`examples/control-plane.yaml`](../examples/control-plane.yaml).
 - The fleet repository ([docs/fleet-repo.md](fleet-repo.md) explains it with examples):
@@ -61,7 +61,7 @@ NOTES = {
     "control-plane": {
         "repo.refresh_interval_s": "Seconds between fetches of the tracked branch (with jitter); a push webhook "
                                    "refreshes at once.",
-        "repo.approve": "Where `llmfleet approve` and POST /admin/approve commit a new box.",
+        "repo.approve": "Where `fleetllm approve` and POST /admin/approve commit a new box.",
         "secrets": "The control plane's secrets, each a reference.",
         "tls": "Serve HTTPS with this certificate (boxes send the fleet key with every request).",
         "state": "Where the control plane keeps its state (fetch log, box reports, reconciler history).",

@@ -21,15 +21,15 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
-from llmfleet.adapters.notify import NotifyMetrics
-from llmfleet.adapters.state.records import Endpoint
-from llmfleet.core.judge.plan import ActionKind
-from llmfleet.core.judge.verdict import Verdict
-from llmfleet.core.notify import EventKind
-from llmfleet.job.metrics import PassMetrics
-from llmfleet.server.guard import Refusal
-from llmfleet.server.metrics import Metrics
-from llmfleet_contract.report import ReportOutcome
+from fleetllm.adapters.notify import NotifyMetrics
+from fleetllm.adapters.state.records import Endpoint
+from fleetllm.core.judge.plan import ActionKind
+from fleetllm.core.judge.verdict import Verdict
+from fleetllm.core.notify import EventKind
+from fleetllm.job.metrics import PassMetrics
+from fleetllm.server.guard import Refusal
+from fleetllm.server.metrics import Metrics
+from fleetllm_contract.report import ReportOutcome
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # docgen.py beside this file, however it is loaded
 from docgen import write_or_check
@@ -60,23 +60,23 @@ class Source:
 
 
 SOURCES = (
-    Source("control-plane", "Control plane", "`llmfleet serve`, at `GET /metrics` (no token; expose it to your "
-           "Prometheus only). Each replica exports its own; the `llmfleet_box_last_*` and `llmfleet_unknown_*` "
+    Source("control-plane", "Control plane", "`fleetllm serve`, at `GET /metrics` (no token; expose it to your "
+           "Prometheus only). Each replica exports its own; the `fleetllm_box_last_*` and `fleetllm_unknown_*` "
            "series are read from the shared state store (at most once every 30 s; scrapes between reuse the "
            "read), so every replica shows the same."),
-    Source("reconciler", "Reconciler", "`llmfleet reconcile --metrics-listen HOST:PORT` (`/metrics`, the "
-           "long-running loop). A batch `llmfleet reconcile --once` (the CronJob, the systemd timer) hands each "
+    Source("reconciler", "Reconciler", "`fleetllm reconcile --metrics-listen HOST:PORT` (`/metrics`, the "
+           "long-running loop). A batch `fleetllm reconcile --once` (the CronJob, the systemd timer) hands each "
            "pass's metrics over when the pass ends: a PUT to a Pushgateway (`reconcile.pushgateway` in the "
-           "config: the group `job=\"llmfleet_reconcile\"`, `instance=` its instance, replaced by the next pass; "
+           "config: the group `job=\"fleetllm_reconcile\"`, `instance=` its instance, replaced by the next pass; "
            "scrape the Pushgateway with `honor_labels: true`), and/or a file for node_exporter's textfile "
            "collector (`reconcile.metrics_file`, or `--metrics-file FILE`, which `apply` takes too), written "
            "atomically. A pass that ran hands over, with or without errors, suspended or in a dry run; a pass "
            "skipped because another held the pass lock, or one that could not run, hands over nothing (the "
-           "last one stays exported, and `LlmfleetReconcilePassOverdue` fires when passes stop). A failed "
+           "last one stays exported, and `FleetllmReconcilePassOverdue` fires when passes stop). A failed "
            "push or write is logged (`metrics_push_failed`, `metrics_file_failed`) and never changes the exit "
            "status. Values are of the last pass this process ran: a `--once` run's counters count that one "
            "pass, so rely on the gauges (timestamps, last-pass values) rather than on rate() of a counter; "
-           "`llmfleet_reconcile_last_success_timestamp_seconds` of a failed `--once` pass is the fleet's last "
+           "`fleetllm_reconcile_last_success_timestamp_seconds` of a failed `--once` pass is the fleet's last "
            "success read from the state store's pass records (the newest of the last 50)."),
     Source("notifications", "Notifications", "both: the control plane and the reconciler each register the "
            "outgoing notifier's metrics in their own registry (docs/notifications.md); a process without "
@@ -91,30 +91,30 @@ def values(enum: type[StrEnum]) -> str:
 # What each label holds, per family (the enums are the code's own, so their values stay current). A label
 # without an entry here stops the generator: every label is explained.
 LABELS: dict[tuple[str, str], str] = {
-    ("llmfleet_box_requests", "endpoint"): f"the box endpoint: {values(Endpoint)}",
-    ("llmfleet_box_requests", "status"): "the HTTP status answered: `200`, `304`, `400`, `403` (no or a wrong "
+    ("fleetllm_box_requests", "endpoint"): f"the box endpoint: {values(Endpoint)}",
+    ("fleetllm_box_requests", "status"): "the HTTP status answered: `200`, `304`, `400`, `403` (no or a wrong "
                                          "fleet key), `404` (a box the placement does not have), `413`, `503`",
-    ("llmfleet_served_revision_info", "revision"): "the commit served",
-    ("llmfleet_box_reports", "outcome"): f"what the installer run ended with: {values(ReportOutcome)}",
-    ("llmfleet_weak_secret", "secret"): "`vllm_api_salt`",
-    ("llmfleet_http_connections_refused", "reason"): f"the cap: {values(Refusal)}",
-    ("llmfleet_login_refused", "reason"): "`wrong_token`, `rate_limited`",
-    ("llmfleet_box_last_config_timestamp_seconds", "box"): "a box of the served revision (its placement name)",
-    ("llmfleet_box_last_report_timestamp_seconds", "box"): "a box of the served revision (its placement name)",
-    ("llmfleet_box_stale_servers", "box"): "the box's placement name",
-    ("llmfleet_reconcile_passes", "outcome"): "`ok`, `error` (observation errors or a failed write), `crashed` "
+    ("fleetllm_served_revision_info", "revision"): "the commit served",
+    ("fleetllm_box_reports", "outcome"): f"what the installer run ended with: {values(ReportOutcome)}",
+    ("fleetllm_weak_secret", "secret"): "`vllm_api_salt`",
+    ("fleetllm_http_connections_refused", "reason"): f"the cap: {values(Refusal)}",
+    ("fleetllm_login_refused", "reason"): "`wrong_token`, `rate_limited`",
+    ("fleetllm_box_last_config_timestamp_seconds", "box"): "a box of the served revision (its placement name)",
+    ("fleetllm_box_last_report_timestamp_seconds", "box"): "a box of the served revision (its placement name)",
+    ("fleetllm_box_stale_servers", "box"): "the box's placement name",
+    ("fleetllm_reconcile_passes", "outcome"): "`ok`, `error` (observation errors or a failed write), `crashed` "
                                               "(the pass raised; the loop went on)",
-    ("llmfleet_reconcile_actions", "kind"): values(ActionKind),
-    ("llmfleet_reconcile_actions", "result"): "`ok`, `failed`, `planned` (a dry run), "
+    ("fleetllm_reconcile_actions", "kind"): values(ActionKind),
+    ("fleetllm_reconcile_actions", "result"): "`ok`, `failed`, `planned` (a dry run), "
                                              "`suspended` (a pass while the fleet is suspended: not written)",
-    ("llmfleet_servers", "verdict"): f"{values(Verdict)} ([concepts.md](concepts.md#verdicts))",
-    ("llmfleet_model_intended_servers", "model"): "the model's name in models.yaml",
-    ("llmfleet_model_serving_servers", "model"): "the model's name in models.yaml",
-    **{(f"llmfleet_notifications_{name}", "target"): "the target's `name` in `notifications.targets`"
+    ("fleetllm_servers", "verdict"): f"{values(Verdict)} ([concepts.md](concepts.md#verdicts))",
+    ("fleetllm_model_intended_servers", "model"): "the model's name in models.yaml",
+    ("fleetllm_model_serving_servers", "model"): "the model's name in models.yaml",
+    **{(f"fleetllm_notifications_{name}", "target"): "the target's `name` in `notifications.targets`"
        for name in ("sent", "failed", "retries")},
-    **{(f"llmfleet_notifications_{name}", "kind"): values(EventKind) for name in ("sent", "failed", "deduplicated")},
+    **{(f"fleetllm_notifications_{name}", "kind"): values(EventKind) for name in ("sent", "failed", "deduplicated")},
     # Agreed with the rollout engine (ROLLOUT-DESIGN.md), which defines it.
-    ("llmfleet_rollout_boxes", "state"): "`released`, `applied`, `waiting`, `halted`",
+    ("fleetllm_rollout_boxes", "state"): "`released`, `applied`, `waiting`, `halted`",
 }
 
 
@@ -157,13 +157,13 @@ HEADER = """\
 # Metrics reference
 
 <!-- Generated by docs/gen_metrics_reference.py from the metrics registries in the code: do not edit by
-     hand. Change a metric's help text in reconciler/llmfleet/server/metrics.py or job/metrics.py, then run
+     hand. Change a metric's help text in reconciler/fleetllm/server/metrics.py or job/metrics.py, then run
      `make docs`. A test fails while this file is stale. -->
 
 Every metric the control plane and the reconciler export, with its labels. The alert rules in
-[`deploy/prometheus/llmfleet.rules.yml`](../deploy/prometheus/llmfleet.rules.yml) (what each alert means and
+[`deploy/prometheus/fleetllm.rules.yml`](../deploy/prometheus/fleetllm.rules.yml) (what each alert means and
 what to do: [runbooks.md](runbooks.md#alerts)) and the Grafana dashboard in
-[`deploy/grafana/llmfleet.json`](../deploy/grafana/llmfleet.json) use only these; a test checks it.
+[`deploy/grafana/fleetllm.json`](../deploy/grafana/fleetllm.json) use only these; a test checks it.
 
 Counters are listed by the name queries use (`…_total`). Times are Unix seconds; a timestamp of 0 means
 "never" (or not within what the state store keeps). Prometheus adds `job` and `instance` to each series.

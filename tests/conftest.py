@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-# The integration gate (LLMFLEET_REQUIRE_INTEGRATION=1: an integration skip is a failure), and pytester to
+# The integration gate (FLEETLLM_REQUIRE_INTEGRATION=1: an integration skip is a failure), and pytester to
 # test that gate itself (tests/support/test_integration_gate.py).
 pytest_plugins = ["tests.support.integration", "pytester"]
 

@@ -1,4 +1,4 @@
-"""One error tree per package: every exception a module of llmfleet defines descends from LlmfleetError,
+"""One error tree per package: every exception a module of fleetllm defines descends from FleetllmError,
 every one of the installer from InstallerError, every one of the gateway from GatewayError; retries
 follow `retryable`; the CLI maps the tree to exit codes once, with a message and no traceback."""
 
@@ -11,23 +11,23 @@ from types import ModuleType
 
 import pytest
 
-import llmfleet
-import llmfleet_gateway
-import llmfleet_installer
-from llmfleet.adapters.http import HttpError
-from llmfleet.cli.main import main
-from llmfleet.errors import (
+import fleetllm
+import fleetllm_gateway
+import fleetllm_installer
+from fleetllm.adapters.http import HttpError
+from fleetllm.cli.main import main
+from fleetllm.errors import (
     EXIT_INVALID,
     EXIT_USAGE,
     ConfigurationError,
-    LlmfleetError,
+    FleetllmError,
     OperationError,
     SourceError,
     StateError,
     UpstreamError,
 )
-from llmfleet_gateway.errors import GatewayError
-from llmfleet_installer.errors import InstallerError
+from fleetllm_gateway.errors import GatewayError
+from fleetllm_installer.errors import InstallerError
 
 
 def modules(package: ModuleType) -> list[ModuleType]:
@@ -45,8 +45,8 @@ def exceptions_defined_in(package: ModuleType) -> list[type[BaseException]]:
             and not obj.__name__.startswith("_")]
 
 
-@pytest.mark.parametrize(("package", "root"), [(llmfleet, LlmfleetError), (llmfleet_installer, InstallerError),
-                                               (llmfleet_gateway, GatewayError)])
+@pytest.mark.parametrize(("package", "root"), [(fleetllm, FleetllmError), (fleetllm_installer, InstallerError),
+                                               (fleetllm_gateway, GatewayError)])
 def test_every_public_exception_has_its_package_root(package: ModuleType, root: type[Exception]) -> None:
     defined = exceptions_defined_in(package)
     assert len(defined) >= 7, [d.__name__ for d in defined]  # the walk found the package's errors
@@ -56,7 +56,7 @@ def test_every_public_exception_has_its_package_root(package: ModuleType, root: 
 
 def test_the_branches_and_what_can_be_retried() -> None:
     for branch in (ConfigurationError, SourceError, StateError, UpstreamError, OperationError):
-        assert issubclass(branch, LlmfleetError)
+        assert issubclass(branch, FleetllmError)
     assert not ConfigurationError("x").retryable and not OperationError("x").retryable
     assert SourceError("x").retryable and StateError("x").retryable and UpstreamError("x").retryable
     # The HTTP adapter retries exactly what its error calls retryable.
@@ -70,7 +70,7 @@ def test_the_cli_maps_the_tree_once(tmp_path: object, capsys: pytest.CaptureFixt
     code = main(["render", "203.0.113.10", "--repo", "/nonexistent/fleet", "--salt-file", "/nonexistent/salt"])
     err = capsys.readouterr().err
     assert code == EXIT_USAGE
-    assert err.startswith("llmfleet render: ") and "Traceback" not in err
+    assert err.startswith("fleetllm render: ") and "Traceback" not in err
     # An abbreviated option is refused, not guessed.
     with pytest.raises(SystemExit) as exited:
         main(["validate", "--form", "json", "."])

@@ -45,39 +45,39 @@ class Module:
 # The unit tests only: the Hypothesis property suites (tests/*/test_properties.py) run hundreds of examples
 # per mutant and would make a module take most of an hour on the shared 2-core machine.
 MODULES: tuple[Module, ...] = (
-    Module("validation", ("reconciler/llmfleet/core/fleet/validate.py", "reconciler/llmfleet/core/fleet/rules.py",
-                          "reconciler/llmfleet/core/fleet/build.py", "reconciler/llmfleet/core/fleet/flags.py"),
+    Module("validation", ("reconciler/fleetllm/core/fleet/validate.py", "reconciler/fleetllm/core/fleet/rules.py",
+                          "reconciler/fleetllm/core/fleet/build.py", "reconciler/fleetllm/core/fleet/flags.py"),
            ("tests/fleet/test_rules.py", "tests/fleet/test_flags.py", "tests/fleet/test_render.py",
             "tests/fleet/test_schema.py", "tests/boxgateway/test_rules.py", "tests/fleet/test_build_settings.py",
             "tests/fleet/test_validate_files.py"), in_ci=False),
-    Module("render", ("reconciler/llmfleet/core/fleet/render.py",),
+    Module("render", ("reconciler/fleetllm/core/fleet/render.py",),
            ("tests/fleet/test_render.py", "tests/fleet/test_render_exact.py", "tests/boxgateway/test_render.py")),
-    Module("bearer", ("reconciler/llmfleet/core/fleet/bearer.py",),
+    Module("bearer", ("reconciler/fleetllm/core/fleet/bearer.py",),
            ("tests/fleet/test_bearer.py", "tests/fleet/test_bearer_exact.py")),
-    Module("verdict", ("reconciler/llmfleet/core/judge/verdict.py",),
+    Module("verdict", ("reconciler/fleetllm/core/judge/verdict.py",),
            ("tests/reconcile/test_verdict.py", "tests/reconcile/test_verdict_exact.py",
             "tests/reconcile/test_plan.py")),
-    Module("plan", ("reconciler/llmfleet/core/judge/plan.py",), ("tests/reconcile/test_plan.py",
+    Module("plan", ("reconciler/fleetllm/core/judge/plan.py",), ("tests/reconcile/test_plan.py",
                                                                 "tests/reconcile/test_plan_exact.py")),
-    Module("rollout", ("reconciler/llmfleet/core/rollout/step.py", "reconciler/llmfleet/core/rollout/change.py",
-                       "reconciler/llmfleet/core/rollout/control.py"),
+    Module("rollout", ("reconciler/fleetllm/core/rollout/step.py", "reconciler/fleetllm/core/rollout/change.py",
+                       "reconciler/fleetllm/core/rollout/control.py"),
            ("tests/rollout/test_step_sim.py", "tests/rollout/test_control.py"), in_ci=False),
-    Module("diff", ("reconciler/llmfleet/core/diff/compute.py", "reconciler/llmfleet/core/diff/fields.py",
-                    "reconciler/llmfleet/core/diff/routes.py", "reconciler/llmfleet/core/diff/servers.py",
-                    "reconciler/llmfleet/core/diff/summary.py"),
+    Module("diff", ("reconciler/fleetllm/core/diff/compute.py", "reconciler/fleetllm/core/diff/fields.py",
+                    "reconciler/fleetllm/core/diff/routes.py", "reconciler/fleetllm/core/diff/servers.py",
+                    "reconciler/fleetllm/core/diff/summary.py"),
            ("tests/diff/test_report.py", "tests/diff/test_golden.py", "tests/diff/test_markdown.py"), in_ci=False),
 )
 COPIED = ("tests", "schemas", "fleet-repo-example", "bench", "pyproject.toml")
 # The import packages go under src/ in the scratch copy: mutmut 3 names a mutant by its file's path
-# relative to ./, src/ or source/, which must be the module's import name (llmfleet.core..., not
-# reconciler.llmfleet.core...), or no test is ever matched to a mutant.
-PACKAGES = {"reconciler/llmfleet": "src/llmfleet", "installer/llmfleet_contract": "src/llmfleet_contract",
-            "installer/llmfleet_installer": "src/llmfleet_installer",
-            "gateway/llmfleet_gateway": "src/llmfleet_gateway"}
+# relative to ./, src/ or source/, which must be the module's import name (fleetllm.core..., not
+# reconciler.fleetllm.core...), or no test is ever matched to a mutant.
+PACKAGES = {"reconciler/fleetllm": "src/fleetllm", "installer/fleetllm_contract": "src/fleetllm_contract",
+            "installer/fleetllm_installer": "src/fleetllm_installer",
+            "gateway/fleetllm_gateway": "src/fleetllm_gateway"}
 
 
 def in_scratch(path: str) -> str:
-    """A project path as the scratch copy has it (reconciler/llmfleet/x.py -> src/llmfleet/x.py)."""
+    """A project path as the scratch copy has it (reconciler/fleetllm/x.py -> src/fleetllm/x.py)."""
     for old, new in PACKAGES.items():
         if path.startswith(old + "/"):
             return new + path[len(old):]
@@ -151,12 +151,12 @@ def run_module(module: Module, max_children: int, keep: bool) -> Score:
     mutmut = Path(sys.executable).parent / "mutmut"
     if not mutmut.exists():
         raise SystemExit(f"no mutmut beside {sys.executable}: pip install -e '.[mutation]' (make mutation does)")
-    where = Path(tempfile.mkdtemp(prefix=f"llmfleet-mutation-{module.name}-"))
+    where = Path(tempfile.mkdtemp(prefix=f"fleetllm-mutation-{module.name}-"))
     started = time.monotonic()
     try:
         scratch_copy(module, where)
         env = {**os.environ, "PYTHONHASHSEED": "0", "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "")}
-        env.pop("LLMFLEET_REQUIRE_INTEGRATION", None)  # unit tests only: nothing here may need a service
+        env.pop("FLEETLLM_REQUIRE_INTEGRATION", None)  # unit tests only: nothing here may need a service
         run = subprocess.run([str(mutmut), "run", "--max-children", str(max_children)], cwd=where, env=env,
                              capture_output=True, text=True)
         if run.returncode != 0:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.model import Fleet
-from llmfleet.core.fleet.render import Bearers
-from llmfleet.core.fleet.validate import validate_snapshot
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.model import Fleet
+from fleetllm.core.fleet.render import Bearers
+from fleetllm.core.fleet.validate import validate_snapshot
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
 from tests.fleet.helpers import validate
 

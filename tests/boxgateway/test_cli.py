@@ -1,4 +1,4 @@
-"""`llmfleet render` and `llmfleet show` on a fleet with a gateway box."""
+"""`fleetllm render` and `fleetllm show` on a fleet with a gateway box."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.cli.main import main
+from fleetllm.cli.main import main
 from tests.boxgateway.fleets import EXAMPLE_GATEWAY_BOX, example_with_gateway
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 
@@ -15,8 +15,8 @@ from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 def test_render_prints_the_gateway(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     repo = example_with_gateway(tmp_path / "fleet")
-    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", TEST_SALT)
-    monkeypatch.setenv("LLMFLEET_LEGACY_API_KEY", TEST_LEGACY_KEY)
+    monkeypatch.setenv("FLEETLLM_VLLM_API_SALT", TEST_SALT)
+    monkeypatch.setenv("FLEETLLM_LEGACY_API_KEY", TEST_LEGACY_KEY)
     assert main(["render", EXAMPLE_GATEWAY_BOX, "--repo", str(repo)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["gateway"]["port"] == 8003

@@ -1,10 +1,10 @@
-"""`llmfleet diff` on gateway changes: a gateway added, moved or removed is a boot change of its box."""
+"""`fleetllm diff` on gateway changes: a gateway added, moved or removed is a boot change of its box."""
 
 from __future__ import annotations
 
-from llmfleet.core.diff.compute import diff_fleets
-from llmfleet.core.diff.report import BoxStatus, Lifetime
-from llmfleet.core.diff.sections import box_verdict
+from fleetllm.core.diff.compute import diff_fleets
+from fleetllm.core.diff.report import BoxStatus, Lifetime
+from fleetllm.core.diff.sections import box_verdict
 from tests.boxgateway.fleets import GATEWAY_PLACEMENT, gateway_fleet
 
 MOVED = GATEWAY_PLACEMENT.replace("gateway: 8001", "gateway: 8003")

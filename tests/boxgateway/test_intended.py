@@ -3,7 +3,7 @@ gateway's bearer, and the number of models the gateway must route (compared with
 
 from __future__ import annotations
 
-from llmfleet.core.judge.intended import intended_state
+from fleetllm.core.judge.intended import intended_state
 from tests.boxgateway.fleets import BEARERS, BOX, gateway_fleet
 
 

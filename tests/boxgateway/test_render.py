@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from llmfleet.cli.main import main as llmfleet
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.boxgateway import VLLM_DEFAULT_MAX_NUM_SEQS
-from llmfleet.core.fleet.render import Bearers, render_all, render_box
-from llmfleet_gateway.config import DEFAULT_MAX_CONCURRENT, load_config, parse_config
+from fleetllm.cli.main import main as fleetllm
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.boxgateway import VLLM_DEFAULT_MAX_NUM_SEQS
+from fleetllm.core.fleet.render import Bearers, render_all, render_box
+from fleetllm_gateway.config import DEFAULT_MAX_CONCURRENT, load_config, parse_config
 from tests.boxgateway.fleets import (
     BEARERS,
     BOX,
@@ -139,7 +139,7 @@ def write_configs(tmp_path: Path) -> list[Path]:
 
 def test_the_gateway_accepts_every_rendered_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for path in write_configs(tmp_path):
-        assert llmfleet(["gateway", "--check", "--config", str(path)]) == 0
+        assert fleetllm(["gateway", "--check", "--config", str(path)]) == 0
         assert "valid (2 models, 2 listed)" in capsys.readouterr().out
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmfleet.core.fleet.diagnostics import Severity
+from fleetllm.core.fleet.diagnostics import Severity
 from tests.boxgateway.fleets import GATEWAY_PLACEMENT, gateway_fleet
 from tests.fleet.helpers import FLEET, MODELS, only, validate
 

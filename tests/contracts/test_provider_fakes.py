@@ -18,8 +18,8 @@ import jsonschema
 import pytest
 import yaml
 
-from llmfleet.adapters.http import RetryPolicy
-from llmfleet.adapters.providers import (
+from fleetllm.adapters.http import RetryPolicy
+from fleetllm.adapters.providers import (
     RUNPOD_URL,
     RUNPOD_V1_URL,
     ProviderAccess,
@@ -30,8 +30,8 @@ from llmfleet.adapters.providers import (
     runpod_v1_url,
     vast_boxes,
 )
-from llmfleet.core.judge.intended import Endpoint
-from llmfleet.core.secret import Secret
+from fleetllm.core.judge.intended import Endpoint
+from fleetllm.core.secret import Secret
 from tests.reconcile.fakes import FakeRunPod, FakeVast, runpod_pod, serve, vast_instance
 
 HERE = Path(__file__).resolve().parent

@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.admin_client import AdminApiError, AdminClient, admin_token, control_plane_url
-from llmfleet.cli.main import main
-from llmfleet.core.secret import Secret
-from llmfleet.errors import ConfigurationError
+from fleetllm.adapters.admin_client import AdminApiError, AdminClient, admin_token, control_plane_url
+from fleetllm.cli.main import main
+from fleetllm.core.secret import Secret
+from fleetllm.errors import ConfigurationError
 
 TOKEN = "admin-token-never-printed-0123456789"
 
 
 def test_the_url_comes_from_the_flag_or_the_environment() -> None:
     assert control_plane_url("https://cp.example:8443/", {}) == "https://cp.example:8443"
-    assert control_plane_url(None, {"LLMFLEET_URL": "http://127.0.0.1:8080"}) == "http://127.0.0.1:8080"
-    with pytest.raises(ConfigurationError, match="give --url https://HOST:PORT or set LLMFLEET_URL"):
+    assert control_plane_url(None, {"FLEETLLM_URL": "http://127.0.0.1:8080"}) == "http://127.0.0.1:8080"
+    with pytest.raises(ConfigurationError, match="give --url https://HOST:PORT or set FLEETLLM_URL"):
         control_plane_url(None, {})
     with pytest.raises(ConfigurationError, match="plain http would send the admin token in clear"):
         control_plane_url("http://cp.example:8080", {})
@@ -30,8 +30,8 @@ def test_the_token_comes_from_a_file_or_the_environment_never_the_command_line(t
     file = tmp_path / "token"
     file.write_text(TOKEN + "\n")
     assert admin_token(str(file), {}).reveal() == TOKEN
-    assert admin_token(None, {"LLMFLEET_ADMIN_TOKEN": TOKEN}).reveal() == TOKEN
-    assert TOKEN not in repr(admin_token(None, {"LLMFLEET_ADMIN_TOKEN": TOKEN}))
+    assert admin_token(None, {"FLEETLLM_ADMIN_TOKEN": TOKEN}).reveal() == TOKEN
+    assert TOKEN not in repr(admin_token(None, {"FLEETLLM_ADMIN_TOKEN": TOKEN}))
     with pytest.raises(ConfigurationError, match="never the token itself"):
         admin_token(None, {})
     (tmp_path / "empty").write_text("\n")
@@ -45,8 +45,8 @@ def test_an_unreachable_control_plane_is_one_sentence(capsys: pytest.CaptureFixt
     with pytest.raises(AdminApiError, match="cannot reach the control plane") as caught:
         client.call("POST", "/admin/sync", {})
     assert TOKEN not in str(caught.value)
-    monkeypatch.setenv("LLMFLEET_ADMIN_TOKEN", TOKEN)
+    monkeypatch.setenv("FLEETLLM_ADMIN_TOKEN", TOKEN)
     assert main(["suspend", "--url", "http://127.0.0.1:9", "--reason", "x"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("llmfleet suspend: POST http://127.0.0.1:9/admin/suspend: cannot reach the control plane")
+    assert err.startswith("fleetllm suspend: POST http://127.0.0.1:9/admin/suspend: cannot reach the control plane")
     assert TOKEN not in err and "Traceback" not in err

@@ -1,5 +1,5 @@
-"""`llmfleet sync | suspend | resume | pin | unpin | control` end to end, with real parts: the control plane
-as a process (`llmfleet serve`) over a real git repository, a real reconcile loop (`llmfleet reconcile`,
+"""`fleetllm sync | suspend | resume | pin | unpin | control` end to end, with real parts: the control plane
+as a process (`fleetllm serve`) over a real git repository, a real reconcile loop (`fleetllm reconcile`,
 a pass every hour, so any pass within seconds is one a sync asked for) sharing its SQLite state store,
 LiteLLM's model API as the project's HTTP test double (tests/reconcile/fakes.FakeLitellmHttp), stub vLLM
 processes on 127.0.0.6, and every command run as the CLI, through the admin API with an admin token
@@ -27,15 +27,15 @@ from typing import Any
 
 import pytest
 
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.passes import PassRecord
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.demo.procs import stop
-from llmfleet.server.auth import token_fingerprint
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.passes import PassRecord
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.demo.procs import stop
+from fleetllm.server.auth import token_fingerprint
 from tests.conftest import git
 from tests.reconcile.fakes import FakeLitellmHttp
 from tests.reconcile.procs import Stub
-from tests.support.plane import LLMFLEET, ControlPlane, request
+from tests.support.plane import FLEETLLM, ControlPlane, request
 from tests.support.ports import free_ports
 from tests.support.write_killer import ThreadedServer
 
@@ -81,7 +81,7 @@ class World:
         return self.tmp / "reconcile.log"
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(LLMFLEET), *args, "--url", self.plane.url], env=self.env, cwd=self.tmp,
+        return subprocess.run([str(FLEETLLM), *args, "--url", self.plane.url], env=self.env, cwd=self.tmp,
                               capture_output=True, text=True, timeout=120, check=False)
 
     def passes(self) -> list[PassRecord]:
@@ -124,7 +124,7 @@ def world(tmp_path: Path) -> Iterator[World]:
     stubs = [Stub(BOX, ports[0], "org/tiny-a", "tiny-a", salt.derive(BOX, ports[0])),
              Stub(BOX, ports[1], "org/tiny-b", "tiny-b", salt.derive(BOX, ports[1]))]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "FK": FLEET_KEY, "SALT": SALT,
-           "ADMIN": ADMIN, "VIEWER": VIEWER, "MASTER": MASTER, "LLMFLEET_ADMIN_TOKEN": ADMIN}
+           "ADMIN": ADMIN, "VIEWER": VIEWER, "MASTER": MASTER, "FLEETLLM_ADMIN_TOKEN": ADMIN}
     with ThreadedServer(litellm.app()) as server:
         document = {"repo": {"path": str(repo), "branch": "main", "refresh_interval_s": 3600},
                     "secrets": {"fleet_key": "${env:FK}", "vllm_api_salt": "${env:SALT}"},
@@ -145,7 +145,7 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 def start_loop(world: World) -> None:
     with world.loop_log.open("ab") as log:
-        world.loop = subprocess.Popen([str(LLMFLEET), "reconcile", "--config", str(world.plane.config),
+        world.loop = subprocess.Popen([str(FLEETLLM), "reconcile", "--config", str(world.plane.config),
                                        "--interval", "3600"], env=world.env, cwd=world.tmp, stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -160,7 +160,7 @@ def wait(what: str, check: Callable[[], bool], timeout_s: float = 15) -> None:
 
 def test_sync_suspend_resume_pin_unpin_end_to_end(world: World) -> None:
     p1, p2 = world.ports
-    id_a, id_b = f"llmfleet:{BOX}:{p1}", f"llmfleet:{BOX}:{p2}"
+    id_a, id_b = f"fleetllm:{BOX}:{p1}", f"fleetllm:{BOX}:{p2}"
     start_loop(world)
     first, _ = world.wait_for_pass(0)  # the loop's first pass, at its start
     rev_a = first.revision
@@ -172,7 +172,7 @@ def test_sync_suspend_resume_pin_unpin_end_to_end(world: World) -> None:
     assert "SUSPENDED" in done.stdout
     status, _, health = world.plane.get("/health")
     assert json.loads(health)["control"]["suspended"] is True
-    assert "llmfleet_suspended 1.0" in world.plane.get("/metrics")[2].decode()
+    assert "fleetllm_suspended 1.0" in world.plane.get("/metrics")[2].decode()
     rev_b = write_fleet(world.repo, world.ports, [("tiny-a", p1), ("tiny-b", p2)])
     before = len(world.passes())
     done = world.cli("sync", "--reason", "pick up tiny-b")
@@ -243,8 +243,8 @@ def test_sync_suspend_resume_pin_unpin_end_to_end(world: World) -> None:
     assert next(e for e in audit if e["action"] == "pin")["revision"] == rev_a
 
     # a viewer token may look, not act
-    viewer_env = {**world.env, "LLMFLEET_ADMIN_TOKEN": VIEWER}
-    done = subprocess.run([str(LLMFLEET), "suspend", "--url", world.plane.url], env=viewer_env, capture_output=True,
+    viewer_env = {**world.env, "FLEETLLM_ADMIN_TOKEN": VIEWER}
+    done = subprocess.run([str(FLEETLLM), "suspend", "--url", world.plane.url], env=viewer_env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode != 0 and "HTTP 403" in done.stderr and "Traceback" not in done.stderr
 
@@ -252,4 +252,4 @@ def test_sync_suspend_resume_pin_unpin_end_to_end(world: World) -> None:
     for text in (world.plane.log.read_text(), world.loop_log.read_text()):
         for secret in SECRETS:
             assert secret not in text
-    print(f"figure: llmfleet sync -> the pass it asked for recorded after {sync_s:.2f} s (loop interval 3600 s)")
+    print(f"figure: fleetllm sync -> the pass it asked for recorded after {sync_s:.2f} s (loop interval 3600 s)")

@@ -1,4 +1,4 @@
-"""Two control-plane replicas (`llmfleet serve` processes) sharing one state store: a pin, a suspension and a
+"""Two control-plane replicas (`fleetllm serve` processes) sharing one state store: a pin, a suspension and a
 sync request made through one are in force on the other within seconds (each replica re-reads the controls
 every CONTROL_POLL_S), without a commit and without a restart."""
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from llmfleet.adapters.state.reconcile import PassRecord
-from llmfleet.core.judge.intended import IntendedServer
-from llmfleet.core.judge.observed import BoxFacts, Deployment, ProbeResult
-from llmfleet.core.judge.plan import make_plan
-from llmfleet.demo.check import arrived, problems, waiting_for
-from llmfleet.demo.move import Move
-from llmfleet.demo.view import rows, table
-from llmfleet.job.engine import PassOutcome
+from fleetllm.adapters.state.reconcile import PassRecord
+from fleetllm.core.judge.intended import IntendedServer
+from fleetllm.core.judge.observed import BoxFacts, Deployment, ProbeResult
+from fleetllm.core.judge.plan import make_plan
+from fleetllm.demo.check import arrived, problems, waiting_for
+from fleetllm.demo.move import Move
+from fleetllm.demo.view import rows, table
+from fleetllm.job.engine import PassOutcome
 from tests.reconcile.builders import (
     NOW,
     assessed,
@@ -26,7 +26,7 @@ from tests.reconcile.builders import (
 A = server("127.0.0.2", 8001, "m")
 B = server("127.0.0.3", 8003, "n")
 OLD_B = server("127.0.0.2", 8003, "n")
-RUNNING = {"127.0.0.2": {"llmfleet-m": "RUNNING"}, "127.0.0.3": {"llmfleet-n": "RUNNING"}}
+RUNNING = {"127.0.0.2": {"fleetllm-m": "RUNNING"}, "127.0.0.3": {"fleetllm-n": "RUNNING"}}
 MOVE = Move("n", "n", "127.0.0.2", 8003, "127.0.0.3", 8003)
 
 
@@ -50,7 +50,7 @@ def test_a_loading_server_and_a_missing_deployment_are_waited_for() -> None:
     done = outcome([A, B], {A.key: ok(A), B.key: failed()}, [])
     waiting = waiting_for(done, applying=True)
     assert any("127.0.0.3:8003 n is Loading" in w for w in waiting)
-    assert any("create llmfleet:127.0.0.2:8001" in w for w in waiting)
+    assert any("create fleetllm:127.0.0.2:8001" in w for w in waiting)
     assert waiting_for(done, applying=True)
     # Plan only: LiteLLM is not part of the goal, the verdicts are.
     assert waiting_for(done, applying=False) == ["127.0.0.3:8003 n is Loading"]
@@ -64,16 +64,16 @@ def test_plan_only_converges_on_verdicts_alone() -> None:
 
 def test_the_old_deployment_and_the_old_program_are_problems() -> None:
     done = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B), deployment_for(OLD_B)])
-    states = {"127.0.0.2": {"llmfleet-m": "RUNNING", "llmfleet-n": "RUNNING"}, "127.0.0.3": {"llmfleet-n": "RUNNING"}}
+    states = {"127.0.0.2": {"fleetllm-m": "RUNNING", "fleetllm-n": "RUNNING"}, "127.0.0.3": {"fleetllm-n": "RUNNING"}}
     found = problems(done, states, MOVE, applying=True)
     assert "127.0.0.2 still runs n (its installer did not remove it)" in found
     assert "LiteLLM still routes n to 127.0.0.2:8003" in found
-    assert any("delete llmfleet:127.0.0.2:8003" in f for f in found)
+    assert any("delete fleetllm:127.0.0.2:8003" in f for f in found)
 
 
 def test_a_move_that_did_not_happen() -> None:
     done = outcome([A, OLD_B], {A.key: ok(A), OLD_B.key: ok(OLD_B)}, [deployment_for(A), deployment_for(OLD_B)])
-    found = problems(done, {"127.0.0.2": {"llmfleet-m": "RUNNING", "llmfleet-n": "RUNNING"}}, MOVE, applying=True)
+    found = problems(done, {"127.0.0.2": {"fleetllm-m": "RUNNING", "fleetllm-n": "RUNNING"}}, MOVE, applying=True)
     assert "the repository does not place n on 127.0.0.3:8003" in found
     assert "the repository still places a server on 127.0.0.2:8003" in found
     assert "LiteLLM does not route n to http://127.0.0.3:8003/v1" in found
@@ -81,13 +81,13 @@ def test_a_move_that_did_not_happen() -> None:
 
 def test_a_program_supervisor_does_not_run_is_a_problem() -> None:
     done = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B)])
-    found = problems(done, {"127.0.0.2": {"llmfleet-m": "FATAL"}, "127.0.0.3": None}, None, applying=True)
+    found = problems(done, {"127.0.0.2": {"fleetllm-m": "FATAL"}, "127.0.0.3": None}, None, applying=True)
     assert found == ["127.0.0.2:8001 m: Supervisor says FATAL", "127.0.0.3:8003 n: Supervisor says no such program"]
 
 
 def test_rows_show_each_server_and_a_removed_servers_deployment() -> None:
     done = outcome([A, B], {A.key: ok(A), B.key: failed()}, [deployment_for(A), deployment_for(OLD_B)])
-    states = {"127.0.0.2": {"llmfleet-m": "RUNNING", "llmfleet-n": "STOPPED"}, "127.0.0.3": None}
+    states = {"127.0.0.2": {"fleetllm-m": "RUNNING", "fleetllm-n": "STOPPED"}, "127.0.0.3": None}
     found = rows(done, states, applying=True)
     assert [(r.box, r.port, r.verdict, r.supervisor, r.litellm) for r in found] == [
         ("127.0.0.2", 8001, "Healthy", "RUNNING", "deployed"),
@@ -112,7 +112,7 @@ def test_the_moved_server_has_arrived_when_healthy_and_deployed() -> None:
     assert arrived(loading, MOVE, applying=False) == ["127.0.0.3:8003 n is Loading"]
     serving = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(OLD_B)])
     assert arrived(serving, MOVE, applying=False) == []
-    assert arrived(serving, MOVE, applying=True) == ["LiteLLM has no deployment llmfleet:127.0.0.3:8003 yet"]
+    assert arrived(serving, MOVE, applying=True) == ["LiteLLM has no deployment fleetllm:127.0.0.3:8003 yet"]
     deployed = outcome([A, B], {A.key: ok(A), B.key: ok(B)}, [deployment_for(A), deployment_for(B)])
     assert arrived(deployed, MOVE, applying=True) == []
 

@@ -1,6 +1,6 @@
-"""Every log line of a full demo run is JSON in the one llmfleet format, with a level: the control
+"""Every log line of a full demo run is JSON in the one fleetllm format, with a level: the control
 plane's (access log included), the provisioning scripts', the installer's, the launcher's and the box
-gateway's (the example fleet with a gateway on its RunPod box). Only the programs llmfleet runs but did
+gateway's (the example fleet with a gateway on its RunPod box). Only the programs fleetllm runs but did
 not write keep their own format: supervisord's log, and vLLM's lines after the launcher became vLLM."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from llmfleet.demo.fleet import addresses
-from llmfleet.demo.procs import pids_mentioning
+from fleetllm.demo.fleet import addresses
+from fleetllm.demo.procs import pids_mentioning
 from tests.conftest import ROOT
-from tests.demo.test_demo_real import LLMFLEET, assert_no_secret, free_block
+from tests.demo.test_demo_real import FLEETLLM, assert_no_secret, free_block
 
 pytestmark = pytest.mark.slow
 LEVELS = {"debug", "info", "warning", "error", "critical"}
@@ -52,8 +52,8 @@ def entry(line: str, where: Path) -> dict[str, Any]:
 
 def test_every_log_line_of_a_demo_run_is_json_with_a_level(tmp_path: Path) -> None:
     workdir, first = tmp_path / "demo", free_block()
-    env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_MASTER_KEY", "LLMFLEET_DEMO_LITELLM")}
-    done = subprocess.run([str(LLMFLEET), "demo", "--workdir", str(workdir), "--first-address", first, "--timeout",
+    env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_MASTER_KEY", "FLEETLLM_DEMO_LITELLM")}
+    done = subprocess.run([str(FLEETLLM), "demo", "--workdir", str(workdir), "--first-address", first, "--timeout",
                            "240", "--once", "--example", str(gateway_example(tmp_path))],
                           env=env, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -64,7 +64,7 @@ def test_every_log_line_of_a_demo_run_is_json_with_a_level(tmp_path: Path) -> No
     for path in sorted(workdir.rglob("*.log")):
         text = path.read_text(errors="replace")
         texts.append(text)
-        if path.name == "supervisord.log":  # supervisord's own log: not llmfleet's to format
+        if path.name == "supervisord.log":  # supervisord's own log: not fleetllm's to format
             continue
         vllm_program = path.parent.name == "logs" and path.name != "gateway.log"
         for line in text.splitlines():
@@ -73,10 +73,10 @@ def test_every_log_line_of_a_demo_run_is_json_with_a_level(tmp_path: Path) -> No
             found = entry(line, path)
             loggers[found["logger"]] = loggers.get(found["logger"], 0) + 1
     # Each component wrote its part of the run (so the check above read real lines of each).
-    for logger in ("llmfleet.revisions", "llmfleet.http", "llmfleet.access", "llmfleet.provision", "llmfleet.installer", "llmfleet.launch",
-                   "llmfleet.demo", "gateway"):
+    for logger in ("fleetllm.revisions", "fleetllm.http", "fleetllm.access", "fleetllm.provision", "fleetllm.installer", "fleetllm.launch",
+                   "fleetllm.demo", "gateway"):
         assert loggers.get(logger), (logger, loggers)
     gateway_box = addresses(first, 4)[2]
-    gateway_log = (workdir / "simulated-boxes" / gateway_box / "data" / "llmfleet" / "logs" / "gateway.log").read_text()
+    gateway_log = (workdir / "simulated-boxes" / gateway_box / "data" / "fleetllm" / "logs" / "gateway.log").read_text()
     assert '"event":"listening"' in gateway_log
     assert_no_secret(workdir, done.stdout + done.stderr, *texts)

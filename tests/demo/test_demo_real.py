@@ -1,4 +1,4 @@
-"""`llmfleet demo` end to end, as a user runs it: real processes throughout (the control plane, per box
+"""`fleetllm demo` end to end, as a user runs it: real processes throughout (the control plane, per box
 a provisioning script, the installer fetched from the control plane and a supervisord running the stub
 vLLM, the reconciler; the real LiteLLM proxy when CI provides one, else plan-only). Each run simulates
 its boxes on loopback addresses no other test uses, and must leave no process behind."""
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.state import open_store
-from llmfleet.demo.fleet import addresses
-from llmfleet.demo.procs import can_bind, pids_mentioning
+from fleetllm.adapters.state import open_store
+from fleetllm.demo.fleet import addresses
+from fleetllm.demo.procs import can_bind, pids_mentioning
 from tests.support.integration import missing
 from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
 
-LLMFLEET = Path(sys.executable).parent / "llmfleet"
+FLEETLLM = Path(sys.executable).parent / "fleetllm"
 SECRETS = ("fleet-key", "vllm-api-salt", "legacy-api-key", "admin-token", "litellm-master-key")
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def free_block() -> str:
 
 
 def demo_command(workdir: Path, first: str, *extra: str) -> list[str]:
-    return [str(LLMFLEET), "demo", "--workdir", str(workdir), "--first-address", first, "--timeout", "240", *extra]
+    return [str(FLEETLLM), "demo", "--workdir", str(workdir), "--first-address", first, "--timeout", "240", *extra]
 
 
 def logs(workdir: Path) -> str:
@@ -54,7 +54,7 @@ def assert_no_secret(workdir: Path, *texts: str) -> None:
 
 
 def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("LITELLM_MASTER_KEY", "LLMFLEET_DEMO_LITELLM")}
+    return {k: v for k, v in os.environ.items() if k not in ("LITELLM_MASTER_KEY", "FLEETLLM_DEMO_LITELLM")}
 
 
 def _provisioned_once(workdir: Path, boxes: list[str]) -> None:
@@ -130,7 +130,7 @@ def test_rollouts_under_load_through_the_real_litellm(tmp_path: Path) -> None:
     assert ordered[-2].waves == 1  # the bad boot change halted in its first wave: after one box
     assert {box: r.revision for box, r in releases.items()} == dict.fromkeys(boxes, ordered[-1].target)
 
-    assert not [r for r in proxy.deployments() if r["model_info"].get("managed_by") == "llmfleet"]
+    assert not [r for r in proxy.deployments() if r["model_info"].get("managed_by") == "fleetllm"]
     assert pids_mentioning(str(workdir)) == []
     assert_no_secret(workdir, out, logs(workdir))
 
@@ -153,7 +153,7 @@ def test_move_model_plan_only_needs_no_manual_step(tmp_path: Path) -> None:
     assert f"move qwen2.5-coder-7b from {source}:8003 to {target}:8003: converged in" in out
     _provisioned_once(workdir, boxes)
     # The box agents applied the move: the source no longer runs the server, the target does.
-    agent_log = (workdir / "simulated-boxes" / target / "data" / "llmfleet" / "logs" / "agent.log").read_text()
+    agent_log = (workdir / "simulated-boxes" / target / "data" / "fleetllm" / "logs" / "agent.log").read_text()
     assert "applying it" in agent_log
     # The runpod-template box booted through runpod.sh, which became its supervisord.
     assert "handed to supervisord (none)" in (workdir / "simulated-boxes" / boxes[2] / "provision.log").read_text()

@@ -1,5 +1,5 @@
 """The docs stay true: the configuration reference matches the schemas, every relative link and anchor
-resolves, and every `llmfleet` and `make` command they show exists with the options it is given."""
+resolves, and every `fleetllm` and `make` command they show exists with the options it is given."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from llmfleet.cli.main import build_parser
+from fleetllm.cli.main import build_parser
 from tests.conftest import ROOT
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "installer" / "README.md",
@@ -83,12 +83,12 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_llmfleet_command_shown_exists_with_its_options(doc: Path) -> None:
+def test_every_fleetllm_command_shown_exists_with_its_options(doc: Path) -> None:
     parsers = subcommands()
     for line in commands(doc):
         words = line.split("#")[0].split()
-        if (not words or Path(words[0]).name != "llmfleet" or len(words) < 2 or words[1].startswith("-")
-                or words[1].isupper()):  # `llmfleet COMMAND --help`: a placeholder
+        if (not words or Path(words[0]).name != "fleetllm" or len(words) < 2 or words[1].startswith("-")
+                or words[1].isupper()):  # `fleetllm COMMAND --help`: a placeholder
             continue
         name = words[1]
         assert name.replace("-", "_") in {p.replace("-", "_") for p in parsers}, f"{doc.name}: `{line}`: no command"

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from llmfleet.cli.main import main
-from llmfleet.demo.fleet import DemoError
-from llmfleet.demo.guide import where_to_look
-from llmfleet.demo.litellm import Litellm
-from llmfleet.demo.run import NO_HARNESS, Demo, Options
-from llmfleet.demo.workspace import create
+from fleetllm.cli.main import main
+from fleetllm.demo.fleet import DemoError
+from fleetllm.demo.guide import where_to_look
+from fleetllm.demo.litellm import Litellm
+from fleetllm.demo.run import NO_HARNESS, Demo, Options
+from fleetllm.demo.workspace import create
 from tests.conftest import EXAMPLE, ROOT
 
 
@@ -29,12 +29,12 @@ def test_demo_without_supervisor_says_what_to_install(monkeypatch: pytest.Monkey
     assert main(["demo", "--once"]) == 1
     err = capfd.readouterr().err
     assert "Traceback" not in err
-    assert err.startswith("llmfleet demo: llmfleet demo runs a real supervisord per simulated box, and the "
-                          "supervisor package is not installed beside llmfleet: pip install 'supervisor>=4.2'")
+    assert err.startswith("fleetllm demo: fleetllm demo runs a real supervisord per simulated box, and the "
+                          "supervisor package is not installed beside fleetllm: pip install 'supervisor>=4.2'")
 
 
-def test_supervisor_is_a_dependency_of_llmfleet() -> None:
-    # `pip install llmfleet` then `llmfleet demo` must work: supervisor comes with llmfleet itself.
+def test_supervisor_is_a_dependency_of_fleetllm() -> None:
+    # `pip install fleetllm` then `fleetllm demo` must work: supervisor comes with fleetllm itself.
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.files import WORKTREE_REVISION, Snapshot
-from llmfleet.core.fleet.model import Provider
-from llmfleet.core.fleet.render import Bearers, render_box
-from llmfleet.demo.fleet import DemoError, SimBox, Template, addresses, simulate, with_real_box
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.files import WORKTREE_REVISION, Snapshot
+from fleetllm.core.fleet.model import Provider
+from fleetllm.core.fleet.render import Bearers, render_box
+from fleetllm.demo.fleet import DemoError, SimBox, Template, addresses, simulate, with_real_box
 from tests.conftest import EXAMPLE
 
 
@@ -26,7 +26,7 @@ def example_files() -> dict[str, str]:
 def test_the_example_runs_on_consecutive_loopback_addresses() -> None:
     demo = simulate(read_directory(EXAMPLE))
     example = read_directory(EXAMPLE)
-    from llmfleet.core.fleet.validate import validate_snapshot
+    from fleetllm.core.fleet.validate import validate_snapshot
 
     original = validate_snapshot(example).fleet
     assert original is not None
@@ -148,8 +148,8 @@ def test_the_real_vllm_box_comes_after_the_simulated_ones() -> None:
 
 def test_the_demo_fleet_polls_and_drains_fast() -> None:
     """A rollout scenario takes tens of seconds: the box agents poll every 5 s and drains last 3 s."""
-    from llmfleet.core.fleet.files import FLEET_FILE
-    from llmfleet.demo.fleet import DEMO_DRAIN_S, DEMO_POLL_S, _fast_rollout
+    from fleetllm.core.fleet.files import FLEET_FILE
+    from fleetllm.demo.fleet import DEMO_DRAIN_S, DEMO_POLL_S, _fast_rollout
 
     demo = simulate(read_directory(EXAMPLE))
     rollout = demo.fleet.settings.rollout

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.files import Snapshot
-from llmfleet.core.fleet.model import Fleet
-from llmfleet.core.fleet.render import Bearers
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.demo.fleet import simulate
-from llmfleet.demo.follow import Changes, changes, loopback
-from llmfleet.demo.move import choose_move, move_row
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.files import Snapshot
+from fleetllm.core.fleet.model import Fleet
+from fleetllm.core.fleet.render import Bearers
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.demo.fleet import simulate
+from fleetllm.demo.follow import Changes, changes, loopback
+from fleetllm.demo.move import choose_move, move_row
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
 
 BEARERS = Bearers(Salt(TEST_SALT), TEST_LEGACY_KEY)
@@ -98,7 +98,7 @@ class _Stage:
 
 
 def test_the_live_demo_restarts_only_boxes_without_the_box_agent() -> None:
-    from llmfleet.demo.follow import follow
+    from fleetllm.demo.follow import follow
 
     files = demo_files()
     before = fleet(files, "a" * 40)

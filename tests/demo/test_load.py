@@ -12,16 +12,16 @@ import time
 
 import pytest
 
-from llmfleet.core.secret import Secret
-from llmfleet.demo.load import LoadGenerator, LoadReport, _completed
-from llmfleet.demo.procs import free_port
+from fleetllm.core.secret import Secret
+from fleetllm.demo.load import LoadGenerator, LoadReport, _completed
+from fleetllm.demo.procs import free_port
 from tests.installer.realprocs import wait_until
 from tests.support.idle_server import idle_closing_server
 
 
 def _stub(port: int, key: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "VLLM_API_KEY": key}
-    proc = subprocess.Popen([sys.executable, "-m", "llmfleet.demo.stub_vllm", "serve", "m", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "fleetllm.demo.stub_vllm", "serve", "m", "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

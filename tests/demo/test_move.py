@@ -6,11 +6,11 @@ import difflib
 
 import pytest
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.files import WORKTREE_REVISION, Snapshot
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.demo.fleet import DemoError, simulate
-from llmfleet.demo.move import Move, choose_move, move_row
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.files import WORKTREE_REVISION, Snapshot
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.demo.fleet import DemoError, simulate
+from fleetllm.demo.move import Move, choose_move, move_row
 from tests.conftest import EXAMPLE
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import difflib
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.files import WORKTREE_REVISION, Snapshot
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.demo.fleet import simulate
-from llmfleet.demo.rollouts import (
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.files import WORKTREE_REVISION, Snapshot
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.demo.fleet import simulate
+from fleetllm.demo.rollouts import (
     bad_boot_change,
     choose_single_move,
     most_replicated,

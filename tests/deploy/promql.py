@@ -75,13 +75,13 @@ def problems(where: str, expr: str) -> list[str]:
     out = []
     for selector in found:
         if selector.name not in known:
-            out.append(f"{where}: {selector.name!r} is not a metric llmfleet exports (docs/metrics.md)")
+            out.append(f"{where}: {selector.name!r} is not a metric fleetllm exports (docs/metrics.md)")
         elif extra := selector.labels - known[selector.name] - TARGET_LABELS:
             out.append(f"{where}: {selector.name} has no label {sorted(extra)}")
     return out
 
 
-TEMPLATE_METRIC = re.compile(r"\bllmfleet_[a-z0-9_]+")
+TEMPLATE_METRIC = re.compile(r"\bfleetllm_[a-z0-9_]+")
 
 
 def template_metrics(text: str) -> set[str]:
@@ -90,8 +90,8 @@ def template_metrics(text: str) -> set[str]:
 
 
 def rules_file() -> Path:
-    return ROOT / "deploy" / "prometheus" / "llmfleet.rules.yml"
+    return ROOT / "deploy" / "prometheus" / "fleetllm.rules.yml"
 
 
 def dashboard_file() -> Path:
-    return ROOT / "deploy" / "grafana" / "llmfleet.json"
+    return ROOT / "deploy" / "grafana" / "fleetllm.json"

@@ -1,4 +1,4 @@
-"""deploy/grafana/llmfleet.json: a Grafana dashboard whose every query parses (a real PromQL parser) and
+"""deploy/grafana/fleetllm.json: a Grafana dashboard whose every query parses (a real PromQL parser) and
 names only metrics and labels the code exports (the real registries, docs/gen_metrics_reference.py), and
 which covers what an operator looks at: passes, actions, verdicts per model, serving vs intended servers,
 box fetches and reports, rollouts, attention, HTTP connections."""
@@ -33,10 +33,10 @@ def test_every_query_parses_and_names_exported_metrics_and_labels() -> None:
 
 
 def test_the_check_catches_an_unknown_metric_a_wrong_label_and_bad_syntax() -> None:
-    assert problems("x", "sum(rate(llmfleet_box_request_total[$__rate_interval]))")  # a typo
-    assert problems("x", 'llmfleet_servers{model="m"}')  # verdict is its label, not model
-    assert problems("x", "sum by (model) (llmfleet_model_serving_servers")
-    assert problems("x", "llmfleet_model_serving_servers") == []
+    assert problems("x", "sum(rate(fleetllm_box_request_total[$__rate_interval]))")  # a typo
+    assert problems("x", 'fleetllm_servers{model="m"}')  # verdict is its label, not model
+    assert problems("x", "sum by (model) (fleetllm_model_serving_servers")
+    assert problems("x", "fleetllm_model_serving_servers") == []
 
 
 def used() -> set[str]:
@@ -44,12 +44,12 @@ def used() -> set[str]:
 
 
 @pytest.mark.parametrize("metric", [
-    "llmfleet_reconcile_passes_total", "llmfleet_reconcile_actions_total", "llmfleet_servers",
-    "llmfleet_model_serving_servers", "llmfleet_model_intended_servers", "llmfleet_box_requests_total",
-    "llmfleet_box_reports_total", "llmfleet_box_last_config_timestamp_seconds",
-    "llmfleet_box_last_report_timestamp_seconds", "llmfleet_rollout_halted", "llmfleet_unknown_boxes",
-    "llmfleet_attention_entries", "llmfleet_http_connections_open", "llmfleet_http_connections_refused_total",
-    "llmfleet_litellm_up", "llmfleet_last_attempted_revision_valid"])
+    "fleetllm_reconcile_passes_total", "fleetllm_reconcile_actions_total", "fleetllm_servers",
+    "fleetllm_model_serving_servers", "fleetllm_model_intended_servers", "fleetllm_box_requests_total",
+    "fleetllm_box_reports_total", "fleetllm_box_last_config_timestamp_seconds",
+    "fleetllm_box_last_report_timestamp_seconds", "fleetllm_rollout_halted", "fleetllm_unknown_boxes",
+    "fleetllm_attention_entries", "fleetllm_http_connections_open", "fleetllm_http_connections_refused_total",
+    "fleetllm_litellm_up", "fleetllm_last_attempted_revision_valid"])
 def test_the_dashboard_shows(metric: str) -> None:
     assert metric in exported()
     assert metric in used()
@@ -58,7 +58,7 @@ def test_the_dashboard_shows(metric: str) -> None:
 def test_the_dashboard_is_well_formed() -> None:
     ids = [p["id"] for p in panels()]
     assert len(ids) == len(set(ids))
-    assert DASHBOARD["uid"] == "llmfleet"
+    assert DASHBOARD["uid"] == "fleetllm"
     assert [v["name"] for v in DASHBOARD["templating"]["list"]] == ["datasource"]
     for panel in panels():
         assert set(panel["gridPos"]) == {"h", "w", "x", "y"}, panel["title"]

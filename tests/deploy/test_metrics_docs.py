@@ -38,7 +38,7 @@ def test_a_changed_help_text_makes_it_stale(monkeypatch: pytest.MonkeyPatch) -> 
 def test_every_registered_metric_is_found_with_its_labels() -> None:
     """The generator reads the registries, not the source: a metric registered without being kept as an
     attribute stops it, and the labels come from the metric objects."""
-    assert exported()["llmfleet_box_requests_total"] == {"endpoint", "status"}
-    assert exported()["llmfleet_box_last_config_timestamp_seconds"] == {"box"}  # a scrape-time collector's
-    assert exported()["llmfleet_rollout_halts_total"] == frozenset()
-    assert exported()["llmfleet_reconcile_passes_total"] == {"outcome"}
+    assert exported()["fleetllm_box_requests_total"] == {"endpoint", "status"}
+    assert exported()["fleetllm_box_last_config_timestamp_seconds"] == {"box"}  # a scrape-time collector's
+    assert exported()["fleetllm_rollout_halts_total"] == frozenset()
+    assert exported()["fleetllm_reconcile_passes_total"] == {"outcome"}

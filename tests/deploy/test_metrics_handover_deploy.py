@@ -1,6 +1,6 @@
 """The shipped batch deployments hand their pass metrics over (issue 18, alerts): the CronJob's config names
 a Pushgateway, the systemd unit writes node_exporter's textfile into a directory its sandbox lets it write
-and llmfleet.tmpfiles lets its user write."""
+and fleetllm.tmpfiles lets its user write."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmfleet.job.configfile import load_config as reconcile_config
+from fleetllm.job.configfile import load_config as reconcile_config
 from tests.conftest import ROOT
 from tests.state.test_deploy import cred_names, credentials_dir
 from tests.support.integration import missing
@@ -32,36 +32,36 @@ def test_the_cronjobs_config_names_a_pushgateway(tmp_path: Path) -> None:
     config = reconcile_config(path, {"CREDENTIALS_DIRECTORY": str(credentials_dir(tmp_path, names))})
     assert config.pushgateway is not None
     assert config.pushgateway.where == "http://pushgateway.monitoring.svc.cluster.local:9091"
-    assert config.pushgateway.instance == "llmfleet"  # stable: not the pod's name
+    assert config.pushgateway.instance == "fleetllm"  # stable: not the pod's name
     cronjob = yaml.safe_load((KUBE / "reconciler.yaml").read_text())
     args = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["reconcile", "--once"]  # the pushing mode (the loop serves /metrics instead)
 
 
 def test_the_timer_unit_writes_the_textfile_where_its_sandbox_lets_it() -> None:
-    unit = (SYSTEMD / "llmfleet-reconcile.service").read_text().replace("\\\n", " ")
+    unit = (SYSTEMD / "fleetllm-reconcile.service").read_text().replace("\\\n", " ")
     (metrics_file,) = re.findall(r"--metrics-file (\S+)", unit)
-    assert metrics_file == f"{TEXTFILE_DIR}/llmfleet-reconcile.prom"  # node_exporter reads *.prom only
+    assert metrics_file == f"{TEXTFILE_DIR}/fleetllm-reconcile.prom"  # node_exporter reads *.prom only
     assert re.search(r"^ProtectSystem=strict$", unit, re.MULTILINE)
     writable = [p.lstrip("-") for line in re.findall(r"^ReadWritePaths=(.+)$", unit, re.MULTILINE)
                 for p in line.split()]
     assert TEXTFILE_DIR in writable  # write_to_textfile renames a temporary file in that directory
-    tmpfiles = (SYSTEMD / "llmfleet.tmpfiles").read_text()
-    assert re.search(rf"^a\+ {re.escape(TEXTFILE_DIR)} .* u:llmfleet:rwx$", tmpfiles, re.MULTILINE)
+    tmpfiles = (SYSTEMD / "fleetllm.tmpfiles").read_text()
+    assert re.search(rf"^a\+ {re.escape(TEXTFILE_DIR)} .* u:fleetllm:rwx$", tmpfiles, re.MULTILINE)
 
 
 @pytest.mark.integration  # .ci/run's machine has systemd (systemd-analyze): this must run there
 def test_the_tmpfiles_entry_grants_the_user_write_access(tmp_path: Path) -> None:
-    """Applied by the real systemd-tmpfiles under a throwaway root (with `nobody` for the llmfleet user,
+    """Applied by the real systemd-tmpfiles under a throwaway root (with `nobody` for the fleetllm user,
     which the host may not have, and the directory left to the user running the test, who may not be
     root), the directory gets a POSIX ACL entry: that user, rwx."""
     tool = shutil.which("systemd-tmpfiles")
     if tool is None:
         missing("systemd-tmpfiles is not installed (Debian's systemd package)")
-    conf = tmp_path / "llmfleet.conf"
-    entries = (SYSTEMD / "llmfleet.tmpfiles").read_text()
+    conf = tmp_path / "fleetllm.conf"
+    entries = (SYSTEMD / "fleetllm.tmpfiles").read_text()
     assert "0755 root root" in entries
-    conf.write_text(entries.replace("u:llmfleet:", "u:nobody:").replace("0755 root root", "0755 - -"))
+    conf.write_text(entries.replace("u:fleetllm:", "u:nobody:").replace("0755 root root", "0755 - -"))
     root = tmp_path / "root"
     root.mkdir()
     done = subprocess.run([tool, "--create", f"--root={root}", str(conf)], capture_output=True, text=True,

@@ -1,5 +1,5 @@
 """deploy/prometheus: the alert rules pass `promtool check rules` and their unit tests (`promtool test
-rules`, recorded series in llmfleet.rules.test.yml); every expression parses and queries only metrics and
+rules`, recorded series in fleetllm.rules.test.yml); every expression parses and queries only metrics and
 labels the code exports; every alert has a severity, a summary, a description and a runbook entry."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.deploy.promql import exported, problems, rules_file, template_metrics
 from tests.support.integration import missing
 
 RULES = rules_file()
-TESTS = RULES.with_name("llmfleet.rules.test.yml")
+TESTS = RULES.with_name("fleetllm.rules.test.yml")
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
 SEVERITIES = {"critical", "warning", "info"}
 
@@ -57,7 +57,7 @@ def test_the_unit_tests_can_fail(tmp_path: Path) -> None:
     (tmp_path / TESTS.name).write_text(TESTS.read_text())
     done = run("test", "rules", TESTS.name, cwd=tmp_path)
     assert done.returncode != 0
-    assert "LlmfleetInvalidHead" in done.stdout + done.stderr
+    assert "FleetllmInvalidHead" in done.stdout + done.stderr
 
 
 def test_every_alert_is_unit_tested_firing() -> None:
@@ -72,7 +72,7 @@ def test_every_expression_queries_exported_metrics_and_labels() -> None:
     for rule in alerts():
         for name in set().union(*(template_metrics(text) for text in rule["annotations"].values())):
             if name not in exported():
-                found.append(f"{rule['alert']}: its annotations query {name!r}, which llmfleet does not export")
+                found.append(f"{rule['alert']}: its annotations query {name!r}, which fleetllm does not export")
     assert found == []
 
 
@@ -95,11 +95,11 @@ def test_every_alert_has_severity_summary_description_and_a_runbook_entry() -> N
         assert name.lower() in anchors(), f"docs/runbooks.md has no section {name}"
 
 
-@pytest.mark.parametrize("metric", ["llmfleet_model_serving_servers", "llmfleet_model_intended_servers",
-                                    "llmfleet_box_stale_servers", "llmfleet_litellm_up", "llmfleet_rollout_halted",
-                                    "llmfleet_unknown_box_last_seen_timestamp_seconds",
-                                    "llmfleet_last_attempted_revision_valid",
-                                    "llmfleet_reconcile_last_success_timestamp_seconds"])
+@pytest.mark.parametrize("metric", ["fleetllm_model_serving_servers", "fleetllm_model_intended_servers",
+                                    "fleetllm_box_stale_servers", "fleetllm_litellm_up", "fleetllm_rollout_halted",
+                                    "fleetllm_unknown_box_last_seen_timestamp_seconds",
+                                    "fleetllm_last_attempted_revision_valid",
+                                    "fleetllm_reconcile_last_success_timestamp_seconds"])
 def test_the_issue_s_alerts_rest_on_these_metrics(metric: str) -> None:
     assert metric in exported()
     assert any(metric in rule["expr"] for rule in alerts())

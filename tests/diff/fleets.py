@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.fleet.model import (
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,

@@ -64,7 +64,7 @@ SCENARIOS: dict[str, list[Edit]] = {
         ("placement.yaml", "    notes: secure cloud\n", "    notes: secure cloud\n    gateway: 8002\n"),
     ],
     # A server added to gemma3-27b's 80 GB card: the card is all divided (gemma3-27b has 0.9 of it), so it is
-    # divided afresh and gemma3-27b restarts too (llmfleet_contract.division).
+    # divided afresh and gemma3-27b restarts too (fleetllm_contract.division).
     "add_neighbour": [
         ("placement.yaml", "      - [gemma3-27b, 8001]\n", "      - [gemma3-27b, 8001]\n      - [qwen3-8b, 8002]\n"),
     ],

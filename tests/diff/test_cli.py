@@ -1,4 +1,4 @@
-"""`llmfleet diff` as a command: revisions, the default base, invalid commits, exit codes."""
+"""`fleetllm diff` as a command: revisions, the default base, invalid commits, exit codes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.cli.main import main
+from fleetllm.cli.main import main
 from tests.conftest import git
 from tests.diff.scenarios import SCENARIOS, apply, branch_with
 
@@ -99,7 +99,7 @@ def test_invalid_head_reports_errors_and_exits_1(fleet_git: Path, capsys: pytest
     assert code == 1 and data["valid"] is False and data["base"]["valid"] is True
     assert data["head"]["diagnostics"][0]["rule"] == "port-not-listen"
     code, out, _ = run(capsys, "diff", "--repo", str(fleet_git), "--format", "markdown")
-    assert code == 1 and out.startswith("**llmfleet diff**: Cannot compare: HEAD")
+    assert code == 1 and out.startswith("**fleetllm diff**: Cannot compare: HEAD")
     assert "port-not-listen" in out and out.count("```") == 2
     assert run(capsys, "diff", "--repo", str(fleet_git), "--detailed-exitcode")[0] == 1
 
@@ -127,8 +127,8 @@ def test_fleet_in_a_subdirectory(tmp_path: Path, fleet_dir: Path, capsys: pytest
 def test_salt_is_never_needed_nor_bearers_printed(pr: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """The command runs without any secret, and a salt in the environment changes nothing it prints."""
-    monkeypatch.delenv("LLMFLEET_VLLM_API_SALT", raising=False)
-    monkeypatch.delenv("LLMFLEET_LEGACY_API_KEY", raising=False)
+    monkeypatch.delenv("FLEETLLM_VLLM_API_SALT", raising=False)
+    monkeypatch.delenv("FLEETLLM_LEGACY_API_KEY", raising=False)
     git(pr, "checkout", "-q", "-b", "pr2", "main")
     apply(pr, SCENARIOS["swap_ports"])
     git(pr, "commit", "-q", "-am", "swap")
@@ -137,13 +137,13 @@ def test_salt_is_never_needed_nor_bearers_printed(pr: Path, monkeypatch: pytest.
         code, out, _ = run(capsys, "diff", "--repo", str(pr), "--format", fmt)
         assert code == 0 and "sk-" not in out
         outputs.append(out)
-    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", "some-salt-0123456789abcdef")
-    monkeypatch.setenv("LLMFLEET_LEGACY_API_KEY", "sk-legacy-xyz")
+    monkeypatch.setenv("FLEETLLM_VLLM_API_SALT", "some-salt-0123456789abcdef")
+    monkeypatch.setenv("FLEETLLM_LEGACY_API_KEY", "sk-legacy-xyz")
     assert [run(capsys, "diff", "--repo", str(pr), "--format", f)[1] for f in ("text", "markdown", "json")] == outputs
 
 
 def test_console_script_help_documents_exit_codes() -> None:
-    result = subprocess.run([sys.executable, "-m", "llmfleet", "diff", "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "fleetllm", "diff", "--help"], capture_output=True, text=True,
                             check=True)
     assert "--detailed-exitcode" in result.stdout and "0  no changes   1  any error   2  changes" in result.stdout
     assert "origin/main if it exists, else main" in result.stdout
@@ -176,8 +176,8 @@ def test_the_pull_request_that_adds_the_fleet_shows_all_of_it_as_new(tmp_path: P
 
 def test_attach_plan_json_and_text(pr: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A plan saved by the planner (`plan --out`) rides along in every format; a text plan (or the error a
-    failed `llmfleet plan` printed) is shown as it is."""
-    from llmfleet.core.judge.plantext import render_json as render_plan_json
+    failed `fleetllm plan` printed) is shown as it is."""
+    from fleetllm.core.judge.plantext import render_json as render_plan_json
     from tests.reconcile.builders import failed, ok, server
     from tests.reconcile.test_plan import deployment_for, intended, plan_of
 
@@ -188,14 +188,14 @@ def test_attach_plan_json_and_text(pr: Path, tmp_path: Path, capsys: pytest.Capt
     code, out, _ = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(saved))
     assert code == 0
     assert "Plan against the live fleet" in out
-    assert "+ create llmfleet:127.0.0.2:8001 qwen" in out and "- delete llmfleet:127.0.0.4:8001" in out
+    assert "+ create fleetllm:127.0.0.2:8001 qwen" in out and "- delete fleetllm:127.0.0.4:8001" in out
     assert "Plan: 1 to add, 0 to change, 1 to destroy." in out
     _, out, _ = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(saved), "--format", "json")
     assert json.loads(out)["plan"]["summary"] == {"add": 1, "change": 0, "destroy": 1}
     _, out, _ = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(saved), "--format", "markdown")
     assert "<summary>" in out and "Plan: 1 to add" in out and a.bearer not in out
     failed_plan = tmp_path / "plan.txt"
-    failed_plan.write_text("llmfleet plan: LiteLLM at http://127.0.0.1:1 is unreachable\n")
+    failed_plan.write_text("fleetllm plan: LiteLLM at http://127.0.0.1:1 is unreachable\n")
     _, out, _ = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(failed_plan))
     assert "LiteLLM at http://127.0.0.1:1 is unreachable" in out
     code, _, err = run(capsys, "diff", "--repo", str(pr), "--attach-plan", str(tmp_path / "missing"))

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from llmfleet.cli.ghcomment import find, marker, payload
+from fleetllm.cli.ghcomment import find, marker, payload
 from tests.conftest import EXAMPLE, ROOT, git
 from tests.diff.scenarios import SCENARIOS, apply, branch_with
 
@@ -68,7 +68,7 @@ def test_validate_and_diff_steps_on_a_shallow_pull_request_checkout(checkout: Pa
     assert result.returncode == 0, result.stderr
     assert out["changed"] == "true" and out["code"] == "2"
     report = Path(out["report"]).read_text()
-    assert report.startswith("**llmfleet diff**") and "> **Outage:** model gemma3-27b" in report
+    assert report.startswith("**fleetllm diff**") and "> **Outage:** model gemma3-27b" in report
     assert "1 model loses its last server." in result.stdout  # the whole text report is in the log
     assert (tmp_path / "step_summary").read_text() == report
 
@@ -84,7 +84,7 @@ def test_invalid_head_fails_the_check_but_still_reports(checkout: Path, tmp_path
     assert out["code"] == "1" and out["changed"] == ""
     assert "Cannot compare: HEAD" in Path(out["report"]).read_text()
     result, _ = run_step("Fail on an invalid fleet", {"VALIDATE": "1", "DIFF": "1"}, checkout, tmp_path)
-    assert result.returncode == 1 and "::error::llmfleet: validate exited 1, diff exited 1" in result.stdout
+    assert result.returncode == 1 and "::error::fleetllm: validate exited 1, diff exited 1" in result.stdout
 
 
 FAKE_GH = """\
@@ -121,7 +121,7 @@ def test_comment_step_creates_then_updates_one_comment(tmp_path: Path) -> None:
     gh.write_text(FAKE_GH.format(python=sys.executable))
     gh.chmod(0o755)
     state = tmp_path / "state.json"
-    others = [{"id": 1, "body": "LGTM"}, {"id": 2, "body": "<!-- llmfleet-diff 0000 --> another fleet's"},
+    others = [{"id": 1, "body": "LGTM"}, {"id": 2, "body": "<!-- fleetllm-diff 0000 --> another fleet's"},
               {"id": 3, "body": "nice"}]
     state.write_text(json.dumps({"comments": others, "calls": []}))
     report = tmp_path / "report.md"
@@ -148,7 +148,7 @@ def test_comment_step_creates_then_updates_one_comment(tmp_path: Path) -> None:
 
 def test_comment_bookkeeping() -> None:
     assert marker(".") == marker(".") != marker("fleet")
-    assert re.fullmatch(r"<!-- llmfleet-diff [0-9a-f]{16} -->", marker("."))
+    assert re.fullmatch(r"<!-- fleetllm-diff [0-9a-f]{16} -->", marker("."))
     mark = marker(".")
     pages = [[{"id": 1, "body": "x"}, {"id": 2, "body": None}], [{"id": 3, "body": mark + "\nold"},
                                                                 {"id": 4, "body": mark + "\nnewer"}]]
@@ -179,23 +179,23 @@ def test_pre_commit_manifest_is_valid() -> None:
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
-    assert [h["id"] for h in hooks] == ["llmfleet-validate"]
+    assert [h["id"] for h in hooks] == ["fleetllm-validate"]
     pattern = re.compile(hooks[0]["files"])
     assert all(pattern.search(p) for p in ("placement.yaml", "fleet/models.yaml", "fleet.yaml"))
     assert not any(pattern.search(p) for p in ("myfleet.yaml", "placement.yml", "README.md"))
 
 
 @pytest.mark.slow
-def test_pre_commit_hook_runs_llmfleet_validate(fleet_git: Path, tmp_path: Path) -> None:
-    """pre-commit installs llmfleet from this repository's HEAD into its own environment and runs the hook."""
+def test_pre_commit_hook_runs_fleetllm_validate(fleet_git: Path, tmp_path: Path) -> None:
+    """pre-commit installs fleetllm from this repository's HEAD into its own environment and runs the hook."""
     env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
 
     def try_repo() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(BIN / "pre-commit"), "try-repo", str(ROOT), "llmfleet-validate", "--all-files"],
+        return subprocess.run([str(BIN / "pre-commit"), "try-repo", str(ROOT), "fleetllm-validate", "--all-files"],
                               cwd=fleet_git, env=env, capture_output=True, text=True, timeout=600, check=False)
 
     result = try_repo()
-    assert result.returncode == 0 and re.search(r"llmfleet validate\.+Passed", result.stdout), result.stdout
+    assert result.returncode == 0 and re.search(r"fleetllm validate\.+Passed", result.stdout), result.stdout
     apply(fleet_git, [("placement.yaml", "[llama3.1-8b, 8002]", "[llama3.1-8b, 8009]")])
     result = try_repo()
     assert result.returncode == 1 and "port 8009 is not a listen port" in result.stdout
@@ -214,16 +214,16 @@ def test_example_files_reference_a_schema_that_validates_them(name: str) -> None
 
 
 def test_plan_step_attaches_its_result_or_its_failure(checkout: Path, tmp_path: Path) -> None:
-    """With `plan: true` the plan step runs `llmfleet plan --against HEAD`; here LiteLLM is unreachable, so the
+    """With `plan: true` the plan step runs `fleetllm plan --against HEAD`; here LiteLLM is unreachable, so the
     plan fails and its message (not a secret, not a crash) is attached to the report the diff step writes."""
     env = {"FLEET_DIR": ".", "LITELLM_URL": "http://127.0.0.1:9", "LITELLM_MASTER_KEY": "sk-test-master",
-           "LLMFLEET_VLLM_API_SALT": "test-salt-0123456789abcdef"}
+           "FLEETLLM_VLLM_API_SALT": "test-salt-0123456789abcdef"}
     result, out = run_step("Plan against the live fleet", env, checkout, tmp_path)
     assert result.returncode == 0, result.stderr
     attached = Path(out["file"]).read_text()
     assert attached.strip() and "sk-test-master" not in attached
     result, out = run_step("Compare with the base branch", {"FLEET_DIR": ".", "BASE_INPUT": "", "PR_BASE": "main",
-                                                            "PLAN_FILE": str(tmp_path / "llmfleet-plan.json")},
+                                                            "PLAN_FILE": str(tmp_path / "fleetllm-plan.json")},
                            checkout, tmp_path)
     assert result.returncode == 0, result.stderr
     report = Path(out["report"]).read_text()

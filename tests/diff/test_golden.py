@@ -1,8 +1,8 @@
 """Golden reports: each scenario is committed on a branch of a real git repository built from the
-example fleet, `llmfleet diff` runs against it with its defaults (merge base with main, HEAD), and the
+example fleet, `fleetllm diff` runs against it with its defaults (merge base with main, HEAD), and the
 text and JSON reports must equal the files in golden/ exactly (revisions replaced by <base>, <head>).
 
-To regenerate after an intended change: LLMFLEET_UPDATE_GOLDEN=1 pytest tests/diff/test_golden.py,
+To regenerate after an intended change: FLEETLLM_UPDATE_GOLDEN=1 pytest tests/diff/test_golden.py,
 then read every changed file before committing it.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.cli.main import main
+from fleetllm.cli.main import main
 from tests.conftest import git
 from tests.diff.scenarios import SCENARIOS, branch_with
 
@@ -37,6 +37,6 @@ def test_report_matches_golden(scenario: str, fmt: str, fleet_git: Path, capsys:
     assert (code, err) == (0, "")
     actual = normalise(out, base, head)
     path = GOLDEN / f"{scenario}.{ {'text': 'txt', 'json': 'json', 'markdown': 'md'}[fmt] }"
-    if os.environ.get("LLMFLEET_UPDATE_GOLDEN"):
+    if os.environ.get("FLEETLLM_UPDATE_GOLDEN"):
         path.write_text(actual)
     assert actual == path.read_text()

@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from llmfleet.core.diff import DEFAULT_MAX_CHARS, Section, diff_fleets, render_markdown, render_text
-from llmfleet.core.diff.markdown import GITHUB_COMMENT_LIMIT
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.fleet.model import Box, Fleet, FleetSettings, LitellmRoute, Recipe, ServerRow, VllmRecipe, frozen_map
+from fleetllm.core.diff import DEFAULT_MAX_CHARS, Section, diff_fleets, render_markdown, render_text
+from fleetllm.core.diff.markdown import GITHUB_COMMENT_LIMIT
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.model import Box, Fleet, FleetSettings, LitellmRoute, Recipe, ServerRow, VllmRecipe, frozen_map
 
 MODELS = [f"model-{i}" for i in range(40)]
 
@@ -43,11 +43,11 @@ def test_a_huge_change_is_cut_under_the_limit_with_a_note() -> None:
     markdown = render_markdown(report)
     assert len(markdown) <= DEFAULT_MAX_CHARS < GITHUB_COMMENT_LIMIT
     well_formed(markdown)
-    assert markdown.startswith("**llmfleet diff** `aaaaaaaaaaaa`..`bbbbbbbbbbbb`: 2000 boxes must restart vLLM")
+    assert markdown.startswith("**fleetllm diff** `aaaaaaaaaaaa`..`bbbbbbbbbbbb`: 2000 boxes must restart vLLM")
     note = markdown.rstrip().splitlines()[-1]
     match = re.fullmatch(r"\*\*Truncated:\*\* (\d+) of (\d+) report lines are not shown, .*", note)
     assert match and 0 < int(match[1]) < int(match[2])
-    assert "llmfleet diff aaaaaaaaaaaa bbbbbbbbbbbb" in note
+    assert "fleetllm diff aaaaaaaaaaaa bbbbbbbbbbbb" in note
 
 
 @pytest.mark.parametrize("limit", [600, 1500, 4000, 20000])
@@ -56,7 +56,7 @@ def test_any_limit_keeps_the_comment_well_formed(limit: int) -> None:
     markdown = render_markdown(report, max_chars=limit)
     assert len(markdown) <= limit
     well_formed(markdown)
-    assert markdown.splitlines()[0].startswith("**llmfleet diff**") and "**Truncated:**" in markdown
+    assert markdown.splitlines()[0].startswith("**fleetllm diff**") and "**Truncated:**" in markdown
 
 
 def test_a_small_change_is_not_cut() -> None:

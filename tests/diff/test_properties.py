@@ -6,12 +6,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmfleet.core.diff import diff_fleets, render_json, render_markdown, render_text
-from llmfleet.core.diff.report import DeploymentAction, Level
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.jsonvalue import JSON, canonical_json
-from llmfleet.core.fleet.model import Fleet
-from llmfleet.core.fleet.render import Bearers, render_box
+from fleetllm.core.diff import diff_fleets, render_json, render_markdown, render_text
+from fleetllm.core.diff.report import DeploymentAction, Level
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.jsonvalue import JSON, canonical_json
+from fleetllm.core.fleet.model import Fleet
+from fleetllm.core.fleet.render import Bearers, render_box
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 from tests.diff.fleets import fleet_pairs, fleets
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from llmfleet.core.diff import diff_fleets, render_text
-from llmfleet.core.diff.report import BoxStatus, DeploymentAction, Lifetime, Report, ServerAction
-from llmfleet.core.diff.summary import summary_line
-from llmfleet.core.fleet.model import Fleet
+from fleetllm.core.diff import diff_fleets, render_text
+from fleetllm.core.diff.report import BoxStatus, DeploymentAction, Lifetime, Report, ServerAction
+from fleetllm.core.diff.summary import summary_line
+from fleetllm.core.fleet.model import Fleet
 from tests.fleet.helpers import FLEET, MODELS, PLACEMENT, validate
 
 TWO_BOXES = PLACEMENT + "  203.0.113.11:\n    - [m1, 8001]\n"

@@ -1,12 +1,12 @@
-"""The waves `llmfleet diff` shows for a change (the staged rollout's real step, idealised fleet)."""
+"""The waves `fleetllm diff` shows for a change (the staged rollout's real step, idealised fleet)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from llmfleet.core.diff.waves import waves_json, waves_section
-from llmfleet.core.fleet.model import Fleet
-from llmfleet.core.rollout.waves import plan_waves
+from fleetllm.core.diff.waves import waves_json, waves_section
+from fleetllm.core.fleet.model import Fleet
+from fleetllm.core.rollout.waves import plan_waves
 from tests.conftest import git
 from tests.fleet.helpers import validate
 
@@ -75,7 +75,7 @@ def test_the_section_reads_well() -> None:
     assert "  m1: at most 1 server(s) out at once (max_unavailable 1)" in section.lines
 
 
-def test_llmfleet_diff_prints_the_waves(fleet_git: Path) -> None:
+def test_fleetllm_diff_prints_the_waves(fleet_git: Path) -> None:
     import subprocess
     import sys
 
@@ -84,7 +84,7 @@ def test_llmfleet_diff_prints_the_waves(fleet_git: Path) -> None:
     models = fleet_git / "models.yaml"
     models.write_text(models.read_text().replace("max-num-batched-tokens: 4096", "max-num-batched-tokens: 8192"))
     git(fleet_git, "commit", "-qam", "boot change")
-    out = subprocess.run([sys.executable, "-m", "llmfleet", "diff", "--repo", str(fleet_git), "HEAD~1", "HEAD"],
+    out = subprocess.run([sys.executable, "-m", "fleetllm", "diff", "--repo", str(fleet_git), "HEAD~1", "HEAD"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -100,7 +100,7 @@ def test_llmfleet_diff_prints_the_waves(fleet_git: Path) -> None:
 
 
 def test_rollout_settings_and_overrides_show_in_the_report() -> None:
-    from llmfleet.core.diff import diff_fleets
+    from fleetllm.core.diff import diff_fleets
 
     models = MODELS.replace("  m2:\n", "  m2:\n    max_unavailable: 2\n")
     placement = PLACEMENT.replace("  box2:\n    - [m1, 8001]\n", "  box2:\n    rollout: manual\n    servers:\n"
@@ -127,13 +127,13 @@ SEED2 = MODELS.replace('[--seed, "1"]', '[--seed, "2"]')
 
 
 def alert_texts(base: Fleet, head: Fleet) -> list[tuple[str, str, str]]:
-    from llmfleet.core.diff.waves import waves_alerts
+    from fleetllm.core.diff.waves import waves_alerts
 
     return [(a.code, a.subject, a.message) for a in waves_alerts(plan_waves(base, head), head)]
 
 
 def test_a_box_with_two_of_three_replicas_goes_alone_and_the_diff_warns() -> None:
-    from llmfleet.core.rollout.waves import OverBudget
+    from fleetllm.core.rollout.waves import OverBudget
 
     waves = plan_waves(fleet(placement=TWIN), fleet(models=SEED2, placement=TWIN))
     assert [(b.box, b.wave, b.restarts) for b in waves.boxes] == [("box1", 1, ("m1", "m1-b")), ("box2", 2, ("m1",))]
@@ -150,7 +150,7 @@ def test_a_box_with_two_of_three_replicas_goes_alone_and_the_diff_warns() -> Non
 
 
 def test_a_box_holding_every_server_of_a_model_leaves_it_with_none_and_the_diff_says_so() -> None:
-    from llmfleet.core.rollout.waves import Dark
+    from fleetllm.core.rollout.waves import Dark
 
     placement = TWIN.replace("  box2:\n    - [m1, 8001]\n", "  box2:\n    - [m2, 8001]\n")
     base, head = fleet(placement=placement), fleet(models=SEED2, placement=placement)
@@ -194,8 +194,8 @@ def test_a_manual_box_over_the_budget_is_a_person_s_restart() -> None:
 
 
 def test_the_rollout_warnings_go_with_the_report_s_warnings_before_its_notes() -> None:
-    from llmfleet.core.diff.report import Alert, Level
-    from llmfleet.core.diff.waves import with_waves_alerts
+    from fleetllm.core.diff.report import Alert, Level
+    from fleetllm.core.diff.waves import with_waves_alerts
 
     base, head = fleet(placement=TWIN), fleet(models=SEED2, placement=TWIN)
     waves = plan_waves(base, head)

@@ -1,7 +1,7 @@
 """Fixtures of the fault suite: known secret values, the real control plane as a process over a fleet
 repository, and a figures log.
 
-Set LLMFLEET_FIGURES=FILE to have every test append the figures it measured (one JSON object a line):
+Set FLEETLLM_FIGURES=FILE to have every test append the figures it measured (one JSON object a line):
 docs/reliability.md is written from such a run.
 """
 
@@ -96,8 +96,8 @@ def start_plane(tmp_path: Path) -> Iterator[Callable[..., ControlPlane]]:
 
 @pytest.fixture
 def figures(request: pytest.FixtureRequest) -> Callable[..., None]:
-    """figures(case=..., **numbers): appended to $LLMFLEET_FIGURES as one JSON line, when set."""
-    target = os.environ.get("LLMFLEET_FIGURES")
+    """figures(case=..., **numbers): appended to $FLEETLLM_FIGURES as one JSON line, when set."""
+    target = os.environ.get("FLEETLLM_FIGURES")
 
     def record(**numbers: Any) -> None:
         if target:

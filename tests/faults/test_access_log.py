@@ -1,4 +1,4 @@
-"""The access log of pages and APIs, against the real `llmfleet serve`: one `request` line per answer
+"""The access log of pages and APIs, against the real `fleetllm serve`: one `request` line per answer
 (method, the route's path, query parameter names, status, bytes, ms, peer, role), none for the box
 contract's /vllm/* (its own `box request` line is the one), and never a token, cookie, Authorization
 header, fleet key, query value or unknown path, even when a client puts a secret in each of them."""
@@ -40,7 +40,7 @@ def test_pages_and_apis_are_logged_without_a_secret(tmp_path: Path, start_plane:
     assert not [e for e in lines if (e["path"] or "").startswith("/vllm/")]  # logged once, as a box request
     assert len(plane.log_events("box request")) == 1
     for entry in lines:
-        assert entry["logger"] == "llmfleet.access" and entry["level"] == "info"
+        assert entry["logger"] == "fleetllm.access" and entry["level"] == "info"
         assert entry["peer"] == "127.0.0.1" and entry["ms"] >= 0 and entry["bytes"] >= 0
     queried = [e for e in lines if e["query"]]
     assert sorted(e["query"] for e in queried) == [["secret"], ["token", "key"]]
@@ -51,11 +51,11 @@ def test_pages_and_apis_are_logged_without_a_secret(tmp_path: Path, start_plane:
 
 def test_serve_takes_its_level_from_the_config_and_the_environment(tmp_path: Path,
                                                                     start_plane: Callable[..., ControlPlane]) -> None:
-    """log_level: error in the config drops the info lines (start-up, access log); LLMFLEET_LOG_LEVEL
+    """log_level: error in the config drops the info lines (start-up, access log); FLEETLLM_LOG_LEVEL
     overrides the config."""
     document = plane_document(tmp_path, repo_path=ROOT / "fleet-repo-example", log_level="error")
     quiet = start_plane(document, name="quiet")
-    loud = start_plane(document, name="loud", env={"LLMFLEET_LOG_LEVEL": "info"})
+    loud = start_plane(document, name="loud", env={"FLEETLLM_LOG_LEVEL": "info"})
     for plane in (quiet, loud):
         assert plane.get("/health")[0] == 200
         assert plane.stop() == 0

@@ -1,4 +1,4 @@
-"""Credential abuse against the real `llmfleet serve` (issue 16, findings 11 and 12).
+"""Credential abuse against the real `fleetllm serve` (issue 16, findings 11 and 12).
 
 - 60 wrong tokens on POST /login from one address: 10 are checked, the rest get 429 with
   Retry-After, and the log names the refusals without any token.
@@ -19,7 +19,7 @@ from tests.support.plane import ControlPlane
 
 from .conftest import VIEWER_TOKEN, box_headers, plane_document
 
-COOKIE = "llmfleet_session"
+COOKIE = "fleetllm_session"
 
 
 def call(plane: ControlPlane, method: str, path: str, cookie: str | None = None,

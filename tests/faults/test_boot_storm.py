@@ -1,4 +1,4 @@
-"""Boot storm against the real `llmfleet serve`: 1,000 boxes start within a second (installer download,
+"""Boot storm against the real `fleetllm serve`: 1,000 boxes start within a second (installer download,
 then config fetch, each on its own connection), with 100 wrong keys and 100 made-up host names mixed
 in (bench/boot_storm.py drives it; `make bench-boot-storm` prints the same figures).
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.boot_storm import FLEET_KEY, SALT, clients, make_repo, raise_open_files, run_storm
 from bench.fleetgen import box_name
-from llmfleet.adapters.state import open_store
+from fleetllm.adapters.state import open_store
 from tests.support.plane import ControlPlane
 
 from .conftest import VIEWER_TOKEN
@@ -48,8 +48,8 @@ def test_a_thousand_booting_boxes_are_all_answered(tmp_path: Path, start_plane: 
     assert len(attention["entries"]) == CAP
     assert all(e["box"].startswith("made-up-") for e in attention["entries"])
     metrics = plane.get("/metrics")[2].decode()
-    assert f"llmfleet_attention_entries {CAP:.1f}" in metrics
-    assert f"llmfleet_attention_evicted_total {MADE_UP - CAP:.1f}" in metrics
+    assert f"fleetllm_attention_entries {CAP:.1f}" in metrics
+    assert f"fleetllm_attention_evicted_total {MADE_UP - CAP:.1f}" in metrics
     assert after.peak_mib - before.rss_mib < MAX_GROWTH_MIB, (before, after)
 
     assert plane.stop() == 0  # a graceful stop writes out the buffered fetch log

@@ -1,5 +1,5 @@
 """The reconciler process killed (SIGKILL) right after its k-th LiteLLM write, for every k, then run
-again: `llmfleet apply` processes against the real LiteLLM proxy (or, without one, the in-memory fake
+again: `fleetllm apply` processes against the real LiteLLM proxy (or, without one, the in-memory fake
 of its API), through tests/support/write_killer.py, with stub vLLM processes on 127.0.0.4.
 
 Revision A (tiny-a on s1 and s2, tiny-b on s3) is applied first. Revision B drops s3, adds s4
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.core.fleet.bearer import Salt
+from fleetllm.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.reconcile.procs import Stub
 from tests.support.litellm import LitellmProxy, proxy_from_env
-from tests.support.plane import LLMFLEET
+from tests.support.plane import FLEETLLM
 from tests.support.ports import free_ports
 from tests.support.write_killer import ThreadedServer, WriteKiller
 
@@ -56,7 +56,7 @@ def write_fleet(repo: Path, ports: list[int], rows: list[tuple[str, int]], windo
 
 def deployments(proxy: LitellmProxy) -> list[dict[str, object]]:
     return [r for r in proxy.deployments() if str((r.get("model_info") or {}).get("id", "")).startswith(
-        ("llmfleet:", "test-"))]
+        ("fleetllm:", "test-"))]
 
 
 # About 60 s alone and 113 s on a loaded 2-core machine: its own budget, above the suite's 300 s hang guard.
@@ -105,24 +105,24 @@ def one_crash(k: int, concurrency: int, upstream: LitellmProxy, killer: WriteKil
                       f"state: {{url: 'sqlite:///{work}/state.sqlite3'}}\n"
                       f"litellm: {{url: '{proxy_url}', master_key: '${{env:CR_KEY}}', write_concurrency: {concurrency}}}\n")
 
-    def llmfleet(*args: str, kill_at: int | None = None) -> tuple[subprocess.CompletedProcess[str], int]:
-        process = subprocess.Popen([str(LLMFLEET), *args, "--config", str(config)], env=env, cwd=work,
+    def fleetllm(*args: str, kill_at: int | None = None) -> tuple[subprocess.CompletedProcess[str], int]:
+        process = subprocess.Popen([str(FLEETLLM), *args, "--config", str(config)], env=env, cwd=work,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         killer.arm(kill_at, process.pid)
         out, _ = process.communicate(timeout=180)
         killer.arm(None, None)
         return subprocess.CompletedProcess(process.args, process.returncode, out), process.pid
 
-    done, _ = llmfleet("apply", "--yes", "--rev", rev_a)
+    done, _ = fleetllm("apply", "--yes", "--rev", rev_a)
     assert done.returncode == 0, done.stdout
     hand = next(r for r in deployments(upstream) if r["model_info"]["id"] == HAND_MADE)  # type: ignore[index]
     killer.writes.clear()
-    crashed, crashed_pid = llmfleet("apply", "--yes", "--rev", rev_b, kill_at=k)
+    crashed, crashed_pid = fleetllm("apply", "--yes", "--rev", rev_b, kill_at=k)
     assert crashed.returncode == -9, crashed.stdout
-    restarted, restarted_pid = llmfleet("apply", "--yes", "--rev", rev_b)
+    restarted, restarted_pid = fleetllm("apply", "--yes", "--rev", rev_b)
     assert restarted.returncode == 0, restarted.stdout
     assert killer.count(crashed_pid) == k if concurrency == 1 else killer.count(crashed_pid) >= k
-    plan, _ = llmfleet("plan", "--rev", rev_b, "--detailed-exitcode")
+    plan, _ = fleetllm("plan", "--rev", rev_b, "--detailed-exitcode")
     assert plan.returncode == 0, plan.stdout
     assert "No changes." in plan.stdout
 
@@ -132,13 +132,13 @@ def one_crash(k: int, concurrency: int, upstream: LitellmProxy, killer: WriteKil
     bases = Counter(str(r["litellm_params"].get("api_base")) for r in rows)  # type: ignore[union-attr]
     assert all(n == 1 for n in bases.values()), bases  # one deployment per server
     managed = {str(r["model_info"]["id"]): r["model_name"] for r in rows  # type: ignore[index]
-               if r["model_info"].get("managed_by") == "llmfleet"}  # type: ignore[union-attr]
-    assert managed == {f"llmfleet:{BOX}:{p}": m for p, m in want.items()}
+               if r["model_info"].get("managed_by") == "fleetllm"}  # type: ignore[union-attr]
+    assert managed == {f"fleetllm:{BOX}:{p}": m for p, m in want.items()}
     assert all(r["model_info"].get("context_window") == 2048 for r in rows  # type: ignore[union-attr]
                if r["model_name"] == "tiny-a")
     assert next(r for r in rows if r["model_info"]["id"] == HAND_MADE) == hand  # type: ignore[index]
     kinds = Counter(kind for _, kind, _ in killer.writes)
-    assert kinds["delete"] <= 1 and f"llmfleet:{BOX}:{dropped}" not in managed
+    assert kinds["delete"] <= 1 and f"fleetllm:{BOX}:{dropped}" not in managed
     upstream.call("POST", "/model/delete", {"id": HAND_MADE})
     return {"k": k, "write_concurrency": concurrency, "writes_of_killed_apply": killer.count(crashed_pid),
             "writes_of_restarted_apply": killer.count(restarted_pid), "deletes": kinds["delete"],

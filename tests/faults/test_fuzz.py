@@ -30,24 +30,24 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from llmfleet.core.fleet import strictyaml
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.files import FLEET_FILES, Snapshot
-from llmfleet.core.fleet.model import Fleet
-from llmfleet.core.fleet.render import Bearers, render_all
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import Runtime, start_up
-from llmfleet.settings import load_config
-from llmfleet_contract import secretref
-from llmfleet_gateway import errors as gateway_errors
-from llmfleet_gateway import forwarding
-from llmfleet_installer.boxjson import BoxJsonError, parse_text
-from llmfleet_installer.fit import check_fit
-from llmfleet_installer.main import assumed_gpus, render_units
-from llmfleet_installer.report import fit_json
-from llmfleet_installer.settings import load as load_settings
-from llmfleet_installer.units import UnitError
+from fleetllm.core.fleet import strictyaml
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.files import FLEET_FILES, Snapshot
+from fleetllm.core.fleet.model import Fleet
+from fleetllm.core.fleet.render import Bearers, render_all
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import Runtime, start_up
+from fleetllm.settings import load_config
+from fleetllm_contract import secretref
+from fleetllm_gateway import errors as gateway_errors
+from fleetllm_gateway import forwarding
+from fleetllm_installer.boxjson import BoxJsonError, parse_text
+from fleetllm_installer.fit import check_fit
+from fleetllm_installer.main import assumed_gpus, render_units
+from fleetllm_installer.report import fit_json
+from fleetllm_installer.settings import load as load_settings
+from fleetllm_installer.units import UnitError
 from tests.conftest import EXAMPLE, ROOT
 from tests.support.write_killer import ThreadedServer
 
@@ -171,7 +171,7 @@ def test_validation_either_accepts_and_renders_or_says_where(files: dict[str, st
     the_installer_takes_every_box_of(result.fleet)
 
 
-BOX_SETTINGS = load_settings({"LLMFLEET_DATA_DIR": "/srv/data", "LLMFLEET_SUPERVISOR_CONF_DIR": "/srv/conf"},
+BOX_SETTINGS = load_settings({"FLEETLLM_DATA_DIR": "/srv/data", "FLEETLLM_SUPERVISOR_CONF_DIR": "/srv/conf"},
                              need_control_plane=False)
 
 
@@ -474,12 +474,12 @@ def test_gateway_route_parsing_takes_any_path(path: str, query: str) -> None:
 
 @pytest.fixture(scope="module")
 def gateway_port() -> Iterator[int]:
-    """The real gateway handler (aiohttp's low-level server, as llmfleet_gateway.serve runs it) in front of an
+    """The real gateway handler (aiohttp's low-level server, as fleetllm_gateway.serve runs it) in front of an
     upstream that answers 200 to anything."""
     from aiohttp import web
 
-    from llmfleet_gateway.app import Gateway
-    from llmfleet_gateway.config import parse_config
+    from fleetllm_gateway.app import Gateway
+    from fleetllm_gateway.config import parse_config
 
     async def ok(request: web.Request) -> web.Response:
         await request.read()

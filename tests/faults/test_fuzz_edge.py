@@ -19,12 +19,12 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from llmfleet.adapters.state.records import MAX_MARK, STORED_CHARS, Endpoint, FetchRecord, clip
-from llmfleet.server.app import create_app
-from llmfleet.server.guard import ConnectionCaps
-from llmfleet.server.params import ParamError, int_param
-from llmfleet.server.runtime import Runtime, start_up
-from llmfleet.settings import load_config
+from fleetllm.adapters.state.records import MAX_MARK, STORED_CHARS, Endpoint, FetchRecord, clip
+from fleetllm.server.app import create_app
+from fleetllm.server.guard import ConnectionCaps
+from fleetllm.server.params import ParamError, int_param
+from fleetllm.server.runtime import Runtime, start_up
+from fleetllm.settings import load_config
 from tests.conftest import ROOT
 
 from .conftest import PLANE_ENV, VIEWER_TOKEN, plane_document

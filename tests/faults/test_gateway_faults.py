@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from llmfleet_gateway.jsonscan import MAX_BRACKETS
-from llmfleet_gateway.serve import HEADER_TIMEOUT
+from fleetllm_gateway.jsonscan import MAX_BRACKETS
+from fleetllm_gateway.serve import HEADER_TIMEOUT
 from tests.gateway.conftest import GatewayProcess, running_gateway
 
 SECRET = "gw-faults-bearer-Zq8Lr3Vx6N"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.git import GitFleetRepo
-from llmfleet.errors import SourceError
+from fleetllm.adapters.git import GitFleetRepo
+from fleetllm.errors import SourceError
 from tests.conftest import git
 
 

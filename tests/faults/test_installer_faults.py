@@ -1,4 +1,4 @@
-"""The box installer under faults, with real parts: installer/llmfleet_installer/provision/vast.sh, the box program it
+"""The box installer under faults, with real parts: installer/fleetllm_installer/provision/vast.sh, the box program it
 downloads, the real control plane process, real supervisord running the stub vLLM.
 
 - the control plane is down when the box boots: the download is retried, then fails saying why; when
@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import git
 from tests.installer.realprocs import wait_until
 from tests.support.box import Box
-from tests.support.plane import LLMFLEET, ControlPlane, free_port
+from tests.support.plane import FLEETLLM, ControlPlane, free_port
 
 from .conftest import FLEET_KEY, PLANE_ENV, plane_document, viewer
 
@@ -70,13 +70,13 @@ def test_control_plane_down_at_boot_retried_then_a_clear_failure_or_an_install(
     box = make_box()
     dead = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
-    done = box.provision(dead, FLEET_KEY, LLMFLEET_FETCH_DEADLINE_S="4")
+    done = box.provision(dead, FLEET_KEY, FLEETLLM_FETCH_DEADLINE_S="4")
     gave_up_after = round(time.monotonic() - started, 1)
     assert done.returncode != 0
     retries = done.stderr.count("retrying in")
     assert retries >= 1, done.stderr
     assert "Connection refused" in done.stderr and "gave up after" in done.stderr, done.stderr
-    assert not list((box.root / "conf.d").glob("llmfleet-*.conf"))
+    assert not list((box.root / "conf.d").glob("fleetllm-*.conf"))
 
     # The control plane comes up 3 s into the box's boot: the retries carry the install through.
     plane = ControlPlane(tmp_path / "plane", plane_document(tmp_path / "state", repo_path=fleet_repo(tmp_path, port)),
@@ -84,7 +84,7 @@ def test_control_plane_down_at_boot_retried_then_a_clear_failure_or_an_install(
     late = threading.Timer(3.0, plane.start)
     late.start()
     try:
-        done = box.provision(plane.url, FLEET_KEY, LLMFLEET_FETCH_DEADLINE_S="60")
+        done = box.provision(plane.url, FLEET_KEY, FLEETLLM_FETCH_DEADLINE_S="60")
         late.join()
         assert done.returncode == 0, done.stderr
         assert "retrying in" in done.stderr
@@ -110,7 +110,7 @@ def test_fit_shortfall_and_a_crash_while_loading(tmp_path: Path, make_box: Calla
     done = small.provision(plane.url, FLEET_KEY, FAKE_NVIDIA_SMI_GPUS="NVIDIA T4:15360:15000")
     assert done.returncode == 1
     assert "will not fit" in done.stderr, done.stderr
-    assert not list((small.root / "conf.d").glob("llmfleet-*.conf"))
+    assert not list((small.root / "conf.d").glob("fleetllm-*.conf"))
     _, reports = plane.json("/admin/reports", viewer())
     report = reports["boxes"][BOX]
     assert report["outcome"] == "fit_failed" and "will not fit" in report["report"]["message"]
@@ -119,7 +119,7 @@ def test_fit_shortfall_and_a_crash_while_loading(tmp_path: Path, make_box: Calla
     # The server crashes at the end of every load: Supervisor retries, then gives up.
     crashy = make_box("crashy", {"STUB_VLLM_FAIL_LOAD": "1", "STUB_VLLM_LOAD_S": "0.2"})
     started = time.monotonic()
-    done = crashy.provision(plane.url, FLEET_KEY, LLMFLEET_STARTSECS="5")  # every crash is a failed start
+    done = crashy.provision(plane.url, FLEET_KEY, FLEETLLM_STARTSECS="5")  # every crash is a failed start
     assert done.returncode == 0, done.stderr  # the install itself went through
     states = crashy.supervisor.states()
     assert list(states.values()) == ["FATAL"], (states, done.stderr)
@@ -131,7 +131,7 @@ def test_fit_shortfall_and_a_crash_while_loading(tmp_path: Path, make_box: Calla
 
     # The reconciler: past the grace period, Stalled, saying why.
     time.sleep(2.5)
-    plan = subprocess.run([str(LLMFLEET), "plan", "--config", str(plane.config)], capture_output=True, text=True,
+    plan = subprocess.run([str(FLEETLLM), "plan", "--config", str(plane.config)], capture_output=True, text=True,
                           env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **PLANE_ENV}, cwd=tmp_path,
                           timeout=120, check=False)
     line = next((x for x in plan.stdout.splitlines() if f"{BOX}:{port}" in x), plan.stdout + plan.stderr)

@@ -1,4 +1,4 @@
-"""An invalid head never stops reconciling (issue 14, item 7): `llmfleet reconcile --once` processes (what
+"""An invalid head never stops reconciling (issue 14, item 7): `fleetllm reconcile --once` processes (what
 the systemd timer and the Kubernetes CronJob run) against the real LiteLLM proxy (or, without one, the
 in-memory fake of its API), a real git repository and stub vLLM processes on 127.0.0.6.
 
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.state import open_reconcile_state
-from llmfleet.core.fleet.bearer import Salt
+from fleetllm.adapters.state import open_reconcile_state
+from fleetllm.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.reconcile.procs import Stub
 from tests.support.litellm import LitellmProxy
-from tests.support.plane import LLMFLEET
+from tests.support.plane import FLEETLLM
 from tests.support.ports import free_ports
 
 BOX = "127.0.0.6"
@@ -48,7 +48,7 @@ def write_fleet(repo: Path, ports: list[int], placement: str) -> str:
 
 def managed(proxy: LitellmProxy) -> dict[str, str]:
     return {str(r["model_info"]["id"]): str(r["model_name"]) for r in proxy.deployments()
-            if (r.get("model_info") or {}).get("managed_by") == "llmfleet"}
+            if (r.get("model_info") or {}).get("managed_by") == "fleetllm"}
 
 
 def test_an_invalid_head_during_a_crash_still_deletes_the_crashed_servers_deployment(
@@ -69,16 +69,16 @@ def test_an_invalid_head_during_a_crash_still_deletes_the_crashed_servers_deploy
     metrics = tmp_path / "reconcile.prom"
 
     def reconcile(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(LLMFLEET), "reconcile", "--once", "--config", str(config),
+        return subprocess.run([str(FLEETLLM), "reconcile", "--once", "--config", str(config),
                                "--metrics-file", str(metrics), *extra],
                               env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False)
 
-    a_id, b_id = f"llmfleet:{BOX}:{s1}", f"llmfleet:{BOX}:{s2}"
+    a_id, b_id = f"fleetllm:{BOX}:{s1}", f"fleetllm:{BOX}:{s2}"
     try:
         first = reconcile()
         assert first.returncode == 0, first.stdout + first.stderr
         assert managed(upstream) == {a_id: "tiny-a", b_id: "tiny-b"}
-        assert "llmfleet_last_attempted_revision_valid 1.0" in metrics.read_text()
+        assert "fleetllm_last_attempted_revision_valid 1.0" in metrics.read_text()
 
         # A bad commit on the branch (a model the catalog does not have), and tiny-a's server crashes.
         rev_b = write_fleet(repo, ports, f"hosts:\n  {BOX}:\n    - [no-such-model, {s1}]\n    - [tiny-b, {s2}]\n")
@@ -88,7 +88,7 @@ def test_an_invalid_head_during_a_crash_still_deletes_the_crashed_servers_deploy
         assert once.returncode == 3, once.stdout + once.stderr
         assert f"the branch head {rev_b[:12]} is not valid" in once.stderr
         assert f"the last valid commit {rev_a[:12]}" in once.stderr
-        assert "unknown model" in once.stderr  # the head's own diagnostics, as `llmfleet validate` prints them
+        assert "unknown model" in once.stderr  # the head's own diagnostics, as `fleetllm validate` prints them
         assert "Traceback" not in once.stderr
         assert managed(upstream) == {a_id: "tiny-a", b_id: "tiny-b"}  # one failed probe: not Down yet
 
@@ -97,8 +97,8 @@ def test_an_invalid_head_during_a_crash_still_deletes_the_crashed_servers_deploy
         assert managed(upstream) == {b_id: "tiny-b"}  # Down after down_after_failures: deleted on schedule
 
         exposition = metrics.read_text()
-        assert "llmfleet_last_attempted_revision_valid 0.0" in exposition
-        assert "llmfleet_reconcile_invalid_head_passes_total 1.0" in exposition  # a counter per --once process
+        assert "fleetllm_last_attempted_revision_valid 0.0" in exposition
+        assert "fleetllm_reconcile_invalid_head_passes_total 1.0" in exposition  # a counter per --once process
         record = open_reconcile_state(f"sqlite:///{tmp_path}/state.sqlite3").recent_passes(1)[0]
         assert (record.revision, record.head, record.head_valid) == (rev_a, rev_b, False)
         assert any("no-such-model" in error for error in record.head_errors)
@@ -112,7 +112,7 @@ def test_an_invalid_head_during_a_crash_still_deletes_the_crashed_servers_deploy
         fixed = reconcile()
         assert fixed.returncode == 0, fixed.stdout + fixed.stderr
         assert "is not valid" not in fixed.stderr
-        assert "llmfleet_last_attempted_revision_valid 1.0" in metrics.read_text()
+        assert "fleetllm_last_attempted_revision_valid 1.0" in metrics.read_text()
     finally:
         for stub in stubs.values():
             stub.kill()

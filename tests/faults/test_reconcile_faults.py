@@ -6,7 +6,7 @@ The fleet: a static box (127.0.0.1) and a Vast box (127.0.0.2, listed on the thi
 changes a model's LiteLLM route (two updates) and adds a server (one create). The fault is on for
 the first passes of B, then cleared. For every fault: while it lasts nothing is deleted on a failed
 observation; after it clears the fleet converges (an empty plan) within a few passes; no deployment
-is created twice; the two rows llmfleet does not manage are never written. The properties over
+is created twice; the two rows fleetllm does not manage are never written. The properties over
 random worlds of the same (in-memory) are tests/reconcile/test_properties.py.
 """
 
@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from llmfleet.adapters.http import RetryPolicy
-from llmfleet.adapters.litellm import LitellmClient
-from llmfleet.adapters.providers import ProviderAccess, VastClient
-from llmfleet.adapters.state.reconcile import MemoryStore
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.model import (
+from fleetllm.adapters.http import RetryPolicy
+from fleetllm.adapters.litellm import LitellmClient
+from fleetllm.adapters.providers import ProviderAccess, VastClient
+from fleetllm.adapters.state.reconcile import MemoryStore
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,
@@ -38,11 +38,11 @@ from llmfleet.core.fleet.model import (
     VllmRecipe,
     frozen_map,
 )
-from llmfleet.core.fleet.render import Bearers
-from llmfleet.core.judge.plan import ActionKind
-from llmfleet.core.secret import Secret
-from llmfleet.job.engine import PassOutcome, Reconciler
-from llmfleet.job.observer import Observer
+from fleetllm.core.fleet.render import Bearers
+from fleetllm.core.judge.plan import ActionKind
+from fleetllm.core.secret import Secret
+from fleetllm.job.engine import PassOutcome, Reconciler
+from fleetllm.job.observer import Observer
 from tests.reconcile.fakes import FakeServer, FakeVllm, free_port, serve, vast_instance
 from tests.support.faulty_http import FaultyLitellm, FaultyVast
 
@@ -99,7 +99,7 @@ class World:
         return await self.reconciler().run_pass(target, apply=True)
 
     def unmanaged(self) -> dict[str, Any]:
-        return {i: r for i, r in self.litellm.rows.items() if not i.startswith("llmfleet:")}
+        return {i: r for i, r in self.litellm.rows.items() if not i.startswith("fleetllm:")}
 
 
 @contextlib.asynccontextmanager
@@ -123,8 +123,8 @@ async def world(knobs: ReconcileSettings | None = None) -> AsyncIterator[World]:
         first = await w.run(w.a)  # A converged; rows for s1, s2, s3 and the Vast box
         assert [r.outcome for r in first.results] == ["created"] * 4
         # A row that looks like ours but has no marker (a human copied an id): never written.
-        w.litellm.rows[f"llmfleet:{STATIC}:{s4}x"] = {"model_name": "m", "litellm_params": {"model": "hosted_vllm/m"},
-                                                      "model_info": {"id": f"llmfleet:{STATIC}:{s4}x"}}
+        w.litellm.rows[f"fleetllm:{STATIC}:{s4}x"] = {"model_name": "m", "litellm_params": {"model": "hosted_vllm/m"},
+                                                      "model_info": {"id": f"fleetllm:{STATIC}:{s4}x"}}
         w.litellm.log.clear()
         yield w
 
@@ -162,15 +162,15 @@ async def converge(w: World, fault_passes: int, inject: Callable[[World], None],
     else:
         raise AssertionError(f"not converged after {MAX_PASSES} passes: {outcome.plan}")
     managed = {i: r["model_name"] for i, r in w.litellm.rows.items()
-               if r["model_info"].get("managed_by") == "llmfleet"}
+               if r["model_info"].get("managed_by") == "fleetllm"}
     s1, s2, s4 = (row.port for row in w.b.boxes[STATIC].servers)
     vast_port = w.b.boxes[VAST_BOX].servers[0].port
-    assert managed == {f"llmfleet:{STATIC}:{s1}": "m", f"llmfleet:{STATIC}:{s2}": "m", f"llmfleet:{STATIC}:{s4}": "n",
-                       f"llmfleet:{VAST_BOX}:{vast_port}": "n"}
-    assert all(w.litellm.rows[f"llmfleet:{STATIC}:{p}"]["model_info"]["tier"] == "b" for p in (s1, s2))
+    assert managed == {f"fleetllm:{STATIC}:{s1}": "m", f"fleetllm:{STATIC}:{s2}": "m", f"fleetllm:{STATIC}:{s4}": "n",
+                       f"fleetllm:{VAST_BOX}:{vast_port}": "n"}
+    assert all(w.litellm.rows[f"fleetllm:{STATIC}:{p}"]["model_info"]["tier"] == "b" for p in (s1, s2))
     assert w.unmanaged() == unmanaged
     assert w.litellm.duplicate_creates == 0
-    assert not [i for i in w.litellm.done("delete") if i not in managed and not i.startswith("llmfleet:")]
+    assert not [i for i in w.litellm.done("delete") if i not in managed and not i.startswith("fleetllm:")]
     figures.duplicate_creates = w.litellm.duplicate_creates
     figures.writes = len(w.litellm.log)
     return figures
@@ -247,7 +247,7 @@ def test_a_hanging_probe_is_bounded_and_deletes_only_through_hysteresis(figures:
             assert w.a is not None
             s1 = w.a.boxes[STATIC].servers[0].port
             w.vllm.servers[(STATIC, s1)].mode = "hang"
-            ident = f"llmfleet:{STATIC}:{s1}"
+            ident = f"fleetllm:{STATIC}:{s1}"
             first = await w.run(w.a)
             assert ident in w.litellm.rows and first.plan.empty
             assert "no answer within 0.5s" in first.plan.judgements[(STATIC, s1)].reason
@@ -273,7 +273,7 @@ def test_a_truncated_listing_deletes_nothing_until_it_persists(figures: Callable
         async with world(settings(max_delete_fraction=0.25)) as w:
             assert w.a is not None
             w.vast.truncate = True
-            vast_id = f"llmfleet:{VAST_BOX}:{w.a.boxes[VAST_BOX].servers[0].port}"
+            vast_id = f"fleetllm:{VAST_BOX}:{w.a.boxes[VAST_BOX].servers[0].port}"
             outcome = await w.run(w.a)
             judged = [j for k, j in outcome.plan.judgements.items() if k[0] == VAST_BOX]
             assert [str(j.verdict) for j in judged] == ["Healthy"] and "Missing after" in judged[0].reason

@@ -3,9 +3,9 @@ and only then: a report about an older boot config says nothing about this one."
 
 from __future__ import annotations
 
-from llmfleet.core.judge.intended import Endpoint
-from llmfleet.core.judge.observed import BoxFacts, BoxReport, ProbeStatus, Resolution
-from llmfleet.core.judge.verdict import ServerHistory, Verdict, judge
+from fleetllm.core.judge.intended import Endpoint
+from fleetllm.core.judge.observed import BoxFacts, BoxReport, ProbeStatus, Resolution
+from fleetllm.core.judge.verdict import ServerHistory, Verdict, judge
 from tests.reconcile.builders import NOW, SETTINGS, failed, server
 
 S = server("127.0.0.2", 8001, "m")

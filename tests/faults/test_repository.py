@@ -1,4 +1,4 @@
-"""Repository faults against the real control plane process (`llmfleet serve`): a commit that fails
+"""Repository faults against the real control plane process (`fleetllm serve`): a commit that fails
 validation, a YAML bomb, a huge file, a corrupt git object, a remote that goes away, force-pushes.
 
 Every time the server keeps answering boxes from the last valid revision, and says why: in /health
@@ -65,9 +65,9 @@ def settle_logs(plane: ControlPlane, refreshes: float = 2.5) -> None:
 
 
 def refresh_errors_at_least(plane: ControlPlane, count: int) -> float:
-    """llmfleet_git_refresh_errors_total once it has reached `count` (60 s at most)."""
+    """fleetllm_git_refresh_errors_total once it has reached `count` (60 s at most)."""
     def reached() -> float | None:
-        errors = metric(metrics(plane), "llmfleet_git_refresh_errors_total")
+        errors = metric(metrics(plane), "fleetllm_git_refresh_errors_total")
         return errors if errors >= count else None
 
     return float(wait_until(f"{count} failed git refreshes counted", reached, 60))
@@ -111,8 +111,8 @@ def test_bad_commits_keep_the_last_valid_revision_and_are_told_once(fleet_git: P
         assert why in errors, (case, errors)
         assert "secret-on-the-server" not in errors and body["last_refresh"].get("error") is None, body
         text_metrics = metrics(plane)
-        assert metric(text_metrics, "llmfleet_commit_validation_failures_total") == number
-        assert metric(text_metrics, "llmfleet_last_attempted_revision_valid") == 0
+        assert metric(text_metrics, "fleetllm_commit_validation_failures_total") == number
+        assert metric(text_metrics, "fleetllm_last_attempted_revision_valid") == 0
         logged = [e for e in plane.log_events("invalid commit not served") if e["revision"] == bad]
         assert len(logged) == 1, (case, logged)
         after = plane.memory()
@@ -122,7 +122,7 @@ def test_bad_commits_keep_the_last_valid_revision_and_are_told_once(fleet_git: P
     fixed = add_box(fleet_git, "203.0.113.99")
     assert push_hook(plane)[1]["revision"] == fixed
     assert served(plane) == (200, fixed)
-    assert metric(metrics(plane), "llmfleet_last_attempted_revision_valid") == 1
+    assert metric(metrics(plane), "fleetllm_last_attempted_revision_valid") == 1
     figures(case="bad commits", rows=rows)
 
 

@@ -1,10 +1,10 @@
 """Secret hygiene over the whole loop, with known secret values.
 
-Real parts: a fleet git repository; `llmfleet serve` as a process (fleet key, salt, legacy key, admin
+Real parts: a fleet git repository; `fleetllm serve` as a process (fleet key, salt, legacy key, admin
 and viewer tokens, webhook secret, a provider key, the LiteLLM master key: all as ${env:} references);
-a box on 127.0.0.6 provisioned by installer/llmfleet_installer/provision/vast.sh (installer download, config fetch, real
+a box on 127.0.0.6 provisioned by installer/fleetllm_installer/provision/vast.sh (installer download, config fetch, real
 supervisord running the stub vLLM with its bearer, report back), one of its servers a legacy pair
-with the legacy key; `llmfleet plan` and `llmfleet apply` against the real LiteLLM (the fake of its
+with the legacy key; `fleetllm plan` and `fleetllm apply` against the real LiteLLM (the fake of its
 API without one); requests that fail on purpose (wrong keys and tokens, unknown box, bad report, bad
 webhook signature, a LiteLLM that refuses the master key).
 
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.core.fleet.bearer import Salt
+from fleetllm.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.installer.realprocs import http_status, wait_until
 from tests.support.box import Box
 from tests.support.litellm import LitellmProxy, proxy_from_env
-from tests.support.plane import LLMFLEET, ControlPlane, free_port, request
+from tests.support.plane import FLEETLLM, ControlPlane, free_port, request
 from tests.support.ports import free_ports
 
 from .conftest import ADMIN_TOKEN, FLEET_KEY, HOOK_SECRET, LEGACY_KEY, PLANE_ENV, SALT, VIEWER_TOKEN, plane_document
@@ -104,21 +104,21 @@ def test_no_secret_anywhere(tmp_path: Path, upstream: LitellmProxy, box: Box,
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **PLANE_ENV, "MASTER": upstream.master_key,
            "VAST": VAST_KEY}
 
-    def llmfleet(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(LLMFLEET), *args, "--config", str(config)], env=env, cwd=tmp_path,
+    def fleetllm(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(FLEETLLM), *args, "--config", str(config)], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=180, check=False)
 
     for args in (("plan",), ("apply", "--yes", "--metrics-file", str(tmp_path / "reconcile.prom")), ("plan",)):
-        run = llmfleet(plane.config, *args)
-        seen[f"llmfleet {args[0]} output"] = (run.stdout + run.stderr).encode()
+        run = fleetllm(plane.config, *args)
+        seen[f"fleetllm {args[0]} output"] = (run.stdout + run.stderr).encode()
         assert run.returncode == 0, run.stdout + run.stderr
     managed = {r["model_info"]["id"] for r in upstream.deployments() if r["model_info"].get("managed_by")}
-    assert managed == {f"llmfleet:{BOX}:{p1}", f"llmfleet:{BOX}:{p2}"}
+    assert managed == {f"fleetllm:{BOX}:{p1}", f"fleetllm:{BOX}:{p2}"}
     wrong = tmp_path / "wrong-master.yaml"
     wrong.write_text(plane.config.read_text().replace("${env:MASTER}", "${env:WRONG_MASTER}"))
     env["WRONG_MASTER"] = WRONG_MASTER
-    refused = llmfleet(wrong, "plan")
-    seen["llmfleet plan with a refused master key"] = (refused.stdout + refused.stderr).encode()
+    refused = fleetllm(wrong, "plan")
+    seen["fleetllm plan with a refused master key"] = (refused.stdout + refused.stderr).encode()
     assert refused.returncode == 1 and "401" in refused.stdout + refused.stderr
 
     # Requests that fail on purpose, and every operator view.
@@ -169,14 +169,14 @@ def test_no_secret_anywhere(tmp_path: Path, upstream: LitellmProxy, box: Box,
 
     # Every file written (logs, state database, reconciler metrics, the box's data dir, ...), but the
     # Supervisor program files, which carry VLLM_API_KEY by design.
-    units = sorted((tmp_path / "box" / "conf.d").glob("llmfleet-*.conf"))
-    servers = [u for u in units if u.name != "llmfleet-agent.conf"]  # the box agent's program holds no bearer
+    units = sorted((tmp_path / "box" / "conf.d").glob("fleetllm-*.conf"))
+    servers = [u for u in units if u.name != "fleetllm-agent.conf"]  # the box agent's program holds no bearer
     assert servers and all(bearers[f"bearer {BOX}:{p1}"] in u.read_text() or LEGACY_KEY in u.read_text()
                            for u in servers)
-    assert (tmp_path / "box" / "conf.d" / "llmfleet-agent.conf") in units  # the box has its agent...
-    assert FLEET_KEY not in (tmp_path / "box" / "conf.d" / "llmfleet-agent.conf").read_text()  # ...without the key
+    assert (tmp_path / "box" / "conf.d" / "fleetllm-agent.conf") in units  # the box has its agent...
+    assert FLEET_KEY not in (tmp_path / "box" / "conf.d" / "fleetllm-agent.conf").read_text()  # ...without the key
     # The box agent's own copy of the fleet key (it fetches with it): the one place it may be, owner-only
-    key_file = tmp_path / "box" / "data" / "llmfleet" / "agent" / "credentials" / "fleet-key"
+    key_file = tmp_path / "box" / "data" / "fleetllm" / "agent" / "credentials" / "fleet-key"
     assert key_file.read_text().strip() == FLEET_KEY and key_file.stat().st_mode & 0o077 == 0
     files = [p for p in tmp_path.rglob("*") if p.is_file() and p not in units and ".git" not in p.parts
              and p != key_file]

@@ -1,4 +1,4 @@
-"""Slow and idle connections against the real `llmfleet serve` (issue 16, finding 1).
+"""Slow and idle connections against the real `fleetllm serve` (issue 16, finding 1).
 
 1,000 connections are held open from 40 loopback addresses: 900 send nothing, 100 send a request
 line and then one header line at a time (a slowloris). With all of them open, /health and a box's
@@ -139,7 +139,7 @@ def test_connections_over_the_per_peer_cap_are_closed_at_once(tmp_path: Path,
         status, _, _ = request(plane.url + "/vllm/config", box_headers(), timeout=5)
         assert status == 200
         metrics = plane.get("/metrics")[2].decode()
-    refused = metric(metrics.replace('{reason="per_peer"}', ""), "llmfleet_http_connections_refused_total")
+    refused = metric(metrics.replace('{reason="per_peer"}', ""), "fleetllm_http_connections_refused_total")
     assert refused == 20
     figures(case="per-peer connection cap", cap=PER_PEER, opened=PER_PEER + 20, refused=int(refused))
     plane.stop()
@@ -185,6 +185,6 @@ def test_malformed_and_oversized_requests_get_an_answer_or_a_close(tmp_path: Pat
         answer = raw(plane.port, b"POST /hooks/push HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 400") or answer == b""
     metrics = plane.get("/metrics")[2].decode()
-    assert 'llmfleet_http_connections_refused_total{reason="body_budget"} 1.0' in metrics
+    assert 'fleetllm_http_connections_refused_total{reason="body_budget"} 1.0' in metrics
     status, _, _ = request(plane.url + "/vllm/config", box_headers(), timeout=5)
     assert status == 200

@@ -1,4 +1,4 @@
-"""Oversized client text against the real `llmfleet serve` (issue 16, finding 2): what a request may
+"""Oversized client text against the real `fleetllm serve` (issue 16, finding 2): what a request may
 store, what an answer may carry, and the memory it takes.
 
 The attack of the issue: refused and unknown-box requests, each carrying 95 X-Forwarded-For headers
@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from llmfleet.adapters.state.records import MAX_RECORD_CHARS
+from fleetllm.adapters.state.records import MAX_RECORD_CHARS
 from tests.conftest import ROOT
 from tests.support.plane import ControlPlane
 

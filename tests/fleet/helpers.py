@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from llmfleet.core.fleet.diagnostics import Diagnostic
-from llmfleet.core.fleet.files import FLEET_FILES, Snapshot
-from llmfleet.core.fleet.validate import Validation, validate_snapshot
+from fleetllm.core.fleet.diagnostics import Diagnostic
+from fleetllm.core.fleet.files import FLEET_FILES, Snapshot
+from fleetllm.core.fleet.validate import Validation, validate_snapshot
 
 FLEET = "listen_ports: [8001, 8002, 8003]\n"
 MODELS = """\

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmfleet.core.fleet.bearer import Salt, SaltError, bearer_fingerprint, load_legacy_key, load_salt
-from llmfleet_contract.addresses import normalise_host
+from fleetllm.core.fleet.bearer import Salt, SaltError, bearer_fingerprint, load_legacy_key, load_salt
+from fleetllm_contract.addresses import normalise_host
 
 # printf 'llmao.vllm.api_key\n203.0.113.10\n8001' | openssl dgst -sha256 -hmac SALT -binary | base64 | tr '+/' '-_'
 GOLDEN = [
@@ -77,8 +77,8 @@ def test_salt_file_loses_exactly_one_trailing_newline(tmp_path: Path) -> None:
 
 
 def test_salt_from_environment_and_missing_salt() -> None:
-    assert load_salt(None, env={"LLMFLEET_VLLM_API_SALT": GOLDEN[0][0]}).derive("203.0.113.10", 8001) == GOLDEN[0][3]
-    with pytest.raises(SaltError, match="LLMFLEET_VLLM_API_SALT"):
+    assert load_salt(None, env={"FLEETLLM_VLLM_API_SALT": GOLDEN[0][0]}).derive("203.0.113.10", 8001) == GOLDEN[0][3]
+    with pytest.raises(SaltError, match="FLEETLLM_VLLM_API_SALT"):
         load_salt(None, env={})
     with pytest.raises(SaltError, match="cannot read"):
         load_salt("/nonexistent/salt", env={})
@@ -88,7 +88,7 @@ def test_legacy_key_sources(tmp_path: Path) -> None:
     path = tmp_path / "legacy"
     path.write_text("sk-legacy-1\n")
     assert load_legacy_key(str(path), env={}) == "sk-legacy-1"
-    assert load_legacy_key(None, env={"LLMFLEET_LEGACY_API_KEY": "sk-legacy-2"}) == "sk-legacy-2"
+    assert load_legacy_key(None, env={"FLEETLLM_LEGACY_API_KEY": "sk-legacy-2"}) == "sk-legacy-2"
     assert load_legacy_key(None, env={}) is None
 
 

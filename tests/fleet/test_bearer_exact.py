@@ -1,4 +1,4 @@
-"""The exact texts and values of llmfleet.core.fleet.bearer that the other tests left loose: mutation testing
+"""The exact texts and values of fleetllm.core.fleet.bearer that the other tests left loose: mutation testing
 (docs/testing.md) showed that changing an error message, the salt's repr, the fingerprints' prefixes or
 the CRLF rule went unnoticed. Golden values computed independently with sha256sum."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.core.fleet.bearer import (
+from fleetllm.core.fleet.bearer import (
     SHORT_SALT_WARNING,
     Salt,
     SaltError,
@@ -28,7 +28,7 @@ def test_repr_and_str_say_redacted_exactly() -> None:
 
 
 def test_salt_fingerprint_golden() -> None:
-    # printf 'llmfleet.salt.fingerprint\ntest-salt-0123456789abcdef' | sha256sum | cut -c1-12
+    # printf 'fleetllm.salt.fingerprint\ntest-salt-0123456789abcdef' | sha256sum | cut -c1-12
     assert Salt(SALT).fingerprint() == "f008408886bc"
 
 
@@ -80,18 +80,18 @@ def test_secret_file_loses_one_crlf_or_lf(tmp_path: Path) -> None:
 
 
 def test_salt_and_legacy_key_come_from_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", SALT)
-    monkeypatch.setenv("LLMFLEET_LEGACY_API_KEY", "sk-legacy-from-env")
+    monkeypatch.setenv("FLEETLLM_VLLM_API_SALT", SALT)
+    monkeypatch.setenv("FLEETLLM_LEGACY_API_KEY", "sk-legacy-from-env")
     assert load_salt(None).derive("203.0.113.10", 8001) == BEARER
     assert load_legacy_key(None) == "sk-legacy-from-env"
-    monkeypatch.delenv("LLMFLEET_LEGACY_API_KEY")
+    monkeypatch.delenv("FLEETLLM_LEGACY_API_KEY")
     assert load_legacy_key(None) is None
 
 
 def test_salt_and_legacy_key_messages(tmp_path: Path) -> None:
     with pytest.raises(SaltError) as info:
         load_salt(None, env={})
-    assert str(info.value) == "no bearer salt: pass --salt-file FILE or set LLMFLEET_VLLM_API_SALT"
+    assert str(info.value) == "no bearer salt: pass --salt-file FILE or set FLEETLLM_VLLM_API_SALT"
     with pytest.raises(SaltError) as info:
         load_salt(str(tmp_path / "none"), env={})
     assert str(info.value) == f"cannot read the salt file {tmp_path / 'none'}: No such file or directory"
@@ -99,6 +99,6 @@ def test_salt_and_legacy_key_messages(tmp_path: Path) -> None:
         load_legacy_key(str(tmp_path / "none"), env={})
     assert str(info.value) == f"cannot read the legacy key file {tmp_path / 'none'}: No such file or directory"
     with pytest.raises(SaltError) as info:
-        load_legacy_key(None, env={"LLMFLEET_LEGACY_API_KEY": " sk-padded"})
+        load_legacy_key(None, env={"FLEETLLM_LEGACY_API_KEY": " sk-padded"})
     assert str(info.value) == "the legacy shared key has leading or trailing whitespace; remove it"
-    assert load_legacy_key(None, env={"LLMFLEET_LEGACY_API_KEY": ""}) is None
+    assert load_legacy_key(None, env={"FLEETLLM_LEGACY_API_KEY": ""}) is None

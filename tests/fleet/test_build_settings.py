@@ -1,11 +1,11 @@
-"""llmfleet.core.fleet.build.build_settings, directly: every setting read from fleet.yaml, and each one that a
+"""fleetllm.core.fleet.build.build_settings, directly: every setting read from fleet.yaml, and each one that a
 schema error taints falls back to its default. Mutation testing (docs/testing.md) showed these only
 loosely pinned through whole-fleet tests."""
 
 from __future__ import annotations
 
-from llmfleet.core.fleet.build import build_settings
-from llmfleet.core.fleet.model import FleetSettings, ReconcileSettings
+from fleetllm.core.fleet.build import build_settings
+from fleetllm.core.fleet.model import FleetSettings, ReconcileSettings
 
 DOC = {
     "listen_ports": [8001, 8002, "x", 8005],

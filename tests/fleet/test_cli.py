@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.cli.main import main
+from fleetllm.cli.main import main
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT, git
 from tests.fleet.test_bearer import GOLDEN
 
 
 @pytest.fixture(autouse=True)
 def _no_ambient_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LLMFLEET_VLLM_API_SALT", "LLMFLEET_LEGACY_API_KEY", "GITHUB_ACTIONS"):
+    for name in ("FLEETLLM_VLLM_API_SALT", "FLEETLLM_LEGACY_API_KEY", "GITHUB_ACTIONS"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -103,19 +103,19 @@ def test_render_prints_the_box_json(capsys: pytest.CaptureFixture[str], tmp_path
 
 def test_render_errors(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     code, _, err = run(capsys, "render", "203.0.113.10", "--repo", str(EXAMPLE))
-    assert code == 2 and "LLMFLEET_VLLM_API_SALT" in err
-    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", TEST_SALT)
+    assert code == 2 and "FLEETLLM_VLLM_API_SALT" in err
+    monkeypatch.setenv("FLEETLLM_VLLM_API_SALT", TEST_SALT)
     code, _, err = run(capsys, "render", "10.1.1.1", "--repo", str(EXAMPLE))
     assert code == 1 and "'10.1.1.1' is not in the placement" in err
     code, _, err = run(capsys, "render", "198.51.100.23", "--repo", str(EXAMPLE))
-    assert code == 1 and "legacy pair" in err and "LLMFLEET_LEGACY_API_KEY" in err
-    monkeypatch.setenv("LLMFLEET_LEGACY_API_KEY", TEST_LEGACY_KEY)
+    assert code == 1 and "legacy pair" in err and "FLEETLLM_LEGACY_API_KEY" in err
+    monkeypatch.setenv("FLEETLLM_LEGACY_API_KEY", TEST_LEGACY_KEY)
     assert run(capsys, "render", "198.51.100.23", "--repo", str(EXAMPLE))[0] == 0
 
 
 def test_render_refuses_an_invalid_fleet(capsys: pytest.CaptureFixture[str], fleet_dir: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", TEST_SALT)
+    monkeypatch.setenv("FLEETLLM_VLLM_API_SALT", TEST_SALT)
     break_placement(fleet_dir)
     code, _, err = run(capsys, "render", "203.0.113.10", "--repo", str(fleet_dir))
     assert code == 1 and "[port-not-listen]" in err
@@ -127,12 +127,12 @@ def test_api_key(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch
     path.write_text(salt + "\n")
     code, out, _ = run(capsys, "api-key", "--host", host, "--port", str(port), "--salt-file", str(path))
     assert code == 0 and out.strip() == expected
-    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", salt)
+    monkeypatch.setenv("FLEETLLM_VLLM_API_SALT", salt)
     assert run(capsys, "api-key", "--host", host, "--port", str(port))[1].strip() == expected
     with pytest.raises(SystemExit) as exit_info:
         main(["api-key", "--host", host, "--port", "70000"])
     assert exit_info.value.code == 2
-    monkeypatch.delenv("LLMFLEET_VLLM_API_SALT")
+    monkeypatch.delenv("FLEETLLM_VLLM_API_SALT")
     assert run(capsys, "api-key", "--host", host, "--port", "8001")[0] == 2
 
 
@@ -152,8 +152,8 @@ def test_api_key_with_a_short_salt_warns_and_gives_llmaos_bearer(capsys: pytest.
 
 
 def test_console_script_runs(tmp_path: Path) -> None:
-    env = {**os.environ, "LLMFLEET_VLLM_API_SALT": TEST_SALT}
-    result = subprocess.run([sys.executable, "-m", "llmfleet", "validate", str(EXAMPLE)], capture_output=True,
+    env = {**os.environ, "FLEETLLM_VLLM_API_SALT": TEST_SALT}
+    result = subprocess.run([sys.executable, "-m", "fleetllm", "validate", str(EXAMPLE)], capture_output=True,
                             text=True, env=env, check=False)
     assert result.returncode == 0, result.stderr
 
@@ -161,8 +161,8 @@ def test_console_script_runs(tmp_path: Path) -> None:
 def test_api_key_of_a_legacy_pair_is_the_key_that_server_uses(capsys: pytest.CaptureFixture[str], fleet_dir: Path,
                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # It used to print a derived bearer the legacy server does not use; --legacy-key-file did not exist.
-    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", TEST_SALT)
-    monkeypatch.delenv("LLMFLEET_LEGACY_API_KEY", raising=False)
+    monkeypatch.setenv("FLEETLLM_VLLM_API_SALT", TEST_SALT)
+    monkeypatch.delenv("FLEETLLM_LEGACY_API_KEY", raising=False)
     key_file = tmp_path / "legacy"
     key_file.write_text(TEST_LEGACY_KEY + "\n")
     legacy = ["api-key", "--host", "198.51.100.23", "--port", "8000", "--repo", str(fleet_dir)]
@@ -171,7 +171,7 @@ def test_api_key_of_a_legacy_pair_is_the_key_that_server_uses(capsys: pytest.Cap
     code, out, err = run(capsys, *legacy)
     assert code == 2 and out == ""
     assert ("198.51.100.23:8000 is a legacy pair (fleet.yaml legacy_servers): its bearer is the shared legacy key; "
-            "pass --legacy-key-file FILE or set LLMFLEET_LEGACY_API_KEY") in err
+            "pass --legacy-key-file FILE or set FLEETLLM_LEGACY_API_KEY") in err
     # Any other server of the fleet: the derived bearer; from inside the repository without --repo too.
     code, out, err = run(capsys, "api-key", "--host", "203.0.113.10", "--port", "8001", "--repo", str(fleet_dir))
     assert (code, out.strip(), err) == (0, GOLDEN[0][3], "")

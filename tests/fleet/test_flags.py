@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmfleet.core.fleet.flags import MANAGED_FLAGS, managed_flags_in, render_settings, split_args
-from llmfleet.core.fleet.jsonvalue import JSON, freeze, freeze_mapping
+from fleetllm.core.fleet.flags import MANAGED_FLAGS, managed_flags_in, render_settings, split_args
+from fleetllm.core.fleet.jsonvalue import JSON, freeze, freeze_mapping
 
 
 def test_llmhop_worked_example() -> None:

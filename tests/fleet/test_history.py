@@ -1,9 +1,9 @@
-"""llmfleet.core.fleet.history.newest_valid: the walk back past invalid commits that the control plane's
-revision tracker and `llmfleet reconcile` share."""
+"""fleetllm.core.fleet.history.newest_valid: the walk back past invalid commits that the control plane's
+revision tracker and `fleetllm reconcile` share."""
 
 from __future__ import annotations
 
-from llmfleet.core.fleet.history import newest_valid
+from fleetllm.core.fleet.history import newest_valid
 
 # c5 -> c4 -> ... -> c0 (first parents); the valid ones map to their outcome
 PARENT = {f"c{i}": f"c{i - 1}" if i else None for i in range(6)}

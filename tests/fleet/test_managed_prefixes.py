@@ -1,8 +1,8 @@
-"""Every spelling vLLM would read as a managed flag is refused: by `llmfleet validate` and by the installer.
+"""Every spelling vLLM would read as a managed flag is refused: by `fleetllm validate` and by the installer.
 
 vLLM's FlexibleArgumentParser turns `_` into `-` in an option's name (up to the first `.`), splits
 `--flag=value` and `--flag.key`, and argparse's allow_abbrev takes any unambiguous prefix of a long option
-(installer/llmfleet_contract/vllmflags.py). The rule refuses any prefix of a managed flag, so it can only be stricter than
+(installer/fleetllm_contract/vllmflags.py). The rule refuses any prefix of a managed flag, so it can only be stricter than
 vLLM; the property test below checks that against argparse itself, driven the way vLLM drives it. (A
 test against the real vLLM parser lives with the vLLM harness.)
 """
@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmfleet_contract import vllmflags
-from llmfleet_installer.boxjson import BoxJsonError, parse_box
+from fleetllm_contract import vllmflags
+from fleetllm_installer.boxjson import BoxJsonError, parse_box
 from tests.fleet.helpers import MODELS, validate
 
 # (token as written in args, the managed flag it becomes, or None)

@@ -7,8 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.render import Bearers, render_all
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.render import Bearers, render_all
 from tests.conftest import TEST_SALT
 from tests.fleet.helpers import validate
 

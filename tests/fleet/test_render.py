@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.render import Bearers, RenderError, render_box
-from llmfleet.core.fleet.validate import validate_snapshot
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.render import Bearers, RenderError, render_box
+from fleetllm.core.fleet.validate import validate_snapshot
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
 from tests.fleet.helpers import FLEET, MODELS, validate
 

@@ -1,4 +1,4 @@
-"""What mutation testing (docs/testing.md) found unpinned in llmfleet.core.fleet.render: the boot digest's
+"""What mutation testing (docs/testing.md) found unpinned in fleetllm.core.fleet.render: the boot digest's
 exact value (the bearer enters only as its fingerprint), the legacy error's text, and render_all."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from llmfleet.core.fleet.bearer import Salt, bearer_fingerprint
-from llmfleet.core.fleet.render import Bearers, RenderError, boot_digest, render_all, render_box
+from fleetllm.core.fleet.bearer import Salt, bearer_fingerprint
+from fleetllm.core.fleet.render import Bearers, RenderError, boot_digest, render_all, render_box
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 from tests.fleet.test_render import example_fleet
 
@@ -34,7 +34,7 @@ def test_the_legacy_error_says_what_to_pass() -> None:
     with pytest.raises(RenderError) as info:
         render_box(example_fleet(), "198.51.100.23", Bearers(Salt(TEST_SALT)))
     assert str(info.value) == ("server llama3.1-8b on 198.51.100.23:8000 is a legacy pair and uses the shared legacy "
-                               "key: pass --legacy-key-file or set LLMFLEET_LEGACY_API_KEY")
+                               "key: pass --legacy-key-file or set FLEETLLM_LEGACY_API_KEY")
 
 
 def test_render_all_reports_and_leaves_out_what_cannot_render() -> None:
@@ -52,7 +52,7 @@ def test_render_all_reports_and_leaves_out_what_cannot_render() -> None:
 
 
 def test_numbers_stay_integral_only_when_they_are() -> None:
-    from llmfleet.core.fleet.render import _number
+    from fleetllm.core.fleet.render import _number
 
     assert _number(0.9) == 0.9
     assert _number(18.0) == 18 and isinstance(_number(18.0), int)

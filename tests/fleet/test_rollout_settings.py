@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmfleet.core.fleet.model import RolloutMode, RolloutSettings
+from fleetllm.core.fleet.model import RolloutMode, RolloutSettings
 from tests.fleet.helpers import FLEET, MODELS, PLACEMENT, validate
 
 TWO_BOXES = ("hosts:\n  203.0.113.10:\n    rollout: manual\n    servers:\n      - [m1, 8001]\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmfleet.core.fleet.diagnostics import Severity
-from llmfleet.core.fleet.rules import box_name_problem
+from fleetllm.core.fleet.diagnostics import Severity
+from fleetllm.core.fleet.rules import box_name_problem
 from tests.fleet.helpers import FLEET, MODELS, PLACEMENT, only, validate
 
 
@@ -138,7 +138,7 @@ def test_unsplittable_args_string() -> None:
 
 @pytest.mark.parametrize(("block", "key"), [("params: {api_base: 'http://x'}", "api_base"),
                                             ("model_info: {id: fixed}", "id"),
-                                            ("model_info: {llmfleet_owner: me}", "llmfleet_owner")])
+                                            ("model_info: {fleetllm_owner: me}", "fleetllm_owner")])
 def test_reserved_route_fields(block: str, key: str) -> None:
     models = MODELS + f"    litellm:\n      {block}\n"
     assert only(validate(models=models), "reserved-route-field").pointer.endswith(f"/{key}")

@@ -7,7 +7,7 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
-from llmfleet.core.fleet.schema import load_schema
+from fleetllm.core.fleet.schema import load_schema
 from tests.fleet.helpers import FLEET, MODELS, PLACEMENT, only, validate
 
 
@@ -69,7 +69,7 @@ def test_missing_file_and_yaml_errors_are_reported_together() -> None:
 
 def test_json_output_is_serialisable() -> None:
     result = validate(placement=PLACEMENT.replace("8002]", "8004]"))
-    from llmfleet.core.fleet.diagnostics import format_json
+    from fleetllm.core.fleet.diagnostics import format_json
 
     data = json.loads(format_json(result.diagnostics))
     assert data["valid"] is False and data["diagnostics"][0]["rule"] == "port-not-listen"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmfleet_contract.secretref import Reference, SecretRefError, check, expand, parse, references
+from fleetllm_contract.secretref import Reference, SecretRefError, check, expand, parse, references
 
 
 def test_plain_text_and_literal_dollars() -> None:

@@ -1,4 +1,4 @@
-"""`llmfleet show`: the table is never cut when piped; `--format json` has the documented shape."""
+"""`fleetllm show`: the table is never cut when piped; `--format json` has the documented shape."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.cli.main import main
+from fleetllm.cli.main import main
 from tests.boxgateway.fleets import EXAMPLE_GATEWAY_BOX, example_with_gateway
 from tests.conftest import EXAMPLE
 
-LLMFLEET = Path(sys.executable).parent / "llmfleet"
+FLEETLLM = Path(sys.executable).parent / "fleetllm"
 
 
 def test_piped_table_keeps_every_name_whole() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    done = subprocess.run([str(LLMFLEET), "show", str(EXAMPLE)], env=env, capture_output=True, text=True,
+    done = subprocess.run([str(FLEETLLM), "show", str(EXAMPLE)], env=env, capture_output=True, text=True,
                           timeout=60, check=True)
     rows = done.stdout.splitlines()
     assert max(map(len, rows)) > 80  # the table is wider than a default terminal...

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmfleet.core.fleet import strictyaml
-from llmfleet.core.fleet.strictyaml import Mark, load
+from fleetllm.core.fleet import strictyaml
+from fleetllm.core.fleet.strictyaml import Mark, load
 
 
 def rules(text: str) -> list[str]:
@@ -123,7 +123,7 @@ def test_a_tab_is_called_a_tab(text: str) -> None:
 
 
 def test_a_tab_in_a_fleet_file_names_file_and_line(fleet_dir, capsys) -> None:  # type: ignore[no-untyped-def]
-    from llmfleet.cli.main import main
+    from fleetllm.cli.main import main
 
     placement = fleet_dir / "placement.yaml"
     lines = placement.read_text().splitlines()

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.git import read_commit, read_directory
-from llmfleet.cli.main import main
-from llmfleet.core.fleet.strictyaml import MAX_BYTES
+from fleetllm.adapters.git import read_commit, read_directory
+from fleetllm.cli.main import main
+from fleetllm.core.fleet.strictyaml import MAX_BYTES
 from tests.conftest import git
 
 SECRET = "top-secret-value-Zq81"
@@ -27,7 +27,7 @@ SECRET = "top-secret-value-Zq81"
 
 @pytest.fixture(autouse=True)
 def _no_ambient_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LLMFLEET_VLLM_API_SALT", "LLMFLEET_LEGACY_API_KEY", "GITHUB_ACTIONS"):
+    for name in ("FLEETLLM_VLLM_API_SALT", "FLEETLLM_LEGACY_API_KEY", "GITHUB_ACTIONS"):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -4,11 +4,11 @@ their messages, rules and the files they name were not pinned by the unit tests.
 
 from __future__ import annotations
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet import strictyaml
-from llmfleet.core.fleet.diagnostics import Diagnostic
-from llmfleet.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE, Oversized, Snapshot
-from llmfleet.core.fleet.validate import validate_snapshot
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet import strictyaml
+from fleetllm.core.fleet.diagnostics import Diagnostic
+from fleetllm.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE, Oversized, Snapshot
+from fleetllm.core.fleet.validate import validate_snapshot
 from tests.conftest import EXAMPLE
 
 FILES = dict(read_directory(EXAMPLE).files)

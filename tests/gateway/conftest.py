@@ -1,6 +1,6 @@
 """The conformance suite's harness: fixture upstreams, and the real gateway as a child process.
 
-The gateway is started as `python -m llmfleet_gateway --config FILE` with $NOTIFY_SOCKET pointing at a
+The gateway is started as `python -m fleetllm_gateway --config FILE` with $NOTIFY_SOCKET pointing at a
 datagram socket of the test, so start-up waits for its READY=1 (and proves it comes only once the
 port accepts connections). Ports are ephemeral, sockets live in fresh temp directories, and every
 process is stopped at teardown.
@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 
-from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
+from fleetllm.demo.procs import free_port as free_port  # re-exported for this package's tests
 from tests.gateway.upstreams import Running, start_tcp_echo, start_unix_echo
 
 ROOT = Path(__file__).resolve().parents[2]
 # The interpreter that runs the gateway; point it at another one (say a vLLM image's Python with its
 # aiohttp) to run the suite against that.
-GATEWAY_PYTHON = os.environ.get("LLMFLEET_GATEWAY_PYTHON", sys.executable)
+GATEWAY_PYTHON = os.environ.get("FLEETLLM_GATEWAY_PYTHON", sys.executable)
 TOKEN = "tok"
 READY_TIMEOUT = 30.0
 
@@ -136,7 +136,7 @@ class GatewayProcess:
         notify.bind(notify_path)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": notify_path, **self.env}
         with open(self.stderr_path, "wb") as stderr:
-            self.proc = subprocess.Popen([GATEWAY_PYTHON, "-m", "llmfleet_gateway", "--config", str(self.config_path)],
+            self.proc = subprocess.Popen([GATEWAY_PYTHON, "-m", "fleetllm_gateway", "--config", str(self.config_path)],
                                          env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=self.directory)
         try:
             while True:
@@ -184,7 +184,7 @@ class GatewayProcess:
 
     def wait_in_flight(self, model: str, count: int, timeout: float = 60.0) -> None:
         """Poll /metrics until `model` holds `count` slots."""
-        line = f'llmfleet_gateway_requests_in_flight{{model="{model}"}} {count}'
+        line = f'fleetllm_gateway_requests_in_flight{{model="{model}"}} {count}'
         deadline = time.monotonic() + timeout
         while line not in self.request("GET", "/metrics").body.decode():
             if time.monotonic() > deadline:

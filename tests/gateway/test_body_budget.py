@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from llmfleet_gateway.config import DEFAULT_MAX_BUFFERED_BYTES, ConfigError, parse_config
-from llmfleet_gateway.limiter import ByteBudget
+from fleetllm_gateway.config import DEFAULT_MAX_BUFFERED_BYTES, ConfigError, parse_config
+from fleetllm_gateway.limiter import ByteBudget
 from tests.gateway.conftest import TOKEN, GatewayProcess, Upstreams, reference_config, running_gateway
 from tests.gateway.upstreams import holding
 
@@ -109,7 +109,7 @@ def test_bodies_held_in_memory_are_bounded_and_other_routes_are_not(upstreams: U
         time.sleep(0.2)
         assert gw.request("POST", "/v1/x", body=b'{"model":"echo","pad":"' + b"x" * 900 + b'"}').status == 200
         metrics = gw.request("GET", "/metrics").body.decode()
-        assert 'llmfleet_gateway_unrouted_requests_total{code="503"} 1' in metrics
+        assert 'fleetllm_gateway_unrouted_requests_total{code="503"} 1' in metrics
 
 
 def test_a_slow_sender_holds_only_what_it_sent(upstreams: Upstreams) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet_installer.zipapp import build_zipapp
+from fleetllm_installer.zipapp import build_zipapp
 from tests.gateway.conftest import GATEWAY_PYTHON, ROOT, GatewayProcess, Upstreams, reference_config, running_gateway
 from tests.support.integration import missing
 
@@ -19,7 +19,7 @@ SPEC_CANDIDATES = (ROOT.parent / "shared" / "spec" / "llmhop.txt", Path("/work/s
 
 
 def _run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([GATEWAY_PYTHON, "-m", "llmfleet_gateway", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([GATEWAY_PYTHON, "-m", "fleetllm_gateway", *args], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=cwd or ROOT)
 
 
@@ -109,8 +109,8 @@ def test_sigterm_stops_cleanly(upstreams: Upstreams) -> None:
         assert gateway.stop() == 0
 
 
-def test_llmfleet_gateway_subcommand_and_console_script() -> None:
-    result = subprocess.run([sys.executable, "-m", "llmfleet", "gateway", "--check", "--config", str(EXAMPLE)],
+def test_fleetllm_gateway_subcommand_and_console_script() -> None:
+    result = subprocess.run([sys.executable, "-m", "fleetllm", "gateway", "--check", "--config", str(EXAMPLE)],
                             capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert "valid (3 models" in result.stdout

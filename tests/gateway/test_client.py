@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from llmfleet_gateway.client import Pool, UpstreamError
-from llmfleet_gateway.target import Target
+from fleetllm_gateway.client import Pool, UpstreamError
+from fleetllm_gateway.target import Target
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 HEAD = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet_gateway.config import DEFAULT_MAX_CONCURRENT, ConfigError, GatewayConfig, parse_config
+from fleetllm_gateway.config import DEFAULT_MAX_CONCURRENT, ConfigError, GatewayConfig, parse_config
 
 URL = "http://127.0.0.1:8001"
 

@@ -147,7 +147,7 @@ def test_client_disconnect_releases_the_slot_and_the_upstream(gw: GatewayProcess
         while b"data:" not in received:
             received += sock.recv(65536)
     left = time.monotonic()
-    line = 'llmfleet_gateway_requests_in_flight{model="echo"} 0'
+    line = 'fleetllm_gateway_requests_in_flight{model="echo"} 0'
     while line not in gw.request("GET", "/metrics").body.decode():
         assert time.monotonic() - left < 0.8, "slot still held after the client left"
         time.sleep(0.01)
@@ -190,4 +190,4 @@ def test_upstream_failures_are_logged_sparingly(upstreams: Upstreams) -> None:
             {"level": "warning", "logger": "gateway", "event": "upstream failed", "model": "dead", "where": None,
              "error": "connect failed: Connection refused", "more_since_last": 0}]
         metrics = gateway.request("GET", "/metrics").body.decode()
-        assert 'llmfleet_gateway_upstream_errors_total{model="dead"} 5' in metrics
+        assert 'fleetllm_gateway_upstream_errors_total{model="dead"} 5' in metrics

@@ -9,7 +9,7 @@ import concurrent.futures
 import socket
 import time
 
-from llmfleet_gateway.serve import HEADER_TIMEOUT
+from fleetllm_gateway.serve import HEADER_TIMEOUT
 from tests.gateway.conftest import GatewayProcess
 
 BODY = b'{"model":"echo"}'

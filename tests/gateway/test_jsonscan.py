@@ -1,4 +1,4 @@
-"""llmfleet_gateway.jsonscan finds the body's `model` as json.loads (and LLMhop's Go decoder) would, without
+"""fleetllm_gateway.jsonscan finds the body's `model` as json.loads (and LLMhop's Go decoder) would, without
 building the document (issue 16, finding 6: a 99 MiB body of empty lists became 2.65 GB of lists and
 held the event loop for 32 s)."""
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llmfleet_gateway import errors
-from llmfleet_gateway.errors import BodyError
-from llmfleet_gateway.jsonscan import (
+from fleetllm_gateway import errors
+from fleetllm_gateway.errors import BodyError
+from fleetllm_gateway.jsonscan import (
     MAX_BRACKETS,
     MAX_DEPTH,
     WINDOW,
@@ -166,7 +166,7 @@ def test_more_brackets_than_the_cap_get_413_before_any_scanning() -> None:
 @example(b'{"model": "m", "x": [1, 2, 3, 4, 5]}', 4, 3)
 def test_window_edges_change_nothing(body: bytes, window: int, run_window: int) -> None:
     """Windows of a few bytes put every token, escape and run across a window edge somewhere."""
-    import llmfleet_gateway.jsonscan as jsonscan
+    import fleetllm_gateway.jsonscan as jsonscan
 
     expected = answer(loads_model, body)
     saved = jsonscan.WINDOW, jsonscan.RUN_WINDOW

@@ -113,8 +113,8 @@ def test_queue_waits_for_a_slot_then_refuses_past_its_length(upstreams: Upstream
             statuses = sorted(f.result() for f in requests)
         assert statuses == [200, 200, 200, 503]  # 1 running + 2 queued, the 4th refused
         metrics = gateway.request("GET", "/metrics").body.decode()
-        assert 'llmfleet_gateway_requests_total{model="echo",code="200"} 3' in metrics
-        assert 'llmfleet_gateway_requests_total{model="echo",code="503"} 1' in metrics
+        assert 'fleetllm_gateway_requests_total{model="echo",code="200"} 3' in metrics
+        assert 'fleetllm_gateway_requests_total{model="echo",code="503"} 1' in metrics
 
 
 def test_queue_wait_is_bounded(upstreams: Upstreams) -> None:
@@ -138,8 +138,8 @@ def test_per_model_override(upstreams: Upstreams) -> None:
                 assert _answered(requests, 1) == [503]
             assert sorted(f.result() for f in requests) == [200, 200, 200, 503]
         metrics = gateway.request("GET", "/metrics").body.decode()
-        assert 'llmfleet_gateway_concurrency_limit{model="echo"} 3' in metrics
-        assert 'llmfleet_gateway_concurrency_limit{model="sock"} 1' in metrics
+        assert 'fleetllm_gateway_concurrency_limit{model="echo"} 3' in metrics
+        assert 'fleetllm_gateway_concurrency_limit{model="sock"} 1' in metrics
 
 
 def test_large_bodies_stream_both_ways(upstreams: Upstreams) -> None:
@@ -171,4 +171,4 @@ def test_default_limits_take_a_burst_vllm_would_batch(upstreams: Upstreams) -> N
         statuses = [status for status, _ in _slow_requests(gateway, 128)]
         assert statuses.count(200) == 128, sorted(set(statuses))
         metrics = gateway.request("GET", "/metrics").body.decode()
-        assert 'llmfleet_gateway_concurrency_limit{model="echo"} 1024' in metrics
+        assert 'fleetllm_gateway_concurrency_limit{model="echo"} 1024' in metrics

@@ -1,4 +1,4 @@
-"""The gateway's log is JSON lines in the one llmfleet format, at the level asked for; `--version` works."""
+"""The gateway's log is JSON lines in the one fleetllm format, at the level asked for; `--version` works."""
 
 from __future__ import annotations
 
@@ -8,21 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmfleet import __version__ as control_plane_version
+from fleetllm import __version__ as control_plane_version
 from tests.gateway.conftest import GATEWAY_PYTHON, ROOT, TOKEN, Upstreams, reference_config, running_gateway
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def gateway(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([GATEWAY_PYTHON, "-m", "llmfleet_gateway", *args], env=env or ENV, capture_output=True,
+    return subprocess.run([GATEWAY_PYTHON, "-m", "fleetllm_gateway", *args], env=env or ENV, capture_output=True,
                           text=True, timeout=60, check=False, cwd=cwd)
 
 
 def test_version_exits_0_and_names_the_version() -> None:
     done = gateway("--version")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"llmfleet-gateway {control_plane_version}"
+    assert done.stdout.strip() == f"fleetllm-gateway {control_plane_version}"
 
 
 def test_every_line_is_json_with_a_level_and_no_token(upstreams: Upstreams) -> None:
@@ -41,7 +41,7 @@ def test_every_line_is_json_with_a_level_and_no_token(upstreams: Upstreams) -> N
 
 
 def test_log_level_from_the_environment_drops_info(upstreams: Upstreams) -> None:
-    with running_gateway(reference_config(upstreams), env={"LLMFLEET_LOG_LEVEL": "warning"}) as gw:
+    with running_gateway(reference_config(upstreams), env={"FLEETLLM_LOG_LEVEL": "warning"}) as gw:
         assert gw.request("POST", "/v1/x", body=b'{"model":"dead"}').status == 502
         assert gw.stop() == 0
         events = [json.loads(line)["event"] for line in gw.stderr().splitlines()]
@@ -49,9 +49,9 @@ def test_log_level_from_the_environment_drops_info(upstreams: Upstreams) -> None
 
 
 def test_a_bad_level_is_a_usage_error(tmp_path: Path) -> None:
-    done = gateway("--config", str(tmp_path / "missing.json"), env={**ENV, "LLMFLEET_LOG_LEVEL": "loud"})
+    done = gateway("--config", str(tmp_path / "missing.json"), env={**ENV, "FLEETLLM_LOG_LEVEL": "loud"})
     assert done.returncode == 2
-    assert "LLMFLEET_LOG_LEVEL: unknown log level 'loud'" in done.stderr
+    assert "FLEETLLM_LOG_LEVEL: unknown log level 'loud'" in done.stderr
     assert gateway("--log-level", "loud", "--check").returncode == 2  # argparse: not one of the choices
 
 
@@ -64,10 +64,10 @@ def test_a_config_error_while_serving_is_a_json_line(tmp_path: Path) -> None:
     assert checked.returncode == 1 and not checked.stderr.startswith("{")
 
 
-def test_llmfleet_gateway_passes_its_log_level_on(tmp_path: Path) -> None:
-    """`llmfleet gateway --log-level critical`: the config error (an error line) is not logged."""
-    llmfleet = Path(sys.executable).parent / "llmfleet"
-    command = [str(llmfleet), "gateway", "--config", str(tmp_path / "missing.json")]
+def test_fleetllm_gateway_passes_its_log_level_on(tmp_path: Path) -> None:
+    """`fleetllm gateway --log-level critical`: the config error (an error line) is not logged."""
+    fleetllm = Path(sys.executable).parent / "fleetllm"
+    command = [str(fleetllm), "gateway", "--config", str(tmp_path / "missing.json")]
     quiet = subprocess.run([*command, "--log-level", "critical"], capture_output=True, text=True, timeout=60,
                            check=False, cwd=tmp_path)
     loud = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)

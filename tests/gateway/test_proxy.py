@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet_gateway.proxyenv import ProxyError, bypassed, proxy_for
-from llmfleet_gateway.target import parse_target
+from fleetllm_gateway.proxyenv import ProxyError, bypassed, proxy_for
+from fleetllm_gateway.target import parse_target
 from tests.gateway.conftest import Upstreams, reference_config, running_gateway
 from tests.gateway.upstreams import ForwardProxy, start_proxy, start_tls_echo
 

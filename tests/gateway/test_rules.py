@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from llmfleet_gateway.forwarding import bearer_ok, client_headers, models_api_name, parse_route, upstream_headers
-from llmfleet_gateway.limiter import Admission, Limiter
-from llmfleet_gateway.metrics import Metrics
-from llmfleet_gateway.target import parse_target
+from fleetllm_gateway.forwarding import bearer_ok, client_headers, models_api_name, parse_route, upstream_headers
+from fleetllm_gateway.limiter import Admission, Limiter
+from fleetllm_gateway.metrics import Metrics
+from fleetllm_gateway.target import parse_target
 
 
 @pytest.mark.parametrize(("url", "path", "query", "expected"), [
@@ -119,11 +119,11 @@ def test_metrics_text() -> None:
     stats.latency.observe(0.003)
     metrics.count_unrouted(401)
     text = metrics.render({'a"b': (2, 1)})
-    assert 'llmfleet_gateway_requests_total{model="a\\"b",code="200"} 1' in text
-    assert 'llmfleet_gateway_requests_in_flight{model="a\\"b"} 2' in text
-    assert 'llmfleet_gateway_requests_queued{model="a\\"b"} 1' in text
-    assert 'llmfleet_gateway_upstream_latency_seconds_bucket{model="a\\"b",le="0.0025"} 0' in text
-    assert 'llmfleet_gateway_upstream_latency_seconds_bucket{model="a\\"b",le="0.005"} 1' in text
-    assert 'llmfleet_gateway_upstream_latency_seconds_count{model="a\\"b"} 1' in text
-    assert 'llmfleet_gateway_unrouted_requests_total{code="401"} 1' in text
+    assert 'fleetllm_gateway_requests_total{model="a\\"b",code="200"} 1' in text
+    assert 'fleetllm_gateway_requests_in_flight{model="a\\"b"} 2' in text
+    assert 'fleetllm_gateway_requests_queued{model="a\\"b"} 1' in text
+    assert 'fleetllm_gateway_upstream_latency_seconds_bucket{model="a\\"b",le="0.0025"} 0' in text
+    assert 'fleetllm_gateway_upstream_latency_seconds_bucket{model="a\\"b",le="0.005"} 1' in text
+    assert 'fleetllm_gateway_upstream_latency_seconds_count{model="a\\"b"} 1' in text
+    assert 'fleetllm_gateway_unrouted_requests_total{code="401"} 1' in text
     assert text.endswith("\n")

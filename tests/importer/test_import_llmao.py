@@ -1,4 +1,4 @@
-"""`llmfleet import llmao`: llmao's files (every row form, a legacy pair, a 12-character salt) become a
+"""`fleetllm import llmao`: llmao's files (every row form, a legacy pair, a 12-character salt) become a
 fleet that validates, whose rendered bearers equal the box contract's derivation computed here
 independently, with nothing secret written and nothing dropped silently."""
 
@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 import yaml
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.cli.main import main
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.fleet.render import Bearers, render_box
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.core.importer.llmao import SECRET, import_llmao
-from llmfleet.settings import load_config
+from fleetllm.adapters.git import read_directory
+from fleetllm.cli.main import main
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.render import Bearers, render_box
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.core.importer.llmao import SECRET, import_llmao
+from fleetllm.settings import load_config
 
 HERE = Path(__file__).parent / "llmao"
 CONFIG, MODELS = HERE / "config.yaml", HERE / "models.yaml"
@@ -55,7 +55,7 @@ def run_import(capsys: pytest.CaptureFixture[str], out: Path, *extra: str) -> tu
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LLMFLEET_VLLM_API_SALT", "LLMFLEET_LEGACY_API_KEY", "LLMFLEET_FLEET_KEY", "LLMAO_URL"):
+    for name in ("FLEETLLM_VLLM_API_SALT", "FLEETLLM_LEGACY_API_KEY", "FLEETLLM_FLEET_KEY", "LLMAO_URL"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -112,13 +112,13 @@ def test_no_secret_is_written_or_printed_and_the_control_plane_config_loads(
     written = "".join(p.read_text() for p in out.iterdir() if p.is_file())
     for secret in secrets:
         assert secret not in written and secret not in stdout and secret not in stderr
-    for name in ("LLMFLEET_FLEET_KEY", "LLMFLEET_VLLM_API_SALT", "LLMFLEET_LEGACY_API_KEY", "VAST_API_KEY",
+    for name in ("FLEETLLM_FLEET_KEY", "FLEETLLM_VLLM_API_SALT", "FLEETLLM_LEGACY_API_KEY", "VAST_API_KEY",
                  "LITELLM_MASTER_KEY", "RUNPOD_API_KEY"):
         assert name in stdout
     assert "7 of 7 servers have the same bearer as llmao" in stdout
     assert "shorter than 16 characters" in stderr  # the 12-character salt: a warning, not a refusal
-    env = {"LLMFLEET_FLEET_KEY": fleet["key"], "LLMFLEET_VLLM_API_SALT": fleet["vllm_api_salt"],
-           "LLMFLEET_LEGACY_API_KEY": fleet["selfhost_api_key"], "VAST_API_KEY": fleet["vast"]["api_key"],
+    env = {"FLEETLLM_FLEET_KEY": fleet["key"], "FLEETLLM_VLLM_API_SALT": fleet["vllm_api_salt"],
+           "FLEETLLM_LEGACY_API_KEY": fleet["selfhost_api_key"], "VAST_API_KEY": fleet["vast"]["api_key"],
            "LITELLM_MASTER_KEY": "sk-master-test", "RUNPOD_API_KEY": "rp-test"}
     loaded = load_config(out / "control-plane.yaml", env=env)
     assert loaded.secrets.vllm_api_salt.short
@@ -216,9 +216,9 @@ def fake_llmao() -> Iterator[str]:
 def test_check_against_llmaos_box_json(capsys: pytest.CaptureFixture[str], tmp_path: Path, fake_llmao: str,
                                        monkeypatch: pytest.MonkeyPatch, clean_env: None) -> None:
     config, _ = llmao_files()
-    monkeypatch.setenv("LLMFLEET_FLEET_KEY", config["fleet"]["key"])
-    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", config["fleet"]["vllm_api_salt"])
-    monkeypatch.setenv("LLMFLEET_LEGACY_API_KEY", config["fleet"]["selfhost_api_key"])
+    monkeypatch.setenv("FLEETLLM_FLEET_KEY", config["fleet"]["key"])
+    monkeypatch.setenv("FLEETLLM_VLLM_API_SALT", config["fleet"]["vllm_api_salt"])
+    monkeypatch.setenv("FLEETLLM_LEGACY_API_KEY", config["fleet"]["selfhost_api_key"])
     code, stdout, _ = run_import(capsys, tmp_path / "a", "--check", "--llmao-url", fake_llmao)
     assert code == 0, stdout
     assert "against llmao's GET /vllm/config" in stdout and "7 of 7 servers" in stdout
@@ -235,8 +235,8 @@ def test_the_imported_control_plane_would_serve(capsys: pytest.CaptureFixture[st
     assert run_import(capsys, out)[0] == 0
     config, _ = llmao_files()
     fleet = config["fleet"]
-    for name, value in (("LLMFLEET_FLEET_KEY", fleet["key"]), ("LLMFLEET_VLLM_API_SALT", fleet["vllm_api_salt"]),
-                        ("LLMFLEET_LEGACY_API_KEY", fleet["selfhost_api_key"]),
+    for name, value in (("FLEETLLM_FLEET_KEY", fleet["key"]), ("FLEETLLM_VLLM_API_SALT", fleet["vllm_api_salt"]),
+                        ("FLEETLLM_LEGACY_API_KEY", fleet["selfhost_api_key"]),
                         ("VAST_API_KEY", fleet["vast"]["api_key"]), ("RUNPOD_API_KEY", "rp-test"),
                         ("LITELLM_MASTER_KEY", "sk-master-test")):
         monkeypatch.setenv(name, value)

@@ -10,13 +10,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.fleet.render import Bearers, render_box
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.core.importer.emit import to_yaml
-from llmfleet.core.importer.llmao import SECRET, import_llmao
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.render import Bearers, render_box
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.core.importer.emit import to_yaml
+from fleetllm.core.importer.llmao import SECRET, import_llmao
 
 from .test_import_llmao import contract_bearer
 

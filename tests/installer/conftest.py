@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.render import Bearers, render_box
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.render import Bearers, render_box
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.demo.procs import free_port as free_port  # re-exported for this package's tests
 from tests.conftest import TEST_SALT
 from tests.installer.realprocs import (
     SUPERVISORD,
@@ -46,10 +46,10 @@ BOX = "box-a"
 
 # Every variable the installer reads, so a developer's environment cannot leak into a test.
 INSTALLER_VARS = [
-    "LLMAO_HOST", "LLMFLEET_URL", "ASFQUART_URL", "LLMFLEET_FLEET_KEY", "FLEET_KEY", "LLMFLEET_CA_BUNDLE",
-    "LLMFLEET_DATA_DIR", "DATA_DIRECTORY", "LLMFLEET_SUPERVISOR_CONF_DIR", "SUPERVISOR_CONF_DIR",
-    "LLMFLEET_SUPERVISOR_CONFIG", "LLMFLEET_VLLM_BIN", "VLLM_BIN", "LLMFLEET_HF_HOME", "LLMFLEET_LISTEN_HOST",
-    "LLMFLEET_START_TIMEOUT_S", "LLMFLEET_STARTSECS", "LLMFLEET_FETCH_DEADLINE_S", "LLMFLEET_GATEWAY_PYTHON",
+    "LLMAO_HOST", "FLEETLLM_URL", "ASFQUART_URL", "FLEETLLM_FLEET_KEY", "FLEET_KEY", "FLEETLLM_CA_BUNDLE",
+    "FLEETLLM_DATA_DIR", "DATA_DIRECTORY", "FLEETLLM_SUPERVISOR_CONF_DIR", "SUPERVISOR_CONF_DIR",
+    "FLEETLLM_SUPERVISOR_CONFIG", "FLEETLLM_VLLM_BIN", "VLLM_BIN", "FLEETLLM_HF_HOME", "FLEETLLM_LISTEN_HOST",
+    "FLEETLLM_START_TIMEOUT_S", "FLEETLLM_STARTSECS", "FLEETLLM_FETCH_DEADLINE_S", "FLEETLLM_GATEWAY_PYTHON",
 ]
 
 
@@ -241,12 +241,12 @@ def box_env(tmp_path: Path, tool_bin: Path, monkeypatch: pytest.MonkeyPatch) -> 
     for name in INSTALLER_VARS:
         monkeypatch.delenv(name, raising=False)
     data = tmp_path / "data"
-    monkeypatch.setenv("LLMFLEET_DATA_DIR", str(data))
-    monkeypatch.setenv("LLMFLEET_SUPERVISOR_CONF_DIR", str(tmp_path / "conf.d"))
-    monkeypatch.setenv("LLMFLEET_LISTEN_HOST", "127.0.0.1")
+    monkeypatch.setenv("FLEETLLM_DATA_DIR", str(data))
+    monkeypatch.setenv("FLEETLLM_SUPERVISOR_CONF_DIR", str(tmp_path / "conf.d"))
+    monkeypatch.setenv("FLEETLLM_LISTEN_HOST", "127.0.0.1")
     monkeypatch.setenv("LLMAO_HOST", BOX)
-    monkeypatch.setenv("LLMFLEET_FLEET_KEY", FLEET_KEY)
-    monkeypatch.setenv("LLMFLEET_FETCH_DEADLINE_S", "0")
+    monkeypatch.setenv("FLEETLLM_FLEET_KEY", FLEET_KEY)
+    monkeypatch.setenv("FLEETLLM_FETCH_DEADLINE_S", "0")
     monkeypatch.setenv("PATH", os.pathsep.join([str(tool_bin), str(Path(sys.executable).parent), "/usr/bin", "/bin"]))
     monkeypatch.setenv("FAKE_NVIDIA_SMI_GPUS", "NVIDIA H100 80GB HBM3:81559:81080")
     monkeypatch.delenv("FAKE_NVIDIA_SMI_EXIT", raising=False)
@@ -266,9 +266,9 @@ def supervisor(box_env: Path, tool_bin: Path, tmp_path: Path, monkeypatch: pytes
     process = subprocess.Popen([str(SUPERVISORD), "-n", "-c", str(config)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sv = Supervisor(config, process, events)
-    monkeypatch.setenv("LLMFLEET_SUPERVISOR_CONFIG", str(config))
-    monkeypatch.setenv("LLMFLEET_STARTSECS", "1")
-    monkeypatch.setenv("LLMFLEET_START_TIMEOUT_S", "60")
+    monkeypatch.setenv("FLEETLLM_SUPERVISOR_CONFIG", str(config))
+    monkeypatch.setenv("FLEETLLM_STARTSECS", "1")
+    monkeypatch.setenv("FLEETLLM_START_TIMEOUT_S", "60")
     wait_until("supervisord's socket", lambda: (short / "supervisor.sock").exists(), 30)
     try:
         yield sv

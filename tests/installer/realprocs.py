@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmfleet.demo.procs import alive as pid_alive
-from llmfleet.demo.procs import pids_mentioning
+from fleetllm.demo.procs import alive as pid_alive
+from fleetllm.demo.procs import pids_mentioning
 
 __all__ = ["SUPERVISORD", "Supervisor", "http_status", "pid_alive", "pids_mentioning", "wait_until",
            "write_supervisord_conf"]

@@ -24,17 +24,17 @@ from typing import Any
 import pytest
 from supervisor.options import ServerOptions, UnhosedConfigParser
 
-from llmfleet_installer import __version__, fetch, logs
-from llmfleet_installer import main as main_module
-from llmfleet_installer.agent import MAX_BACKOFF_S, USER_AGENT, Agent, delay_s
-from llmfleet_installer.agentsetup import render_agent_unit
-from llmfleet_installer.boxjson import parse_box
-from llmfleet_installer.fetch import Client
-from llmfleet_installer.fit import Placement
-from llmfleet_installer.main import Installer, main, save_applied
-from llmfleet_installer.settings import Settings, load
-from llmfleet_installer.units import MARKER, render_unit
-from llmfleet_installer.zipapp import build_zipapp
+from fleetllm_installer import __version__, fetch, logs
+from fleetllm_installer import main as main_module
+from fleetllm_installer.agent import MAX_BACKOFF_S, USER_AGENT, Agent, delay_s
+from fleetllm_installer.agentsetup import render_agent_unit
+from fleetllm_installer.boxjson import parse_box
+from fleetllm_installer.fetch import Client
+from fleetllm_installer.fit import Placement
+from fleetllm_installer.main import Installer, main, save_applied
+from fleetllm_installer.settings import Settings, load
+from fleetllm_installer.units import MARKER, render_unit
+from fleetllm_installer.zipapp import build_zipapp
 from tests.installer.conftest import BOX, FLEET_KEY, free_port
 from tests.installer.realprocs import wait_until
 
@@ -44,7 +44,7 @@ def agent_logs(capsys: pytest.CaptureFixture[str]) -> None:
     """The agent's lines, as its main() sets them up (JSON on stderr), into the captured stderr."""
     import argparse
 
-    logs.setup(argparse.Namespace(log_level=None, log_format="json"), "llmfleet-agent")
+    logs.setup(argparse.Namespace(log_level=None, log_format="json"), "fleetllm-agent")
 
 
 @dataclass
@@ -123,7 +123,7 @@ def with_agent(box_json: dict[str, Any], poll_s: int = 30) -> dict[str, Any]:
 @pytest.fixture
 def plane(box_json: dict[str, Any], box_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plane]:
     served = Plane(with_agent(box_json)).start()
-    monkeypatch.setenv("LLMFLEET_URL", served.url)
+    monkeypatch.setenv("FLEETLLM_URL", served.url)
     yield served
     served.stop()
 
@@ -150,7 +150,7 @@ def running_unit(plane: Plane) -> Settings:
     """A program an earlier install left: any change on the box would show in conf.d."""
     settings = settings_now()
     settings.conf_dir.mkdir(parents=True)
-    (settings.conf_dir / "llmfleet-small.conf").write_text(MARKER + "\n[program:llmfleet-small]\ncommand=/bin/true\n")
+    (settings.conf_dir / "fleetllm-small.conf").write_text(MARKER + "\n[program:fleetllm-small]\ncommand=/bin/true\n")
     return settings
 
 
@@ -174,7 +174,7 @@ def test_unchanged_config_is_a_304(plane: Plane) -> None:
     assert (second.fetch, third.fetch) == (304, 304)
     assert plane.gets[1]["headers"]["if-none-match"].startswith('"')
     assert "if-none-match" not in plane.gets[0]["headers"]
-    assert plane.gets[1]["headers"]["user-agent"] == f"llmfleet-agent/{__version__}"
+    assert plane.gets[1]["headers"]["user-agent"] == f"fleetllm-agent/{__version__}"
     assert plane.reports == []  # nothing applied, nothing reported
     assert not settings.conf_dir.exists()
 
@@ -188,7 +188,7 @@ def test_a_failed_fetch_changes_nothing_and_backs_off(plane: Plane, running_unit
         monkeypatch.setattr(fetch, "REQUEST_TIMEOUT_S", 0.3)
         plane.stall_s = 1.0
     elif failure == "refused":
-        monkeypatch.setenv("LLMFLEET_URL", f"http://127.0.0.1:{free_port()}")
+        monkeypatch.setenv("FLEETLLM_URL", f"http://127.0.0.1:{free_port()}")
     else:
         plane.script = [int(failure)]
     agent = make_agent()
@@ -304,7 +304,7 @@ def test_an_internal_error_is_caught_and_logged_in_one_line(plane: Plane, runnin
 
 def test_agent_unit_parses_and_carries_no_secret_and_no_revision(tmp_path: Path, box_env: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLMFLEET_URL", "https://fleet.example.org")
+    monkeypatch.setenv("FLEETLLM_URL", "https://fleet.example.org")
     settings = load()
     unit = render_agent_unit(settings, "/usr/bin/python3", "sha256:abc")
     assert FLEET_KEY not in unit.text
@@ -313,12 +313,12 @@ def test_agent_unit_parses_and_carries_no_secret_and_no_revision(tmp_path: Path,
     unit.path.write_text(unit.text)
     parser = UnhosedConfigParser()
     parser.read([str(unit.path)])
-    (config,) = ServerOptions().processes_from_section(parser, "program:llmfleet-agent", "llmfleet-agent")
+    (config,) = ServerOptions().processes_from_section(parser, "program:fleetllm-agent", "fleetllm-agent")
     assert shlex.split(config.command) == ["/usr/bin/python3", "-S", str(settings.agent_program_path), "agent"]
     env = config.environment
     assert env["LLMAO_HOST"] == BOX
-    assert env["LLMFLEET_URL"] == "https://fleet.example.org"
-    assert env["LLMFLEET_FLEET_KEY"] == ""  # an inherited key is blanked; the key is a credential file
+    assert env["FLEETLLM_URL"] == "https://fleet.example.org"
+    assert env["FLEETLLM_FLEET_KEY"] == ""  # an inherited key is blanked; the key is a credential file
     assert env["FLEET_KEY"] == ""
     assert env["CREDENTIALS_DIRECTORY"] == str(settings.agent_credentials_dir)
     assert not config.stopasgroup  # a supervisorctl update the agent started survives its stop
@@ -334,16 +334,16 @@ def test_the_fleet_key_reaches_the_agent_as_a_credential_file(tmp_path: Path) ->
     creds = tmp_path / "creds"
     creds.mkdir()
     (creds / "fleet-key").write_text("key-from-the-file-0001\n")
-    env = {"LLMAO_HOST": BOX, "LLMFLEET_URL": "https://fleet.example.org", "LLMFLEET_DATA_DIR": str(tmp_path),
-           "CREDENTIALS_DIRECTORY": str(creds), "LLMFLEET_FLEET_KEY": "", "FLEET_KEY": ""}
+    env = {"LLMAO_HOST": BOX, "FLEETLLM_URL": "https://fleet.example.org", "FLEETLLM_DATA_DIR": str(tmp_path),
+           "CREDENTIALS_DIRECTORY": str(creds), "FLEETLLM_FLEET_KEY": "", "FLEET_KEY": ""}
     assert load(env).fleet_key == "key-from-the-file-0001"
-    assert load({**env, "LLMFLEET_FLEET_KEY": "from-env"}).fleet_key == "from-env"  # the installer's way first
+    assert load({**env, "FLEETLLM_FLEET_KEY": "from-env"}).fleet_key == "from-env"  # the installer's way first
 
 
 def test_revision_alone_changes_no_program_supervisord_reads(tmp_path: Path, box_json: dict[str, Any]) -> None:
     """units.py writes the revision in a comment line: Supervisor's parser drops it, so `update` sees
     the same program and restarts nothing (test_agent_integration.py shows it on a real supervisord)."""
-    settings = load({"LLMFLEET_DATA_DIR": str(tmp_path / "data"), "LLMFLEET_SUPERVISOR_CONF_DIR": str(tmp_path)},
+    settings = load({"FLEETLLM_DATA_DIR": str(tmp_path / "data"), "FLEETLLM_SUPERVISOR_CONF_DIR": str(tmp_path)},
                     need_control_plane=False)
     settings.log_dir.mkdir(parents=True)
     server = parse_box(box_json, BOX).servers[0]
@@ -368,8 +368,8 @@ def test_revision_alone_changes_no_program_supervisord_reads(tmp_path: Path, box
 def test_dry_run_shows_the_agent_program_without_the_key(plane: Plane, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--dry-run", "--assume-gpus", "1x80"]) == 0
     out = capsys.readouterr().out
-    assert "llmfleet-agent.conf" in out
-    assert "llmfleet-agent.pyz agent" in out
+    assert "fleetllm-agent.conf" in out
+    assert "fleetllm-agent.pyz agent" in out
     assert FLEET_KEY not in out
     assert not settings_now().agent_credentials_dir.exists()  # a dry run writes nothing
     (report,) = plane.reports
@@ -390,15 +390,15 @@ def test_box_json_agent_field_is_checked(box_json: dict[str, Any]) -> None:
 
 
 def test_sigterm_stops_the_agent_process_promptly(plane: Plane, tmp_path: Path) -> None:
-    """The agent as it runs on a box: `python3 -S llmfleet-agent.pyz agent`, the key in a credential file."""
+    """The agent as it runs on a box: `python3 -S fleetllm-agent.pyz agent`, the key in a credential file."""
     settings = settings_now()
     save_applied(settings, hashlib.sha256(plane.body()).hexdigest(), 3600)
-    app = tmp_path / "llmfleet-agent.pyz"
+    app = tmp_path / "fleetllm-agent.pyz"
     build_zipapp(app)
     creds = tmp_path / "creds"
     creds.mkdir(mode=0o700)
     (creds / "fleet-key").write_text(FLEET_KEY + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("LLMFLEET_FLEET_KEY", "FLEET_KEY")}
+    env = {k: v for k, v in os.environ.items() if k not in ("FLEETLLM_FLEET_KEY", "FLEET_KEY")}
     env["CREDENTIALS_DIRECTORY"] = str(creds)
     process = subprocess.Popen([sys.executable, "-S", str(app), "agent"], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)

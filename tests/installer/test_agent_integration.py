@@ -1,4 +1,4 @@
-"""The box agent end to end: a fleet in a real git repository, `llmfleet serve` as a real process, vast.sh
+"""The box agent end to end: a fleet in a real git repository, `fleetllm serve` as a real process, vast.sh
 provisioning a box with a real supervisord and the stub vLLM, and the agent the installer left running
 under that supervisord. Commits are picked up with no manual step: a revision-only commit restarts
 nothing; a commit that adds a server, changes one server's args and removes one restarts only the
@@ -29,14 +29,14 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer import __version__
+from fleetllm_installer import __version__
 from tests.conftest import ROOT, TEST_SALT, git
 from tests.installer.conftest import BOX, FLEET_KEY, free_port
 from tests.installer.realprocs import Supervisor, http_status, pid_alive, wait_until
 from tests.support.ports import free_ports
 from tests.support.serve import require_serve
 
-LLMFLEET = Path(sys.executable).parent / "llmfleet"
+FLEETLLM = Path(sys.executable).parent / "fleetllm"
 VIEWER_TOKEN = "viewer-token-for-tests-0001"
 POLL_S = 5
 SUFFIX = "-agent"
@@ -132,7 +132,7 @@ class Proxy:
 
     def agent_gets(self) -> list[int]:
         return [e["status"] for e in self.log if e["path"] == "/vllm/config" and
-                e["agent_header"].startswith("llmfleet-agent/")]
+                e["agent_header"].startswith("fleetllm-agent/")]
 
     def reports(self) -> list[dict[str, Any]]:
         return [e["report"] for e in self.log if e["report"] is not None]
@@ -169,16 +169,16 @@ repo:
   branch: main
   refresh_interval_s: 1
 secrets:
-  fleet_key: ${{env:LLMFLEET_FLEET_KEY}}
-  vllm_api_salt: ${{env:LLMFLEET_VLLM_API_SALT}}
+  fleet_key: ${{env:FLEETLLM_FLEET_KEY}}
+  vllm_api_salt: ${{env:FLEETLLM_VLLM_API_SALT}}
 listen: 127.0.0.1:{port}
 state:
   url: sqlite:///{tmp_path}/state.sqlite3
-viewer_tokens: ["${{env:LLMFLEET_VIEWER_TOKEN}}"]
+viewer_tokens: ["${{env:FLEETLLM_VIEWER_TOKEN}}"]
 """)
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LLMFLEET_FLEET_KEY": FLEET_KEY,
-           "LLMFLEET_VLLM_API_SALT": TEST_SALT, "LLMFLEET_VIEWER_TOKEN": VIEWER_TOKEN}
-    process = subprocess.Popen([str(LLMFLEET), "serve", "--config", str(config)], env=env, cwd=tmp_path,
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLEETLLM_FLEET_KEY": FLEET_KEY,
+           "FLEETLLM_VLLM_API_SALT": TEST_SALT, "FLEETLLM_VIEWER_TOKEN": VIEWER_TOKEN}
+    process = subprocess.Popen([str(FLEETLLM), "serve", "--config", str(config)], env=env, cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -227,7 +227,7 @@ def test_agent_follows_commits_restarting_only_what_changed(plane: str, proxy: P
     try:
         follow_commits(plane, proxy, fleet, supervisor, box_env, agent_ports)
     except AssertionError as exc:  # the agent's own log says why
-        log = box_env / "llmfleet" / "logs" / "agent.log"
+        log = box_env / "fleetllm" / "logs" / "agent.log"
         tail = log.read_text()[-4000:] if log.exists() else "(no agent log)"
         raise AssertionError(f"{exc}\n--- agent.log ---\n{tail}") from exc
 
@@ -236,8 +236,8 @@ def follow_commits(plane: str, proxy: Proxy, fleet: Path, supervisor: Supervisor
                    agent_ports: list[int]) -> None:
     p = agent_ports
     env = {k: v for k, v in os.environ.items() if k != "LLMAO_HOST"}
-    env.update({"LLMFLEET_URL": proxy.url, "PUBLIC_IPADDR": BOX, "LLMFLEET_PYTHON": sys.executable})
-    done = subprocess.run(["bash", str(ROOT / "installer" / "llmfleet_installer" / "provision" / "vast.sh")],
+    env.update({"FLEETLLM_URL": proxy.url, "PUBLIC_IPADDR": BOX, "FLEETLLM_PYTHON": sys.executable})
+    done = subprocess.run(["bash", str(ROOT / "installer" / "fleetllm_installer" / "provision" / "vast.sh")],
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert FLEET_KEY not in done.stderr
@@ -245,24 +245,24 @@ def follow_commits(plane: str, proxy: Proxy, fleet: Path, supervisor: Supervisor
     assert installed["agent"] is True  # the installer installed the agent, and says so
     assert stored_report(plane)["agent"] is True
     wait_until("every program RUNNING", lambda: supervisor.states() == dict.fromkeys(
-        ["llmfleet-agent", "llmfleet-alpha", "llmfleet-beta", "llmfleet-gamma"], "RUNNING"), 60)
-    conf = Path(os.environ["LLMFLEET_SUPERVISOR_CONF_DIR"])
-    assert FLEET_KEY not in (conf / "llmfleet-agent.conf").read_text()
-    key_file = box_env / "llmfleet" / "agent" / "credentials" / "fleet-key"
+        ["fleetllm-agent", "fleetllm-alpha", "fleetllm-beta", "fleetllm-gamma"], "RUNNING"), 60)
+    conf = Path(os.environ["FLEETLLM_SUPERVISOR_CONF_DIR"])
+    assert FLEET_KEY not in (conf / "fleetllm-agent.conf").read_text()
+    key_file = box_env / "fleetllm" / "agent" / "credentials" / "fleet-key"
     assert key_file.stat().st_mode & 0o777 == 0o600
-    agent_pid = program_pid(supervisor, "llmfleet-agent")
+    agent_pid = program_pid(supervisor, "fleetllm-agent")
     assert FLEET_KEY.encode() not in Path(f"/proc/{agent_pid}/cmdline").read_bytes()
 
     # An unchanged config costs a 304.
     wait_until("the agent's 304", lambda: 304 in proxy.agent_gets(), 60)
-    assert all(e["agent_header"] == f"llmfleet-agent/{__version__}" for e in proxy.log
-               if e["agent_header"].startswith("llmfleet-agent"))
+    assert all(e["agent_header"] == f"fleetllm-agent/{__version__}" for e in proxy.log
+               if e["agent_header"].startswith("fleetllm-agent"))
     assert len(proxy.reports()) == 1  # nothing applied, nothing reported
     # supervisord calls a program RUNNING once its launcher has run `startsecs`; the stub vLLM it execs
     # (after the servers before it answer /health) records its start later, on a loaded machine after
     # the next report. Serving, each has started.
     wait_until("alpha, beta and gamma serving", lambda: all(healthy(port) for port in p[:3]), 60)
-    pids = {name: program_pid(supervisor, f"llmfleet-{name}") for name in ("alpha", "beta", "gamma")}
+    pids = {name: program_pid(supervisor, f"fleetllm-{name}") for name in ("alpha", "beta", "gamma")}
 
     # A commit that changes only the revision: applied and reported, nothing restarted.
     (fleet / "README.md").write_text("notes\n")
@@ -274,7 +274,7 @@ def follow_commits(plane: str, proxy: Proxy, fleet: Path, supervisor: Supervisor
     report = stored_report(plane)
     assert report["agent"] is True
     assert report["outcome"] == "installed"
-    assert {name: program_pid(supervisor, f"llmfleet-{name}") for name in pids} == pids
+    assert {name: program_pid(supervisor, f"fleetllm-{name}") for name in pids} == pids
     assert [len(supervisor.pids(port)) for port in p[:3]] == [1, 1, 1]
 
     # Add a server, change one server's args, remove one: only those programs change.
@@ -290,32 +290,32 @@ def follow_commits(plane: str, proxy: Proxy, fleet: Path, supervisor: Supervisor
     assert report["outcome"] == "installed", report
     assert {s["name"]: s["state"] for s in report["report"]["servers"]} == dict.fromkeys(
         ["alpha", "beta", "zalpha"], "started")
-    assert report["report"]["units_removed"] == ["llmfleet-gamma"]
+    assert report["report"]["units_removed"] == ["fleetllm-gamma"]
     assert report["staleness"]["stale"] is False
-    assert set(supervisor.states()) == {"llmfleet-agent", "llmfleet-alpha", "llmfleet-beta", "llmfleet-zalpha"}
-    assert program_pid(supervisor, "llmfleet-alpha") == pids["alpha"]  # unchanged: not restarted
+    assert set(supervisor.states()) == {"fleetllm-agent", "fleetllm-alpha", "fleetllm-beta", "fleetllm-zalpha"}
+    assert program_pid(supervisor, "fleetllm-alpha") == pids["alpha"]  # unchanged: not restarted
     assert len(supervisor.pids(p[0])) == 1
-    assert program_pid(supervisor, "llmfleet-beta") != pids["beta"]  # its args changed: restarted
+    assert program_pid(supervisor, "fleetllm-beta") != pids["beta"]  # its args changed: restarted
     wait_until("beta's new stub started", lambda: len(supervisor.pids(p[1])) >= 2, 60)  # see above
     assert len(supervisor.pids(p[1])) == 2
     wait_until("gamma stopped", lambda: not pid_alive(pids["gamma"]), 30)
-    assert not (conf / "llmfleet-gamma.conf").exists()
+    assert not (conf / "fleetllm-gamma.conf").exists()
     wait_until("zalpha and beta healthy", lambda: healthy(p[3]) and healthy(p[1]), 60)
-    assert program_pid(supervisor, "llmfleet-agent") == agent_pid  # the agent did not restart itself
+    assert program_pid(supervisor, "fleetllm-agent") == agent_pid  # the agent did not restart itself
     served_after = len(proxy.agent_gets())
     wait_until("a 304 after the change", lambda: 304 in proxy.agent_gets()[served_after:], 60)
-    sizes = {e["status"]: e["bytes"] for e in proxy.log if e["agent_header"].startswith("llmfleet-agent/")
+    sizes = {e["status"]: e["bytes"] for e in proxy.log if e["agent_header"].startswith("fleetllm-agent/")
              and e["path"] == "/vllm/config"}
     print(f"figures: agent GETs {len(proxy.agent_gets())} ({proxy.agent_gets().count(304)} were 304); "
           f"body bytes by status {sizes}")
 
     # The box JSON drops the agent (the box went manual): the agent removes itself, nothing else changes.
     proxy.inject = False
-    wait_until("llmfleet-agent removed", lambda: "llmfleet-agent" not in supervisor.states(), 90)
+    wait_until("fleetllm-agent removed", lambda: "fleetllm-agent" not in supervisor.states(), 90)
     wait_until("the agent process gone", lambda: not pid_alive(agent_pid), 60)
     assert "agent" not in proxy.reports()[-1]
     assert stored_report(plane)["agent"] is False
     assert not key_file.exists()
-    assert not (conf / "llmfleet-agent.conf").exists()
-    assert program_pid(supervisor, "llmfleet-alpha") == pids["alpha"]
+    assert not (conf / "fleetllm-agent.conf").exists()
+    assert program_pid(supervisor, "fleetllm-alpha") == pids["alpha"]
     assert [len(supervisor.pids(port)) for port in (p[0], p[1], p[3])] == [1, 2, 1]

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer import agent as agent_module
-from llmfleet_installer.agent import USER_AGENT, Agent
-from llmfleet_installer.fetch import Client
-from llmfleet_installer.handover import install_lock, update_later
-from llmfleet_installer.main import main
-from llmfleet_installer.settings import load
+from fleetllm_installer import agent as agent_module
+from fleetllm_installer.agent import USER_AGENT, Agent
+from fleetllm_installer.fetch import Client
+from fleetllm_installer.handover import install_lock, update_later
+from fleetllm_installer.main import main
+from fleetllm_installer.settings import load
 from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane
 from tests.installer.realprocs import Supervisor, pid_alive, wait_until, write_supervisord_conf
 
@@ -34,7 +34,7 @@ def with_agent(box_json: dict[str, Any], poll_s: int = 3600) -> dict[str, Any]:
 def plane(control_plane: FakeControlPlane, box_json: dict[str, Any], box_env: Path,
           monkeypatch: pytest.MonkeyPatch) -> FakeControlPlane:
     control_plane.boxes[BOX] = with_agent(box_json)
-    monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
+    monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
     return control_plane
 
 
@@ -42,7 +42,7 @@ def test_installer_installs_then_removes_the_agent(supervisor: Supervisor, plane
                                                    box_json: dict[str, Any], box_env: Path) -> None:
     assert main(["--handover", "update"]) == 0
     assert plane.reports[-1]["agent"] is True
-    wait_until("the agent RUNNING", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING", 60)
+    wait_until("the agent RUNNING", lambda: supervisor.states().get("fleetllm-agent") == "RUNNING", 60)
     settings = load()
     key = settings.agent_credentials_dir / "fleet-key"
     assert key.read_text().strip() == FLEET_KEY
@@ -50,7 +50,7 @@ def test_installer_installs_then_removes_the_agent(supervisor: Supervisor, plane
     assert stat.S_IMODE(settings.agent_credentials_dir.stat().st_mode) == 0o700
     assert settings.agent_program_path.is_file()
     assert settings.agent_state_path.is_file()
-    agent_pid = int(supervisor.ctl("pid", "llmfleet-agent").strip())
+    agent_pid = int(supervisor.ctl("pid", "fleetllm-agent").strip())
     # Its first poll finds the config the installer applied: nothing applied, nothing reported.
     wait_until("the agent's first poll", lambda: len([r for r in plane.requests
                                                       if r["headers"].get("user-agent") == USER_AGENT]) >= 1, 60)
@@ -58,7 +58,7 @@ def test_installer_installs_then_removes_the_agent(supervisor: Supervisor, plane
 
     # The same JSON again (a re-provisioned box): the agent keeps running, not restarted.
     assert main(["--handover", "update"]) == 0
-    assert int(supervisor.ctl("pid", "llmfleet-agent").strip()) == agent_pid
+    assert int(supervisor.ctl("pid", "fleetllm-agent").strip()) == agent_pid
 
     # The JSON drops the agent: it is stopped and removed, and reported without `agent`. Either the
     # installer run removes it, or the agent itself does when its poll comes first (its first poll may
@@ -69,13 +69,13 @@ def test_installer_installs_then_removes_the_agent(supervisor: Supervisor, plane
     assert main(["--handover", "update"]) == 0
     after = plane.reports[reports_before:]
     assert after and all("agent" not in report for report in after)
-    assert len([report for report in after if "llmfleet-agent" in report["units_removed"]]) == 1
-    assert "llmfleet-agent" not in supervisor.states()
+    assert len([report for report in after if "fleetllm-agent" in report["units_removed"]]) == 1
+    assert "fleetllm-agent" not in supervisor.states()
     wait_until("the agent process gone", lambda: not pid_alive(agent_pid), 30)
     assert not key.exists()
     assert not settings.agent_state_path.exists()
     assert not settings.agent_program_path.exists()
-    assert not (settings.conf_dir / "llmfleet-agent.conf").exists()
+    assert not (settings.conf_dir / "fleetllm-agent.conf").exists()
 
 
 def test_an_apply_supervisord_refuses_is_tried_again(plane: FakeControlPlane, box_env: Path, tmp_path: Path,
@@ -83,7 +83,7 @@ def test_an_apply_supervisord_refuses_is_tried_again(plane: FakeControlPlane, bo
     socketless = tmp_path / "no-supervisord"
     socketless.mkdir()
     config = write_supervisord_conf(socketless, socketless, tmp_path / "conf.d")  # nothing listens there
-    monkeypatch.setenv("LLMFLEET_SUPERVISOR_CONFIG", str(config))
+    monkeypatch.setenv("FLEETLLM_SUPERVISOR_CONFIG", str(config))
     settings = load()
     assert settings.url is not None
     agent = Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
@@ -98,7 +98,7 @@ def test_an_apply_supervisord_refuses_is_tried_again(plane: FakeControlPlane, bo
     assert second.result == "retry"
     assert agent.failures == 2
     assert agent.next_delay() == 4 * agent.poll_s
-    assert os.environ["LLMFLEET_SUPERVISOR_CONFIG"] == str(config)
+    assert os.environ["FLEETLLM_SUPERVISOR_CONFIG"] == str(config)
 
 
 def test_the_agent_leaves_its_own_restart_to_a_detached_update(supervisor: Supervisor, plane: FakeControlPlane,
@@ -108,8 +108,8 @@ def test_the_agent_leaves_its_own_restart_to_a_detached_update(supervisor: Super
     other program itself and has supervisord restart the agent afterwards, so the agent is never
     stopped in the middle of its own `supervisorctl update`."""
     assert main(["--handover", "update"]) == 0
-    wait_until("the agent RUNNING", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING", 60)
-    agent_pid = int(supervisor.ctl("pid", "llmfleet-agent").strip())
+    wait_until("the agent RUNNING", lambda: supervisor.states().get("fleetllm-agent") == "RUNNING", 60)
+    agent_pid = int(supervisor.ctl("pid", "fleetllm-agent").strip())
     # The agent under supervisord is a second agent on this box. Its first poll found main()'s install
     # lock held and looks again about 5 s later: after the JSON below changes it would apply it itself,
     # and this test's agent find the lock held ("busy") or the config applied ("same"). So it is frozen
@@ -121,16 +121,16 @@ def test_the_agent_leaves_its_own_restart_to_a_detached_update(supervisor: Super
         applied_by_this_agent(supervisor, plane, agent_pid, monkeypatch)
     finally:
         os.kill(agent_pid, signal.SIGCONT)
-    update_later(load(), "llmfleet-agent")  # what the agent started, in its own session
-    wait_until("the agent restarted by supervisord", lambda: supervisor.states().get("llmfleet-agent") == "RUNNING"
-               and int(supervisor.ctl("pid", "llmfleet-agent").strip() or 0) not in (0, agent_pid), 60)
+    update_later(load(), "fleetllm-agent")  # what the agent started, in its own session
+    wait_until("the agent restarted by supervisord", lambda: supervisor.states().get("fleetllm-agent") == "RUNNING"
+               and int(supervisor.ctl("pid", "fleetllm-agent").strip() or 0) not in (0, agent_pid), 60)
     assert not pid_alive(agent_pid)
 
 
 def applied_by_this_agent(supervisor: Supervisor, plane: FakeControlPlane, agent_pid: int,
                           monkeypatch: pytest.MonkeyPatch) -> None:
     plane.boxes[BOX] = {**plane.boxes[BOX], "revision": "a-new-revision"}
-    monkeypatch.setenv("LLMFLEET_STARTSECS", "2")
+    monkeypatch.setenv("FLEETLLM_STARTSECS", "2")
     settings = load()
     assert settings.url is not None
     agent = Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
@@ -141,6 +141,6 @@ def applied_by_this_agent(supervisor: Supervisor, plane: FakeControlPlane, agent
     assert outcome.result == "applied"
     assert plane.reports[-1]["revision"] == "a-new-revision"
     assert plane.reports[-1]["agent"] is True
-    assert later == ["llmfleet-agent"]
-    assert int(supervisor.ctl("pid", "llmfleet-agent").strip()) == agent_pid  # its own update left it alone
-    assert "llmfleet-agent: changed" in supervisor.ctl("reread")
+    assert later == ["fleetllm-agent"]
+    assert int(supervisor.ctl("pid", "fleetllm-agent").strip()) == agent_pid  # its own update left it alone
+    assert "fleetllm-agent: changed" in supervisor.ctl("reread")

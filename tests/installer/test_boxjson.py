@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
+from fleetllm_installer.boxjson import BoxJsonError, parse_box, parse_text
 from tests.installer.conftest import BOX
 
 
@@ -46,8 +46,8 @@ def test_llmao_shape_without_revision_or_served_name() -> None:
     ("port", 70000, "servers[0].port"),
     ("args", 5, "servers[0].args: expected a list"),
     ("args", ["ok", 3], "servers[0].args[1]"),
-    ("args", ["--api-key", "x"], "servers[0].args[0]: --api-key is a flag llmfleet manages"),
-    ("args", ["--port=9"], "servers[0].args[0]: --port is a flag llmfleet manages"),
+    ("args", ["--api-key", "x"], "servers[0].args[0]: --api-key is a flag fleetllm manages"),
+    ("args", ["--port=9"], "servers[0].args[0]: --port is a flag fleetllm manages"),
     ("args", ["--api-ke=sk-secret"], "servers[0].args[0]: --api-ke would be read by vLLM as --api-key"),
     ("args", ["--dtype", "half", "--hos=0.0.0.0"], "servers[0].args[2]: --hos would be read by vLLM as --host"),
     ("gpu_memory_utilization", 1.5, "servers[0].gpu_memory_utilization"),

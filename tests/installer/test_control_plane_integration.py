@@ -1,8 +1,8 @@
-"""The whole box path with the real control plane: a fleet in a real git repository, `llmfleet serve` as a
+"""The whole box path with the real control plane: a fleet in a real git repository, `fleetllm serve` as a
 real process, vast.sh downloading the installer that server builds and serves, a real supervisord and
 the stub vLLM answering with the bearer the control plane derived. The report lands in its state store.
 
-Skipped while this checkout has no `llmfleet serve` (the control plane is built on another branch).
+Skipped while this checkout has no `fleetllm serve` (the control plane is built on another branch).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.installer.conftest import BOX, FLEET_KEY, free_port, write_fleet
 from tests.installer.realprocs import Supervisor, http_status, wait_until
 from tests.support.serve import require_serve
 
-LLMFLEET = Path(sys.executable).parent / "llmfleet"
+FLEETLLM = Path(sys.executable).parent / "fleetllm"
 VIEWER_TOKEN = "viewer-token-for-tests-0001"
 
 
@@ -46,7 +46,7 @@ def get_json(url: str, token: str, host: str | None = None) -> Any:
 
 @pytest.fixture
 def real_plane(tmp_path: Path, ports: list[int]) -> Iterator[str]:
-    """`llmfleet serve` tracking a real git repository of the test fleet; yields its base URL."""
+    """`fleetllm serve` tracking a real git repository of the test fleet; yields its base URL."""
     fleet = write_fleet(tmp_path / "fleet-git", ports, [("small", ports[0], None), ("large", ports[1], None)])
     git(fleet, "init", "-q", "-b", "main")
     git(fleet, "add", "-A")
@@ -58,16 +58,16 @@ repo:
   path: {fleet}
   branch: main
 secrets:
-  fleet_key: ${{env:LLMFLEET_FLEET_KEY}}
-  vllm_api_salt: ${{env:LLMFLEET_VLLM_API_SALT}}
+  fleet_key: ${{env:FLEETLLM_FLEET_KEY}}
+  vllm_api_salt: ${{env:FLEETLLM_VLLM_API_SALT}}
 listen: 127.0.0.1:{port}
 state:
   url: sqlite:///{tmp_path}/state.sqlite3
-viewer_tokens: ["${{env:LLMFLEET_VIEWER_TOKEN}}"]
+viewer_tokens: ["${{env:FLEETLLM_VIEWER_TOKEN}}"]
 """)
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LLMFLEET_FLEET_KEY": FLEET_KEY,
-           "LLMFLEET_VLLM_API_SALT": TEST_SALT, "LLMFLEET_VIEWER_TOKEN": VIEWER_TOKEN}
-    process = subprocess.Popen([str(LLMFLEET), "serve", "--config", str(config)], env=env, cwd=tmp_path,
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLEETLLM_FLEET_KEY": FLEET_KEY,
+           "FLEETLLM_VLLM_API_SALT": TEST_SALT, "FLEETLLM_VIEWER_TOKEN": VIEWER_TOKEN}
+    process = subprocess.Popen([str(FLEETLLM), "serve", "--config", str(config)], env=env, cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -85,8 +85,8 @@ viewer_tokens: ["${{env:LLMFLEET_VIEWER_TOKEN}}"]
 def test_vast_provisioning_against_the_real_control_plane(real_plane: str, supervisor: Supervisor,
                                                           box_env: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "LLMAO_HOST"}
-    env.update({"LLMFLEET_URL": real_plane, "PUBLIC_IPADDR": BOX, "LLMFLEET_PYTHON": sys.executable})
-    done = subprocess.run(["bash", str(ROOT / "installer" / "llmfleet_installer" / "provision" / "vast.sh")], env=env, capture_output=True,
+    env.update({"FLEETLLM_URL": real_plane, "PUBLIC_IPADDR": BOX, "FLEETLLM_PYTHON": sys.executable})
+    done = subprocess.run(["bash", str(ROOT / "installer" / "fleetllm_installer" / "provision" / "vast.sh")], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "reported installed to the control plane" in done.stderr
@@ -97,7 +97,7 @@ def test_vast_provisioning_against_the_real_control_plane(real_plane: str, super
         wait_until(f"{server['name']} healthy", lambda b=base: http_status(b + "/health") == 200)
         assert http_status(base + "/v1/models", server["api_key"]) == 200  # the control plane's bearer
         assert http_status(base + "/v1/models") == 401
-    assert set(supervisor.states()) == {"llmfleet-large", "llmfleet-small"}
+    assert set(supervisor.states()) == {"fleetllm-large", "fleetllm-small"}
 
     reports = get_json(real_plane + "/admin/reports", VIEWER_TOKEN)
     box = reports["boxes"][BOX]

@@ -1,4 +1,4 @@
-"""llmfleet_contract.division: the stable card division and box_change (issue 14, item 4)."""
+"""fleetllm_contract.division: the stable card division and box_change (issue 14, item 4)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmfleet_contract.division import CEILING, Demand, box_change, divide, fresh, need_gb, rounded
+from fleetllm_contract.division import CEILING, Demand, box_change, divide, fresh, need_gb, rounded
 
 CARD = st.floats(min_value=8, max_value=200)
 NAMES = st.sampled_from([f"s{i}" for i in range(8)])
@@ -55,7 +55,7 @@ def test_shares_never_exceed_the_card(old: list[Demand], new: list[Demand], tota
     division = divide(new, total, current)
     fixed = sum(d.fixed for d in new if d.fixed is not None)
     reserved = fixed * total + sum(d.weights_gb for d in new if d.fixed is None)
-    if reserved <= CEILING * total:  # else the fit check refuses the set (llmfleet_installer.fit)
+    if reserved <= CEILING * total:  # else the fit check refuses the set (fleetllm_installer.fit)
         assert sum(rounded(v) for v in division.shares.values()) + fixed <= CEILING + 1e-9
     assert all(v >= 0 for v in division.shares.values())
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trustme
 
-from llmfleet_installer.fetch import CAP_S, Client, FetchError, check_url
+from fleetllm_installer.fetch import CAP_S, Client, FetchError, check_url
 from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane, free_port
 
 
@@ -50,7 +50,7 @@ def test_fetch_sends_the_contract_headers(control_plane: FakeControlPlane, box_j
 
 def test_wrong_fleet_key_fails_at_once(control_plane: FakeControlPlane) -> None:
     time = FakeTime()
-    with pytest.raises(FetchError, match=r"refused the fleet key \(403\).*LLMFLEET_FLEET_KEY"):
+    with pytest.raises(FetchError, match=r"refused the fleet key \(403\).*FLEETLLM_FLEET_KEY"):
         client(control_plane.url, time, key="wrong-key").fetch_config()
     assert time.sleeps == []
     assert len(control_plane.requests) == 1
@@ -168,6 +168,6 @@ def test_https_with_a_private_ca_bundle(tls_plane: Any, box_json: dict[str, Any]
 def test_untrusted_certificate_fails_at_once(tls_plane: Any) -> None:
     plane, _ = tls_plane
     time = FakeTime()
-    with pytest.raises(FetchError, match=r"TLS certificate .* not trusted.*LLMFLEET_CA_BUNDLE"):
+    with pytest.raises(FetchError, match=r"TLS certificate .* not trusted.*FLEETLLM_CA_BUNDLE"):
         client(plane.url, time).fetch_config()
     assert time.sleeps == []

@@ -1,4 +1,4 @@
-"""Fit check, placement on cards and the card-division formula (llmfleet_installer.fit's docstring)."""
+"""Fit check, placement on cards and the card-division formula (fleetllm_installer.fit's docstring)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmfleet_installer.boxjson import ServerSpec
-from llmfleet_installer.fit import CEILING, check_fit, gpus_needed
-from llmfleet_installer.hardware import Gpu
+from fleetllm_installer.boxjson import ServerSpec
+from fleetllm_installer.fit import CEILING, check_fit, gpus_needed
+from fleetllm_installer.hardware import Gpu
 
 
 def gpu(index: int = 0, gb: float = 80, name: str = "A100") -> Gpu:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer.boxgateway import BoxGatewayError, find_python, python_candidates
-from llmfleet_installer.boxjson import BoxJsonError, parse_box
-from llmfleet_installer.main import main
-from llmfleet_installer.settings import load
-from llmfleet_installer.units import MARKER
+from fleetllm_installer.boxgateway import BoxGatewayError, find_python, python_candidates
+from fleetllm_installer.boxjson import BoxJsonError, parse_box
+from fleetllm_installer.main import main
+from fleetllm_installer.settings import load
+from fleetllm_installer.units import MARKER
 from tests.installer.conftest import BOX, FakeControlPlane, free_port, render, write_fleet
 from tests.installer.test_units import parse_program
 
@@ -38,7 +38,7 @@ def gateway_json(tmp_path: Path, ports: list[int], gateway_port: int) -> dict[st
 def env(box_env: Path, control_plane: FakeControlPlane, gateway_json: dict[str, Any],
         monkeypatch: pytest.MonkeyPatch) -> Path:
     control_plane.boxes[BOX] = gateway_json
-    monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
+    monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
     return box_env
 
 
@@ -104,9 +104,9 @@ def test_install_writes_the_gateway_program_config_and_credentials(env: Path, co
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--handover", "none"]) == 0
     conf = env.parent / "conf.d"
-    assert sorted(p.name for p in conf.iterdir()) == ["llmfleet-gateway.conf", "llmfleet-large.conf",
-                                                      "llmfleet-small.conf"]
-    state = env / "llmfleet"
+    assert sorted(p.name for p in conf.iterdir()) == ["fleetllm-gateway.conf", "fleetllm-large.conf",
+                                                      "fleetllm-small.conf"]
+    state = env / "fleetllm"
     credentials = state / "gateway" / "credentials"
     assert stat.S_IMODE(credentials.stat().st_mode) == 0o700
     expected = {"client-token": gateway_json["gateway"]["api_key"],
@@ -115,30 +115,30 @@ def test_install_writes_the_gateway_program_config_and_credentials(env: Path, co
     for path in credentials.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     config = json.loads((state / "gateway" / "gateway.json").read_text())
-    assert config == {**gateway_json["gateway"]["config"], "host": "127.0.0.1"}  # LLMFLEET_LISTEN_HOST
-    assert stat.S_IMODE((state / "bin" / "llmfleet-gateway.pyz").stat().st_mode) == 0o700
+    assert config == {**gateway_json["gateway"]["config"], "host": "127.0.0.1"}  # FLEETLLM_LISTEN_HOST
+    assert stat.S_IMODE((state / "bin" / "fleetllm-gateway.pyz").stat().st_mode) == 0o700
 
-    program = parse_program(conf / "llmfleet-gateway.conf")
-    assert shlex.split(program.command) == [sys.executable, str(state / "bin" / "llmfleet-gateway.pyz"), "gateway",
+    program = parse_program(conf / "fleetllm-gateway.conf")
+    assert shlex.split(program.command) == [sys.executable, str(state / "bin" / "fleetllm-gateway.pyz"), "gateway",
                                             "--config", str(state / "gateway" / "gateway.json")]
     assert program.directory == str(state / "gateway")
     assert program.environment["CREDENTIALS_DIRECTORY"] == str(credentials)
-    assert program.environment["LLMFLEET_DIGEST"] == gateway_json["gateway"]["digest"]
-    assert program.environment["LLMFLEET_FLEET_KEY"] == ""
+    assert program.environment["FLEETLLM_DIGEST"] == gateway_json["gateway"]["digest"]
+    assert program.environment["FLEETLLM_FLEET_KEY"] == ""
     assert (program.stopsignal, program.stopwaitsecs, program.stopasgroup) == (15, 10, True)
     assert program.stdout_logfile == str(state / "logs" / "gateway.log")
     assert program.stdout_logfile_backups == 5
-    assert (conf / "llmfleet-gateway.conf").read_text().splitlines()[0] == MARKER
-    assert not any(secret in (conf / "llmfleet-gateway.conf").read_text() for secret in secrets(gateway_json))
+    assert (conf / "fleetllm-gateway.conf").read_text().splitlines()[0] == MARKER
+    assert not any(secret in (conf / "fleetllm-gateway.conf").read_text() for secret in secrets(gateway_json))
 
-    # The servers bind loopback, whatever LLMFLEET_LISTEN_HOST says.
-    small = parse_program(conf / "llmfleet-small.conf")
+    # The servers bind loopback, whatever FLEETLLM_LISTEN_HOST says.
+    small = parse_program(conf / "fleetllm-small.conf")
     argv = shlex.split(small.command)
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
 
     (report,) = control_plane.reports
     assert report["gateway"] == {"port": gateway_port, "digest": gateway_json["gateway"]["digest"],
-                                 "unit": "llmfleet-gateway", "state": "written"}
+                                 "unit": "fleetllm-gateway", "state": "written"}
     assert report["message"] == "2 server(s) and the box gateway handed to supervisord (none)"
     output = capsys.readouterr()
     assert "valid (2 models, 2 listed)" in output.err
@@ -147,28 +147,28 @@ def test_install_writes_the_gateway_program_config_and_credentials(env: Path, co
 
 
 def test_loopback_wins_over_a_public_listen_host(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLMFLEET_LISTEN_HOST", "0.0.0.0")  # noqa: S104 - nothing binds in this test
+    monkeypatch.setenv("FLEETLLM_LISTEN_HOST", "0.0.0.0")  # noqa: S104 - nothing binds in this test
     assert main(["--handover", "none"]) == 0
     conf = env.parent / "conf.d"
-    argv = shlex.split(parse_program(conf / "llmfleet-large.conf").command)
+    argv = shlex.split(parse_program(conf / "fleetllm-large.conf").command)
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--health-host") + 1] == "127.0.0.1"
-    assert json.loads((env / "llmfleet" / "gateway" / "gateway.json").read_text())["host"] == "0.0.0.0"  # noqa: S104
+    assert json.loads((env / "fleetllm" / "gateway" / "gateway.json").read_text())["host"] == "0.0.0.0"  # noqa: S104
 
 
 def test_a_box_without_gateway_loses_its_files_and_program(env: Path, control_plane: FakeControlPlane,
                                                            tmp_path: Path, ports: list[int]) -> None:
     assert main(["--handover", "none"]) == 0
-    credentials = env / "llmfleet" / "gateway" / "credentials"
+    credentials = env / "fleetllm" / "gateway" / "credentials"
     (credentials / "notes.txt").write_text("not ours")
     control_plane.boxes[BOX] = render(write_fleet(tmp_path / "plain", ports, [("small", ports[0], None)]))
     assert main(["--handover", "none"]) == 0
-    assert sorted(p.name for p in (env.parent / "conf.d").iterdir()) == ["llmfleet-small.conf"]
-    assert control_plane.reports[-1]["units_removed"] == ["llmfleet-gateway", "llmfleet-large"]
+    assert sorted(p.name for p in (env.parent / "conf.d").iterdir()) == ["fleetllm-small.conf"]
+    assert control_plane.reports[-1]["units_removed"] == ["fleetllm-gateway", "fleetllm-large"]
     assert "gateway" not in control_plane.reports[-1]
     assert [p.name for p in credentials.iterdir()] == ["notes.txt"]
-    assert not (env / "llmfleet" / "gateway" / "gateway.json").exists()
-    assert not (env / "llmfleet" / "bin" / "llmfleet-gateway.pyz").exists()
+    assert not (env / "fleetllm" / "gateway" / "gateway.json").exists()
+    assert not (env / "fleetllm" / "bin" / "fleetllm-gateway.pyz").exists()
 
 
 def test_a_server_leaving_takes_its_bearer_file(env: Path, control_plane: FakeControlPlane, tmp_path: Path,
@@ -177,7 +177,7 @@ def test_a_server_leaving_takes_its_bearer_file(env: Path, control_plane: FakeCo
     control_plane.boxes[BOX] = render(write_fleet(tmp_path / "one", [gateway_port], [("small", ports[0], None)],
                                                   gateway=gateway_port))
     assert main(["--handover", "none"]) == 0
-    credentials = env / "llmfleet" / "gateway" / "credentials"
+    credentials = env / "fleetllm" / "gateway" / "credentials"
     assert sorted(p.name for p in credentials.iterdir()) == ["bearer-small", "client-token"]
 
 
@@ -189,7 +189,7 @@ def test_a_config_the_gateway_refuses_stops_the_install_before_anything_changes(
     assert report["outcome"] == "failed"
     assert "fails its --check" in report["message"]
     assert "config: maxBodyBytes must not be negative" in report["message"]
-    assert not (env.parent / "conf.d").exists() and not (env / "llmfleet" / "gateway").exists()
+    assert not (env.parent / "conf.d").exists() and not (env / "fleetllm" / "gateway").exists()
 
 
 def test_an_unwritable_digest_fails_the_install(env: Path, control_plane: FakeControlPlane,
@@ -207,7 +207,7 @@ def test_dry_run_shows_the_gateway_and_writes_nothing(env: Path, control_plane: 
     assert main(["--dry-run"]) == 0
     assert not env.exists() and not (env.parent / "conf.d").exists()
     out = capsys.readouterr().out
-    assert "[program:llmfleet-gateway]" in out
+    assert "[program:fleetllm-gateway]" in out
     assert '"authTokens": [\n    "${cred:client-token}"\n  ]' in out
     assert "credentials (mode 0600): client-token, bearer-large, bearer-small" in out
     for secret in secrets(gateway_json):
@@ -228,25 +228,25 @@ def test_the_vllm_scripts_interpreter_comes_first(tmp_path: Path) -> None:
     venv.mkdir(parents=True)
     script(venv / "python3", f'#!/bin/sh\nexec {sys.executable} "$@"')  # an image's Python with aiohttp
     script(venv / "vllm", f"#!{venv / 'python3'}")
-    settings = load({"LLMFLEET_VLLM_BIN": str(venv / "vllm")}, need_control_plane=False)
+    settings = load({"FLEETLLM_VLLM_BIN": str(venv / "vllm")}, need_control_plane=False)
     assert python_candidates(settings, sys.executable) == [str(venv / "python3"), sys.executable]
     assert find_python(settings, sys.executable) == str(venv / "python3")
 
 
 def test_an_env_shebang_is_skipped_and_an_explicit_python_is_the_only_one(tmp_path: Path) -> None:
     vllm = script(tmp_path / "vllm", "#!/usr/bin/env python3")
-    settings = load({"LLMFLEET_VLLM_BIN": str(vllm)}, need_control_plane=False)
+    settings = load({"FLEETLLM_VLLM_BIN": str(vllm)}, need_control_plane=False)
     assert python_candidates(settings, sys.executable) == [sys.executable]
-    explicit = load({"LLMFLEET_VLLM_BIN": str(vllm), "LLMFLEET_GATEWAY_PYTHON": "/bin/false"},
+    explicit = load({"FLEETLLM_VLLM_BIN": str(vllm), "FLEETLLM_GATEWAY_PYTHON": "/bin/false"},
                     need_control_plane=False)
     assert python_candidates(explicit, sys.executable) == ["/bin/false"]
-    with pytest.raises(BoxGatewayError, match=r"imports aiohttp \(tried: /bin/false\); set LLMFLEET_GATEWAY_PYTHON"):
+    with pytest.raises(BoxGatewayError, match=r"imports aiohttp \(tried: /bin/false\); set FLEETLLM_GATEWAY_PYTHON"):
         find_python(explicit, sys.executable)
 
 
 def test_no_python_with_aiohttp_fails_the_install_with_what_to_do(env: Path, control_plane: FakeControlPlane,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLMFLEET_GATEWAY_PYTHON", "/bin/false")
+    monkeypatch.setenv("FLEETLLM_GATEWAY_PYTHON", "/bin/false")
     assert main(["--handover", "none"]) == 1
-    assert "set LLMFLEET_GATEWAY_PYTHON" in control_plane.reports[0]["message"]
+    assert "set FLEETLLM_GATEWAY_PYTHON" in control_plane.reports[0]["message"]
     assert not (env.parent / "conf.d").exists()

@@ -1,7 +1,7 @@
 """A gateway box for real: the installer, a real supervisord, the stub vLLM on loopback ports and the
 real gateway process run from the box program (zipapp) the installer copied.
 
-The gateway listens on 127.0.0.2 (LLMFLEET_LISTEN_HOST, standing in for a public address) and the
+The gateway listens on 127.0.0.2 (FLEETLLM_LISTEN_HOST, standing in for a public address) and the
 servers on 127.0.0.1, as the box JSON says, so a test can tell the two apart.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer.main import main
+from fleetllm_installer.main import main
 from tests.installer.conftest import BOX, FakeControlPlane, render, write_fleet
 from tests.installer.realprocs import Supervisor, http_status, pid_alive, wait_until
 from tests.support.ports import free_ports
@@ -33,8 +33,8 @@ def gateway_box(directory: Path, ports: list[int], gateway: int) -> dict[str, An
 
 @pytest.fixture
 def plane(control_plane: FakeControlPlane, monkeypatch: pytest.MonkeyPatch) -> FakeControlPlane:
-    monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
-    monkeypatch.setenv("LLMFLEET_LISTEN_HOST", PUBLIC)
+    monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
+    monkeypatch.setenv("FLEETLLM_LISTEN_HOST", PUBLIC)
     return control_plane
 
 
@@ -84,7 +84,7 @@ def test_the_gateway_serves_every_model_of_the_box_with_one_bearer(supervisor: S
     wait_serving(doc)
     base = f"http://{PUBLIC}:{gateway_port}"
     wait_until("every program RUNNING", lambda: set(supervisor.states().values()) == {"RUNNING"})
-    assert set(supervisor.states()) == {"llmfleet-gateway", "llmfleet-large", "llmfleet-small"}
+    assert set(supervisor.states()) == {"fleetllm-gateway", "fleetllm-large", "fleetllm-small"}
 
     # /health counts the models without a bearer; each model answers through the gateway from its own stub.
     assert get_json(f"{base}/health") == {"status": "ok", "models": 2}
@@ -113,19 +113,19 @@ def test_the_gateway_serves_every_model_of_the_box_with_one_bearer(supervisor: S
     secrets = [token.encode(), *(s["api_key"].encode() for s in doc["servers"])]
     for cmdline in cmdlines():
         assert not any(secret in cmdline for secret in secrets)
-    credentials = Path(os.environ["LLMFLEET_DATA_DIR"]) / "llmfleet" / "gateway" / "credentials"
+    credentials = Path(os.environ["FLEETLLM_DATA_DIR"]) / "fleetllm" / "gateway" / "credentials"
     assert sorted(p.name for p in credentials.iterdir()) == ["bearer-large", "bearer-small", "client-token"]
     assert {stat.S_IMODE(p.stat().st_mode) for p in credentials.iterdir()} == {0o600}
 
     (report,) = plane.reports
     assert report["outcome"] == "installed"
     assert report["gateway"] == {"port": gateway_port, "digest": doc["gateway"]["digest"],
-                                 "unit": "llmfleet-gateway", "state": "started"}
+                                 "unit": "fleetllm-gateway", "state": "started"}
     assert {s["state"] for s in report["servers"]} == {"started"}
 
 
 def gateway_pid(supervisor: Supervisor) -> int:
-    return int(supervisor.ctl("pid", "llmfleet-gateway").strip() or 0)
+    return int(supervisor.ctl("pid", "fleetllm-gateway").strip() or 0)
 
 
 def test_moving_the_gateway_keeps_the_servers_and_removing_it_publishes_them(
@@ -151,11 +151,11 @@ def test_moving_the_gateway_keeps_the_servers_and_removing_it_publishes_them(
     plain = plane.boxes[BOX] = render(write_fleet(tmp_path / "plain", ports[:2],
                                                   [("small", ports[0], None), ("large", ports[1], None)]))
     assert main(["--handover", "update"]) == 0
-    wait_until("llmfleet-gateway gone", lambda: "llmfleet-gateway" not in supervisor.states())
+    wait_until("fleetllm-gateway gone", lambda: "fleetllm-gateway" not in supervisor.states())
     wait_serving(plain, PUBLIC)
     assert http_status(f"http://{PUBLIC}:{second}/health") is None
-    assert plane.reports[-1]["units_removed"] == ["llmfleet-gateway"]
-    credentials = Path(os.environ["LLMFLEET_DATA_DIR"]) / "llmfleet" / "gateway" / "credentials"
+    assert plane.reports[-1]["units_removed"] == ["fleetllm-gateway"]
+    credentials = Path(os.environ["FLEETLLM_DATA_DIR"]) / "fleetllm" / "gateway" / "credentials"
     assert list(credentials.iterdir()) == []
     for name, pids in server_pids.items():
         assert all(not pid_alive(pid) for pid in pids), name

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet_installer.hardware import ProbeError, cached_weights_gb, free_disk_gb, parse_gpus, probe_gpus
+from fleetllm_installer.hardware import ProbeError, cached_weights_gb, free_disk_gb, parse_gpus, probe_gpus
 
 
 def test_parse_two_gpus() -> None:

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer.boxjson import BoxJsonError, parse_box, parse_text
-from llmfleet_installer.fit import gpus_needed
-from llmfleet_installer.main import main
+from fleetllm_installer.boxjson import BoxJsonError, parse_box, parse_text
+from fleetllm_installer.fit import gpus_needed
+from fleetllm_installer.main import main
 from tests.installer.conftest import BOX, FakeControlPlane
 
 
 @pytest.fixture
 def env(box_env: Path, control_plane: FakeControlPlane, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
+    monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
     return box_env
 
 
@@ -120,7 +120,7 @@ def test_a_unicode_digit_retry_after_is_ignored_not_a_crash() -> None:
     import email.message
     import urllib.error
 
-    from llmfleet_installer.fetch import Client, _RetryableError
+    from fleetllm_installer.fetch import Client, _RetryableError
 
     headers = email.message.Message()
     headers["Retry-After"] = "²"  # "²".isdigit() is True, float("²") raises
@@ -133,7 +133,7 @@ def test_a_control_plane_speaking_garbage_is_a_clear_failure() -> None:
     import socket
     import threading
 
-    from llmfleet_installer.fetch import Client, FetchError
+    from fleetllm_installer.fetch import Client, FetchError
 
     listener = socket.create_server(("127.0.0.1", 0))
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet_contract.logfmt import JsonLineFormatter
-from llmfleet_installer import launcher
+from fleetllm_contract.logfmt import JsonLineFormatter
+from fleetllm_installer import launcher
 from tests.installer.conftest import STUB_VLLM, free_port
 from tests.installer.realprocs import http_status, wait_until
 
@@ -67,12 +67,12 @@ def test_bad_after_is_a_usage_error(bad: str) -> None:
     assert caught.value.code == 2
 
 
-def test_its_lines_are_the_llmfleet_log_format(capsys: pytest.CaptureFixture[str]) -> None:
-    """llmfleet-launch stands alone on the box, so it writes the format itself: the same keys, parsed
+def test_its_lines_are_the_fleetllm_log_format(capsys: pytest.CaptureFixture[str]) -> None:
+    """fleetllm-launch stands alone on the box, so it writes the format itself: the same keys, parsed
     back by the contract's own formatter's rules."""
     launcher.log("x: starting vllm serve m", "warning")
     line = json.loads(capsys.readouterr().out)
-    record = logging.LogRecord("llmfleet.launch", logging.WARNING, __file__, 1, "x: starting vllm serve m", None, None)
+    record = logging.LogRecord("fleetllm.launch", logging.WARNING, __file__, 1, "x: starting vllm serve m", None, None)
     expected = json.loads(JsonLineFormatter().format(record))
     assert list(line) == list(expected)
     assert {k: v for k, v in line.items() if k != "ts"} == {k: v for k, v in expected.items() if k != "ts"}

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer.main import main
-from llmfleet_installer.units import MARKER
-from llmfleet_installer.zipapp import build_zipapp
+from fleetllm_installer.main import main
+from fleetllm_installer.units import MARKER
+from fleetllm_installer.zipapp import build_zipapp
 from tests.conftest import ROOT
 from tests.installer.conftest import BOX, FakeControlPlane
 
 
 @pytest.fixture
 def env(box_env: Path, control_plane: FakeControlPlane, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
+    monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
     return box_env
 
 
@@ -63,7 +63,7 @@ def test_missing_environment_is_a_usage_error(box_env: Path, monkeypatch: pytest
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"LLMFLEET_FLEET_KEY": "wrong-key"}, "refused the fleet key (403)"),
+    ({"FLEETLLM_FLEET_KEY": "wrong-key"}, "refused the fleet key (403)"),
     ({"LLMAO_HOST": "box-z"}, "does not know the box 'box-z' (404)"),
 ])
 def test_refused_fetch_writes_nothing(env: Path, control_plane: FakeControlPlane, monkeypatch: pytest.MonkeyPatch,
@@ -120,21 +120,21 @@ def test_install_writes_private_files_and_reports(env: Path, control_plane: Fake
                                                   box_json: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--handover", "none"]) == 0
     files = sorted(p.name for p in conf_dir(env).iterdir())
-    assert files == ["llmfleet-large.conf", "llmfleet-small.conf"]
+    assert files == ["fleetllm-large.conf", "fleetllm-small.conf"]
     # `vllm` is written as the absolute path found on the installer's PATH, not left to supervisord's PATH.
-    assert f" -- {tool_bin}/vllm serve org/small-model " in (conf_dir(env) / "llmfleet-small.conf").read_text()
+    assert f" -- {tool_bin}/vllm serve org/small-model " in (conf_dir(env) / "fleetllm-small.conf").read_text()
     for name in files:
         assert stat.S_IMODE((conf_dir(env) / name).stat().st_mode) == 0o600
-    launcher = env / "llmfleet" / "bin" / "llmfleet-launch"
+    launcher = env / "fleetllm" / "bin" / "fleetllm-launch"
     assert stat.S_IMODE(launcher.stat().st_mode) == 0o700
-    assert (env / "llmfleet" / "logs").is_dir()
+    assert (env / "fleetllm" / "logs").is_dir()
     assert (env / "hf-cache").is_dir()
     (report,) = control_plane.reports
     check_report_shape(report)
     assert report["outcome"] == "installed"
     assert report["revision"] == box_json["revision"]
     assert {(s["name"], s["unit"], s["state"]) for s in report["servers"]} == {
-        ("large", "llmfleet-large", "written"), ("small", "llmfleet-small", "written")}
+        ("large", "fleetllm-large", "written"), ("small", "fleetllm-small", "written")}
     assert {s["digest"] for s in report["servers"]} == {s["digest"] for s in box_json["servers"]}
     assert report["fit"]["ok"] is True
     output = capsys.readouterr()
@@ -147,14 +147,14 @@ def test_stale_units_are_removed_and_foreign_ones_kept(env: Path, control_plane:
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     conf = conf_dir(env)
     conf.mkdir()
-    (conf / "llmfleet-old.conf").write_text(MARKER + "\n[program:llmfleet-old]\ncommand=/bin/true\n")
-    (conf / "llmfleet-handmade.conf").write_text("[program:llmfleet-handmade]\ncommand=/bin/true\n")
+    (conf / "fleetllm-old.conf").write_text(MARKER + "\n[program:fleetllm-old]\ncommand=/bin/true\n")
+    (conf / "fleetllm-handmade.conf").write_text("[program:fleetllm-handmade]\ncommand=/bin/true\n")
     (conf / "vllm-legacy.conf").write_text("[program:vllm-legacy]\ncommand=/usr/local/bin/vllm serve m\n")
     assert main(["--handover", "none"]) == 0
     assert sorted(p.name for p in conf.iterdir()) == [
-        "llmfleet-handmade.conf", "llmfleet-large.conf", "llmfleet-small.conf", "vllm-legacy.conf"]
-    assert control_plane.reports[0]["units_removed"] == ["llmfleet-old"]
-    assert "vllm-legacy.conf runs vLLM but was not written by llmfleet; left in place" in capsys.readouterr().err
+        "fleetllm-handmade.conf", "fleetllm-large.conf", "fleetllm-small.conf", "vllm-legacy.conf"]
+    assert control_plane.reports[0]["units_removed"] == ["fleetllm-old"]
+    assert "vllm-legacy.conf runs vLLM but was not written by fleetllm; left in place" in capsys.readouterr().err
 
 
 def tree(root: Path) -> list[tuple[str, float]]:
@@ -165,14 +165,14 @@ def test_dry_run_touches_nothing(env: Path, control_plane: FakeControlPlane, box
                                  capsys: pytest.CaptureFixture[str]) -> None:
     conf = conf_dir(env)
     conf.mkdir()
-    (conf / "llmfleet-old.conf").write_text(MARKER + "\n[program:llmfleet-old]\ncommand=/bin/true\n")
+    (conf / "fleetllm-old.conf").write_text(MARKER + "\n[program:fleetllm-old]\ncommand=/bin/true\n")
     before = tree(env.parent)
     assert main(["--dry-run"]) == 0
     assert tree(env.parent) == before
     out = capsys.readouterr().out
-    assert f"# ==> {conf / 'llmfleet-small.conf'} (mode 0600) <==" in out
-    assert "[program:llmfleet-large]" in out
-    assert f"# would remove {conf / 'llmfleet-old.conf'}" in out
+    assert f"# ==> {conf / 'fleetllm-small.conf'} (mode 0600) <==" in out
+    assert "[program:fleetllm-large]" in out
+    assert f"# would remove {conf / 'fleetllm-old.conf'}" in out
     assert "VLLM_API_KEY=\"<redacted sha256:" in out
     for bearer in bearers(box_json):
         assert bearer not in out
@@ -185,17 +185,17 @@ def test_failed_report_never_fails_the_box(env: Path, control_plane: FakeControl
     control_plane.report_status = 500
     assert main(["--handover", "none"]) == 0
     assert "could not report to the control plane (the install stands)" in capsys.readouterr().err
-    assert (conf_dir(env) / "llmfleet-small.conf").exists()
+    assert (conf_dir(env) / "fleetllm-small.conf").exists()
 
 
 def test_config_file_needs_no_control_plane(box_env: Path, box_json: dict[str, Any], tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LLMAO_HOST", "LLMFLEET_FLEET_KEY"):
+    for name in ("LLMAO_HOST", "FLEETLLM_FLEET_KEY"):
         monkeypatch.delenv(name)
     path = tmp_path / "box.json"
     path.write_text(json.dumps(box_json))
     assert main(["--config-file", str(path), "--handover", "none"]) == 0
-    assert (conf_dir(box_env) / "llmfleet-large.conf").exists()
+    assert (conf_dir(box_env) / "fleetllm-large.conf").exists()
 
 
 def test_assume_gpus_only_with_dry_run(box_env: Path) -> None:
@@ -205,8 +205,8 @@ def test_assume_gpus_only_with_dry_run(box_env: Path) -> None:
 
 
 def stdlib_env(tmp_path: Path) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "LLMFLEET_DATA_DIR": str(tmp_path / "data"),
-            "LLMFLEET_SUPERVISOR_CONF_DIR": str(tmp_path / "conf.d"), "HOME": str(tmp_path)}
+    return {"PATH": "/usr/bin:/bin", "FLEETLLM_DATA_DIR": str(tmp_path / "data"),
+            "FLEETLLM_SUPERVISOR_CONF_DIR": str(tmp_path / "conf.d"), "HOME": str(tmp_path)}
 
 
 def test_module_dry_run_from_the_installer_folder_with_the_standard_library_alone(tmp_path: Path,
@@ -215,17 +215,17 @@ def test_module_dry_run_from_the_installer_folder_with_the_standard_library_alon
     path.write_text(json.dumps(box_json))
     # -S: no site-packages at all, so only the standard library and installer/ (the installer and the box
     # contract, nothing of the control plane) are importable.
-    done = subprocess.run([sys.executable, "-S", "-m", "llmfleet_installer", "--dry-run", "--config-file", str(path),
+    done = subprocess.run([sys.executable, "-S", "-m", "fleetllm_installer", "--dry-run", "--config-file", str(path),
                            "--assume-gpus", "1x80"], cwd=ROOT / "installer", capture_output=True, text=True,
                           env=stdlib_env(tmp_path), timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert "[program:llmfleet-small]" in done.stdout
+    assert "[program:fleetllm-small]" in done.stdout
     assert "--gpu-memory-utilization 0.325" in done.stdout
     assert not (tmp_path / "data").exists()
 
 
 def test_zipapp_installs_the_launcher_from_inside_the_archive(tmp_path: Path, box_json: dict[str, Any]) -> None:
-    app = tmp_path / "llmfleet-box.pyz"
+    app = tmp_path / "fleetllm-box.pyz"
     build_zipapp(app)
     path = tmp_path / "box.json"
     path.write_text(json.dumps(box_json))
@@ -238,8 +238,8 @@ def test_zipapp_installs_the_launcher_from_inside_the_archive(tmp_path: Path, bo
     done = subprocess.run([sys.executable, "-S", str(app), "--config-file", str(path), "--handover", "none"],
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    launcher = tmp_path / "data" / "llmfleet" / "bin" / "llmfleet-launch"
-    assert launcher.read_text() == (ROOT / "installer" / "llmfleet_installer" / "launcher.py").read_text()
+    launcher = tmp_path / "data" / "fleetllm" / "bin" / "fleetllm-launch"
+    assert launcher.read_text() == (ROOT / "installer" / "fleetllm_installer" / "launcher.py").read_text()
     assert os.access(launcher, os.X_OK)
 
 
@@ -248,7 +248,7 @@ def test_update_without_a_running_supervisord_fails_and_is_reported(env: Path, c
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "supervisord.conf"
     config.write_text(f"[supervisorctl]\nserverurl=unix://{tmp_path}/no.sock\n")
-    monkeypatch.setenv("LLMFLEET_SUPERVISOR_CONFIG", str(config))
+    monkeypatch.setenv("FLEETLLM_SUPERVISOR_CONFIG", str(config))
     assert main(["--handover", "update"]) == 1
     (report,) = control_plane.reports
     assert report["outcome"] == "failed"
@@ -265,4 +265,4 @@ def test_a_foreign_vllm_unit_on_one_of_our_ports_stops_the_install(env: Path, co
     assert sorted(p.name for p in conf.iterdir()) == ["vllm-qwen.conf"]
     (report,) = control_plane.reports
     assert report["outcome"] == "failed"
-    assert f"vllm-qwen.conf (not written by llmfleet, so left in place) runs vLLM on port {port}" in report["message"]
+    assert f"vllm-qwen.conf (not written by fleetllm, so left in place) runs vLLM on port {port}" in report["message"]

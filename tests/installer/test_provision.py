@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from supervisor.options import UnhosedConfigParser
 
-from llmfleet_installer.zipapp import build_zipapp_bytes
+from fleetllm_installer.zipapp import build_zipapp_bytes
 from tests.conftest import ROOT
 from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane
 from tests.installer.realprocs import http_status, pid_alive, wait_until, write_supervisord_conf
 
-PROVISION = ROOT / "installer" / "llmfleet_installer" / "provision"
+PROVISION = ROOT / "installer" / "fleetllm_installer" / "provision"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -54,8 +54,8 @@ def test_image_supervisord_conf_includes_the_installer_directory() -> None:
     assert parser.get("include", "files") == "/etc/supervisor/conf.d/*.conf"
     assert parser.get("supervisord", "nodaemon") == "true"
     dockerfile = (PROVISION / "Dockerfile").read_text()
-    assert "LLMFLEET_SUPERVISOR_CONF_DIR=/etc/supervisor/conf.d" in dockerfile
-    assert 'ENTRYPOINT ["/usr/local/bin/llmfleet-provision"]' in dockerfile
+    assert "FLEETLLM_SUPERVISOR_CONF_DIR=/etc/supervisor/conf.d" in dockerfile
+    assert 'ENTRYPOINT ["/usr/local/bin/fleetllm-provision"]' in dockerfile
 
 
 @pytest.fixture
@@ -66,10 +66,10 @@ def serving_plane(control_plane: FakeControlPlane) -> FakeControlPlane:
 
 def script_env(box_env: Path, plane: FakeControlPlane, **extra: str) -> dict[str, str]:
     """The provider's environment: legacy variable names, as an llmao box template has them."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMFLEET_", "LLMAO_"))}
-    env.update({"ASFQUART_URL": plane.url, "FLEET_KEY": FLEET_KEY, "LLMFLEET_PYTHON": sys.executable,
-                "LLMFLEET_SUPERVISOR_CONF_DIR": str(box_env.parent / "conf.d"), "LLMFLEET_LISTEN_HOST": "127.0.0.1",
-                "LLMFLEET_FETCH_DEADLINE_S": "0"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETLLM_", "LLMAO_"))}
+    env.update({"ASFQUART_URL": plane.url, "FLEET_KEY": FLEET_KEY, "FLEETLLM_PYTHON": sys.executable,
+                "FLEETLLM_SUPERVISOR_CONF_DIR": str(box_env.parent / "conf.d"), "FLEETLLM_LISTEN_HOST": "127.0.0.1",
+                "FLEETLLM_FETCH_DEADLINE_S": "0"})
     env.update(extra)
     return env
 
@@ -81,9 +81,9 @@ def test_vast_script_fetches_and_runs_the_installer(box_env: Path, serving_plane
     assert done.returncode == 0, done.stderr
     digest = hashlib.sha256(serving_plane.installer or b"").hexdigest()
     assert f"installer sha256 {digest}" in done.stderr
-    assert (box_env / "llmfleet" / "bin" / "llmfleet-box.pyz").read_bytes() == serving_plane.installer
+    assert (box_env / "fleetllm" / "bin" / "fleetllm-box.pyz").read_bytes() == serving_plane.installer
     assert sorted(p.name for p in (box_env.parent / "conf.d").iterdir()) == [
-        "llmfleet-large.conf", "llmfleet-small.conf"]
+        "fleetllm-large.conf", "fleetllm-small.conf"]
     assert serving_plane.reports[-1]["outcome"] == "installed"
     installer_request = serving_plane.requests[0]
     assert installer_request["path"] == "/vllm/installer"
@@ -93,11 +93,11 @@ def test_vast_script_fetches_and_runs_the_installer(box_env: Path, serving_plane
 def test_vast_script_refuses_an_installer_that_is_not_the_pinned_one(box_env: Path,
                                                                     serving_plane: FakeControlPlane) -> None:
     env = script_env(box_env, serving_plane, PUBLIC_IPADDR=BOX, DATA_DIRECTORY=str(box_env),
-                     LLMFLEET_INSTALLER_SHA256="0" * 64)
+                     FLEETLLM_INSTALLER_SHA256="0" * 64)
     done = subprocess.run(["bash", str(PROVISION / "vast.sh")], env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode != 0
-    assert "does not match LLMFLEET_INSTALLER_SHA256" in done.stderr
+    assert "does not match FLEETLLM_INSTALLER_SHA256" in done.stderr
     assert not (box_env.parent / "conf.d").exists()
 
 
@@ -117,7 +117,7 @@ def test_vast_script_names_the_missing_setting(box_env: Path, serving_plane: Fak
     done = subprocess.run(["bash", str(PROVISION / "vast.sh")], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode != 0
-    assert "set LLMFLEET_URL and LLMFLEET_FLEET_KEY in the box template" in done.stderr
+    assert "set FLEETLLM_URL and FLEETLLM_FLEET_KEY in the box template" in done.stderr
 
 
 def test_vast_script_needs_the_public_ip(box_env: Path, serving_plane: FakeControlPlane) -> None:
@@ -137,8 +137,8 @@ def entrypoint(box_env: Path, serving_plane: FakeControlPlane, tmp_path: Path) -
     started: list[subprocess.Popen[bytes]] = []
 
     def start(argv: list[str] | None = None, **extra: str) -> subprocess.Popen[bytes]:
-        env = script_env(box_env, serving_plane, RUNPOD_POD_ID=BOX, LLMFLEET_DATA_DIR=str(box_env),
-                         LLMFLEET_SUPERVISOR_CONFIG=str(config), LLMFLEET_STARTSECS="1", **extra)
+        env = script_env(box_env, serving_plane, RUNPOD_POD_ID=BOX, FLEETLLM_DATA_DIR=str(box_env),
+                         FLEETLLM_SUPERVISOR_CONFIG=str(config), FLEETLLM_STARTSECS="1", **extra)
         env["PATH"] = os.environ["PATH"]  # box_env's: the stub vLLM, the fake nvidia-smi, supervisord
         process = subprocess.Popen(argv or ["bash", str(PROVISION / "runpod.sh")], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -192,8 +192,8 @@ def test_runpod_entrypoint_keeps_the_container_up_when_provisioning_fails(entryp
 def test_installer_exec_handover_becomes_supervisord(entrypoint: Any, serving_plane: FakeControlPlane,
                                                      box_json: dict[str, Any]) -> None:
     """`--handover exec`: the installer itself becomes `supervisord -n`, without the fleet key."""
-    process = entrypoint([sys.executable, "-m", "llmfleet_installer", "--handover", "exec"], LLMAO_HOST=BOX,
-                         LLMFLEET_URL=serving_plane.url, LLMFLEET_FLEET_KEY=FLEET_KEY, PYTHONPATH=str(ROOT))
+    process = entrypoint([sys.executable, "-m", "fleetllm_installer", "--handover", "exec"], LLMAO_HOST=BOX,
+                         FLEETLLM_URL=serving_plane.url, FLEETLLM_FLEET_KEY=FLEET_KEY, PYTHONPATH=str(ROOT))
     wait_until("the installer to exec supervisord", lambda: becomes_supervisord(process.pid))
     assert FLEET_KEY not in environ(process.pid)
     for server in box_json["servers"]:

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import trustme
 
-from llmfleet_installer.fetch import Client
-from llmfleet_installer.zipapp import build_zipapp_bytes
+from fleetllm_installer.fetch import Client
+from fleetllm_installer.zipapp import build_zipapp_bytes
 from tests.conftest import ROOT
 from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane
 
@@ -161,12 +161,12 @@ def test_no_proxy_is_respected_for_https(proxy: RecordingProxy, box_json: dict[s
 def test_the_provisioning_script_never_sends_the_key_to_a_proxy(proxy: RecordingProxy, box_env: Path,
                                                                 control_plane: FakeControlPlane) -> None:
     control_plane.installer = build_zipapp_bytes()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMFLEET_", "LLMAO_"))}
-    env.update({"ASFQUART_URL": control_plane.url, "FLEET_KEY": FLEET_KEY, "LLMFLEET_PYTHON": sys.executable,
-                "LLMFLEET_SUPERVISOR_CONF_DIR": str(box_env.parent / "conf.d"), "LLMFLEET_LISTEN_HOST": "127.0.0.1",
-                "LLMFLEET_FETCH_DEADLINE_S": "0", "PUBLIC_IPADDR": BOX, "DATA_DIRECTORY": str(box_env),
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETLLM_", "LLMAO_"))}
+    env.update({"ASFQUART_URL": control_plane.url, "FLEET_KEY": FLEET_KEY, "FLEETLLM_PYTHON": sys.executable,
+                "FLEETLLM_SUPERVISOR_CONF_DIR": str(box_env.parent / "conf.d"), "FLEETLLM_LISTEN_HOST": "127.0.0.1",
+                "FLEETLLM_FETCH_DEADLINE_S": "0", "PUBLIC_IPADDR": BOX, "DATA_DIRECTORY": str(box_env),
                 **dict.fromkeys(PROXY_VARS[:6], proxy.url)})
-    done = subprocess.run(["bash", str(ROOT / "installer" / "llmfleet_installer" / "provision" / "vast.sh"), "--dry-run",
+    done = subprocess.run(["bash", str(ROOT / "installer" / "fleetllm_installer" / "provision" / "vast.sh"), "--dry-run",
                            "--assume-gpus", "1x80", "--handover", "none"], env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -177,9 +177,9 @@ def test_the_provisioning_script_never_sends_the_key_to_a_proxy(proxy: Recording
 
 def test_the_provisioning_script_refuses_plain_http_to_another_host(proxy: RecordingProxy, box_env: Path) -> None:
     env = {"PATH": os.environ["PATH"], "ASFQUART_URL": "http://192.0.2.1:8080", "FLEET_KEY": FLEET_KEY,
-           "LLMFLEET_PYTHON": sys.executable, "PUBLIC_IPADDR": BOX, "DATA_DIRECTORY": str(box_env),
+           "FLEETLLM_PYTHON": sys.executable, "PUBLIC_IPADDR": BOX, "DATA_DIRECTORY": str(box_env),
            "http_proxy": proxy.url}
-    done = subprocess.run(["bash", str(ROOT / "installer" / "llmfleet_installer" / "provision" / "vast.sh")], env=env, capture_output=True,
+    done = subprocess.run(["bash", str(ROOT / "installer" / "fleetllm_installer" / "provision" / "vast.sh")], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode != 0 and "must be https://" in done.stderr
     assert proxy.received == []

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from llmfleet_contract.report import ReportOutcome, ServerState
-from llmfleet_installer.fit import check_fit
-from llmfleet_installer.report import (
+from fleetllm_contract.report import ReportOutcome, ServerState
+from fleetllm_installer.fit import check_fit
+from fleetllm_installer.report import (
     MAX_MESSAGE,
     MAX_PROBLEM,
     MAX_PROBLEMS,
@@ -41,9 +41,9 @@ def test_server_states_after_update() -> None:
 def test_each_server_reports_its_share_of_the_card_and_the_control_plane_accepts_it() -> None:
     import json
 
-    from llmfleet.server.reports import parse_report
-    from llmfleet_installer.boxjson import ServerSpec
-    from llmfleet_installer.hardware import Gpu
+    from fleetllm.server.reports import parse_report
+    from fleetllm_installer.boxjson import ServerSpec
+    from fleetllm_installer.hardware import Gpu
 
     servers = tuple(ServerSpec(name=n, model=f"org/{n}", served_model_name=n, port=p, api_key="sk-vllm-testtest",
                                args=(), vram_gb=v, digest=f"sha256:{n}") for n, p, v in (("a", 8001, 10), ("b", 8002, 30)))

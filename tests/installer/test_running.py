@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer.boxjson import ServerSpec, parse_box
-from llmfleet_installer.fit import Running, check_fit
-from llmfleet_installer.handover import write_units
-from llmfleet_installer.hardware import Gpu
-from llmfleet_installer.launcher import PRESENT, present_servers
-from llmfleet_installer.running import read_running
-from llmfleet_installer.settings import Settings, load
-from llmfleet_installer.units import Unit, render_unit
+from fleetllm_installer.boxjson import ServerSpec, parse_box
+from fleetllm_installer.fit import Running, check_fit
+from fleetllm_installer.handover import write_units
+from fleetllm_installer.hardware import Gpu
+from fleetllm_installer.launcher import PRESENT, present_servers
+from fleetllm_installer.running import read_running
+from fleetllm_installer.settings import Settings, load
+from fleetllm_installer.units import Unit, render_unit
 from tests.installer.conftest import BOX
 
 
@@ -32,7 +32,7 @@ def server(name: str, vram: float, port: int, *, digest: str = "", args: tuple[s
 
 
 def settings_in(tmp_path: Path) -> Settings:
-    return load({"LLMFLEET_DATA_DIR": str(tmp_path / "data"), "LLMFLEET_SUPERVISOR_CONF_DIR": str(tmp_path / "conf")},
+    return load({"FLEETLLM_DATA_DIR": str(tmp_path / "data"), "FLEETLLM_SUPERVISOR_CONF_DIR": str(tmp_path / "conf")},
                 need_control_plane=False)
 
 
@@ -102,6 +102,6 @@ def test_unreadable_or_foreign_programs_are_not_kept(tmp_path: Path, box_json: d
     conf = settings_in(tmp_path).conf_dir
     conf.mkdir(parents=True)
     servers = parse_box(box_json, BOX).servers
-    (conf / f"llmfleet-{servers[0].name}.conf").write_text("; not ours\n[program:x]\ncommand=vllm\n")
-    (conf / f"llmfleet-{servers[1].name}.conf").write_bytes(b"\xff\xfe")
+    (conf / f"fleetllm-{servers[0].name}.conf").write_text("; not ours\n[program:x]\ncommand=vllm\n")
+    (conf / f"fleetllm-{servers[1].name}.conf").write_bytes(b"\xff\xfe")
     assert read_running(conf, servers) == {}

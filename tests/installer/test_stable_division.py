@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer.main import main
+from fleetllm_installer.main import main
 from tests.installer.conftest import BOX, FakeControlPlane, render, write_fleet
 from tests.installer.realprocs import Supervisor, http_status, pid_alive, wait_until
 
@@ -39,7 +39,7 @@ def install(plane: FakeControlPlane, fleet: Path) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 def plane(control_plane: FakeControlPlane, monkeypatch: pytest.MonkeyPatch) -> FakeControlPlane:
-    monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
+    monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
     return control_plane
 
 
@@ -66,7 +66,7 @@ def test_a_server_that_fits_around_the_running_shares_restarts_no_neighbour(
     assert pid_alive(small_pid)
     assert set(supervisor.states().values()) == {"RUNNING"}
     # small's program still names large (it did not change); the launcher would not wait for it
-    present = (tmp_path / "data" / "llmfleet" / "bin" / "servers").read_text().split()
+    present = (tmp_path / "data" / "fleetllm" / "bin" / "servers").read_text().split()
     assert sorted(present) == sorted([f"small={ports[0]}", f"small-b={ports[2]}"])
 
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from llmfleet_installer.main import main
+from fleetllm_installer.main import main
 from tests.installer.conftest import BOX, FakeControlPlane, render, write_fleet
 from tests.installer.realprocs import Supervisor, http_status, pid_alive, wait_until
 
 pytestmark = pytest.mark.slow
 @pytest.fixture
 def plane(control_plane: FakeControlPlane, monkeypatch: pytest.MonkeyPatch) -> FakeControlPlane:
-    monkeypatch.setenv("LLMFLEET_URL", control_plane.url)
+    monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
     return control_plane
 
 
@@ -37,7 +37,7 @@ def test_units_start_in_order_serve_with_the_bearer_and_restart(supervisor: Supe
     servers = servers_by_name(box_json)
     wait_until("both servers healthy", lambda: all(healthy(s) for s in servers.values()))
     wait_until("both programs RUNNING", lambda: set(supervisor.states().values()) == {"RUNNING"})
-    assert set(supervisor.states()) == {"llmfleet-large", "llmfleet-small"}
+    assert set(supervisor.states()) == {"fleetllm-large", "fleetllm-small"}
     (report,) = plane.reports
     assert report["outcome"] == "installed"
     assert {s["state"] for s in report["servers"]} == {"started"}
@@ -47,7 +47,7 @@ def test_units_start_in_order_serve_with_the_bearer_and_restart(supervisor: Supe
     large_serving = next(e["time"] for e in events if e["event"] == "serving" and e["served_model_name"] == "large")
     small_start = next(e["time"] for e in events if e["event"] == "start" and e["served_model_name"] == "small")
     assert small_start >= large_serving
-    small_log = (Path(os.environ["LLMFLEET_DATA_DIR"]) / "llmfleet" / "logs" / "small.log").read_text()
+    small_log = (Path(os.environ["FLEETLLM_DATA_DIR"]) / "fleetllm" / "logs" / "small.log").read_text()
     assert "small: waiting for large to answer /health" in small_log
     assert "small: large healthy" in small_log
 
@@ -97,15 +97,15 @@ def test_second_run_replaces_changed_and_removes_dropped_units(supervisor: Super
     assert main(["--handover", "update"]) == 0
     new = servers_by_name(plane.boxes[BOX])
 
-    wait_until("llmfleet-large gone", lambda: "llmfleet-large" not in supervisor.states())
+    wait_until("fleetllm-large gone", lambda: "fleetllm-large" not in supervisor.states())
     wait_until("large's process stopped", lambda: not pid_alive(large_pid))
     conf_files = sorted(p.name for p in (tmp_path / "conf.d").iterdir())
-    assert conf_files == ["llmfleet-small-b.conf", "llmfleet-small.conf"]
+    assert conf_files == ["fleetllm-small-b.conf", "fleetllm-small.conf"]
     wait_until("small-b healthy", lambda: healthy(new["small-b"]))
     assert http_status(f"http://127.0.0.1:{new['small-b']['port']}/v1/models", new["small-b"]["api_key"]) == 200
-    assert plane.reports[-1]["units_removed"] == ["llmfleet-large"]
+    assert plane.reports[-1]["units_removed"] == ["fleetllm-large"]
     # small-b fits in what large left, so small keeps its share of the card and is not restarted
     # (tests/installer/test_stable_division.py has the case where the new set does not fit).
     assert pid_alive(small_pid)
     assert supervisor.pids(old["small"]["port"]) == [small_pid]
-    assert set(supervisor.states()) == {"llmfleet-small", "llmfleet-small-b"}
+    assert set(supervisor.states()) == {"fleetllm-small", "fleetllm-small-b"}

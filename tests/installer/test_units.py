@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from supervisor.datatypes import RestartUnconditionally
 from supervisor.options import ServerOptions, UnhosedConfigParser
 
-from llmfleet_installer.boxjson import parse_box
-from llmfleet_installer.fit import Placement
-from llmfleet_installer.settings import load
-from llmfleet_installer.units import UnitError, command_line, environment_line, quote_token, render_unit
+from fleetllm_installer.boxjson import parse_box
+from fleetllm_installer.fit import Placement
+from fleetllm_installer.settings import load
+from fleetllm_installer.units import UnitError, command_line, environment_line, quote_token, render_unit
 from tests.installer.conftest import BOX
 
 
@@ -78,7 +78,7 @@ def test_bearer_value_is_not_shown_in_the_error() -> None:
 
 
 def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[str, Any]) -> None:
-    settings = load({"LLMFLEET_DATA_DIR": str(tmp_path / "data"), "LLMFLEET_SUPERVISOR_CONF_DIR": str(tmp_path)},
+    settings = load({"FLEETLLM_DATA_DIR": str(tmp_path / "data"), "FLEETLLM_SUPERVISOR_CONF_DIR": str(tmp_path)},
                     need_control_plane=False)
     box = parse_box(box_json, BOX)
     small = next(s for s in box.servers if s.name == "small")
@@ -90,7 +90,7 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
     config = parse_program(unit.path)
     argv = shlex.split(config.command)
     vllm = argv[argv.index("--") + 1:]
-    assert argv[:2] == ["/usr/bin/python3", str(tmp_path / "data/llmfleet/bin/llmfleet-launch")]
+    assert argv[:2] == ["/usr/bin/python3", str(tmp_path / "data/fleetllm/bin/fleetllm-launch")]
     assert argv[argv.index("--after") + 1] == f"large={ports['large']}"
     assert vllm == ["vllm", "serve", "org/small-model", "--host", "0.0.0.0", "--port", str(small.port),  # noqa: S104
                     "--served-model-name", "small", "--max-model-len", "4096", "--gpu-memory-utilization", "0.42",
@@ -99,16 +99,16 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
     assert config.environment["VLLM_API_KEY"] == small.api_key
     assert config.environment["HF_HOME"] == str(tmp_path / "data/hf-cache")
     assert config.environment["CUDA_VISIBLE_DEVICES"] == "0,1"
-    assert config.environment["LLMFLEET_DIGEST"] == small.digest
+    assert config.environment["FLEETLLM_DIGEST"] == small.digest
     assert config.environment["FLEET_KEY"] == ""  # blanked: supervisord may have inherited it
-    assert config.environment["LLMFLEET_FLEET_KEY"] == ""
+    assert config.environment["FLEETLLM_FLEET_KEY"] == ""
     assert config.stopasgroup
     assert config.killasgroup
     assert config.stopwaitsecs >= 30
     assert config.startsecs == 60
     assert config.autorestart is RestartUnconditionally
     assert config.redirect_stderr
-    assert config.stdout_logfile == str(tmp_path / "data/llmfleet/logs/small.log")
+    assert config.stdout_logfile == str(tmp_path / "data/fleetllm/logs/small.log")
     assert config.stdout_logfile_maxbytes == 50 * 1024 * 1024
     assert config.stdout_logfile_backups == 5
     assert config.priority == 100  # the same for every server: see test_agent.py
@@ -117,7 +117,7 @@ def test_rendered_unit_parses_with_every_setting(tmp_path: Path, box_json: dict[
 
 
 def test_single_gpu_box_sets_no_cuda_visible_devices(tmp_path: Path, box_json: dict[str, Any]) -> None:
-    settings = load({"LLMFLEET_DATA_DIR": str(tmp_path)}, need_control_plane=False)
+    settings = load({"FLEETLLM_DATA_DIR": str(tmp_path)}, need_control_plane=False)
     server = parse_box(box_json, BOX).servers[0]
     unit = render_unit(server, Placement((0,), None, ()), ports={}, settings=settings,
                        python="python3", revision="r", gpu_count=1)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from llmfleet.adapters.state.passes import ActionRecord, PassRecord, ServerRecord
-from llmfleet.core.notify import (
+from fleetllm.adapters.state.passes import ActionRecord, PassRecord, ServerRecord
+from fleetllm.core.notify import (
     Condition,
     Decision,
     Event,
@@ -22,8 +22,8 @@ from llmfleet.core.notify import (
     slack_escape,
     slack_message,
 )
-from llmfleet.job.notify import failed_pass_event, model_events
-from llmfleet.server.notifywatch import overdue_event
+from fleetllm.job.notify import failed_pass_event, model_events
+from fleetllm.server.notifywatch import overdue_event
 from tests.conftest import ROOT
 
 SCHEMA = json.loads((ROOT / "schemas" / "notification.schema.json").read_text())
@@ -141,7 +141,7 @@ def test_models_without_a_serving_server() -> None:
 def test_a_failed_pass_and_an_ok_one() -> None:
     ok = PassRecord(1.0, 0.1, "r" * 40, "apply", {})
     assert failed_pass_event(ok) is None
-    failed = PassRecord(1.0, 0.1, "r" * 40, "apply", {}, (ActionRecord("create", "llmfleet:b:1", False, "failed",
+    failed = PassRecord(1.0, 0.1, "r" * 40, "apply", {}, (ActionRecord("create", "fleetllm:b:1", False, "failed",
                                                                        "HTTP 500"),), ("litellm: refused",))
     event = failed_pass_event(failed)
     assert event is not None and event.subject == "failed"

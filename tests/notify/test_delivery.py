@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from llmfleet.adapters.notify import Delivery, Notifier
-from llmfleet.adapters.state.notifications import MemoryLedger
-from llmfleet.core.notify import Event, EventKind, Target, TargetKind
-from llmfleet.core.secret import Secret
-from llmfleet.demo.procs import free_port
+from fleetllm.adapters.notify import Delivery, Notifier
+from fleetllm.adapters.state.notifications import MemoryLedger
+from fleetllm.core.notify import Event, EventKind, Target, TargetKind
+from fleetllm.core.secret import Secret
+from fleetllm.demo.procs import free_port
 from tests.notify.receiver import Receiver, receiving
 from tests.server.conftest import LogCapture
 
@@ -53,7 +53,7 @@ def slack(receiver: Receiver) -> Target:
 def logs() -> Iterator[LogCapture]:
     import logging
 
-    from llmfleet.logs import setup_logging
+    from fleetllm.logs import setup_logging
 
     capture = LogCapture()
     setup_logging(capture.stream, logging.INFO)
@@ -76,9 +76,9 @@ def test_each_target_gets_what_it_wants_with_its_headers(logs: LogCapture) -> No
     assert halted.body["details"] == {"rollout": "r-7", "step": 2} and halted.body["status"] == "firing"
     assert "Authorization" not in chat.headers
     assert set(chat.body) == {"text", "blocks"} and "Model without servers: tiny-a" in chat.body["text"]
-    assert value(registry, "llmfleet_notifications_sent_total", target="ops", kind="rollout_halted") == 1
-    assert value(registry, "llmfleet_notifications_sent_total", target="chat", kind="model_without_servers") == 1
-    assert value(registry, "llmfleet_notifications_sent_total", target="chat", kind="rollout_halted") == 0
+    assert value(registry, "fleetllm_notifications_sent_total", target="ops", kind="rollout_halted") == 1
+    assert value(registry, "fleetllm_notifications_sent_total", target="chat", kind="model_without_servers") == 1
+    assert value(registry, "fleetllm_notifications_sent_total", target="chat", kind="rollout_halted") == 0
     for secret in (BEARER, HEADER_TOKEN, SLACK_PATH, receiver.url):
         assert secret not in logs.text
     assert [e["target"] for e in logs.events("notification sent")].count("ops") == 2
@@ -93,9 +93,9 @@ def test_a_503_is_retried_a_4xx_is_not(logs: LogCapture) -> None:
         assert sender.close(10)
         statuses = [(r.body["subject"], r.status) for r in receiver.received]
     assert statuses == [("failed", 503), ("failed", 200), ("crashed", 400)]
-    assert value(registry, "llmfleet_notifications_retries_total", target="ops") == 1
-    assert value(registry, "llmfleet_notifications_sent_total", target="ops", kind="pass_failed") == 1
-    assert value(registry, "llmfleet_notifications_failed_total", target="ops", kind="pass_failed") == 1
+    assert value(registry, "fleetllm_notifications_retries_total", target="ops") == 1
+    assert value(registry, "fleetllm_notifications_sent_total", target="ops", kind="pass_failed") == 1
+    assert value(registry, "fleetllm_notifications_failed_total", target="ops", kind="pass_failed") == 1
     (failure,) = logs.events("notification not delivered")
     assert failure["attempts"] == 1 and "HTTP 400" in failure["error"]
     assert BEARER not in logs.text and HEADER_TOKEN not in logs.text
@@ -116,7 +116,7 @@ def test_the_same_condition_is_sent_once_until_it_clears() -> None:
         assert first.close(5) and second.close(5)
         sent = [(r.body["subject"], r.body["status"]) for r in receiver.received]
     assert sent == [("tiny-a", "firing"), ("tiny-a", "resolved")]
-    assert sum(value(r, "llmfleet_notifications_deduplicated_total", kind="model_without_servers")
+    assert sum(value(r, "fleetllm_notifications_deduplicated_total", kind="model_without_servers")
                for r in (registry_first, registry)) == 2
 
 
@@ -130,12 +130,12 @@ def test_emit_never_waits_on_a_slow_or_unreachable_receiver() -> None:
         for i in range(40):
             sender.emit(Event(EventKind.ROLLOUT_HALTED, f"r-{i}", "halted"))
         assert held.received == []  # every emit returned with no answer given
-        wait_until(lambda: value(registry, "llmfleet_notifications_failed_total", target="dead",
+        wait_until(lambda: value(registry, "fleetllm_notifications_failed_total", target="dead",
                                  kind="rollout_halted") == 40)  # the dead one is not held up by the held one
         assert held.received == []
         assert sender.close(0.2) is False  # still sending at exit: given up, and said so
         gate.set()
-    assert value(registry, "llmfleet_notifications_sent_total", target="held", kind="rollout_halted") < 40
+    assert value(registry, "fleetllm_notifications_sent_total", target="held", kind="rollout_halted") < 40
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float = 60.0) -> None:
@@ -151,8 +151,8 @@ def test_a_full_queue_drops_its_oldest_and_counts_them() -> None:
     sender._thread = object()  # type: ignore[assignment]  # no sender thread: the queue only fills
     for i in range(12):
         sender.emit(Event(EventKind.ROLLOUT_HALTED, f"r-{i}", "halted"))
-    assert value(registry, "llmfleet_notifications_dropped_total") == 7
-    assert value(registry, "llmfleet_notifications_queued") == 5
+    assert value(registry, "fleetllm_notifications_dropped_total") == 7
+    assert value(registry, "fleetllm_notifications_queued") == 5
     assert [item.event.subject for item in sender._queue] == [f"r-{i}" for i in range(7, 12)]  # type: ignore[union-attr]
     sender._thread = None
     sender._closed.set()
@@ -169,7 +169,7 @@ def test_a_held_receiver_fills_only_its_own_bounded_queue() -> None:
             if i % 4 == 3:  # a pace the first queue keeps up with: only the held target's queue overflows
                 fine.wait_for(i + 1)
         fine.wait_for(40)
-        wait_until(lambda: value(registry, "llmfleet_notifications_dropped_total") == 40 - 8 - 5)
+        wait_until(lambda: value(registry, "fleetllm_notifications_dropped_total") == 40 - 8 - 5)
         gate.set()
         held.wait_for(8 + 5)  # the 8 in flight, then the 5 newest queued
         assert sender.close(10)
@@ -184,7 +184,7 @@ def test_an_unreachable_receiver_is_given_up_after_its_attempts_without_its_url(
     sender, registry = notifier([target], attempts=2)
     sender.emit(Event(EventKind.PASS_FAILED, "failed", "x"))
     assert sender.close(15)
-    assert value(registry, "llmfleet_notifications_failed_total", target="chat", kind="pass_failed") == 1
+    assert value(registry, "fleetllm_notifications_failed_total", target="chat", kind="pass_failed") == 1
     (failure,) = logs.events("notification not delivered")
     assert failure["attempts"] == 2 and "cannot connect" in failure["error"]
     assert SLACK_PATH not in logs.text and "slack-secret" not in json.dumps(logs.events("notification sent"))

@@ -1,5 +1,5 @@
-"""Notifications end to end with real parts: the control plane as a process (`llmfleet serve`) over a
-real git repository, real `llmfleet reconcile --once` processes sharing its SQLite state store, a fake
+"""Notifications end to end with real parts: the control plane as a process (`fleetllm serve`) over a
+real git repository, real `fleetllm reconcile --once` processes sharing its SQLite state store, a fake
 of LiteLLM's model API over HTTP, and a real receiver on loopback in this process taking both a
 webhook target (bearer and header) and a Slack-compatible one (its URL a secret reference).
 
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import yaml
 
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.notifications import SqlLedger
-from llmfleet.core.notify import Event, EventKind
-from llmfleet.job.notify import make_notifier
-from llmfleet.settings import load_config
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.notifications import SqlLedger
+from fleetllm.core.notify import Event, EventKind
+from fleetllm.job.notify import make_notifier
+from fleetllm.settings import load_config
 from tests.conftest import ROOT, git
 from tests.faults.conftest import FLEET_KEY, PLANE_ENV, SALT, box_headers, plane_document, push_hook
 from tests.installer.realprocs import wait_until
@@ -55,14 +55,14 @@ def kinds(receiver: Receiver, path: str) -> list[tuple[str, str, str]]:
 
 
 class Run:
-    """`llmfleet reconcile --once` as a process; every output kept for the secret check."""
+    """`fleetllm reconcile --once` as a process; every output kept for the secret check."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         self.outputs: list[str] = []
 
     def reconcile(self, config: Path) -> tuple[int, str]:
-        done = subprocess.run([sys.executable, "-m", "llmfleet", "reconcile", "--once", "--config", str(config)],
+        done = subprocess.run([sys.executable, "-m", "fleetllm", "reconcile", "--once", "--config", str(config)],
                               env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
         self.outputs.append(done.stdout + done.stderr)
         return done.returncode, done.stdout + done.stderr
@@ -160,7 +160,7 @@ def story(tmp: Path, receiver: Receiver, gate: threading.Event, plane: ControlPl
     assert kinds(receiver, "/hook")[-1] == ("invalid_commit", "main", "resolved")
     status, _, exposition = plane.get("/metrics")
     assert status == 200
-    assert 'llmfleet_notifications_sent_total{kind="invalid_commit",target="ops"} 2.0' in exposition.decode()
+    assert 'fleetllm_notifications_sent_total{kind="invalid_commit",target="ops"} 2.0' in exposition.decode()
 
     # rollout_halted through the notifier's emit (what the rollout job calls), with the same settings.
     settings = load_config(config, env)
@@ -229,7 +229,7 @@ def test_serve_check_sends_nothing(tmp_path: Path) -> None:
             {"name": "ops", "kind": "webhook", "url": receiver.url + "/hook", "events": ALL_EVENTS}]})
         config = tmp_path / "control-plane.yaml"
         config.write_text(yaml.safe_dump(document))
-        done = subprocess.run([sys.executable, "-m", "llmfleet", "serve", "--check", "--config", str(config)],
+        done = subprocess.run([sys.executable, "-m", "fleetllm", "serve", "--check", "--config", str(config)],
                               env={**os.environ, **PLANE_ENV}, cwd=ROOT, capture_output=True, text=True, timeout=120,
                               check=False)
         assert done.returncode == 0, done.stderr

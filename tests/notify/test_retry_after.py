@@ -12,10 +12,10 @@ from email.utils import formatdate
 import pytest
 from prometheus_client import CollectorRegistry
 
-from llmfleet.adapters.http import RetryPolicy, retry_after_s
-from llmfleet.adapters.notify import BACKOFF, Delivery, Notifier
-from llmfleet.adapters.state.notifications import MemoryLedger
-from llmfleet.core.notify import Event, EventKind
+from fleetllm.adapters.http import RetryPolicy, retry_after_s
+from fleetllm.adapters.notify import BACKOFF, Delivery, Notifier
+from fleetllm.adapters.state.notifications import MemoryLedger
+from fleetllm.core.notify import Event, EventKind
 from tests.notify.receiver import receiving
 from tests.notify.test_delivery import notifier, value, wait_until, webhook
 
@@ -72,8 +72,8 @@ def test_a_429_and_a_503_with_retry_after_are_retried_after_what_they_ask() -> N
         statuses = [r.status for r in receiver.received]
     assert statuses == [429, 503, 429, 200]
     assert waits == [7.0, 30.0, BACKOFF.max_delay_s]
-    assert value(registry, "llmfleet_notifications_retries_total", target="ops") == 3
-    assert value(registry, "llmfleet_notifications_sent_total", target="ops", kind="pass_failed") == 1
+    assert value(registry, "fleetllm_notifications_retries_total", target="ops") == 3
+    assert value(registry, "fleetllm_notifications_sent_total", target="ops", kind="pass_failed") == 1
 
 
 def test_a_receiver_asking_for_an_hour_holds_up_only_its_own_target() -> None:
@@ -85,9 +85,9 @@ def test_a_receiver_asking_for_an_hour_holds_up_only_its_own_target() -> None:
         fine.wait_for(1)
         wait_until(lambda: bool(parked.received))
         assert [r.status for r in parked.received] == [429]
-        assert value(registry, "llmfleet_notifications_sent_total", target="fine", kind="rollout_halted") == 1
+        assert value(registry, "fleetllm_notifications_sent_total", target="fine", kind="rollout_halted") == 1
         assert sender.close(0.2) is False
-    assert value(registry, "llmfleet_notifications_sent_total", target="parked", kind="rollout_halted") == 0
+    assert value(registry, "fleetllm_notifications_sent_total", target="parked", kind="rollout_halted") == 0
 
 
 def test_the_delivery_default_backoff_is_the_cap() -> None:

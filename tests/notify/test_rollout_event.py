@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
-from llmfleet.core.notify import Event, EventKind
-from llmfleet.job.notify import notify_pass, rollout_event
+from fleetllm.adapters.state.passes import PassRecord, RolloutPassRecord
+from fleetllm.core.notify import Event, EventKind
+from fleetllm.job.notify import notify_pass, rollout_event
 
 TARGET = "a" * 40
 
 
 def record(state: str, halt: str = "") -> PassRecord:
-    rollout = RolloutPassRecord(TARGET, state, reason="box-1: llmfleet-m crash loop", waves=1,
+    rollout = RolloutPassRecord(TARGET, state, reason="box-1: fleetllm-m crash loop", waves=1,
                                 rollbacks={"box-1": "b" * 40} if halt else {}, halt=halt)
     return PassRecord(0.0, 1.0, TARGET, "apply", {}, rollout=rollout)
 
@@ -32,12 +32,12 @@ class Recorder:
 
 
 def test_a_halted_rollout_is_one_event_naming_the_target_the_reason_and_the_rollback() -> None:
-    event = rollout_event(record("halted", halt="box-1: llmfleet-m crash loop"))
+    event = rollout_event(record("halted", halt="box-1: fleetllm-m crash loop"))
     assert event is not None
     assert (event.kind, event.subject, event.firing) == (EventKind.ROLLOUT_HALTED, TARGET, True)
     assert "crash loop" in event.summary and TARGET[:12] in event.summary
     assert event.details["rolled_back"] == {"box-1": "b" * 40}
-    assert event.details["reason"] == "box-1: llmfleet-m crash loop"
+    assert event.details["reason"] == "box-1: fleetllm-m crash loop"
 
 
 def test_a_rollout_that_is_not_halted_is_no_event() -> None:

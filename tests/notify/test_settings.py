@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from llmfleet.core.notify import EventKind, TargetKind
-from llmfleet.errors import ConfigurationError
-from llmfleet.settings import ControlPlaneConfig, load_config
+from fleetllm.core.notify import EventKind, TargetKind
+from fleetllm.errors import ConfigurationError
+from fleetllm.settings import ControlPlaneConfig, load_config
 
 SLACK_URL = "https://hooks.slack.com/services/T0/B0/slackSecretPath9"
 ENV = {"SALT": "salt-0123456789abcdef", "SLACK": SLACK_URL, "TOKEN": "bearer-token-0123456789"}

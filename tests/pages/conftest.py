@@ -13,10 +13,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from llmfleet.job.engine import PassOutcome
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import Runtime, start_up
-from llmfleet.settings import load_config
+from fleetllm.job.engine import PassOutcome
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import Runtime, start_up
+from fleetllm.settings import load_config
 from tests.conftest import git
 from tests.pages.scenario import (
     FOREIGN_BOX,

@@ -2,7 +2,7 @@
 plane (its box endpoints record fetches, reports and an unknown box); vLLM servers on loopback
 addresses (tests/reconcile/fakes.FakeVllm, vLLM's wire format); and reconcile passes run by the real
 Reconciler into the control plane's SQLite state file, against LiteLLM's model API in memory
-(tests/reconcile/fake_litellm.FakeLitellm) seeded with two deployments llmfleet does not manage.
+(tests/reconcile/fake_litellm.FakeLitellm) seeded with two deployments fleetllm does not manage.
 
     127.0.0.2  tiny-a  Healthy (deployment created)    tiny-b  Stale (serves max_model_len 2048)
     127.0.0.3  slow-c  Stalled (fetched, grace 0, nothing answers; its report says it does not fit)
@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmfleet.adapters.state import open_reconcile_state
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.fleet.model import Fleet
-from llmfleet.core.fleet.render import Bearers
-from llmfleet.core.judge.observed import Deployment
-from llmfleet.job.engine import PassOutcome, Reconciler
-from llmfleet.job.observer import Observer
+from fleetllm.adapters.state import open_reconcile_state
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.model import Fleet
+from fleetllm.core.fleet.render import Bearers
+from fleetllm.core.judge.observed import Deployment
+from fleetllm.job.engine import PassOutcome, Reconciler
+from fleetllm.job.observer import Observer
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT, git
 from tests.reconcile.fake_litellm import FakeLitellm
 from tests.reconcile.fakes import FakeServer, FakeVllm, serve
@@ -82,7 +82,7 @@ def break_branch(repo: Path) -> str:
 
 def seeded_litellm(port: int) -> FakeLitellm:
     """LiteLLM with a hand-made deployment at the healthy server's address (drift, and a duplicate once
-    llmfleet creates its own) and one elsewhere."""
+    fleetllm creates its own) and one elsewhere."""
     def unmanaged(ident: str, model: str, api_base: str) -> Deployment:
         return Deployment(ident, model, freeze_mapping({"id": ident}), api_base)
 

@@ -1,4 +1,4 @@
-"""Approve from the attention strip: the same git change as `llmfleet approve`, admin only, CSRF-checked,
+"""Approve from the attention strip: the same git change as `fleetllm approve`, admin only, CSRF-checked,
 and the commit it made shown where the unknown box was."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from llmfleet.job.approve import ref_name
-from llmfleet.server.auth import token_fingerprint
+from fleetllm.job.approve import ref_name
+from fleetllm.server.auth import token_fingerprint
 from tests.conftest import git
 from tests.pages.conftest import LogCapture, World, build_world, csrf_of, login
 from tests.pages.scenario import UNKNOWN_BOX

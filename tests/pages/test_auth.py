@@ -12,8 +12,8 @@ from urllib.parse import quote
 import pytest
 from flask.testing import FlaskClient
 
-from llmfleet.server.app import create_app
-from llmfleet.server.session import COOKIE, SESSION_HOURS, safe_next
+from fleetllm.server.app import create_app
+from fleetllm.server.session import COOKIE, SESSION_HOURS, safe_next
 from tests.pages.conftest import LogCapture, World, build_world, csrf_of
 from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN
 
@@ -194,8 +194,8 @@ def test_login_is_rate_limited_per_peer_and_logged_without_the_token(world: Worl
     assert all("guess-" not in json.dumps(e) for e in refused)
     assert VIEWER_TOKEN not in logs.text
     metrics = client.get("/metrics").get_data(as_text=True)
-    assert 'llmfleet_login_refused_total{reason="rate_limited"} 51.0' in metrics
-    assert 'llmfleet_login_refused_total{reason="wrong_token"} 10.0' in metrics
+    assert 'fleetllm_login_refused_total{reason="rate_limited"} 51.0' in metrics
+    assert 'fleetllm_login_refused_total{reason="wrong_token"} 10.0' in metrics
 
 
 def test_forwarded_for_does_not_dodge_the_login_limit(world: World) -> None:
@@ -208,7 +208,7 @@ def test_forwarded_for_does_not_dodge_the_login_limit(world: World) -> None:
 
 
 def test_the_global_login_limit() -> None:
-    from llmfleet.server.ratelimit import LoginLimiter
+    from fleetllm.server.ratelimit import LoginLimiter
 
     limiter = LoginLimiter(peer_per_minute=10, peer_burst=10, global_per_minute=60, global_burst=30, max_keys=5)
     verdicts = [limiter.allow(f"192.0.2.{i}", 100.0) for i in range(40)]  # 40 peers, one attempt each

@@ -1,9 +1,9 @@
 """The pages in a real browser: Debian's Chromium, headless, driven by Playwright, against the real
-`llmfleet serve` process on a free loopback port. The state is the scenario's (tests/pages/scenario.py):
+`fleetllm serve` process on a free loopback port. The state is the scenario's (tests/pages/scenario.py):
 box fetches, reports and an unknown box through the server's own endpoints over HTTP, passes by the
 real Reconciler into the same state file. An operator logs in, sees a Healthy and a Stalled server,
 approves the unknown box and sees the commit, then sees an invalid commit appear in the strip without a
-reload. Screenshots at 1280 and 390 px are checked for width overflow; with LLMFLEET_SAVE_SCREENSHOTS=1
+reload. Screenshots at 1280 and 390 px are checked for width overflow; with FLEETLLM_SAVE_SCREENSHOTS=1
 (`make screenshots`) they are written to docs/screenshots/.
 
 The browser is never downloaded: Playwright drives /usr/bin/chromium (`apt-get install chromium`,
@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from llmfleet.adapters.git import GitFleetRepo
-from llmfleet.adapters.state import open_store
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.demo.procs import stop
-from llmfleet.job.approve import ref_name
+from fleetllm.adapters.git import GitFleetRepo
+from fleetllm.adapters.state import open_store
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.demo.procs import stop
+from fleetllm.job.approve import ref_name
 from tests.conftest import ROOT, git
 from tests.pages.conftest import PAGE_ENV, page_config
 from tests.pages.scenario import (
@@ -123,12 +123,12 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     port = free_port()
     log_path = root / "serve.log"
     log = log_path.open("w")
-    process = subprocess.Popen([sys.executable, "-m", "llmfleet", "serve", "--config", str(config), "--listen",
+    process = subprocess.Popen([sys.executable, "-m", "fleetllm", "serve", "--config", str(config), "--listen",
                                 f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
                                env={**os.environ, **PAGE_ENV}, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for("llmfleet serve", lambda: process.poll() is not None or http("GET", f"{url}/health")[0] == 200
+        wait_for("fleetllm serve", lambda: process.poll() is not None or http("GET", f"{url}/health")[0] == 200
                  if _listening(port) else process.poll() is not None)
         assert process.poll() is None, log_path.read_text()
         for host, fits in ((HEALTHY_BOX, True), (STALLED_BOX, False), (FOREIGN_BOX, None)):
@@ -200,7 +200,7 @@ def save(page: Any, name: str, directory: Path) -> Path:
     path = directory / name
     page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 10_000
-    if os.environ.get("LLMFLEET_SAVE_SCREENSHOTS") == "1":
+    if os.environ.get("FLEETLLM_SAVE_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, SCREENSHOTS / name)
     return path
@@ -216,7 +216,7 @@ def test_operator_journey(plane: Plane, context_factory: Any, tmp_path: Path) ->
     port = plane.ports[0]
     page = context_factory(viewport={"width": 1280, "height": 900}).new_page()
     log_in(page, plane, ADMIN_TOKEN)
-    cookie = next(c for c in page.context.cookies() if c["name"] == "llmfleet_session")
+    cookie = next(c for c in page.context.cookies() if c["name"] == "fleetllm_session")
     assert (cookie["secure"], cookie["httpOnly"], cookie["sameSite"]) == (True, True, "Strict")
 
     healthy = page.locator(f'tr[data-server="{HEALTHY_BOX}:{port}"]')

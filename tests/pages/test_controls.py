@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from flask.testing import FlaskClient
 
-from llmfleet.server.auth import token_fingerprint
+from fleetllm.server.auth import token_fingerprint
 from tests.conftest import git
 from tests.pages.conftest import World, csrf_of, login
 from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN
@@ -38,7 +38,7 @@ def test_every_page_shows_a_suspension_and_a_pin_in_red(world: World, viewer: Fl
     assert health["suspended"] is True and health["pinned_revision"] == served.revision
     assert health["suspended_by"] == actor
     metrics = client.get("/metrics").get_data(as_text=True)
-    assert "llmfleet_suspended 1.0" in metrics and "llmfleet_pinned 1.0" in metrics
+    assert "fleetllm_suspended 1.0" in metrics and "fleetllm_pinned 1.0" in metrics
     control = client.get("/admin/control", headers=VIEWER).get_json()
     assert [e["action"] for e in control["audit"]] == ["pin", "suspend"]
     assert control["pin"]["reason"] == "hold still"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from flask.testing import FlaskClient
 
-from llmfleet.errors import StateError
-from llmfleet.server.pages import routes
+from fleetllm.errors import StateError
+from fleetllm.server.pages import routes
 from tests.pages.conftest import World, csrf_of
 from tests.server.conftest import SECRETS, LogCapture
 
@@ -74,6 +74,6 @@ def test_a_refused_page_asks_to_log_in_and_the_api_says_so(world: World) -> None
     approve = stranger.post("/approve", data={"host": "x", "model": "y"})
     assert (approve.status_code, approve.headers["Location"]) == (302, "/login")
     api = stranger.get("/api/revision")
-    assert api.status_code == 401 and api.headers["WWW-Authenticate"] == 'Bearer realm="llmfleet"'
+    assert api.status_code == 401 and api.headers["WWW-Authenticate"] == 'Bearer realm="fleetllm"'
     assert api.get_json() == {"error": "a viewer or admin token is required: send Authorization: Bearer <token>, "
                                        "or log in at /login"}

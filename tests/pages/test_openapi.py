@@ -28,8 +28,8 @@ from openapi_spec_validator import validate
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
-from llmfleet.core.fleet.schema import schema_dir
-from llmfleet.server.openapi import source_document
+from fleetllm.core.fleet.schema import schema_dir
+from fleetllm.server.openapi import source_document
 from tests.pages.conftest import World
 from tests.server.conftest import ADMIN_TOKEN, FLEET_KEY, VIEWER_TOKEN, WEBHOOK_SECRET
 
@@ -79,7 +79,7 @@ def test_the_document_is_valid_openapi(world: World) -> None:
     validate(document)
     text = served.get_data(as_text=True)
     assert "$ref: box-report.schema.json" not in text  # self-contained: the box report's schema is copied in
-    assert document["components"]["schemas"]["BoxReportSchema"]["title"].startswith("llmfleet box report")
+    assert document["components"]["schemas"]["BoxReportSchema"]["title"].startswith("fleetllm box report")
 
 
 def test_the_document_describes_every_route_and_no_other(world: World) -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from llmfleet.adapters.state.passes import ActionRecord, PassRecord
-from llmfleet.server.pages.attention import overdue_after
-from llmfleet.server.pages.inputs import gather
-from llmfleet.server.pages.revisionview import revision_view, web_url
-from llmfleet.server.pages.routes import ago
+from fleetllm.adapters.state.passes import ActionRecord, PassRecord
+from fleetllm.server.pages.attention import overdue_after
+from fleetllm.server.pages.inputs import gather
+from fleetllm.server.pages.revisionview import revision_view, web_url
+from fleetllm.server.pages.routes import ago
 from tests.pages.conftest import LogCapture, World, build_world, login
 from tests.server.conftest import VIEWER_TOKEN
 
@@ -27,16 +27,16 @@ def test_a_failing_pass_is_shown_with_its_errors(world: World, viewer: FlaskClie
     assert served is not None
     world.runtime.store.record_pass(PassRecord(
         world.clock.now, 0.4, served.revision, "apply", {"Healthy": 1},
-        (ActionRecord("delete", "llmfleet:127.0.0.9:8001", False, "failed", "LiteLLM: HTTP 503"),),
+        (ActionRecord("delete", "fleetllm:127.0.0.9:8001", False, "failed", "LiteLLM: HTTP 503"),),
         ("vast listing: HTTP 500",), ("no deletes while an observation failed (vast listing: HTTP 500)",)))
     issues = reconcile_issues(viewer)
     assert set(issues) == {"failing", "blocked"}
     assert issues["failing"]["errors"] == ["vast listing: HTTP 500"]
-    assert issues["failing"]["failed_actions"] == [{"kind": "delete", "id": "llmfleet:127.0.0.9:8001", "ok": False,
+    assert issues["failing"]["failed_actions"] == [{"kind": "delete", "id": "fleetllm:127.0.0.9:8001", "ok": False,
                                                     "outcome": "failed", "error": "LiteLLM: HTTP 503"}]
     page = viewer.get("/").get_data(as_text=True)
     assert "the last reconcile pass failed: 1 observation error(s), 1 failed LiteLLM write(s)" in page
-    assert "delete llmfleet:127.0.0.9:8001: failed: LiteLLM: HTTP 503" in page
+    assert "delete fleetllm:127.0.0.9:8001: failed: LiteLLM: HTTP 503" in page
     history = viewer.get("/history").get_data(as_text=True)
     assert 'class="pass failed"' in history and "deletes blocked:" in history
 
@@ -51,7 +51,7 @@ def test_an_overdue_pass_needs_attention(world: World, viewer: FlaskClient) -> N
     world.clock.now += 2
     issues = reconcile_issues(viewer)
     assert list(issues) == ["overdue"]
-    assert "is `llmfleet reconcile` running?" in str(issues["overdue"]["message"])
+    assert "is `fleetllm reconcile` running?" in str(issues["overdue"]["message"])
     assert "Reconcile overdue" in viewer.get("/models").get_data(as_text=True)
 
 

@@ -1,24 +1,24 @@
-"""What a reconcile pass records for the pages (reconciler/llmfleet/job/record.py, reconciler/llmfleet/adapters/state/passes.py),
+"""What a reconcile pass records for the pages (reconciler/fleetllm/job/record.py, reconciler/fleetllm/adapters/state/passes.py),
 how the state store keeps it, and which invalid commits the revision tracker remembers."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from llmfleet.adapters.state.passes import ActionRecord, DriftRecord, DuplicateRecord, PassRecord, ServerRecord
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.judge.intended import MANAGED_BY
-from llmfleet.core.judge.observed import Deployment
-from llmfleet.job.record import duplicate_records
+from fleetllm.adapters.state.passes import ActionRecord, DriftRecord, DuplicateRecord, PassRecord, ServerRecord
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.judge.intended import MANAGED_BY
+from fleetllm.core.judge.observed import Deployment
+from fleetllm.job.record import duplicate_records
 from tests.conftest import git
 from tests.pages.conftest import World
 from tests.pages.scenario import FOREIGN_BOX, HEALTHY_BOX, MANUAL_ID, OTHER_ID, PENDING_BOX, STALLED_BOX, break_branch
 
 SERVER = ServerRecord("b", 8001, "m", "m", "Healthy", "serves m at b:41001", "b:41001", 4096, 4096, True)
 DETAILED = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 1},
-                      (ActionRecord("create", "llmfleet:b:8001", True, "created"),), servers=(SERVER,),
+                      (ActionRecord("create", "fleetllm:b:8001", True, "created"),), servers=(SERVER,),
                       drift_details=(DriftRecord("x", "m", "unmanaged", "http://b:41001/v1", "b:8001"),),
-                      duplicates=(DuplicateRecord("http://b:41001/v1", "m", ("llmfleet:b:8001", "x")),))
+                      duplicates=(DuplicateRecord("http://b:41001/v1", "m", ("fleetllm:b:8001", "x")),))
 
 
 def test_the_real_reconciler_records_every_server_and_the_drift(world: World) -> None:
@@ -37,7 +37,7 @@ def test_the_real_reconciler_records_every_server_and_the_drift(world: World) ->
     assert [(d.id, d.fleet_server) for d in record.drift_details] == [
         (MANUAL_ID, f"{HEALTHY_BOX}:{port}"), (OTHER_ID, None)]
     assert record.duplicates == (DuplicateRecord(f"http://{HEALTHY_BOX}:{port}/v1", "tiny-a",
-                                                 (f"llmfleet:{HEALTHY_BOX}:{port}", MANUAL_ID)),)
+                                                 (f"fleetllm:{HEALTHY_BOX}:{port}", MANUAL_ID)),)
     first = world.outcomes[0].record
     assert first.duplicates == ()  # the managed deployment did not exist yet when the first pass looked
 
@@ -58,7 +58,7 @@ def test_a_failed_litellm_listing_leaves_deployment_presence_unknown(world: Worl
 def test_records_round_trip_and_old_records_still_read() -> None:
     assert PassRecord.from_json(DETAILED.to_json()) == DETAILED
     old = {"started_at": 1.0, "duration_s": 0.5, "revision": "b" * 40, "mode": "apply", "verdicts": {"Down": 2},
-           "actions": [{"kind": "delete", "id": "llmfleet:b:8001", "ok": False, "outcome": "failed",
+           "actions": [{"kind": "delete", "id": "fleetllm:b:8001", "ok": False, "outcome": "failed",
                         "error": "HTTP 503"}], "errors": ["vast listing: x"], "blocked": [], "held": 1, "drift": 0}
     record = PassRecord.from_json(old)
     assert record.servers == () and record.drift_details == () and record.duplicates == ()
@@ -73,15 +73,15 @@ def deployment(ident: str, model: str, base: str | None, *, managed: bool) -> De
 
 
 def test_duplicates_are_one_model_at_one_address_not_all_ours() -> None:
-    ours = deployment("llmfleet:b:8001", "m", "http://b:1/v1", managed=True)
-    also_ours = deployment("llmfleet:b:8002", "m", "http://b:1/v1/", managed=True)  # two servers behind a gateway
+    ours = deployment("fleetllm:b:8001", "m", "http://b:1/v1", managed=True)
+    also_ours = deployment("fleetllm:b:8002", "m", "http://b:1/v1/", managed=True)  # two servers behind a gateway
     by_hand = deployment("hand", "m", "http://b:1/v1", managed=False)
     other_model = deployment("hand-2", "n", "http://b:1/v1", managed=False)
     nowhere = deployment("hand-3", "m", None, managed=False)
     assert duplicate_records((ours, also_ours)) == ()
     assert duplicate_records((ours, other_model, nowhere)) == ()
     assert duplicate_records((ours, also_ours, by_hand, other_model)) == (
-        DuplicateRecord("http://b:1/v1", "m", ("hand", "llmfleet:b:8001", "llmfleet:b:8002")),)
+        DuplicateRecord("http://b:1/v1", "m", ("hand", "fleetllm:b:8001", "fleetllm:b:8002")),)
     assert duplicate_records(None) == ()
 
 

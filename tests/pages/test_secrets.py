@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask.testing import FlaskClient
 
-from llmfleet.core.fleet.bearer import Salt
+from fleetllm.core.fleet.bearer import Salt
 from tests.conftest import TEST_SALT
 from tests.pages.conftest import PAGE_SECRETS, LogCapture, World, csrf_of, login
 from tests.pages.scenario import UNKNOWN_BOX

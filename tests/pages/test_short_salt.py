@@ -1,5 +1,5 @@
 """A bearer salt shorter than 16 characters (one an llmao fleet already runs on) is served, never refused:
-the attention strip, /api/attention and the llmfleet_weak_secret metric say so, without the salt."""
+the attention strip, /api/attention and the fleetllm_weak_secret metric say so, without the salt."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_a_short_salt_is_served_with_a_warning(tmp_path: Path, logs: LogCapture)
         page = client.get("/").get_data(as_text=True)
         assert "Weak secret" in page and 'data-kind="secret"' in page
         metrics = client.get("/metrics").get_data(as_text=True)
-        assert 'llmfleet_weak_secret{secret="vllm_api_salt"} 1.0' in metrics
+        assert 'fleetllm_weak_secret{secret="vllm_api_salt"} 1.0' in metrics
         for shown in (str(attention), page, metrics, logs.text):
             assert SHORT_SALT not in shown
     finally:
@@ -35,6 +35,6 @@ def test_a_long_salt_raises_no_warning(tmp_path: Path, logs: LogCapture) -> None
         client = world.app.test_client()
         assert login(client, VIEWER_TOKEN).status_code == 302
         assert client.get("/api/attention").get_json()["secrets"] == []
-        assert 'llmfleet_weak_secret{secret="vllm_api_salt"} 0.0' in client.get("/metrics").get_data(as_text=True)
+        assert 'fleetllm_weak_secret{secret="vllm_api_salt"} 0.0' in client.get("/metrics").get_data(as_text=True)
     finally:
         world.runtime.stop()

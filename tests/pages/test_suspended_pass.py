@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmfleet.job.metrics import PassMetrics
+from fleetllm.job.metrics import PassMetrics
 from tests.pages.conftest import LogCapture, build_world, login
 from tests.pages.scenario import Stubs, run_passes
 from tests.server.conftest import VIEWER_TOKEN
@@ -42,7 +42,7 @@ def test_a_suspended_pass_is_told_apart_from_a_dry_run(tmp_path: Path, logs: Log
         by_result: dict[str, float] = {}
         for family in metrics.registry.collect():
             for s in family.samples:
-                if s.name == "llmfleet_reconcile_actions_total":
+                if s.name == "fleetllm_reconcile_actions_total":
                     by_result[s.labels["result"]] = by_result.get(s.labels["result"], 0.0) + s.value
         assert by_result == {"planned": len(dry.record.actions), "suspended": len(held.record.actions)}
     finally:

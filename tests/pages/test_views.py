@@ -8,8 +8,8 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from llmfleet.server.pages.fleetview import Fit, FleetFilter, fleet_view, needs_attention
-from llmfleet.server.pages.inputs import gather
+from fleetllm.server.pages.fleetview import Fit, FleetFilter, fleet_view, needs_attention
+from fleetllm.server.pages.inputs import gather
 from tests.pages.conftest import World
 from tests.pages.scenario import (
     BAD_MODEL_ERROR,
@@ -138,7 +138,7 @@ def test_attention_api_lists_everything_that_needs_an_operator(viewer: FlaskClie
     assert drift[OTHER_ID]["fleet_server"] is None
     assert [d["id"] for d in attention["drift"]] == [MANUAL_ID, OTHER_ID]  # pointing at the fleet first
     assert attention["duplicates"] == [{"api_base": f"http://{HEALTHY_BOX}:{port}/v1", "model_name": "tiny-a",
-                                        "ids": [f"llmfleet:{HEALTHY_BOX}:{port}", MANUAL_ID]}]
+                                        "ids": [f"fleetllm:{HEALTHY_BOX}:{port}", MANUAL_ID]}]
     assert attention["reconcile"] == []
     assert attention["count"] == 1 + 3 + 1 + 2 + 1
     assert attention["approve_models"] == ["slow-c", "tiny-a", "tiny-b"]
@@ -169,7 +169,7 @@ def test_revision_api_and_page(viewer: FlaskClient, world: World) -> None:
     assert revision["branch"] == "main"
     assert revision["repository"] == str(world.repo)
     [diff] = revision["diffs"]
-    assert diff["command"] == f"llmfleet diff {served.revision} {world.bad_commit} --repo {world.repo}"
+    assert diff["command"] == f"fleetllm diff {served.revision} {world.bad_commit} --repo {world.repo}"
     assert diff["link"] is None  # a local repository: no site to link to
     text = text_of(viewer.get("/revision").get_data(as_text=True))
     assert diff["command"] in text
@@ -182,7 +182,7 @@ def test_history_api_and_page(viewer: FlaskClient, world: World) -> None:
     assert len(passes) == 2
     first = passes[-1]
     assert sorted((a["kind"], a["id"], a["outcome"]) for a in first["actions"]) == sorted([
-        ("create", f"llmfleet:{HEALTHY_BOX}:{port}", "created"), ("create", f"llmfleet:{HEALTHY_BOX}:{port2}", "created")])
+        ("create", f"fleetllm:{HEALTHY_BOX}:{port}", "created"), ("create", f"fleetllm:{HEALTHY_BOX}:{port2}", "created")])
     assert passes[0]["actions"] == []
     assert passes[0]["drift"] == 2
     assert viewer.get("/api/passes?limit=1").get_json()["passes"] == passes[:1]
@@ -191,7 +191,7 @@ def test_history_api_and_page(viewer: FlaskClient, world: World) -> None:
         assert response.status_code == 400
         assert "limit must be an integer in 1..200" in response.get_json()["error"]
     text = text_of(viewer.get("/history").get_data(as_text=True))
-    assert f"create llmfleet:{HEALTHY_BOX}:{port}: created" in text
+    assert f"create fleetllm:{HEALTHY_BOX}:{port}: created" in text
     assert "The last 2 reconcile passes" in text
 
 

@@ -5,14 +5,14 @@ Real vLLM on 2 shared cores takes 40-90 s to start, so the suite starts the box 
 - a fleet git repository whose two models (tiny-a, tiny-b) are the harness's tiny Llama, with the CPU
   flags a recipe would carry in `settings` (--kv-cache-memory-bytes, --max-num-seqs) on one box
   127.0.0.2 (provider static) and one card, so the second server waits for the first;
-- `llmfleet serve` (the control plane) as a process, with the real LiteLLM proxy configured;
+- `fleetllm serve` (the control plane) as a process, with the real LiteLLM proxy configured;
 - the box: a real supervisord whose environment holds env.sh's CPU settings (as a Vast/RunPod template
   puts them into the container), a fake nvidia-smi (one H100), and `vllm` on PATH being the harness's;
-  provisioned by installer/llmfleet_installer/provision/vast.sh, which fetches the installer from the control plane, which
+  provisioned by installer/fleetllm_installer/provision/vast.sh, which fetches the installer from the control plane, which
   fetches the box JSON and writes the Supervisor programs;
 - while it starts, the fixture records what a watcher sees every 0.25 s (the startup timeline: whether
   each port refuses or answers /health, and whether tiny-b's program is still the launcher) and a
-  `llmfleet plan` of the loading box; the tests judge those records, so no test depends on running first.
+  `fleetllm plan` of the loading box; the tests judge those records, so no test depends on running first.
 
 Tests that disturb a server (SIGKILL) wait for it to come back before they end.
 """
@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.demo.procs import free_port
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.demo.procs import free_port
 from tests.conftest import git
 from tests.installer.realprocs import SUPERVISORD, Supervisor, http_status, wait_until, write_supervisord_conf
 from tests.realvllm.harness import Harness, harness_from_env
@@ -48,7 +48,7 @@ from tests.support.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "tests" / "support"
-LLMFLEET = Path(sys.executable).parent / "llmfleet"
+FLEETLLM = Path(sys.executable).parent / "fleetllm"
 BOX = "127.0.0.2"
 SALT = "realvllm-salt-0123456789abcdef"
 FLEET_KEY = "realvllm-fleet-key-0001"
@@ -135,8 +135,8 @@ class RealBox:
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.root), "FL_FLEET_KEY": FLEET_KEY,
                 "FL_SALT": SALT, "FL_LITELLM_KEY": self.litellm.master_key, **extra}
 
-    def llmfleet(self, *args: str, config: Path | None = None, **env: str) -> tuple[int, str]:
-        done = subprocess.run([str(LLMFLEET), *args, "--config", str(config or self.config)], env=self.env(**env),
+    def fleetllm(self, *args: str, config: Path | None = None, **env: str) -> tuple[int, str]:
+        done = subprocess.run([str(FLEETLLM), *args, "--config", str(config or self.config)], env=self.env(**env),
                               cwd=self.root, capture_output=True, text=True, timeout=300, check=False)
         return done.returncode, done.stdout + done.stderr
 
@@ -183,7 +183,7 @@ providers:
     def start_plane(self) -> None:
         self.config.write_text(self.plane_config())
         with (self.root / "serve.log").open("ab") as log:
-            self.processes.append(subprocess.Popen([str(LLMFLEET), "serve", "--config", str(self.config)],
+            self.processes.append(subprocess.Popen([str(FLEETLLM), "serve", "--config", str(self.config)],
                                                    env=self.env(), cwd=self.root, stdout=log,
                                                    stderr=subprocess.STDOUT, start_new_session=True))
         wait_until("the control plane's /health", lambda: http_status(self.plane + "/health") == 200, 120)
@@ -216,13 +216,13 @@ providers:
     def provision(self) -> None:
         box = self.root / "box"
         assert self.supervisor is not None
-        env = {"PATH": self.box_path(), "HOME": str(box), "PUBLIC_IPADDR": BOX, "LLMFLEET_URL": self.plane,
-               "LLMFLEET_FLEET_KEY": FLEET_KEY, "LLMFLEET_PYTHON": sys.executable,
-               "LLMFLEET_DATA_DIR": str(box / "data"), "LLMFLEET_SUPERVISOR_CONF_DIR": str(box / "conf.d"),
-               "LLMFLEET_SUPERVISOR_CONFIG": str(self.supervisor.config), "LLMFLEET_LISTEN_HOST": BOX,
-               "LLMFLEET_STARTSECS": "1", "LLMFLEET_START_TIMEOUT_S": str(int(START_TIMEOUT_S)),
-               "LLMFLEET_FETCH_DEADLINE_S": "0", "FAKE_NVIDIA_SMI_GPUS": "NVIDIA H100 80GB HBM3:81559:81080"}
-        done = subprocess.run(["bash", str(ROOT / "installer" / "llmfleet_installer" / "provision" / "vast.sh")], env=env,
+        env = {"PATH": self.box_path(), "HOME": str(box), "PUBLIC_IPADDR": BOX, "FLEETLLM_URL": self.plane,
+               "FLEETLLM_FLEET_KEY": FLEET_KEY, "FLEETLLM_PYTHON": sys.executable,
+               "FLEETLLM_DATA_DIR": str(box / "data"), "FLEETLLM_SUPERVISOR_CONF_DIR": str(box / "conf.d"),
+               "FLEETLLM_SUPERVISOR_CONFIG": str(self.supervisor.config), "FLEETLLM_LISTEN_HOST": BOX,
+               "FLEETLLM_STARTSECS": "1", "FLEETLLM_START_TIMEOUT_S": str(int(START_TIMEOUT_S)),
+               "FLEETLLM_FETCH_DEADLINE_S": "0", "FAKE_NVIDIA_SMI_GPUS": "NVIDIA H100 80GB HBM3:81559:81080"}
+        done = subprocess.run(["bash", str(ROOT / "installer" / "fleetllm_installer" / "provision" / "vast.sh")], env=env,
                               capture_output=True, text=True, timeout=300, check=False)
         self.provision_output = done.stdout + done.stderr
         assert done.returncode == 0, self.provision_output
@@ -245,7 +245,7 @@ providers:
         except OSError:
             return "none"
         text = b" ".join(argv).decode(errors="replace")
-        return "launcher" if "llmfleet-launch" in text else "vllm" if " serve " in text else text[:80]
+        return "launcher" if "fleetllm-launch" in text else "vllm" if " serve " in text else text[:80]
 
     def health(self, model: str) -> str:
         state = connect_state(BOX, self.ports[model])
@@ -270,7 +270,7 @@ providers:
                              f"last: {self.timeline[-1:]}\n{self.log_tail()}")
 
     def log_tail(self) -> str:
-        logs = sorted((self.root / "box" / "data" / "llmfleet" / "logs").glob("*.log"))
+        logs = sorted((self.root / "box" / "data" / "fleetllm" / "logs").glob("*.log"))
         return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in logs)
 
     def wait_healthy(self, model: str, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -286,7 +286,7 @@ providers:
                 environ = (proc / "environ").read_bytes()
             except OSError:
                 continue
-            if b"LLMFLEET_SERVER=" in environ and f"HOME={self.root / 'box'}".encode() in environ:
+            if b"FLEETLLM_SERVER=" in environ and f"HOME={self.root / 'box'}".encode() in environ:
                 found.append(int(proc.name))
         return found
 
@@ -336,7 +336,7 @@ def real_box(harness: Harness, litellm_proxy: LitellmProxy,
         box.start_supervisord()
         box.started_s = time.monotonic()
         box.provision()
-        _, box.loading_plan = box.llmfleet("plan", "--format", "json")
+        _, box.loading_plan = box.fleetllm("plan", "--format", "json")
         box.watch_startup()
         yield box
     finally:

@@ -1,8 +1,8 @@
-"""The real vLLM CPU harness (../shared/vllm-cpu/setup.sh PREFIX), found through LLMFLEET_TEST_VLLM_PREFIX.
+"""The real vLLM CPU harness (../shared/vllm-cpu/setup.sh PREFIX), found through FLEETLLM_TEST_VLLM_PREFIX.
 
 A harness is a prefix holding `venv/` (vllm-cpu 0.32.0 with `vllm` and its own supervisord), `env.sh`
 (the CPU settings) and `models/tiny-llama` (a 6 MB random Llama made locally). Tests that need it skip,
-saying why, when the variable is unset or the prefix is incomplete; with LLMFLEET_REQUIRE_INTEGRATION=1
+saying why, when the variable is unset or the prefix is incomplete; with FLEETLLM_REQUIRE_INTEGRATION=1
 (what .ci/run sets) the same condition fails the test instead, so no skip can hide a missing harness in CI.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from llmfleet.demo.realvllm import Harness
+from fleetllm.demo.realvllm import Harness
 from tests.support.integration import missing
 
 __all__ = ["PREFIX_ENV", "Harness", "harness_from_env", "problem"]
 
-PREFIX_ENV = "LLMFLEET_TEST_VLLM_PREFIX"
+PREFIX_ENV = "FLEETLLM_TEST_VLLM_PREFIX"
 SETUP = "../shared/vllm-cpu/setup.sh"
 
 

@@ -1,4 +1,4 @@
-"""The installer against the real vLLM: from the box JSON a real `llmfleet serve` answers, the programs it
+"""The installer against the real vLLM: from the box JSON a real `fleetllm serve` answers, the programs it
 writes make a real supervisord start two real `vllm serve` processes on one box (conftest.py), in order on
 their shared card, with the bearer only in their environment."""
 
@@ -25,7 +25,7 @@ def get(url: str, bearer: str | None = None) -> tuple[int, bytes]:
 def test_both_programs_run_the_real_vllm_with_the_recipes_flags(real_box: RealBox) -> None:
     assert real_box.supervisor is not None
     states = real_box.supervisor.states()
-    assert sorted(states) == ["llmfleet-tiny-a", "llmfleet-tiny-b"] and set(states.values()) == {"RUNNING"}
+    assert sorted(states) == ["fleetllm-tiny-a", "fleetllm-tiny-b"] and set(states.values()) == {"RUNNING"}
     for model, port in real_box.ports.items():
         pid = real_box.program_pid(model)
         assert pid is not None
@@ -68,15 +68,15 @@ def test_the_bearer_guards_v1_and_reaches_vllm_only_through_its_environment(real
         environ = dict(item.split("=", 1) for item in
                        Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
         assert environ["VLLM_API_KEY"] == real_box.bearer(model)
-        assert environ["LLMFLEET_SERVER"] == model
+        assert environ["FLEETLLM_SERVER"] == model
         for key, value in real_box.harness.box_env().items():
             assert environ.get(key) == value, key
-        assert "LLMFLEET_FLEET_KEY" not in environ or environ["LLMFLEET_FLEET_KEY"] == ""
+        assert "FLEETLLM_FLEET_KEY" not in environ or environ["FLEETLLM_FLEET_KEY"] == ""
         assert "VLLM_CPU_KVCACHE_SPACE" not in environ  # it would override the recipe's --kv-cache-memory-bytes
-    log = (real_box.root / "box" / "data" / "llmfleet" / "logs" / "tiny-a.log").read_text(errors="replace")
+    log = (real_box.root / "box" / "data" / "fleetllm" / "logs" / "tiny-a.log").read_text(errors="replace")
     assert "Explicitly set (0.06/" in log  # GiB of KV cache: the recipe's 64 MiB, not env.sh's 1 GiB
     conf_dir = real_box.root / "box" / "conf.d"
-    for path in conf_dir.glob("llmfleet-*.conf"):
+    for path in conf_dir.glob("fleetllm-*.conf"):
         assert oct(path.stat().st_mode & 0o777) == "0o600"
         assert "--api-key" not in path.read_text()
 
@@ -94,7 +94,7 @@ def test_the_second_server_starts_only_after_the_first_is_healthy(real_box: Real
     assert {s.b for s in before} == {"refused"}
     assert "vllm" in {s.b_program for s in timeline[first_a_ready:]}
     assert real_box.ready_s["tiny-b"] > real_box.ready_s["tiny-a"]
-    log = (real_box.root / "box" / "data" / "llmfleet" / "logs" / "tiny-b.log").read_text(errors="replace")
+    log = (real_box.root / "box" / "data" / "fleetllm" / "logs" / "tiny-b.log").read_text(errors="replace")
     assert "tiny-b: waiting for tiny-a to answer /health" in log
     assert log.index("tiny-b: tiny-a healthy") < log.index("tiny-b: starting")
 

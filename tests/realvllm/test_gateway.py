@@ -1,5 +1,5 @@
-"""The box gateway in front of the two real vLLM servers: its config is the one llmfleet renders for a gateway
-box (reconciler/llmfleet/core/fleet/boxgateway.py: bearers as ${cred:} references, per-model slots from the recipe's
+"""The box gateway in front of the two real vLLM servers: its config is the one fleetllm renders for a gateway
+box (reconciler/fleetllm/core/fleet/boxgateway.py: bearers as ${cred:} references, per-model slots from the recipe's
 max-num-seqs), its credentials a $CREDENTIALS_DIRECTORY as the installer writes it; only the upstream
 address differs (the servers of this box listen on 127.0.0.2, not behind a gateway on 127.0.0.1)."""
 
@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.boxgateway import gateway_config
-from llmfleet.core.fleet.render import Bearers, render_box
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.demo.procs import free_port
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.boxgateway import gateway_config
+from fleetllm.core.fleet.render import Bearers, render_box
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.demo.procs import free_port
 from tests.installer.realprocs import http_status, wait_until
 from tests.realvllm.conftest import BOX, MAX_NUM_SEQS, SALT, RealBox, post_json
 from tests.realvllm.test_reconcile import successes
 
-GATEWAY = Path(sys.executable).parent / "llmfleet-gateway"
+GATEWAY = Path(sys.executable).parent / "fleetllm-gateway"
 CLIENT_TOKEN = "sk-gateway-client-token-0001"
 
 

@@ -1,7 +1,7 @@
 """Managed flags against vLLM's real parser: every spelling that vLLM 0.32's `serve` parser reads as one of
-the flags llmfleet sets itself (--port, --host, --uds, --served-model-name, --max-model-len,
+the flags fleetllm sets itself (--port, --host, --uds, --served-model-name, --max-model-len,
 --gpu-memory-utilization, --api-key) must be refused by our rule, `managed_flags_in` in
-reconciler/llmfleet/core/fleet/flags.py (which `llmfleet validate` applies to a recipe's args and rendered settings).
+reconciler/fleetllm/core/fleet/flags.py (which `fleetllm validate` applies to a recipe's args and rendered settings).
 
 vLLM's parser accepts unambiguous prefixes of long options (`--api-ke`), `_` for `-` (`--max_model_len`)
 and `--flag=value`. The spellings are generated from the parser's own option strings (every prefix, every
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet.core.fleet.flags import MANAGED_FLAGS, managed_flags_in, render_settings
+from fleetllm.core.fleet.flags import MANAGED_FLAGS, managed_flags_in, render_settings
 from tests.realvllm.harness import Harness
 
 PROBE = Path(__file__).resolve().parent / "vllm_parser_probe.py"

@@ -1,5 +1,5 @@
 """The reconciler against the real vLLM and the real LiteLLM: verdicts (Loading, Healthy, Foreign, Down)
-from `llmfleet plan`/`apply` processes probing the real servers, deployments created, kept and deleted in
+from `fleetllm plan`/`apply` processes probing the real servers, deployments created, kept and deleted in
 the real LiteLLM proxy, and chat completions (plain and streamed) sent to LiteLLM reaching the real vLLM.
 
 Order matters inside this module (one box for the session): the SIGKILL test comes last and waits for
@@ -26,14 +26,14 @@ def verdicts(output: str) -> dict[str, tuple[str, str]]:
 
 
 def plan(real_box: RealBox, config: Any = None) -> dict[str, tuple[str, str]]:
-    code, out = real_box.llmfleet("plan", "--format", "json", config=config)
+    code, out = real_box.fleetllm("plan", "--format", "json", config=config)
     assert code == 0, out
     return verdicts(out)
 
 
 def managed(real_box: RealBox) -> dict[str, str]:
     return {r["model_info"]["id"]: r["model_name"] for r in real_box.litellm.deployments()
-            if r["model_info"].get("managed_by") == "llmfleet"}
+            if r["model_info"].get("managed_by") == "fleetllm"}
 
 
 def successes(real_box: RealBox, model: str) -> float:
@@ -45,7 +45,7 @@ def successes(real_box: RealBox, model: str) -> float:
 
 
 def ids(real_box: RealBox) -> dict[str, str]:
-    return {f"llmfleet:127.0.0.2:{port}": model for model, port in real_box.ports.items()}
+    return {f"fleetllm:127.0.0.2:{port}": model for model, port in real_box.ports.items()}
 
 
 def test_loading_while_vllm_builds_its_engine(real_box: RealBox) -> None:
@@ -58,14 +58,14 @@ def test_loading_while_vllm_builds_its_engine(real_box: RealBox) -> None:
 def test_healthy_then_deployments_created_and_kept(real_box: RealBox) -> None:
     seen = plan(real_box)
     assert {m: v for m, (v, _) in seen.items()} == {"tiny-a": "Healthy", "tiny-b": "Healthy"}, seen
-    code, out = real_box.llmfleet("apply", "--yes")
+    code, out = real_box.fleetllm("apply", "--yes")
     assert code == 0, out
     assert managed(real_box) == ids(real_box)
     for row in real_box.litellm.deployments():
-        if row["model_info"].get("managed_by") == "llmfleet":
+        if row["model_info"].get("managed_by") == "fleetllm":
             port = real_box.ports[row["model_name"]]
             assert row["litellm_params"]["api_base"].startswith(f"http://127.0.0.2:{port}")
-    code, out = real_box.llmfleet("apply", "--yes")  # a second pass keeps them: nothing to do
+    code, out = real_box.fleetllm("apply", "--yes")  # a second pass keeps them: nothing to do
     assert code == 0, out
     assert "No changes." in out, out
     assert managed(real_box) == ids(real_box)
@@ -73,7 +73,7 @@ def test_healthy_then_deployments_created_and_kept(real_box: RealBox) -> None:
 
 def test_chat_through_litellm_reaches_the_real_vllm(real_box: RealBox) -> None:
     if managed(real_box) != ids(real_box):
-        assert real_box.llmfleet("apply", "--yes")[0] == 0
+        assert real_box.fleetllm("apply", "--yes")[0] == 0
     for model in real_box.ports:
         before = successes(real_box, model)
         status, answer = post_json(real_box.litellm.url + "/v1/chat/completions",
@@ -89,7 +89,7 @@ def test_chat_through_litellm_reaches_the_real_vllm(real_box: RealBox) -> None:
 
 def test_streamed_chat_through_litellm_reaches_the_real_vllm(real_box: RealBox) -> None:
     if managed(real_box) != ids(real_box):
-        assert real_box.llmfleet("apply", "--yes")[0] == 0
+        assert real_box.fleetllm("apply", "--yes")[0] == 0
     before = successes(real_box, "tiny-b")
     request = urllib.request.Request(
         real_box.litellm.url + "/v1/chat/completions", method="POST",
@@ -113,7 +113,7 @@ def test_foreign_when_the_bearer_is_wrong(real_box: RealBox) -> None:
     plan would delete nothing it does not own and create nothing."""
     wrong = real_box.root / "control-plane-wrong-salt.yaml"
     wrong.write_text(real_box.plane_config(salt_var="FL_WRONG_SALT"))
-    code, out = real_box.llmfleet("plan", "--format", "json", config=wrong,
+    code, out = real_box.fleetllm("plan", "--format", "json", config=wrong,
                                   FL_WRONG_SALT="another-salt-for-realvllm-000000")
     assert code == 0, out
     seen = verdicts(out)
@@ -125,7 +125,7 @@ def test_down_after_sigkill_then_back(real_box: RealBox) -> None:
     """SIGKILL to tiny-b's whole vLLM (API server, EngineCore, Worker): Supervisor restarts it, but a real
     vLLM needs tens of seconds to listen again. Healthy through one failed probe, Down at the second, its
     deployment deleted while tiny-a's stays; back after two good probes once vLLM is up again."""
-    code, out = real_box.llmfleet("apply", "--yes")
+    code, out = real_box.fleetllm("apply", "--yes")
     assert code == 0, out
     assert managed(real_box) == ids(real_box)
     pid = real_box.program_pid("tiny-b")
@@ -134,12 +134,12 @@ def test_down_after_sigkill_then_back(real_box: RealBox) -> None:
     os.killpg(pid, signal.SIGKILL)  # vLLM's whole tree: API server, EngineCore, Worker (an OOM kill's aftermath)
     killed_at = time.monotonic()
     wait_until("tiny-b refusing", lambda: real_box.health("tiny-b") == "refused", 30)
-    code, out = real_box.llmfleet("apply", "--yes")
+    code, out = real_box.fleetllm("apply", "--yes")
     assert code == 0, out
     assert "1 failed probe(s) in a row" in out, out
-    code, out = real_box.llmfleet("apply", "--yes")
+    code, out = real_box.fleetllm("apply", "--yes")
     assert code == 0, out
-    b_id = f"llmfleet:127.0.0.2:{real_box.ports['tiny-b']}"
+    b_id = f"fleetllm:127.0.0.2:{real_box.ports['tiny-b']}"
     assert f"- deployment {b_id}" in out, out
     assert managed(real_box) == {k: v for k, v in ids(real_box).items() if v == "tiny-a"}
     seen = plan(real_box)
@@ -150,10 +150,10 @@ def test_down_after_sigkill_then_back(real_box: RealBox) -> None:
     real_box.wait_healthy("tiny-b")
     back_after_s = time.monotonic() - killed_at
     assert real_box.program_kind("tiny-b") == "vllm" and real_box.program_pid("tiny-b") != pid
-    code, out = real_box.llmfleet("apply", "--yes")
+    code, out = real_box.fleetllm("apply", "--yes")
     assert code == 0, out
     assert b_id not in managed(real_box)  # one good probe is not enough
-    code, out = real_box.llmfleet("apply", "--yes")
+    code, out = real_box.fleetllm("apply", "--yes")
     assert code == 0, out
     assert managed(real_box) == ids(real_box)
     print(f"\ntiny-b: Down and deleted {down_within_s:.1f} s after the SIGKILL; serving again after "

@@ -1,4 +1,4 @@
-"""Stub fidelity: the same wire checks against the stub vLLM (reconciler/llmfleet/demo/stub_vllm.py) and the real
+"""Stub fidelity: the same wire checks against the stub vLLM (reconciler/fleetllm/demo/stub_vllm.py) and the real
 vLLM 0.32 (the harness's tiny Llama, started by the installer under Supervisor).
 
 One table: each row is a request and a check of what came back (status, the headers that matter, the
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet.demo.procs import free_port
+from fleetllm.demo.procs import free_port
 from tests.installer.realprocs import http_status, wait_until
 from tests.realvllm.conftest import RealBox, connect_state
 

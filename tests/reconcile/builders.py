@@ -5,18 +5,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.fleet.model import LitellmRoute, Provider, ReconcileSettings
-from llmfleet.core.judge.assess import Assessment, assess
-from llmfleet.core.judge.intended import (
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.model import LitellmRoute, Provider, ReconcileSettings
+from fleetllm.core.judge.assess import Assessment, assess
+from fleetllm.core.judge.intended import (
     Endpoint,
     Intended,
     IntendedServer,
     ServerKey,
     desired_deployment,
 )
-from llmfleet.core.judge.observed import (
+from fleetllm.core.judge.observed import (
     BoxFacts,
     Deployment,
     Observation,
@@ -25,7 +25,7 @@ from llmfleet.core.judge.observed import (
     ProviderListing,
     resolve_endpoint,
 )
-from llmfleet.core.judge.verdict import ServerHistory
+from fleetllm.core.judge.verdict import ServerHistory
 
 SALT = Salt("test-salt-0123456789abcdef")
 NOW = 1_800_000_000.0

@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from llmfleet.adapters.litellm import LitellmError
-from llmfleet.core.judge.intended import DeploymentSpec
-from llmfleet.core.judge.observed import Deployment
+from fleetllm.adapters.litellm import LitellmError
+from fleetllm.core.judge.intended import DeploymentSpec
+from fleetllm.core.judge.observed import Deployment
 
 
 @dataclass

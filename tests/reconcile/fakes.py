@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
+from fleetllm.demo.procs import free_port as free_port  # re-exported for this package's tests
 
 
 @dataclass
@@ -198,7 +198,7 @@ def runpod_pod(pod_id: str, ports: dict[int, int] | None, status: str = "RUNNING
         {"private": 22, "public": 34446, "type": "tcp", "ip": ip},
         *({"private": listen, "public": public, "type": "tcp", "ip": ip} for listen, public in ports.items())]}
     direct = {"host": ip, "port": 34446, "username": "root", "command": f"ssh root@{ip} -p 34446"} if running else None
-    return {"id": pod_id, "name": pod_id, "image": "llmfleet/vllm:1", "args": "", "disk": 50,
+    return {"id": pod_id, "name": pod_id, "image": "fleetllm/vllm:1", "args": "", "disk": 50,
             "ports": ["8001/tcp", "22/tcp"], "env": {}, "registry": None, "status": status,
             "actions": ["stop", "restart", "terminate"] if running else ["terminate"],
             "mounts": {"persistent": {"size": 100, "path": "/workspace"}},

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.fleet.model import Provider, ReconcileSettings
-from llmfleet.core.judge.adopt import adopt, normalise_base
-from llmfleet.core.judge.adoption import AdoptSource, Fate
-from llmfleet.core.judge.intended import Endpoint
-from llmfleet.core.judge.observed import BoxFacts, Deployment, ProviderBox, ProviderListing
-from llmfleet.core.judge.plan import ActionKind, Plan, make_plan
-from llmfleet.core.judge.plantext import render_json, render_text
-from llmfleet.job.apply import apply_plan
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.model import Provider, ReconcileSettings
+from fleetllm.core.judge.adopt import adopt, normalise_base
+from fleetllm.core.judge.adoption import AdoptSource, Fate
+from fleetllm.core.judge.intended import Endpoint
+from fleetllm.core.judge.observed import BoxFacts, Deployment, ProviderBox, ProviderListing
+from fleetllm.core.judge.plan import ActionKind, Plan, make_plan
+from fleetllm.core.judge.plantext import render_json, render_text
+from fleetllm.job.apply import apply_plan
 
 from .builders import NOW, SETTINGS, assessed, deployment_for, failed, intended, observation, ok, server
 from .fake_litellm import FakeLitellm
@@ -159,7 +159,7 @@ def test_apply_keeps_llmaos_when_our_create_failed() -> None:
     api = FakeLitellm(rows={old.id: old})
 
     async def failing_create(spec):  # type: ignore[no-untyped-def]
-        from llmfleet.adapters.litellm import LitellmError
+        from fleetllm.adapters.litellm import LitellmError
         raise LitellmError("LiteLLM create: HTTP 500")
 
     api.create = failing_create  # type: ignore[method-assign]
@@ -173,7 +173,7 @@ def test_apply_keeps_llmaos_when_our_create_failed() -> None:
 def test_apply_never_deletes_a_row_that_became_ours() -> None:
     old = llmao("uuid-1", "qwen", "http://127.0.0.2:8001")
     plan = adopted([A1], {A1.key: ok(A1)}, [old])
-    marked = Deployment(old.id, old.model_name, freeze_mapping({"id": old.id, "managed_by": "llmfleet"}))
+    marked = Deployment(old.id, old.model_name, freeze_mapping({"id": old.id, "managed_by": "fleetllm"}))
     api = FakeLitellm(rows={old.id: marked})
     results = asyncio.run(apply_plan(plan, api))
     assert old.id in api.rows and any(r.outcome == "refused" for r in results)
@@ -182,7 +182,7 @@ def test_apply_never_deletes_a_row_that_became_ours() -> None:
 def test_a_saved_adoption_plan_applies_only_as_an_adoption(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import pytest
 
-    from llmfleet.job.saved import SavedPlan, StalePlan
+    from fleetllm.job.saved import SavedPlan, StalePlan
 
     old = llmao("uuid-1", "qwen", "http://127.0.0.2:8001")
     plan = adopted([A1], {A1.key: ok(A1)}, [old])

@@ -1,11 +1,11 @@
-"""Moving a running llmao fleet to llmfleet with real parts and no request lost.
+"""Moving a running llmao fleet to fleetllm with real parts and no request lost.
 
-llmao's files (every row form, a legacy pair, a 12-character salt) are imported with `llmfleet import
+llmao's files (every row form, a legacy pair, a 12-character salt) are imported with `fleetllm import
 llmao`; stub vLLM processes on loopback addresses run with the bearers llmao gave them; the real LiteLLM
 proxy holds the deployments exactly as llmao writes them (`/model/new`, LiteLLM's ids, api_base
 `http://HOST:PUBLIC_PORT/v1`, the derived bearer, `model_info.self_hosted` and `asf_api_base`) plus one
 commercial entry. While a load generator sends chat completions through LiteLLM to every model,
-`llmfleet apply --adopt llmao` runs: it ends with exactly one llmfleet deployment per serving server, no
+`fleetllm apply --adopt llmao` runs: it ends with exactly one fleetllm deployment per serving server, no
 llmao deployment left for them, the commercial entry untouched, and not one failed request."""
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ class Load:
             await asyncio.gather(*(self.worker(session, i) for i in range(self.concurrency)))
 
 
-async def llmfleet(*args: str, env: dict[str, str]) -> tuple[int, str]:
+async def fleetllm(*args: str, env: dict[str, str]) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "llmfleet", *args, env=env, cwd=ROOT,
+        sys.executable, "-m", "fleetllm", *args, env=env, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(process.communicate(), timeout=180)
     return process.returncode or 0, out.decode()
@@ -135,8 +135,8 @@ def test_adopt_llmao_under_load_loses_no_request(litellm: LitellmProxy, tmp_path
     bearers = {key: LEGACY_KEY if key == (BOX_B, p4) else contract_bearer(*key) for key in servers}
     config, models = llmao_files(tmp_path, rows, p4)
     repo = tmp_path / "fleet"
-    env = {**os.environ, "LLMFLEET_FLEET_KEY": "fleet-key-adopt-test-0001", "LLMFLEET_VLLM_API_SALT": SALT,
-           "LLMFLEET_LEGACY_API_KEY": LEGACY_KEY, "LITELLM_MASTER_KEY": litellm.master_key}
+    env = {**os.environ, "FLEETLLM_FLEET_KEY": "fleet-key-adopt-test-0001", "FLEETLLM_VLLM_API_SALT": SALT,
+           "FLEETLLM_LEGACY_API_KEY": LEGACY_KEY, "LITELLM_MASTER_KEY": litellm.master_key}
     seeded: list[str] = []
     stubs: list[Stub] = []
     try:
@@ -164,13 +164,13 @@ def test_adopt_llmao_under_load_loses_no_request(litellm: LitellmProxy, tmp_path
 
 async def scenario(proxy: LitellmProxy, tmp: Path, config: Path, models: Path, repo: Path, env: dict[str, str],
                    servers: dict[tuple[str, int], str], seeded: list[str], commercial: str, legacy_port: int) -> None:
-    code, out = await llmfleet("import", "llmao", "--config", str(config), "--models", str(models), "--out", str(repo),
+    code, out = await fleetllm("import", "llmao", "--config", str(config), "--models", str(models), "--out", str(repo),
                                "--legacy", f"{BOX_B}:{legacy_port}", "--litellm-url", proxy.url, "--check", env=env)
     assert code == 0, out
     assert "4 of 4 servers have the same bearer as llmao" in out
     cp = str(repo / "control-plane.yaml")
 
-    code, out = await llmfleet("plan", "--config", cp, "--adopt", "llmao", "--detailed-exitcode", env=env)
+    code, out = await fleetllm("plan", "--config", cp, "--adopt", "llmao", "--detailed-exitcode", env=env)
     assert code == 2, out
     assert "Plan: 4 to add, 0 to change, 4 to destroy." in out, out
     assert out.count("replaced: llmao deployment of") == 4, out
@@ -182,9 +182,9 @@ async def scenario(proxy: LitellmProxy, tmp: Path, config: Path, models: Path, r
     await asyncio.sleep(2)  # traffic flowing through llmao's deployments first
     before = load.ok
     started = time.monotonic()
-    code, out = await llmfleet("apply", "--yes", "--config", cp, "--adopt", "llmao", env=env)
+    code, out = await fleetllm("apply", "--yes", "--config", cp, "--adopt", "llmao", env=env)
     took = time.monotonic() - started
-    await asyncio.sleep(3)  # and through llmfleet's afterwards
+    await asyncio.sleep(3)  # and through fleetllm's afterwards
     load.stopping.set()
     await runner
     assert code == 0, out
@@ -195,14 +195,14 @@ async def scenario(proxy: LitellmProxy, tmp: Path, config: Path, models: Path, r
           f"per model {load.by_model}")
 
     rows = proxy.deployments()
-    managed = sorted(r["model_info"]["id"] for r in rows if r["model_info"].get("managed_by") == "llmfleet")
-    assert managed == sorted(f"llmfleet:{box}:{port}" for box, port in servers)
+    managed = sorted(r["model_info"]["id"] for r in rows if r["model_info"].get("managed_by") == "fleetllm")
+    assert managed == sorted(f"fleetllm:{box}:{port}" for box, port in servers)
     llmao_left = [r["model_info"]["id"] for r in rows
-                  if r["model_info"].get("self_hosted") is True and r["model_info"].get("managed_by") != "llmfleet"]
+                  if r["model_info"].get("self_hosted") is True and r["model_info"].get("managed_by") != "fleetllm"]
     assert llmao_left == []
     kept = [r for r in rows if r["model_info"]["id"] == commercial]
     assert len(kept) == 1 and kept[0]["model_name"] == "gpt-commercial"
     assert kept[0]["model_info"].get("self_hosted") is False
 
-    code, out = await llmfleet("plan", "--config", cp, "--adopt", "llmao", "--detailed-exitcode", env=env)
+    code, out = await fleetllm("plan", "--config", cp, "--adopt", "llmao", "--detailed-exitcode", env=env)
     assert code == 0, out  # converged: nothing left to adopt

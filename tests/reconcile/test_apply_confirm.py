@@ -1,6 +1,6 @@
-"""`llmfleet apply` asks first, like `terraform apply`: on a terminal it shows the plan and applies it
+"""`fleetllm apply` asks first, like `terraform apply`: on a terminal it shows the plan and applies it
 only after `yes` (exactly the plan shown); `--yes` applies without asking; without a terminal on stdin
-it refuses unless `--yes`. Real parts: a fleet git repository, `llmfleet apply` processes (on a pseudo-
+it refuses unless `--yes`. Real parts: a fleet git repository, `fleetllm apply` processes (on a pseudo-
 terminal where a person would answer), a stub vLLM process, LiteLLM's model API (the in-memory fake)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.core.fleet.bearer import Salt
+from fleetllm.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.reconcile.fakes import FakeLitellmHttp, free_port
 from tests.reconcile.procs import Stub
@@ -41,14 +41,14 @@ def world(tmp_path: Path) -> Iterator[tuple[FakeLitellmHttp, Path, dict[str, str
                               "secrets: {vllm_api_salt: '${env:T_SALT}'}\n"
                               f"repo: {{path: '{repo}', branch: main}}\n"
                               f"state: {{url: 'sqlite:///{tmp_path}/state.db'}}\n")
-            yield fake, config, {**os.environ, "T_MK": fake.master_key, "T_SALT": SALT}, f"llmfleet:{BOX}:{port}"
+            yield fake, config, {**os.environ, "T_MK": fake.master_key, "T_SALT": SALT}, f"fleetllm:{BOX}:{port}"
     finally:
         stub.kill()
 
 
 def apply(config: Path, env: dict[str, str], *args: str, answer: str | None = None) -> tuple[int, str]:
-    """`llmfleet apply`; with `answer`, on a pseudo-terminal that types it (else stdin is /dev/null)."""
-    command = [sys.executable, "-m", "llmfleet", "apply", "--config", str(config), *args]
+    """`fleetllm apply`; with `answer`, on a pseudo-terminal that types it (else stdin is /dev/null)."""
+    command = [sys.executable, "-m", "fleetllm", "apply", "--config", str(config), *args]
     if answer is None:
         done = subprocess.run(command, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=120, check=False)

@@ -14,14 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SALT = "cmd-salt-0123456789abcdef"
 
 
-def llmfleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llmfleet", *args], capture_output=True, text=True, cwd=ROOT,
+def fleetllm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fleetllm", *args], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, **(env or {})}, timeout=120, check=False)
 
 
 def config(tmp_path: Path, litellm_url: str, legacy: bool = True) -> Path:
     path = tmp_path / "cp.yaml"
-    legacy_ref = ", legacy_api_key: '${env:LLMFLEET_LEGACY_API_KEY}'" if legacy else ""
+    legacy_ref = ", legacy_api_key: '${env:FLEETLLM_LEGACY_API_KEY}'" if legacy else ""
     path.write_text(f"litellm: {{url: '{litellm_url}', master_key: '${{env:T_MK}}'}}\n"
                     f"secrets: {{vllm_api_salt: '${{env:T_SALT}}'{legacy_ref}}}\n"
                     f"repo: {{path: '{tmp_path}'}}\n"
@@ -29,12 +29,12 @@ def config(tmp_path: Path, litellm_url: str, legacy: bool = True) -> Path:
     return path
 
 
-ENV = {"T_MK": "sk-master-cmd-secret", "T_SALT": SALT, "LLMFLEET_LEGACY_API_KEY": "sk-legacy-cmd-secret"}
+ENV = {"T_MK": "sk-master-cmd-secret", "T_SALT": SALT, "FLEETLLM_LEGACY_API_KEY": "sk-legacy-cmd-secret"}
 
 
 def test_plan_needs_the_legacy_key_for_legacy_servers(fleet_dir: Path, tmp_path: Path) -> None:
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}", legacy=False)
-    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    result = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
     assert result.returncode == 1
     assert "legacy" in result.stderr
     assert "Traceback" not in result.stderr
@@ -49,7 +49,7 @@ def test_plan_output_names_the_failure_and_holds_everything(fleet_dir: Path, tmp
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     cfg.write_text(cfg.read_text() + "providers: {vast: {api_key: '${env:T_VAST}', url: 'http://127.0.0.1:"
                    f"{free_port()}'}}}}\n")
-    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env={**ENV, "T_VAST": "vast-secret"})
+    result = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_dir), env={**ENV, "T_VAST": "vast-secret"})
     assert result.returncode == 1, result.stderr
     out = result.stdout
     assert "Observation errors:" in out
@@ -64,7 +64,7 @@ def test_plan_output_names_the_failure_and_holds_everything(fleet_dir: Path, tmp
 def test_an_invalid_fleet_is_never_planned(fleet_dir: Path, tmp_path: Path) -> None:
     (fleet_dir / "placement.yaml").write_text("hosts:\n  203.0.113.10:\n    - [no-such-model, 8001]\n")
     cfg = config(tmp_path, "http://127.0.0.1:9")
-    result = llmfleet("apply", "--yes", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    result = fleetllm("apply", "--yes", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
     assert result.returncode == 1
     assert "unknown model" in result.stderr
     assert "is not valid" in result.stderr
@@ -74,7 +74,7 @@ def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path, fleet_dir: Pa
     cfg = tmp_path / "cp.yaml"
     cfg.write_text("litellm: {url: 'http://127.0.0.1:9', master_key: sk-literal-master}\n"
                    "secrets: {vllm_api_salt: '${env:T_SALT}'}\nrepo: {path: /tmp}\nstate: {url: 'sqlite:///s.db'}\n")
-    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    result = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
     assert result.returncode == 1
     assert "litellm/master_key" in result.stderr
     assert "sk-literal-master" not in result.stderr
@@ -92,7 +92,7 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     lock = tmp_path / "pass.lock"
     metrics_port = free_port()
-    args = [sys.executable, "-m", "llmfleet", "reconcile", "--config", str(cfg), "--repo", str(fleet_dir),
+    args = [sys.executable, "-m", "fleetllm", "reconcile", "--config", str(cfg), "--repo", str(fleet_dir),
             "--interval", "1", "--lock-file", str(lock), "--metrics-listen", f"127.0.0.1:{metrics_port}"]
     env = {**os.environ, **ENV}
     first = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -115,19 +115,19 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
     assert all(not p["ok"] and p["errors"] for p in passes)  # LiteLLM unreachable: failed, and nothing deleted
     assert all(p["actions"] == [] for p in passes)
     assert events[-1]["event"] == "reconcile_stopped"
-    assert 'llmfleet_reconcile_passes_total{outcome="error"}' in exposition
+    assert 'fleetllm_reconcile_passes_total{outcome="error"}' in exposition
     # LiteLLM only: a provider without a key is no error (its boxes are dialled at their listen ports)
-    assert "llmfleet_reconcile_last_pass_errors 1.0" in exposition
-    assert "llmfleet_litellm_up 0.0" in exposition  # the pass could not list its deployments
+    assert "fleetllm_reconcile_last_pass_errors 1.0" in exposition
+    assert "fleetllm_litellm_up 0.0" in exposition  # the pass could not list its deployments
     assert "sk-master-cmd-secret" not in err
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom llmfleet.job.loop import "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom fleetllm.job.loop import "
                                "pass_lock\nwith pass_lock(sys.argv[1]):\n print('held', flush=True)\n time.sleep(60)",
                                str(lock)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
-        once = llmfleet("reconcile", "--once", "--config", str(cfg), "--repo", str(fleet_dir), "--lock-file",
+        once = fleetllm("reconcile", "--once", "--config", str(cfg), "--repo", str(fleet_dir), "--lock-file",
                         str(lock), env=ENV)
     finally:
         holder.kill()
@@ -143,17 +143,17 @@ def test_plan_against_a_revision_reads_that_commit(fleet_git: Path, tmp_path: Pa
     (fleet_git / "placement.yaml").write_text("hosts:\n  203.0.113.10:\n    - [qwen3-8b, 8001]\n")
     git(fleet_git, "commit", "-qam", "one box")
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
-    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--against", "HEAD", env=ENV)
+    result = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_git), "--against", "HEAD", env=ENV)
     assert f"revision {git(fleet_git, 'rev-parse', 'HEAD')[:12]}" in result.stdout
     assert "203.0.113.24" not in result.stdout
-    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--against", base, env=ENV)
+    result = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_git), "--against", base, env=ENV)
     assert f"revision {base[:12]}" in result.stdout
     assert "203.0.113.24:8002" in result.stdout
 
 
 def no_litellm_config(tmp_path: Path, extra: str = "") -> Path:
     path = tmp_path / "cp.yaml"
-    path.write_text(f"secrets: {{vllm_api_salt: '${{env:T_SALT}}', legacy_api_key: '${{env:LLMFLEET_LEGACY_API_KEY}}'}}\n"
+    path.write_text(f"secrets: {{vllm_api_salt: '${{env:T_SALT}}', legacy_api_key: '${{env:FLEETLLM_LEGACY_API_KEY}}'}}\n"
                     f"repo: {{path: '{tmp_path}'}}\nstate: {{url: 'sqlite:///{tmp_path}/state.db'}}\n{extra}")
     return path
 
@@ -162,7 +162,7 @@ def test_plan_without_litellm_shows_the_verdicts_and_says_what_it_cannot(fleet_d
     # The demo's config without LiteLLM and examples/control-plane.yaml used to stop at "the reconciler needs a
     # litellm section".
     cfg = no_litellm_config(tmp_path)
-    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    result = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "needs a litellm section" not in out + result.stderr
@@ -177,16 +177,16 @@ def test_plan_without_litellm_shows_the_verdicts_and_says_what_it_cannot(fleet_d
 def test_apply_and_reconcile_refuse_without_litellm_or_when_disabled(fleet_dir: Path, tmp_path: Path) -> None:
     cfg = no_litellm_config(tmp_path)
     for command in (["apply", "--yes"], ["reconcile", "--once"]):
-        result = llmfleet(*command, "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+        result = fleetllm(*command, "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
         assert result.returncode == 1
-        assert (f"`llmfleet {command[0]}` writes to LiteLLM, and {cfg} has no litellm section (url, master_key): "
+        assert (f"`fleetllm {command[0]}` writes to LiteLLM, and {cfg} has no litellm section (url, master_key): "
                 "add one.") in result.stderr
     disabled = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     disabled.write_text(disabled.read_text() + "reconcile: {enabled: false}\n")
     for command in (["apply", "--yes"], ["reconcile", "--once"]):
-        result = llmfleet(*command, "--config", str(disabled), "--repo", str(fleet_dir), env=ENV)
+        result = fleetllm(*command, "--config", str(disabled), "--repo", str(fleet_dir), env=ENV)
         assert result.returncode == 1
         assert f"reconcile.enabled is false in {disabled}: the reconciler is switched off" in result.stderr
         assert not (tmp_path / "state.db").exists()  # refused before the state store was opened
-    plan = llmfleet("plan", "--config", str(disabled), "--repo", str(fleet_dir), env=ENV)
+    plan = fleetllm("plan", "--config", str(disabled), "--repo", str(fleet_dir), env=ENV)
     assert "reconcile.enabled" not in plan.stderr and "Servers:" in plan.stdout

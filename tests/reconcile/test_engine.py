@@ -8,10 +8,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from llmfleet.adapters.litellm import LitellmClient
-from llmfleet.adapters.state.reconcile import MemoryStore
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.model import (
+from fleetllm.adapters.litellm import LitellmClient
+from fleetllm.adapters.state.reconcile import MemoryStore
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,
@@ -21,10 +21,10 @@ from llmfleet.core.fleet.model import (
     VllmRecipe,
     frozen_map,
 )
-from llmfleet.core.fleet.render import Bearers
-from llmfleet.core.secret import Secret
-from llmfleet.job.engine import Reconciler
-from llmfleet.job.observer import Observer
+from fleetllm.core.fleet.render import Bearers
+from fleetllm.core.secret import Secret
+from fleetllm.job.engine import Reconciler
+from fleetllm.job.observer import Observer
 
 from .fakes import FakeLitellmHttp, FakeServer, FakeVllm, free_port, serve
 
@@ -65,7 +65,7 @@ def test_passes_persist_history_and_retry_a_failed_delete() -> None:
 
             first = await reconciler.run_pass(both, apply=True)
             assert [r.outcome for r in first.results] == ["created"]
-            assert set(litellm.rows) == {f"llmfleet:127.0.0.1:{up_port}"}
+            assert set(litellm.rows) == {f"fleetllm:127.0.0.1:{up_port}"}
             assert store.histories()[("127.0.0.1", up_port)].up
 
             # The server dies (down after 1 failure here); LiteLLM fails the delete once.
@@ -75,7 +75,7 @@ def test_passes_persist_history_and_retry_a_failed_delete() -> None:
             assert [(r.action.kind, r.ok) for r in second.results] == [("delete", False)]
             assert "503" in (second.results[0].error or "")
             pending = store.pending_deletes()
-            assert pending[f"llmfleet:127.0.0.1:{up_port}"].attempts == 1
+            assert pending[f"fleetllm:127.0.0.1:{up_port}"].attempts == 1
             assert not store.passes[-1].ok
 
             third = await reconciler.run_pass(both, apply=True)

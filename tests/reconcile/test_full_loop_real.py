@@ -1,7 +1,7 @@
-"""The whole fleet with real parts: a fleet git repository; `llmfleet serve` (the control plane) as a
+"""The whole fleet with real parts: a fleet git repository; `fleetllm serve` (the control plane) as a
 process; per box, vast.sh fetching the installer from it, the installer writing units for a real
 supervisord that runs the stub vLLM on that box's loopback address (127.0.0.2, 127.0.0.3, static
-provider); `llmfleet plan`/`apply` processes sharing the control plane's config and state file; the
+provider); `fleetllm plan`/`apply` processes sharing the control plane's config and state file; the
 real LiteLLM proxy. A chat completion sent through LiteLLM reaches the right stub; moving a model in a
 new commit moves its deployment; a stopped server goes Down and loses its deployment; started again,
 it gets it back."""
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.core.fleet.bearer import Salt
+from fleetllm.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.installer.realprocs import http_status, wait_until
 from tests.support.box import Box
@@ -30,7 +30,7 @@ from tests.support.serve import require_serve
 
 from .fakes import free_port
 
-LLMFLEET = Path(sys.executable).parent / "llmfleet"
+FLEETLLM = Path(sys.executable).parent / "fleetllm"
 SALT = "full-loop-salt-0123456789"
 FLEET_KEY = "full-loop-fleet-key-0001"
 BOXES = ("127.0.0.2", "127.0.0.3")
@@ -88,7 +88,7 @@ def chat(proxy: LitellmProxy, model: str) -> str:
 
 def managed(proxy: LitellmProxy) -> dict[str, str]:
     return {r["model_info"]["id"]: r["model_name"] for r in proxy.deployments()
-            if r["model_info"].get("managed_by") == "llmfleet"}
+            if r["model_info"].get("managed_by") == "fleetllm"}
 
 
 def test_full_loop(litellm: LitellmProxy, boxes: dict[str, Box], tmp_path: Path) -> None:
@@ -120,20 +120,20 @@ providers:
 """)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FL_FLEET_KEY": FLEET_KEY, "FL_SALT": SALT,
            "FL_LITELLM_KEY": litellm.master_key}
-    server = subprocess.Popen([str(LLMFLEET), "serve", "--config", str(config)], env=env, cwd=tmp_path,
+    server = subprocess.Popen([str(FLEETLLM), "serve", "--config", str(config)], env=env, cwd=tmp_path,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def llmfleet(*args: str) -> tuple[int, str]:
-        done = subprocess.run([str(LLMFLEET), *args, "--config", str(config)], env=env, cwd=tmp_path,
+    def fleetllm(*args: str) -> tuple[int, str]:
+        done = subprocess.run([str(FLEETLLM), *args, "--config", str(config)], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=180, check=False)
         return done.returncode, done.stdout + done.stderr
 
     salt = Salt(SALT)
-    ida1, idb2, ida3 = f"llmfleet:127.0.0.2:{p1}", f"llmfleet:127.0.0.3:{p2}", f"llmfleet:127.0.0.3:{p3}"
+    ida1, idb2, ida3 = f"fleetllm:127.0.0.2:{p1}", f"fleetllm:127.0.0.3:{p2}", f"fleetllm:127.0.0.3:{p3}"
     try:
         wait_until("the control plane's /health", lambda: http_status(plane + "/health") == 200, 120)
 
-        code, out = llmfleet("plan", "--detailed-exitcode")
+        code, out = fleetllm("plan", "--detailed-exitcode")
         assert code == 0, out
         assert "Pending" in out
         assert "never fetched its config" in out
@@ -145,12 +145,12 @@ providers:
         wait_until("tiny-b healthy", lambda: http_status(f"http://127.0.0.3:{p2}/health") == 200)
         time.sleep(1)  # the control plane writes its fetch log in batches every 0.5 s
 
-        code, out = llmfleet("apply", "--yes")
+        code, out = fleetllm("apply", "--yes")
         assert code == 0, out
         assert managed(litellm) == {ida1: "tiny-a", idb2: "tiny-b"}
         assert chat(litellm, "tiny-a").startswith(f"stub-vllm tiny-a port {p1}:")
         assert chat(litellm, "tiny-b").startswith(f"stub-vllm tiny-b port {p2}:")
-        code, out = llmfleet("plan", "--detailed-exitcode")
+        code, out = fleetllm("plan", "--detailed-exitcode")
         assert code == 0, out
         assert salt.derive("127.0.0.2", p1) not in out
 
@@ -165,7 +165,7 @@ providers:
         wait_until("tiny-a on its new box", lambda: http_status(f"http://127.0.0.3:{p3}/health") == 200)
         # The installer starts the box's servers one at a time (startup ordering): tiny-b too.
         wait_until("tiny-b after the install", lambda: http_status(f"http://127.0.0.3:{p2}/health") == 200)
-        code, out = llmfleet("apply", "--yes")
+        code, out = fleetllm("apply", "--yes")
         assert code == 0, out
         assert out.index(f"+ deployment {ida3}") < out.index(f"- deployment {ida1}")
         assert managed(litellm) == {ida3: "tiny-a", idb2: "tiny-b"}
@@ -174,11 +174,11 @@ providers:
         # Stop tiny-b: Healthy through one failed probe, Down at the second, its deployment removed.
         program = next(name for name in boxes["127.0.0.3"].supervisor.states() if "tiny-b" in name)
         boxes["127.0.0.3"].supervisor.ctl("stop", program)
-        code, out = llmfleet("apply", "--yes")
+        code, out = fleetllm("apply", "--yes")
         assert code == 0, out
         assert "1 failed probe(s) in a row" in out
         assert idb2 in managed(litellm)
-        code, out = llmfleet("apply", "--yes")
+        code, out = fleetllm("apply", "--yes")
         assert code == 0, out
         assert f"- deployment {idb2}" in out, out
         assert managed(litellm) == {ida3: "tiny-a"}
@@ -186,10 +186,10 @@ providers:
         # Start it again: back after two good probes in a row.
         boxes["127.0.0.3"].supervisor.ctl("start", program)
         wait_until("tiny-b back", lambda: http_status(f"http://127.0.0.3:{p2}/health") == 200)
-        code, out = llmfleet("apply", "--yes")
+        code, out = fleetllm("apply", "--yes")
         assert code == 0, out
         assert idb2 not in managed(litellm)
-        code, out = llmfleet("apply", "--yes")
+        code, out = fleetllm("apply", "--yes")
         assert code == 0, out
         assert managed(litellm) == {ida3: "tiny-a", idb2: "tiny-b"}
         assert chat(litellm, "tiny-b").startswith(f"stub-vllm tiny-b port {p2}:")

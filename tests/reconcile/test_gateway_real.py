@@ -1,5 +1,5 @@
 """Servers behind a box gateway, with real processes: two stub vLLMs on loopback behind the real box
-gateway (`llmfleet gateway`). The probe goes through the gateway's path routing with the gateway's
+gateway (`fleetllm gateway`). The probe goes through the gateway's path routing with the gateway's
 bearer, so it sees each vLLM behind it; and with the real LiteLLM a pass creates one deployment per
 server, all pointing at the gateway, and a chat reaches the right stub through it."""
 
@@ -18,11 +18,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from llmfleet.adapters.litellm import LitellmClient
-from llmfleet.adapters.probe import probe
-from llmfleet.adapters.state.reconcile import MemoryStore
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.model import (
+from fleetllm.adapters.litellm import LitellmClient
+from fleetllm.adapters.probe import probe
+from fleetllm.adapters.state.reconcile import MemoryStore
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,
@@ -32,19 +32,19 @@ from llmfleet.core.fleet.model import (
     VllmRecipe,
     frozen_map,
 )
-from llmfleet.core.fleet.render import Bearers
-from llmfleet.core.judge.intended import Endpoint
-from llmfleet.core.judge.observed import ProbeStatus
-from llmfleet.core.secret import Secret
-from llmfleet.job.engine import Reconciler
-from llmfleet.job.observer import Observer
+from fleetllm.core.fleet.render import Bearers
+from fleetllm.core.judge.intended import Endpoint
+from fleetllm.core.judge.observed import ProbeStatus
+from fleetllm.core.secret import Secret
+from fleetllm.job.engine import Reconciler
+from fleetllm.job.observer import Observer
 from tests.support.litellm import LitellmProxy
 from tests.support.ports import free_ports
 
 from .procs import Stub
 
 ROOT = Path(__file__).resolve().parents[2]
-LLMFLEET = Path(sys.executable).parent / "llmfleet"
+FLEETLLM = Path(sys.executable).parent / "fleetllm"
 SALT = Salt("gateway-salt-0123456789abcdef")
 BOX = "127.0.0.1"
 
@@ -63,7 +63,7 @@ class GatewayBox:
         path.write_text(json.dumps(config))
         env = {**os.environ, "GW_CLIENT_TOKEN": self.bearer,
                **{f"GW_BEARER_{i}": SALT.derive(BOX, p) for i, p in enumerate(self.ports.values())}}
-        self.process = subprocess.Popen([str(LLMFLEET), "gateway", "--config", str(path)], env=env, cwd=tmp,
+        self.process = subprocess.Popen([str(FLEETLLM), "gateway", "--config", str(path)], env=env, cwd=tmp,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -126,10 +126,10 @@ def test_deployments_point_at_the_gateway_and_chat_goes_through_it(gateway_box: 
     outcome = asyncio.run(reconciler.run_pass(gateway_box.fleet(), apply=True))
     assert sorted(r.outcome for r in outcome.results) == ["created", "created"]
     rows = {r["model_info"]["id"]: r for r in litellm.deployments() if r["model_info"].get("managed_by")}
-    assert set(rows) == {f"llmfleet:{BOX}:{p}" for p in gateway_box.ports.values()}
+    assert set(rows) == {f"fleetllm:{BOX}:{p}" for p in gateway_box.ports.values()}
     for row in rows.values():
         assert row["litellm_params"]["api_base"] == f"http://{BOX}:{gateway_box.gateway_port}/v1"
-        assert row["model_info"]["llmfleet_gateway_port"] == gateway_box.gateway_port
+        assert row["model_info"]["fleetllm_gateway_port"] == gateway_box.gateway_port
     for model, port in gateway_box.ports.items():
         request = urllib.request.Request(litellm.url.rstrip("/") + "/v1/chat/completions", method="POST",
                                          data=json.dumps({"model": model, "messages": [

@@ -9,7 +9,7 @@ import asyncio
 
 import aiohttp
 
-from llmfleet.adapters.http import KEEPALIVE_S, connector, request_json
+from fleetllm.adapters.http import KEEPALIVE_S, connector, request_json
 from tests.support.idle_server import idle_closing_server
 
 UVICORN_KEEPALIVE_S = 5.0

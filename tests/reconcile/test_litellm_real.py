@@ -11,11 +11,11 @@ from typing import TypeVar
 import aiohttp
 import pytest
 
-from llmfleet.adapters.litellm import LitellmClient, LitellmError
-from llmfleet.core.judge.intended import Endpoint, desired_deployment
-from llmfleet.core.judge.plan import Action, ActionKind, Plan
-from llmfleet.core.secret import Secret
-from llmfleet.job.apply import apply_plan
+from fleetllm.adapters.litellm import LitellmClient, LitellmError
+from fleetllm.core.judge.intended import Endpoint, desired_deployment
+from fleetllm.core.judge.plan import Action, ActionKind, Plan
+from fleetllm.core.secret import Secret
+from fleetllm.job.apply import apply_plan
 from tests.support.litellm import LitellmProxy
 
 from .builders import server
@@ -67,7 +67,7 @@ def test_listing_pages_through_everything(litellm: LitellmProxy) -> None:
     async def body(client: LitellmClient) -> int:
         for s in servers:
             await client.create(desired_deployment(s, Endpoint(s.box, s.port), "a" * 40))
-        return len([d for d in await client.list_deployments() if d.id.startswith("llmfleet:127.0.0.3:")])
+        return len([d for d in await client.list_deployments() if d.id.startswith("fleetllm:127.0.0.3:")])
 
     assert with_client(litellm, body, page_size=3) == 7
 

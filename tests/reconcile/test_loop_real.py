@@ -1,4 +1,4 @@
-"""The whole loop with real parts: a fleet git repository, `llmfleet plan`/`apply` processes, the real
+"""The whole loop with real parts: a fleet git repository, `fleetllm plan`/`apply` processes, the real
 LiteLLM proxy, and stub vLLM processes (tests/support/stub_vllm.py, the bearer from VLLM_API_KEY) on
 loopback addresses (127.0.0.x) behind the static provider. A chat completion sent through LiteLLM
 reaches the right server; moving a model moves its deployment; a server that dies is Down and loses
@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from llmfleet.core.fleet.bearer import Salt
+from fleetllm.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.support.litellm import LitellmProxy
 from tests.support.ports import free_ports
@@ -55,7 +55,7 @@ class Cli:
 
     async def __call__(self, *args: str) -> tuple[int, str]:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "llmfleet", *args, "--config", str(self.config), env=self.env, cwd=ROOT,
+            sys.executable, "-m", "fleetllm", *args, "--config", str(self.config), env=self.env, cwd=ROOT,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
         return process.returncode or 0, out.decode()
@@ -71,7 +71,7 @@ async def chat(proxy: LitellmProxy, model: str) -> tuple[int, Any]:
 
 def managed(proxy: LitellmProxy) -> dict[str, str]:
     return {r["model_info"]["id"]: r["model_name"] for r in proxy.deployments()
-            if r["model_info"].get("managed_by") == "llmfleet"}
+            if r["model_info"].get("managed_by") == "fleetllm"}
 
 
 def test_whole_loop_against_real_litellm(litellm: LitellmProxy, tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ async def scenario(proxy: LitellmProxy, tmp: Path) -> None:
     env = {**os.environ, "E2E_LITELLM_KEY": proxy.master_key, "E2E_SALT": SALT}
     cli = Cli(config, env)
     salt = Salt(SALT)
-    ida1, idb2, ida3 = f"llmfleet:127.0.0.2:{p1}", f"llmfleet:127.0.0.3:{p2}", f"llmfleet:127.0.0.3:{p3}"
+    ida1, idb2, ida3 = f"fleetllm:127.0.0.2:{p1}", f"fleetllm:127.0.0.3:{p2}", f"fleetllm:127.0.0.3:{p3}"
     stubs = [Stub("127.0.0.2", p1, "org/tiny-a", "tiny-a", salt.derive("127.0.0.2", p1)),
              Stub("127.0.0.3", p2, "org/tiny-b", "tiny-b", salt.derive("127.0.0.3", p2))]
     try:
@@ -122,9 +122,9 @@ async def story(proxy: LitellmProxy, tmp: Path, repo: Path, ports: list[int], cl
     assert "reconcile_dry_run" in out
     assert "Plan: 2 to add" in out
     assert managed(proxy) == {}  # a dry run writes nothing
-    assert 'llmfleet_reconcile_actions_total{kind="create",result="planned"} 2.0' in metrics.read_text()
-    assert "llmfleet_litellm_up 1.0" in metrics.read_text()  # the pass listed the real proxy's deployments
-    assert 'llmfleet_model_intended_servers{model="tiny-a"}' in metrics.read_text()
+    assert 'fleetllm_reconcile_actions_total{kind="create",result="planned"} 2.0' in metrics.read_text()
+    assert "fleetllm_litellm_up 1.0" in metrics.read_text()  # the pass listed the real proxy's deployments
+    assert 'fleetllm_model_intended_servers{model="tiny-a"}' in metrics.read_text()
 
     saved = tmp / "first.plan.json"
     code, out = await cli("plan", "--out", str(saved))
@@ -149,7 +149,7 @@ async def story(proxy: LitellmProxy, tmp: Path, repo: Path, ports: list[int], cl
     commit(repo, "move tiny-a")
     code, out = await cli("apply", str(saved))
     assert code == 1, out
-    assert "run llmfleet plan again" in out
+    assert "run fleetllm plan again" in out
     assert managed(proxy) == {ida1: "tiny-a", idb2: "tiny-b"}
     stubs.append(Stub("127.0.0.3", p3, "org/tiny-a", "tiny-a", salt.derive("127.0.0.3", p3)))
     code, out = await cli("apply", "--yes")

@@ -1,16 +1,16 @@
-"""A batch pass hands its metrics over (issue 18, alerts): `llmfleet reconcile --once` processes, as the
+"""A batch pass hands its metrics over (issue 18, alerts): `fleetllm reconcile --once` processes, as the
 CronJob and the systemd timer run them, against a real git fleet repository, a stub vLLM on 127.0.0.9,
 LiteLLM (the real proxy when the environment names one, else the fake of its API), and
 
 - a real Prometheus Pushgateway (Debian's prometheus-pushgateway) on a loopback port: the pass's gauges
-  arrive in the group job="llmfleet_reconcile", instance=<reconcile.pushgateway.instance>, a second run
+  arrive in the group job="fleetllm_reconcile", instance=<reconcile.pushgateway.instance>, a second run
   replaces the group (PUT), basic auth from secret references reaches it, and a dead Pushgateway leaves
   the pass's exit status as it was, within the push timeout, saying so on stderr without the URL's
   credential;
 - a real node_exporter (prometheus-node-exporter) with only its textfile collector, reading the file the
   pass wrote (reconcile.metrics_file).
 
-Gated like the promtool tests: without the binaries the test skips, under LLMFLEET_REQUIRE_INTEGRATION=1
+Gated like the promtool tests: without the binaries the test skips, under FLEETLLM_REQUIRE_INTEGRATION=1
 it fails (tests/support/integration.py)."""
 
 from __future__ import annotations
@@ -28,19 +28,19 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmfleet.adapters.state import open_store
-from llmfleet.core.fleet.bearer import Salt
+from fleetllm.adapters.state import open_store
+from fleetllm.core.fleet.bearer import Salt
 from tests.conftest import git
 from tests.reconcile.procs import Stub
 from tests.support.integration import missing
 from tests.support.litellm import LitellmProxy
-from tests.support.plane import LLMFLEET, free_port
+from tests.support.plane import FLEETLLM, free_port
 from tests.support.ports import free_ports
 from tests.support.upstream import litellm_upstream
 
 BOX = "127.0.0.9"
 SALT = "push-salt-0123456789abcdef"
-JOB = "llmfleet_reconcile"
+JOB = "fleetllm_reconcile"
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -148,7 +148,7 @@ class Fleet:
             f"litellm: {{url: '{self.upstream.url}', master_key: '${{env:PM_KEY}}'}}\n" + reconcile)
 
     def reconcile(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(LLMFLEET), "reconcile", "--once", "--config", str(self.config), *extra],
+        return subprocess.run([str(FLEETLLM), "reconcile", "--once", "--config", str(self.config), *extra],
                               env={**self.env, **(env or {})}, cwd=self.tmp_path, capture_output=True, text=True,
                               timeout=180, check=False)
 
@@ -173,16 +173,16 @@ def test_a_once_pass_pushes_its_gauges_and_the_next_run_replaces_the_group(pushg
 
     got = pushgateway.families()
     group = {"job": JOB, "instance": "prod-fleet"}
-    started = value(got, "llmfleet_reconcile_last_pass_timestamp_seconds", **group)
+    started = value(got, "fleetllm_reconcile_last_pass_timestamp_seconds", **group)
     assert before - 1 <= started <= time.time()
-    assert value(got, "llmfleet_reconcile_last_success_timestamp_seconds", **group) == started
-    assert value(got, "llmfleet_reconcile_passes_total", outcome="ok", **group) == 1
-    assert value(got, "llmfleet_model_intended_servers", model="tiny-a", **group) == 1
-    assert value(got, "llmfleet_model_serving_servers", model="tiny-a", **group) == 1
-    assert value(got, "llmfleet_model_serving_servers", model="tiny-b", **group) == 0
-    assert value(got, "llmfleet_litellm_up", **group) == 1
-    assert value(got, "llmfleet_rollout_halted", **group) == 0
-    assert value(got, "llmfleet_last_attempted_revision_valid", **group) == 1
+    assert value(got, "fleetllm_reconcile_last_success_timestamp_seconds", **group) == started
+    assert value(got, "fleetllm_reconcile_passes_total", outcome="ok", **group) == 1
+    assert value(got, "fleetllm_model_intended_servers", model="tiny-a", **group) == 1
+    assert value(got, "fleetllm_model_serving_servers", model="tiny-a", **group) == 1
+    assert value(got, "fleetllm_model_serving_servers", model="tiny-b", **group) == 0
+    assert value(got, "fleetllm_litellm_up", **group) == 1
+    assert value(got, "fleetllm_rollout_halted", **group) == 0
+    assert value(got, "fleetllm_last_attempted_revision_valid", **group) == 1
     assert value(got, "push_time_seconds", **group) >= before - 1  # the Pushgateway's own, per group
 
     # The next run replaces the group (PUT): tiny-b left the fleet, so its series are gone, not stale.
@@ -190,24 +190,24 @@ def test_a_once_pass_pushes_its_gauges_and_the_next_run_replaces_the_group(pushg
     second = fleet.reconcile()
     assert second.returncode == 0, second.stdout + second.stderr
     got = pushgateway.families()
-    assert value(got, "llmfleet_reconcile_last_pass_timestamp_seconds", **group) > started
-    assert value(got, "llmfleet_reconcile_passes_total", outcome="ok", **group) == 1  # one pass per process
-    assert value(got, "llmfleet_model_serving_servers", model="tiny-a", **group) == 1
-    assert not [labels for labels, _ in got["llmfleet_model_serving_servers"] if labels["model"] == "tiny-b"]
-    assert not [labels for labels, _ in got.get("llmfleet_model_intended_servers", [])
+    assert value(got, "fleetllm_reconcile_last_pass_timestamp_seconds", **group) > started
+    assert value(got, "fleetllm_reconcile_passes_total", outcome="ok", **group) == 1  # one pass per process
+    assert value(got, "fleetllm_model_serving_servers", model="tiny-a", **group) == 1
+    assert not [labels for labels, _ in got["fleetllm_model_serving_servers"] if labels["model"] == "tiny-b"]
+    assert not [labels for labels, _ in got.get("fleetllm_model_intended_servers", [])
                 if labels["model"] == "tiny-b"]
-    assert {labels["instance"] for labels, _ in got["llmfleet_reconcile_last_pass_timestamp_seconds"]} == \
+    assert {labels["instance"] for labels, _ in got["fleetllm_reconcile_last_pass_timestamp_seconds"]} == \
         {"prod-fleet"}  # one group for the fleet, whatever pod or host ran the pass
 
     # A suspended fleet's pass (it observes and records, writes nothing) is pushed too, and says so.
-    second_at = value(got, "llmfleet_reconcile_last_pass_timestamp_seconds", **group)
+    second_at = value(got, "fleetllm_reconcile_last_pass_timestamp_seconds", **group)
     store = open_store(f"sqlite:///{fleet.tmp_path}/state.sqlite3")
     assert store.suspend("admin:test", time.time(), "LiteLLM upgrade")
     suspended = fleet.reconcile()
     assert suspended.returncode == 0, suspended.stdout + suspended.stderr
     got = pushgateway.families()
-    assert value(got, "llmfleet_reconcile_suspended", **group) == 1
-    assert value(got, "llmfleet_reconcile_last_pass_timestamp_seconds", **group) > second_at
+    assert value(got, "fleetllm_reconcile_suspended", **group) == 1
+    assert value(got, "fleetllm_reconcile_last_pass_timestamp_seconds", **group) > second_at
 
 
 def test_a_failed_pass_is_pushed_with_its_outcome_and_exit_status(pushgateway: Daemon, fleet: Fleet) -> None:
@@ -215,16 +215,16 @@ def test_a_failed_pass_is_pushed_with_its_outcome_and_exit_status(pushgateway: D
     last_success, exit 1 as without the Pushgateway."""
     fleet.configure(f"reconcile:\n  pushgateway: {{url: '{pushgateway.url}', instance: prod-fleet}}\n")
     assert fleet.reconcile().returncode == 0
-    ok_at = value(pushgateway.families(), "llmfleet_reconcile_last_success_timestamp_seconds")
+    ok_at = value(pushgateway.families(), "fleetllm_reconcile_last_success_timestamp_seconds")
     dead_litellm = f"http://127.0.0.1:{free_port('127.0.0.1')}"
     fleet.config.write_text(fleet.config.read_text().replace(fleet.upstream.url, dead_litellm))
     failed = fleet.reconcile()
     assert failed.returncode == 1, failed.stdout + failed.stderr
     got = pushgateway.families()
-    assert value(got, "llmfleet_litellm_up") == 0
-    assert value(got, "llmfleet_reconcile_passes_total", outcome="error") == 1
-    assert value(got, "llmfleet_reconcile_last_success_timestamp_seconds") == ok_at
-    assert value(got, "llmfleet_reconcile_last_pass_timestamp_seconds") > ok_at
+    assert value(got, "fleetllm_litellm_up") == 0
+    assert value(got, "fleetllm_reconcile_passes_total", outcome="error") == 1
+    assert value(got, "fleetllm_reconcile_last_success_timestamp_seconds") == ok_at
+    assert value(got, "fleetllm_reconcile_last_pass_timestamp_seconds") > ok_at
 
 
 def test_basic_auth_from_secret_references_reaches_the_pushgateway(tmp_path: Path, fleet: Fleet) -> None:
@@ -237,7 +237,7 @@ def test_basic_auth_from_secret_references_reaches_the_pushgateway(tmp_path: Pat
                             check=False).stdout.strip()
     if not hashed.startswith("$2"):
         pytest.fail(f"no bcrypt hash from python3's crypt module: {hashed!r}")
-    web.write_text(f"basic_auth_users:\n  llmfleet: '{hashed}'\n")
+    web.write_text(f"basic_auth_users:\n  fleetllm: '{hashed}'\n")
     port = free_port("127.0.0.1")
     argv = [binary("prometheus-pushgateway", "prometheus-pushgateway"), f"--web.listen-address=127.0.0.1:{port}",
             f"--web.config.file={web}"]
@@ -257,20 +257,20 @@ def test_basic_auth_from_secret_references_reaches_the_pushgateway(tmp_path: Pat
                 time.sleep(0.05)
         fleet.configure(f"reconcile:\n  pushgateway: {{url: '{url}', instance: prod-fleet, "
                         "username: '${env:PM_PUSH_USER}', password: '${env:PM_PUSH_PASSWORD}'}\n")
-        wrong = fleet.reconcile(env={"PM_PUSH_USER": "llmfleet", "PM_PUSH_PASSWORD": "not-the-password-Zx9"})
+        wrong = fleet.reconcile(env={"PM_PUSH_USER": "fleetllm", "PM_PUSH_PASSWORD": "not-the-password-Zx9"})
         assert wrong.returncode == 0, wrong.stdout + wrong.stderr
         assert "metrics_push_failed" in wrong.stderr
         assert "401" in wrong.stderr
         assert "not-the-password-Zx9" not in wrong.stdout + wrong.stderr
 
-        right = fleet.reconcile(env={"PM_PUSH_USER": "llmfleet", "PM_PUSH_PASSWORD": "push-password-7Hq2"})
+        right = fleet.reconcile(env={"PM_PUSH_USER": "fleetllm", "PM_PUSH_PASSWORD": "push-password-7Hq2"})
         assert right.returncode == 0, right.stdout + right.stderr
         assert "metrics_push_failed" not in right.stderr
         request = urllib.request.Request(url + "/metrics", headers={
-            "Authorization": "Basic " + base64.b64encode(b"llmfleet:push-password-7Hq2").decode()})
+            "Authorization": "Basic " + base64.b64encode(b"fleetllm:push-password-7Hq2").decode()})
         with urllib.request.urlopen(request, timeout=10) as answer:
             text = answer.read().decode()
-        assert 'llmfleet_model_serving_servers{instance="prod-fleet",job="llmfleet_reconcile",model="tiny-a"} 1' \
+        assert 'fleetllm_model_serving_servers{instance="prod-fleet",job="fleetllm_reconcile",model="tiny-a"} 1' \
             in text
     finally:
         process.kill()
@@ -285,7 +285,7 @@ def test_a_dead_pushgateway_leaves_the_exit_status_and_says_so_quickly(fleet: Fl
 
     refused = free_port("127.0.0.1")
     fleet.configure("reconcile:\n  pushgateway: {url: '${env:PM_PUSH_URL}', instance: prod-fleet, timeout_s: 2}\n")
-    done = fleet.reconcile(env={"PM_PUSH_URL": f"http://llmfleet:s3cret-in-url-Kp4@127.0.0.1:{refused}"})
+    done = fleet.reconcile(env={"PM_PUSH_URL": f"http://fleetllm:s3cret-in-url-Kp4@127.0.0.1:{refused}"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "metrics_push_failed" in done.stderr
     assert f"the Pushgateway http://127.0.0.1:{refused}" in done.stderr
@@ -305,7 +305,7 @@ def test_a_dead_pushgateway_leaves_the_exit_status_and_says_so_quickly(fleet: Fl
 def test_node_exporter_exposes_the_textfile_the_pass_wrote(tmp_path: Path, fleet: Fleet) -> None:
     textfiles = tmp_path / "node-exporter"
     textfiles.mkdir()
-    fleet.configure(f"reconcile:\n  metrics_file: {textfiles / 'llmfleet-reconcile.prom'}\n")
+    fleet.configure(f"reconcile:\n  metrics_file: {textfiles / 'fleetllm-reconcile.prom'}\n")
     done = fleet.reconcile()
     assert done.returncode == 0, done.stdout + done.stderr
     port = free_port("127.0.0.1")
@@ -317,15 +317,15 @@ def test_node_exporter_exposes_the_textfile_the_pass_wrote(tmp_path: Path, fleet
     finally:
         node.stop()
     assert value(got, "node_textfile_scrape_error") == 0
-    assert value(got, "llmfleet_model_serving_servers", model="tiny-a") == 1
-    assert value(got, "llmfleet_model_serving_servers", model="tiny-b") == 0
-    assert value(got, "llmfleet_litellm_up") == 1
-    assert value(got, "llmfleet_reconcile_last_pass_timestamp_seconds") > 0
+    assert value(got, "fleetllm_model_serving_servers", model="tiny-a") == 1
+    assert value(got, "fleetllm_model_serving_servers", model="tiny-b") == 0
+    assert value(got, "fleetllm_litellm_up") == 1
+    assert value(got, "fleetllm_reconcile_last_pass_timestamp_seconds") > 0
     assert [v for labels, v in got["node_textfile_mtime_seconds"]
-            if labels.get("file", "").endswith("llmfleet-reconcile.prom")]
+            if labels.get("file", "").endswith("fleetllm-reconcile.prom")]
 
     # A pass skipped because another holds the lock writes nothing (it would replace the holder's gauges).
-    (textfiles / "llmfleet-reconcile.prom").unlink()
+    (textfiles / "fleetllm-reconcile.prom").unlink()
     lock = tmp_path / "held.lock"
     holder = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'w'); "
                                "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)", str(lock)],
@@ -338,4 +338,4 @@ def test_node_exporter_exposes_the_textfile_the_pass_wrote(tmp_path: Path, fleet
         holder.wait(timeout=10)
     assert skipped.returncode == 0, skipped.stdout + skipped.stderr
     assert "reconcile_pass_skipped" in skipped.stderr
-    assert not (textfiles / "llmfleet-reconcile.prom").exists()
+    assert not (textfiles / "fleetllm-reconcile.prom").exists()

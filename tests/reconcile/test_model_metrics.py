@@ -7,8 +7,8 @@ import dataclasses
 
 from prometheus_client import generate_latest
 
-from llmfleet.adapters.state.passes import PassRecord, ServerRecord
-from llmfleet.job.metrics import PassMetrics
+from fleetllm.adapters.state.passes import PassRecord, ServerRecord
+from fleetllm.job.metrics import PassMetrics
 
 
 def server(box: str, model: str, verdict: str) -> ServerRecord:
@@ -29,20 +29,20 @@ def test_intended_and_serving_servers_per_model() -> None:
     metrics = PassMetrics()
     metrics.observe(RECORD)
     out = text(metrics)
-    assert 'llmfleet_model_intended_servers{model="qwen"} 3.0' in out
-    assert 'llmfleet_model_serving_servers{model="qwen"} 2.0' in out  # Healthy and Stale serve, Down does not
-    assert 'llmfleet_model_intended_servers{model="llama"} 2.0' in out
-    assert 'llmfleet_model_serving_servers{model="llama"} 1.0' in out  # Unknown is not counted as serving
+    assert 'fleetllm_model_intended_servers{model="qwen"} 3.0' in out
+    assert 'fleetllm_model_serving_servers{model="qwen"} 2.0' in out  # Healthy and Stale serve, Down does not
+    assert 'fleetllm_model_intended_servers{model="llama"} 2.0' in out
+    assert 'fleetllm_model_serving_servers{model="llama"} 1.0' in out  # Unknown is not counted as serving
 
 
 def test_stale_servers_per_box() -> None:
     metrics = PassMetrics()
     metrics.observe(RECORD)
     out = text(metrics)
-    assert 'llmfleet_box_stale_servers{box="b3"} 1.0' in out
-    assert 'llmfleet_box_stale_servers{box="b1"}' not in out  # no Stale server: no series (the alert resolves)
+    assert 'fleetllm_box_stale_servers{box="b3"} 1.0' in out
+    assert 'fleetllm_box_stale_servers{box="b1"}' not in out  # no Stale server: no series (the alert resolves)
     metrics.observe(dataclasses.replace(RECORD, servers=RECORD.servers[:2]))
-    assert "llmfleet_box_stale_servers{" not in text(metrics)
+    assert "fleetllm_box_stale_servers{" not in text(metrics)
 
 
 def test_a_model_gone_from_the_revision_loses_its_series() -> None:
@@ -51,24 +51,24 @@ def test_a_model_gone_from_the_revision_loses_its_series() -> None:
     metrics.observe(dataclasses.replace(RECORD, servers=RECORD.servers[:3]))
     out = text(metrics)
     assert 'model="llama"' not in out
-    assert 'llmfleet_model_intended_servers{model="qwen"} 3.0' in out
+    assert 'fleetllm_model_intended_servers{model="qwen"} 3.0' in out
 
 
 def test_a_model_with_no_server_serving_reads_zero() -> None:
     metrics = PassMetrics()
     metrics.observe(dataclasses.replace(RECORD, servers=(server("b1", "qwen", "Stalled"),)))
-    assert 'llmfleet_model_serving_servers{model="qwen"} 0.0' in text(metrics)
+    assert 'fleetllm_model_serving_servers{model="qwen"} 0.0' in text(metrics)
 
 
 def test_litellm_reachability_and_rollout_series() -> None:
     metrics = PassMetrics()
-    assert "llmfleet_litellm_up NaN" in text(metrics)  # unknown before a pass: neither up nor an alert
+    assert "fleetllm_litellm_up NaN" in text(metrics)  # unknown before a pass: neither up nor an alert
     metrics.observe_litellm(listed=True)
-    assert "llmfleet_litellm_up 1.0" in text(metrics)
+    assert "fleetllm_litellm_up 1.0" in text(metrics)
     metrics.observe_litellm(listed=False)
-    assert "llmfleet_litellm_up 0.0" in text(metrics)
+    assert "fleetllm_litellm_up 0.0" in text(metrics)
     metrics.rollout_halted.set(1)
     metrics.rollout_halts.inc()
     out = text(metrics)
-    assert "llmfleet_rollout_halted 1.0" in out
-    assert "llmfleet_rollout_halts_total 1.0" in out
+    assert "fleetllm_rollout_halted 1.0" in out
+    assert "fleetllm_rollout_halts_total 1.0" in out

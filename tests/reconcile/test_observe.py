@@ -10,14 +10,14 @@ from typing import TypeVar
 
 import aiohttp
 
-from llmfleet.adapters.http import RetryPolicy
-from llmfleet.adapters.probe import probe
-from llmfleet.adapters.providers import ProviderAccess, RunPodClient, VastClient
-from llmfleet.core.fleet.model import Provider
-from llmfleet.core.judge.intended import Endpoint
-from llmfleet.core.judge.observed import ProbeStatus
-from llmfleet.core.secret import Secret
-from llmfleet.job.observer import Observer
+from fleetllm.adapters.http import RetryPolicy
+from fleetllm.adapters.probe import probe
+from fleetllm.adapters.providers import ProviderAccess, RunPodClient, VastClient
+from fleetllm.core.fleet.model import Provider
+from fleetllm.core.judge.intended import Endpoint
+from fleetllm.core.judge.observed import ProbeStatus
+from fleetllm.core.secret import Secret
+from fleetllm.job.observer import Observer
 
 from .builders import intended, server
 from .fake_litellm import FakeLitellm
@@ -163,8 +163,8 @@ def test_litellm_errors_never_carry_a_bearer_or_the_master_key() -> None:
     """FastAPI's 422 echoes its input; a proxy may echo the Authorization header."""
     from aiohttp import web
 
-    from llmfleet.adapters.litellm import LitellmClient, LitellmError
-    from llmfleet.core.judge.intended import desired_deployment
+    from fleetllm.adapters.litellm import LitellmClient, LitellmError
+    from fleetllm.core.judge.intended import desired_deployment
 
     async def echo(request: web.Request) -> web.Response:
         body = await request.json()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.model import Provider
-from llmfleet.core.judge.intended import Endpoint, deployment_id
-from llmfleet.core.judge.observed import BoxFacts, ProbeStatus, ProviderBox, ProviderListing
-from llmfleet.core.judge.plan import ActionKind, PendingDelete, Plan, delete_budget, make_plan
-from llmfleet.core.judge.plantext import render_json, render_text
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.model import Provider
+from fleetllm.core.judge.intended import Endpoint, deployment_id
+from fleetllm.core.judge.observed import BoxFacts, ProbeStatus, ProviderBox, ProviderListing
+from fleetllm.core.judge.plan import ActionKind, PendingDelete, Plan, delete_budget, make_plan
+from fleetllm.core.judge.plantext import render_json, render_text
 
 from .builders import (
     NOW,
@@ -45,7 +45,7 @@ def kinds(plan: Plan) -> list[tuple[str, str]]:
 
 def test_healthy_server_without_deployment_is_created() -> None:
     plan = plan_of([A1], {A1.key: ok(A1)}, [])
-    assert kinds(plan) == [("create", "llmfleet:127.0.0.2:8001")]
+    assert kinds(plan) == [("create", "fleetllm:127.0.0.2:8001")]
     spec = plan.actions[0].after
     assert spec is not None
     body = spec.body()
@@ -53,9 +53,9 @@ def test_healthy_server_without_deployment_is_created() -> None:
     assert body["litellm_params"]["api_base"] == "http://127.0.0.2:8001/v1"  # type: ignore[index]
     assert body["litellm_params"]["api_key"] == A1.bearer  # type: ignore[index]
     info = body["model_info"]
-    assert info["id"] == "llmfleet:127.0.0.2:8001"
-    assert info["managed_by"] == "llmfleet"
-    assert info["llmfleet_bearer_fingerprint"].startswith("sha256:")  # type: ignore[index]
+    assert info["id"] == "fleetllm:127.0.0.2:8001"
+    assert info["managed_by"] == "fleetllm"
+    assert info["fleetllm_bearer_fingerprint"].startswith("sha256:")  # type: ignore[index]
     assert info["context_window"] == 4096  # type: ignore[index]
     assert "/" not in spec.id
 
@@ -189,10 +189,10 @@ def test_a_model_is_available_only_through_a_deployment_that_routes_to_it() -> N
     assert plan.empty and plan.drift
     text = render_text(plan, intended([A1]))
     assert "qwen unavailable (0/1 routed)" in text
-    assert (f"  ! qwen 127.0.0.2:8001: LiteLLM holds {A1.id} without llmfleet's managed_by marker, so llmfleet "
-            "neither uses nor replaces it: delete it in LiteLLM and the next apply creates llmfleet's own") in text
+    assert (f"  ! qwen 127.0.0.2:8001: LiteLLM holds {A1.id} without fleetllm's managed_by marker, so fleetllm "
+            "neither uses nor replaces it: delete it in LiteLLM and the next apply creates fleetllm's own") in text
     assert "LiteLLM has a deployment exactly for the servers that serve" not in text
-    assert "No changes llmfleet can make, but some serving servers have no deployment that routes to them" in text
+    assert "No changes fleetllm can make, but some serving servers have no deployment that routes to them" in text
     doc = json.loads(render_json(plan, intended([A1])))
     assert doc["models"]["qwen"]["routed"] == 0 and doc["models"]["qwen"]["unrouted"]
     assert doc["listed"] is True and doc["litellm_error"] is None
@@ -202,7 +202,7 @@ def test_routed_counts_follow_the_deployments() -> None:
     plan = plan_of([A1, B1], {A1.key: ok(A1), B1.key: ok(B1)}, [deployment_for(A1)])
     text = render_text(plan, intended([A1, B1]))
     assert "qwen degraded (1/2 routed)" in text
-    assert "  ! qwen 127.0.0.3:8001: no deployment yet: `llmfleet apply` creates it" in text
+    assert "  ! qwen 127.0.0.3:8001: no deployment yet: `fleetllm apply` creates it" in text
     done = plan_of([A1, B1], {A1.key: ok(A1), B1.key: ok(B1)}, [deployment_for(A1), deployment_for(B1)])
     text = render_text(done, intended([A1, B1]))
     assert "qwen available (2/2 routed)" in text
@@ -274,7 +274,7 @@ def test_json_plan_has_format_version_and_no_bearer() -> None:
 def test_saved_plan_applies_only_when_the_fleet_plans_the_same(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import pytest
 
-    from llmfleet.job.saved import PlanFileError, SavedPlan, StalePlan
+    from fleetllm.job.saved import PlanFileError, SavedPlan, StalePlan
 
     plan = plan_of([A1, B1], {A1.key: ok(A1), B1.key: ok(B1)}, [])
     path = tmp_path / "plan.json"

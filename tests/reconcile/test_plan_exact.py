@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.fleet.model import Provider
-from llmfleet.core.judge.intended import Endpoint, desired_deployment
-from llmfleet.core.judge.observed import BoxFacts, Deployment, ProviderBox, ProviderListing
-from llmfleet.core.judge.plan import Action, ActionKind, Drift, Held, PendingDelete, make_plan, update_changes
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.model import Provider
+from fleetllm.core.judge.intended import Endpoint, desired_deployment
+from fleetllm.core.judge.observed import BoxFacts, Deployment, ProviderBox, ProviderListing
+from fleetllm.core.judge.plan import Action, ActionKind, Drift, Held, PendingDelete, make_plan, update_changes
 
 from .builders import (
     NOW,
@@ -53,7 +53,7 @@ def test_a_replace_is_exact() -> None:
 def test_an_update_without_a_visible_change_names_the_revision() -> None:
     spec = desired_deployment(A1, Endpoint("127.0.0.2", 8001), "0123456789abcdef" * 2 + "01234567")
     same = deployment_for(A1)
-    changed = dataclasses.replace(same, model_info=freeze_mapping({**same.model_info, "llmfleet_spec": "other"}))
+    changed = dataclasses.replace(same, model_info=freeze_mapping({**same.model_info, "fleetllm_spec": "other"}))
     assert update_changes(changed, spec, "0123456789abcdef0123") == (
         ["route fields changed in the repository (revision 0123456789ab)"], False)
 
@@ -80,11 +80,11 @@ def test_a_not_serving_delete_is_exact() -> None:
 def test_orphan_reasons() -> None:
     gone_box = deployment_for(server("127.0.0.9", 8001, "qwen"))
     gone_server = deployment_for(server("127.0.0.2", 8003, "qwen"))
-    odd = Deployment("llmfleet-odd", "qwen", freeze_mapping({"id": "llmfleet-odd", "managed_by": "llmfleet"}))
+    odd = Deployment("fleetllm-odd", "qwen", freeze_mapping({"id": "fleetllm-odd", "managed_by": "fleetllm"}))
     plan = plan_of([A1], {A1.key: ok(A1)}, [deployment_for(A1), gone_box, gone_server, odd],
                    settings=dataclasses.replace(SETTINGS, max_delete_fraction=1.0))
     assert plan.actions == (  # sorted by id: "-" before ":"
-        Action(ActionKind.DELETE, "llmfleet-odd", "qwen", "managed by llmfleet but not a deployment id llmfleet makes",
+        Action(ActionKind.DELETE, "fleetllm-odd", "qwen", "managed by fleetllm but not a deployment id fleetllm makes",
                before=odd),
         Action(ActionKind.DELETE, gone_server.id, "qwen", "server 127.0.0.2:8003 was removed from the repository",
                before=gone_server),
@@ -117,7 +117,7 @@ def test_drift_is_exact() -> None:
     config_file = dataclasses.replace(unmanaged("cfg-1", "other"), db_model=False)
     plan = plan_of([A1, B1], {A1.key: ok(A1), B1.key: ok(B1)}, [squatter, pointing, config_file, deployment_for(B1)])
     assert plan.drift == (
-        Drift(A1.id, "qwen", "has llmfleet's id for 127.0.0.2:8001 but no managed_by marker: not touched"),
+        Drift(A1.id, "qwen", "has fleetllm's id for 127.0.0.2:8001 but no managed_by marker: not touched"),
         Drift("cfg-1", "other", "config-file model (in LiteLLM, not in the repository): never touched"),
         Drift("hand-made", "qwen", "unmanaged deployment pointing at fleet server 127.0.0.3:8001 (in LiteLLM, not in "
                                    "the repository)"),
@@ -199,16 +199,16 @@ def test_one_held_orphan_does_not_end_the_orphan_loop() -> None:
 
 
 def test_an_odd_id_with_a_recorded_key_is_still_not_ours() -> None:
-    odd = Deployment("llmfleet-odd", "qwen", freeze_mapping({
-        "id": "llmfleet-odd", "managed_by": "llmfleet", "llmfleet_box": "127.0.0.9", "llmfleet_port": 8001}))
+    odd = Deployment("fleetllm-odd", "qwen", freeze_mapping({
+        "id": "fleetllm-odd", "managed_by": "fleetllm", "fleetllm_box": "127.0.0.9", "fleetllm_port": 8001}))
     plan = plan_of([A1], {A1.key: ok(A1)}, [deployment_for(A1), odd],
                    settings=dataclasses.replace(SETTINGS, max_delete_fraction=1.0))
-    assert [a.reason for a in plan.actions] == ["managed by llmfleet but not a deployment id llmfleet makes"]
+    assert [a.reason for a in plan.actions] == ["managed by fleetllm but not a deployment id fleetllm makes"]
 
 
 def test_a_spec_only_change_names_the_plan_s_revision() -> None:
     same = deployment_for(A1)
-    changed = dataclasses.replace(same, model_info=freeze_mapping({**same.model_info, "llmfleet_spec": "other"}))
+    changed = dataclasses.replace(same, model_info=freeze_mapping({**same.model_info, "fleetllm_spec": "other"}))
     plan = plan_of([A1], {A1.key: ok(A1)}, [changed])
     assert plan.actions[0].changes == (f"route fields changed in the repository (revision {REV[:12]})",)
 

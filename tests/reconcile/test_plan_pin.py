@@ -1,4 +1,4 @@
-"""`llmfleet plan` resolves an operator's pin (`llmfleet pin`) the way the reconcile job does (PassRunner.pinned:
+"""`fleetllm plan` resolves an operator's pin (`fleetllm pin`) the way the reconcile job does (PassRunner.pinned:
 pin_of on the state store, then follow_pin), and says so: a real git repository with two valid commits, the
 real state store (SQLite, and PostgreSQL where it is there) holding a pin of the older one, the CLI as a
 process. Without a state store, plan says it cannot know."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmfleet.adapters.state import open_store
+from fleetllm.adapters.state import open_store
 from tests.conftest import git
 from tests.reconcile.fakes import FakeLitellmHttp
 from tests.reconcile.test_apply_confirm import BOX, apply, world  # noqa: F401  (world: the fixture)
@@ -15,7 +15,7 @@ from tests.reconcile.test_loop_real import commit, write_fleet
 from tests.state.conftest import pg_database, pg_url, store_url  # noqa: F401  (fixtures: SQLite, PostgreSQL)
 
 from .fakes import free_port
-from .test_commands import ENV, config, llmfleet
+from .test_commands import ENV, config, fleetllm
 
 ACTOR = "admin:sha256:1f2e3d4c"
 REASON = "bad gemma weights in the newest commit"
@@ -40,25 +40,25 @@ def test_plan_works_from_the_pinned_revision_and_says_who_pinned_it_and_why(flee
     finally:
         store.close()
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
-    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", state_url, env=ENV)
+    result = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", state_url, env=ENV)
     out = result.stdout
     assert "Traceback" not in result.stderr
     assert f"revision {pinned[:12]}" in out and f"revision {newest[:12]}" not in out, out
     assert "203.0.113.24:8002" in out  # a server only the pinned revision has
     assert (f"The fleet is PINNED to {pinned} since 2025-11-24 16:00:00 UTC by {ACTOR}: {REASON}. This plan, like "
             f"the reconcile job, works from the pinned revision, not the working tree (what it reads without the "
-            "pin), until `llmfleet unpin`.") in out
+            "pin), until `fleetllm unpin`.") in out
     assert out.index("PINNED") < out.index(f"revision {pinned[:12]}")  # read before the plan
 
     # --against REV is planned as asked, and the note says the job will not do it while pinned.
-    against = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", state_url,
+    against = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", state_url,
                        "--against", newest, env=ENV)
     assert f"revision {newest[:12]}" in against.stdout
     assert (f"This plan shows {newest[:12]} as asked (--against REV); the reconcile job works from the pinned "
-            f"revision {pinned[:12]} until `llmfleet unpin`, whatever is merged.") in against.stdout
+            f"revision {pinned[:12]} until `fleetllm unpin`, whatever is merged.") in against.stdout
 
     # JSON on stdout stays one document; the note goes to stderr.
-    as_json = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", state_url,
+    as_json = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", state_url,
                        "--format", "json", env=ENV)
     assert as_json.stdout.lstrip().startswith("{") and "PINNED" not in as_json.stdout
     assert f"The fleet is PINNED to {pinned}" in as_json.stderr
@@ -72,19 +72,19 @@ def test_plan_works_from_the_pinned_revision_and_says_who_pinned_it_and_why(flee
         assert store.suspend(ACTOR, 1_764_000_200.0, "LiteLLM upgrade")
     finally:
         store.close()
-    unpinned = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", state_url, env=ENV)
+    unpinned = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", state_url, env=ENV)
     assert "revision working-tree" in unpinned.stdout and "203.0.113.24:8002" not in unpinned.stdout
     assert "PINNED" not in unpinned.stdout + unpinned.stderr
     assert (f"The fleet is SUSPENDED since 2025-11-24 16:03:20 UTC by {ACTOR}: LiteLLM upgrade. The reconcile job "
-            "and apply write none of this plan to LiteLLM until `llmfleet resume`.") in unpinned.stdout
+            "and apply write none of this plan to LiteLLM until `fleetllm resume`.") in unpinned.stdout
     assert "Pin: unknown" not in unpinned.stdout
 
 
 def test_plan_without_a_state_store_says_it_cannot_know_the_pin(fleet_git: Path, tmp_path: Path) -> None:
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
-    result = llmfleet("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", "memory:", env=ENV)
+    result = fleetllm("plan", "--config", str(cfg), "--repo", str(fleet_git), "--state", "memory:", env=ENV)
     assert ("Pin: unknown. No state store is configured (state.url in the config, or --state), so this plan cannot "
-            "see an operator's pin (llmfleet pin) or suspension") in result.stdout
+            "see an operator's pin (fleetllm pin) or suspension") in result.stdout
     assert "Traceback" not in result.stderr
 
 
@@ -123,10 +123,10 @@ def test_plan_of_the_tracked_branch_runs_on_its_newest_valid_commit_as_the_job_d
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     cfg.write_text(cfg.read_text().replace(f"repo: {{path: '{tmp_path}'}}", f"repo: {{path: '{fleet_git}', "
                                                                           "branch: main}"))
-    result = llmfleet("plan", "--config", str(cfg), env=ENV)
+    result = fleetllm("plan", "--config", str(cfg), env=ENV)
     assert "Traceback" not in result.stderr
     assert f"revision {valid[:12]}" in result.stdout, result.stdout + result.stderr
     assert (f"the branch head {head[:12]} is not valid (1 error(s), above); this pass runs on the last valid "
             f"commit {valid[:12]}") in result.stderr
-    against = llmfleet("plan", "--config", str(cfg), "--against", head, env=ENV)  # asked for: refused
+    against = fleetllm("plan", "--config", str(cfg), "--against", head, env=ENV)  # asked for: refused
     assert against.returncode == 1 and "is not valid: nothing is planned" in against.stderr

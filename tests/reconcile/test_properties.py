@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmfleet.core.fleet.model import Provider
-from llmfleet.core.judge.assess import Assessment
-from llmfleet.core.judge.intended import Endpoint, Intended, IntendedServer
-from llmfleet.core.judge.observed import BoxFacts, Deployment, ProbeResult, ProbeStatus, ProviderListing
-from llmfleet.core.judge.plan import ActionKind, Plan, delete_budget, make_plan
-from llmfleet.job.apply import apply_plan
+from fleetllm.core.fleet.model import Provider
+from fleetllm.core.judge.assess import Assessment
+from fleetllm.core.judge.intended import Endpoint, Intended, IntendedServer
+from fleetllm.core.judge.observed import BoxFacts, Deployment, ProbeResult, ProbeStatus, ProviderListing
+from fleetllm.core.judge.plan import ActionKind, Plan, delete_budget, make_plan
+from fleetllm.job.apply import apply_plan
 
 from .builders import NOW, SETTINGS, assessed, deployment_for, intended, observation, ok, server, unmanaged
 from .fake_litellm import FakeLitellm
@@ -69,7 +69,7 @@ def worlds(draw: st.DrawFn) -> World:
         rows[d.id] = d
     unmanaged_ids: set[str] = set()
     for i in range(draw(st.integers(0, 3))):
-        ident = draw(st.sampled_from([f"cfg-{i}", f"llmfleet:{BOXES[i % 3]}:8001", f"hand-{i}"]))
+        ident = draw(st.sampled_from([f"cfg-{i}", f"fleetllm:{BOXES[i % 3]}:8001", f"hand-{i}"]))
         if ident not in rows:
             rows[ident] = unmanaged(ident)
             unmanaged_ids.add(ident)

@@ -1,4 +1,4 @@
-"""`llmfleet plan/apply/reconcile` on a control plane that tracks a remote repository (`repo.url`): each
+"""`fleetllm plan/apply/reconcile` on a control plane that tracks a remote repository (`repo.url`): each
 pass fetches the tracked branch into the reconciler's own bare clone (not the control plane's) and
 reads the fleet from it; an invalid head or an unreachable remote is an error naming the repository,
 never its credentials."""
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.cli.common import CommandError
-from llmfleet.cli.passes import load_fleet
-from llmfleet.job.configfile import load_config
+from fleetllm.cli.common import CommandError
+from fleetllm.cli.passes import load_fleet
+from fleetllm.job.configfile import load_config
 from tests.conftest import git
 
 ENV = {"FK": "fleet-key-0123", "SALT": "salt-0123456789abcdef", "MK": "sk-master"}
@@ -78,5 +78,5 @@ def test_an_unreachable_remote_names_the_repository_not_its_credentials(fleet_gi
 
 
 def test_beside_the_control_planes_own_clone_when_it_has_one(tmp_path: Path) -> None:
-    path = config_for(tmp_path, "https://git.example.com/fleet.git", ", clone_dir: /var/lib/llmfleet/fleet-repo.git")
-    assert load_config(path, ENV).clone_dir == Path("/var/lib/llmfleet/fleet-repo-reconcile.git")
+    path = config_for(tmp_path, "https://git.example.com/fleet.git", ", clone_dir: /var/lib/fleetllm/fleet-repo.git")
+    assert load_config(path, ENV).clone_dir == Path("/var/lib/fleetllm/fleet-repo-reconcile.git")

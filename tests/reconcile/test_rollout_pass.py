@@ -9,12 +9,12 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
-from llmfleet.adapters.litellm import LitellmClient
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.records import BoxReport
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.fleet.model import (
+from fleetllm.adapters.litellm import LitellmClient
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.records import BoxReport
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.model import (
     Box,
     Fleet,
     FleetSettings,
@@ -25,13 +25,13 @@ from llmfleet.core.fleet.model import (
     VllmRecipe,
     frozen_map,
 )
-from llmfleet.core.fleet.render import Bearers, render_box
-from llmfleet.core.rollout.model import BoxState, RolloutState
-from llmfleet.core.secret import Secret
-from llmfleet.job.engine import Reconciler
-from llmfleet.job.observer import Observer
-from llmfleet.job.rollout import RolloutDriver
-from llmfleet_contract.report import ReportOutcome
+from fleetllm.core.fleet.render import Bearers, render_box
+from fleetllm.core.rollout.model import BoxState, RolloutState
+from fleetllm.core.secret import Secret
+from fleetllm.job.engine import Reconciler
+from fleetllm.job.observer import Observer
+from fleetllm.job.rollout import RolloutDriver
+from fleetllm_contract.report import ReportOutcome
 
 from .fakes import FakeLitellmHttp, FakeServer, FakeVllm, serve
 
@@ -77,7 +77,7 @@ def test_a_boot_change_is_drained_on_purpose_then_released_then_routed_again(tmp
             first = await reconciler.run_pass(fleets[R1], apply=True)
             assert [r.outcome for r in first.results] == ["created"]
             assert first.rollout is not None and first.rollout.rollout.state is RolloutState.CONVERGED
-            deployment = f"llmfleet:{BOX}:{port}"
+            deployment = f"fleetllm:{BOX}:{port}"
 
             # A boot change is merged: the box is still served R1, so its server is judged by R1 (Healthy,
             # not Stale) and drained on purpose, though the delete budget is zero.
@@ -124,8 +124,8 @@ def test_a_boot_change_is_drained_on_purpose_then_released_then_routed_again(tmp
 
 
 def test_metrics_show_a_halt_once_and_the_boxes_by_state() -> None:
-    from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
-    from llmfleet.job.metrics import PassMetrics
+    from fleetllm.adapters.state.passes import PassRecord, RolloutPassRecord
+    from fleetllm.job.metrics import PassMetrics
 
     metrics = PassMetrics()
     halted = RolloutPassRecord(R2, "halted", "box a: crash loop", 1, boxes={"a": "halted", "b": "waiting",
@@ -133,20 +133,20 @@ def test_metrics_show_a_halt_once_and_the_boxes_by_state() -> None:
     metrics.observe(PassRecord(1.0, 0.1, R2, "apply", {}, rollout=halted))
     metrics.observe(PassRecord(2.0, 0.1, R2, "apply", {}, rollout=replace(halted, halt="")))
     value = metrics.registry.get_sample_value
-    assert value("llmfleet_rollout_halted") == 1
-    assert value("llmfleet_rollout_halts_total") == 1
-    assert value("llmfleet_rollout_boxes", {"state": "waiting"}) == 2
-    assert value("llmfleet_rollout_boxes", {"state": "halted"}) == 1
-    assert value("llmfleet_rollout_boxes", {"state": "applied"}) == 0
+    assert value("fleetllm_rollout_halted") == 1
+    assert value("fleetllm_rollout_halts_total") == 1
+    assert value("fleetllm_rollout_boxes", {"state": "waiting"}) == 2
+    assert value("fleetllm_rollout_boxes", {"state": "halted"}) == 1
+    assert value("fleetllm_rollout_boxes", {"state": "applied"}) == 0
     metrics.observe(PassRecord(3.0, 0.1, R1, "apply", {}, rollout=RolloutPassRecord(R1, "running")))
-    assert value("llmfleet_rollout_halted") == 0
+    assert value("fleetllm_rollout_halted") == 0
 
 
 def test_a_pass_record_with_a_rollout_reads_back() -> None:
-    from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
+    from fleetllm.adapters.state.passes import PassRecord, RolloutPassRecord
 
     record = PassRecord(1.0, 0.1, R2, "apply", {"Healthy": 1}, rollout=RolloutPassRecord(
-        R2, "running", waves=2, released={"a": R2}, drained=("llmfleet:b:8001",), boxes={"a": "released"},
+        R2, "running", waves=2, released={"a": R2}, drained=("fleetllm:b:8001",), boxes={"a": "released"},
         out={"m": ("b:8001",)}))
     assert PassRecord.from_json(record.to_json()) == record
     assert PassRecord.from_json({k: v for k, v in record.to_json().items() if k != "rollout"}).rollout is None
@@ -180,7 +180,7 @@ def test_a_failed_install_halts_the_rollout_and_rolls_the_box_back(tmp_path: Pat
             now[0] += 30
             failed = replace(report(now[0], R2, fleets[R2]), outcome=ReportOutcome.FAILED)
             store.record_report(failed, keep=5)
-            with caplog.at_level(logging.INFO, logger="llmfleet.rollout"):
+            with caplog.at_level(logging.INFO, logger="fleetllm.rollout"):
                 halted = await reconciler.run_pass(fleets[R2], apply=True)
             assert halted.rollout is not None and halted.rollout.rollout.state is RolloutState.HALTED
             assert "installing revision 2222222222" in halted.rollout.rollout.reason
@@ -201,19 +201,19 @@ def test_a_failed_install_halts_the_rollout_and_rolls_the_box_back(tmp_path: Pat
 
 
 def test_the_cli_reads_released_revisions_from_git_objects(fleet_git: Path, tmp_path: Path) -> None:
-    """`llmfleet apply/reconcile` give the rollout every commit's fleet (a box's released revision)."""
+    """`fleetllm apply/reconcile` give the rollout every commit's fleet (a box's released revision)."""
     import argparse
 
-    from llmfleet.cli.passes import PassRunner
-    from llmfleet.job.configfile import config_from_env
-    from llmfleet.job.wiring import rollout_driver
+    from fleetllm.cli.passes import PassRunner
+    from fleetllm.job.configfile import config_from_env
+    from fleetllm.job.wiring import rollout_driver
     from tests.conftest import git
 
     first = git(fleet_git, "rev-parse", "HEAD")
     (fleet_git / "placement.yaml").write_text((fleet_git / "placement.yaml").read_text() + "\n  203.0.113.99:\n"
                                                                                             "    - [qwen3-8b, 8001]\n")
     git(fleet_git, "commit", "-qam", "a box")
-    config = config_from_env({"LLMFLEET_VLLM_API_SALT": "cli-salt-0123456789abcdef", "LITELLM_URL": "http://127.0.0.1:9",
+    config = config_from_env({"FLEETLLM_VLLM_API_SALT": "cli-salt-0123456789abcdef", "LITELLM_URL": "http://127.0.0.1:9",
                               "LITELLM_MASTER_KEY": "sk-cli-test"})
     runner = PassRunner(argparse.Namespace(repo=str(fleet_git), rev=None, state=None, lock_file=None), config)
     old = runner.fleet_at(first)
@@ -223,16 +223,16 @@ def test_the_cli_reads_released_revisions_from_git_objects(fleet_git: Path, tmp_
     store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
         assert rollout_driver(store, runner.fleet_at, Bearers(SALT)) is not None
-        from llmfleet.adapters.state.reconcile import MemoryStore
+        from fleetllm.adapters.state.reconcile import MemoryStore
         assert rollout_driver(MemoryStore(), runner.fleet_at, Bearers(SALT)) is None  # `memory:`: no rollout
     finally:
         store.close()
 
 
 def test_an_unreadable_released_revision_keeps_the_heads_servers_not_none(tmp_path: Path) -> None:
-    from llmfleet.core.judge.intended import intended_state
-    from llmfleet.core.rollout.model import BoxRelease
-    from llmfleet.job.rollout import Begun
+    from fleetllm.core.judge.intended import intended_state
+    from fleetllm.core.rollout.model import BoxRelease
+    from fleetllm.job.rollout import Begun
 
     store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
     try:

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from llmfleet.adapters.state.passes import ActionRecord, PassRecord
-from llmfleet.errors import ConfigurationError as ConfigError
-from llmfleet.job.configfile import load_config
-from llmfleet.job.loop import LockHeld, next_delay, pass_lock
-from llmfleet.job.metrics import PassMetrics
+from fleetllm.adapters.state.passes import ActionRecord, PassRecord
+from fleetllm.errors import ConfigurationError as ConfigError
+from fleetllm.job.configfile import load_config
+from fleetllm.job.loop import LockHeld, next_delay, pass_lock
+from fleetllm.job.metrics import PassMetrics
 
 RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
-                    (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
+                    (ActionRecord("delete", "fleetllm:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
 
 
 def write_config(tmp_path: Path, body: str) -> Path:
@@ -42,7 +42,7 @@ ENV = {"FK": "f", "SALT": "salt-0123456789abcdef", "LK": "sk-legacy", "MK": "sk-
 
 
 def test_config_is_the_control_planes(tmp_path: Path) -> None:
-    """The reconciler reads `llmfleet serve`'s config: salt under secrets:, paths relative to the file."""
+    """The reconciler reads `fleetllm serve`'s config: salt under secrets:, paths relative to the file."""
     (tmp_path / "vast.key").write_text("vast-secret\n")
     path = write_config(tmp_path, GOOD % (tmp_path / "vast.key"))
     config = load_config(path, ENV)
@@ -78,7 +78,7 @@ def test_config_errors_name_the_key_and_never_the_secret(tmp_path: Path, replace
 
 HOLDER = """
 import sys, time
-from llmfleet.job.loop import pass_lock
+from fleetllm.job.loop import pass_lock
 with pass_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(30)
@@ -111,18 +111,18 @@ def test_metrics_from_a_pass_record() -> None:
     metrics = PassMetrics()
     metrics.observe(RECORD)
     text = generate_latest(metrics.registry).decode()
-    assert 'llmfleet_servers{verdict="Healthy"} 2.0' in text
-    assert 'llmfleet_servers{verdict="Stalled"} 0.0' in text
-    assert 'llmfleet_reconcile_actions_total{kind="delete",result="failed"} 1.0' in text
-    assert 'llmfleet_reconcile_passes_total{outcome="error"} 1.0' in text
-    assert "llmfleet_reconcile_last_pass_errors 1.0" in text
+    assert 'fleetllm_servers{verdict="Healthy"} 2.0' in text
+    assert 'fleetllm_servers{verdict="Stalled"} 0.0' in text
+    assert 'fleetllm_reconcile_actions_total{kind="delete",result="failed"} 1.0' in text
+    assert 'fleetllm_reconcile_passes_total{outcome="error"} 1.0' in text
+    assert "fleetllm_reconcile_last_pass_errors 1.0" in text
 
 
 def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from llmfleet.job.loop import log_pass
-    from llmfleet.logs import setup_logging
+    from fleetllm.job.loop import log_pass
+    from fleetllm.logs import setup_logging
 
-    setup_logging()  # what `llmfleet` does for every command: JSON lines on (captured) stderr
+    setup_logging()  # what `fleetllm` does for every command: JSON lines on (captured) stderr
     log_pass(RECORD)
     line = json.loads(capsys.readouterr().err.strip())
     assert line["event"] == "reconcile_pass"
@@ -135,10 +135,10 @@ def test_pass_record_json_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_config_from_the_environment_for_ci_jobs() -> None:
-    from llmfleet.core.fleet.model import Provider
-    from llmfleet.job.configfile import config_from_env
+    from fleetllm.core.fleet.model import Provider
+    from fleetllm.job.configfile import config_from_env
 
-    env = {"LITELLM_URL": "http://127.0.0.1:4000", "LITELLM_MASTER_KEY": "sk-m", "LLMFLEET_VLLM_API_SALT":
+    env = {"LITELLM_URL": "http://127.0.0.1:4000", "LITELLM_MASTER_KEY": "sk-m", "FLEETLLM_VLLM_API_SALT":
            "salt-0123456789abcdef", "VAST_API_KEY": "vk"}
     config = config_from_env(env)
     assert config.litellm_master_key.reveal() == "sk-m"

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from llmfleet.job import loop
+from fleetllm.job import loop
 
 
 def test_a_sync_request_ends_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from llmfleet.core.fleet.model import Provider
-from llmfleet.core.judge.intended import Endpoint
-from llmfleet.core.judge.observed import (
+from fleetllm.core.fleet.model import Provider
+from fleetllm.core.judge.intended import Endpoint
+from fleetllm.core.judge.observed import (
     BoxFacts,
     BoxReport,
     ProbeResult,
@@ -17,7 +17,7 @@ from llmfleet.core.judge.observed import (
     ProviderListing,
     Resolution,
 )
-from llmfleet.core.judge.verdict import (
+from fleetllm.core.judge.verdict import (
     Availability,
     ProbeOutcome,
     ServerHistory,
@@ -117,7 +117,7 @@ def test_every_verdict_is_covered_by_the_table() -> None:
 
 
 def test_loading_since_is_pinned_until_up_or_a_restart_after_down() -> None:
-    from llmfleet.core.judge.verdict import note_fetch
+    from fleetllm.core.judge.verdict import note_fetch
 
     h = note_fetch(FRESH, 100.0)
     assert h.loading_since == 100.0
@@ -167,7 +167,7 @@ def test_rollup() -> None:
 
 
 def test_resolution_from_listings() -> None:
-    from llmfleet.core.judge.observed import resolve_endpoint
+    from fleetllm.core.judge.observed import resolve_endpoint
 
     vast = dataclasses.replace(S, box="192.0.2.45", provider=Provider.VAST)
     good = ProviderListing(Provider.VAST, {"192.0.2.45": ProviderBox(

@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from llmfleet.core.judge.intended import Endpoint
-from llmfleet.core.judge.observed import BoxFacts, BoxReport, ProbeResult, ProbeStatus, Resolution
-from llmfleet.core.judge.verdict import (
+from fleetllm.core.judge.intended import Endpoint
+from fleetllm.core.judge.observed import BoxFacts, BoxReport, ProbeResult, ProbeStatus, Resolution
+from fleetllm.core.judge.verdict import (
     Availability,
     Judgement,
     ProbeOutcome,

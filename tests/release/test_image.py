@@ -3,9 +3,9 @@ stage played on this machine.
 
 The project's machines run no Docker engine and reach no image registry, so the image is not built here
 (tests/release/test_image_docker.py does, opt-in, where an engine runs). What the runtime stage promises
-is checked for real instead: `llmfleet serve`, with the stage's ENV, as
+is checked for real instead: `fleetllm serve`, with the stage's ENV, as
 uid/gid 10001, in a mount namespace where the root file system and every other mount is read-only and only
-the image's writable paths (/var/lib/llmfleet, /tmp) are tmpfs, clones its repository over file://, serves,
+the image's writable paths (/var/lib/fleetllm, /tmp) are tmpfs, clones its repository over file://, serves,
 passes the stage's own HEALTHCHECK command, and stops cleanly. tests/release/test_workflow.py ties the
 image's name to the release workflow and the manifests.
 """
@@ -28,7 +28,7 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from llmfleet.demo.procs import free_port, stop
+from fleetllm.demo.procs import free_port, stop
 from tests.conftest import ROOT, TEST_LEGACY_KEY, TEST_SALT
 from tests.support.integration import missing
 
@@ -49,14 +49,14 @@ def instructions(stage: int | None = None) -> list[dict[str, Any]]:
 
 
 def runtime_env() -> dict[str, str]:
-    """The runtime stage's ENV, as Docker would set it (PATH's /opt/llmfleet/bin here: this venv's bin)."""
+    """The runtime stage's ENV, as Docker would set it (PATH's /opt/fleetllm/bin here: this venv's bin)."""
     env: dict[str, str] = {}
     for instruction in instructions(-1):
         if instruction["instruction"] == "ENV":
             for word in shlex.split(instruction["value"]):
                 key, _, value = word.partition("=")
                 env[key] = value
-    env["PATH"] = env["PATH"].replace("/opt/llmfleet/bin", str(VENV_BIN)).replace("$PATH", "/usr/bin:/bin")
+    env["PATH"] = env["PATH"].replace("/opt/fleetllm/bin", str(VENV_BIN)).replace("$PATH", "/usr/bin:/bin")
     return env
 
 
@@ -89,17 +89,17 @@ def test_the_image_is_multi_stage_non_root_with_a_python_healthcheck() -> None:
     build, runtime = instructions(0), instructions(-1)
     assert any("pip wheel" in i["value"] for i in build if i["instruction"] == "RUN")
     copies = [i["value"] for i in runtime if i["instruction"] == "COPY"]
-    assert copies == ["--from=build /opt/llmfleet /opt/llmfleet"]  # the runtime takes the venv, no source
+    assert copies == ["--from=build /opt/fleetllm /opt/fleetllm"]  # the runtime takes the venv, no source
     user = one(runtime, "USER")["value"]
     assert user == f"{UID}:{UID}"  # numeric, so Kubernetes' runAsNonRoot can check it
     assert one(runtime, "EXPOSE")["value"] == "8080"
-    assert exec_form(one(runtime, "ENTRYPOINT")) == ["llmfleet"]
-    assert exec_form(one(runtime, "CMD"))[:3] == ["serve", "--config", "/etc/llmfleet/control-plane.yaml"]
+    assert exec_form(one(runtime, "ENTRYPOINT")) == ["fleetllm"]
+    assert exec_form(one(runtime, "CMD"))[:3] == ["serve", "--config", "/etc/fleetllm/control-plane.yaml"]
     health = exec_form(one(runtime, "HEALTHCHECK"), " CMD ")
     assert health[0] == "python" and "curl" not in " ".join(health) and "wget" not in " ".join(health)
     env = runtime_env()
-    assert env["LLMFLEET_HEALTH_URL"].endswith("/health") and env["PYTHONDONTWRITEBYTECODE"] == "1"
-    assert one(runtime, "VOLUME")["value"] == '["/var/lib/llmfleet"]' and env["HOME"] == "/var/lib/llmfleet"
+    assert env["FLEETLLM_HEALTH_URL"].endswith("/health") and env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert one(runtime, "VOLUME")["value"] == '["/var/lib/fleetllm"]' and env["HOME"] == "/var/lib/fleetllm"
 
 
 def test_no_secret_in_the_image() -> None:
@@ -131,14 +131,14 @@ def test_the_manifests_run_it_as_the_image_user() -> None:
                 container = pod["containers"][0]
                 assert container["securityContext"]["readOnlyRootFilesystem"] is True
                 writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
-                assert writable == {"/var/lib/llmfleet", "/tmp"}, path  # the image's writable paths, no more
+                assert writable == {"/var/lib/fleetllm", "/tmp"}, path  # the image's writable paths, no more
     ports = yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "control-plane.yaml").read_text())
     deployment = next(d for d in ports if d and d["kind"] == "Deployment")
     assert deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] == 8080
 
 
 # The runtime stage on this machine: a private mount namespace (unshare) where the image's writable paths
-# (/var/lib/llmfleet, /tmp) and /run are fresh tmpfs, /root is an empty one (the image has no root's home
+# (/var/lib/fleetllm, /tmp) and /run are fresh tmpfs, /root is an empty one (the image has no root's home
 # either), the root file system and everything else read-only; then uid/gid 10001 with no capability
 # (setpriv). The interpreter, the venv and this checkout stay visible, read-only, wherever they are (this
 # machine's Python lives under /root, a CI checkout may be under /tmp): each is set aside under a tmpfs
@@ -161,19 +161,19 @@ i=0
 for path in $keep; do
   i=$((i + 1)); mkdir -p "$path"; mount --bind "/mnt/$i" "$path"; mount -o remount,ro,bind "$path"
 done
-install -d -o "$uid" -g "$uid" -m 0750 /var/lib/llmfleet
-cp -a /mnt/stage/fleet-src /var/lib/llmfleet/fleet-src
-chown -R "$uid:$uid" /var/lib/llmfleet
+install -d -o "$uid" -g "$uid" -m 0750 /var/lib/fleetllm
+cp -a /mnt/stage/fleet-src /var/lib/fleetllm/fleet-src
+chown -R "$uid:$uid" /var/lib/fleetllm
 install -d -m 0755 /run/credentials /run/etc
-cp -a /mnt/stage/credentials /run/credentials/llmfleet
-chown -R "$uid:$uid" /run/credentials/llmfleet
-chmod 0500 /run/credentials/llmfleet
+cp -a /mnt/stage/credentials /run/credentials/fleetllm
+chown -R "$uid:$uid" /run/credentials/fleetllm
+chmod 0500 /run/credentials/fleetllm
 cp /mnt/stage/control-plane.yaml /run/etc/control-plane.yaml
 umount -R /mnt
 mount -o remount,ro,bind /
 mount -o remount,ro /run
 mount -o remount,ro /root
-for probe in /llmfleet-ro-probe /root/ro-probe /run/ro-probe $keep; do
+for probe in /fleetllm-ro-probe /root/ro-probe /run/ro-probe $keep; do
   if touch "$probe/ro-probe" 2>/dev/null || touch "$probe" 2>/dev/null; then
     echo "$probe is writable: no test" >&2; exit 97
   fi
@@ -194,7 +194,7 @@ def kept_paths() -> str:
 
 
 def health_ok(command: list[str], url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LLMFLEET_HEALTH_URL": url}
+    env = {**os.environ, "FLEETLLM_HEALTH_URL": url}
     return subprocess.run([sys.executable if command[0] == "python" else command[0], *command[1:]], env=env,
                           capture_output=True, text=True, timeout=30, check=False)
 
@@ -211,20 +211,20 @@ def test_the_runtime_stage_serves_read_only_as_uid_10001(tmp_path: Path, fleet_g
         (credentials / name).write_text(value + "\n")
     port = free_port()
     (stage / "control-plane.yaml").write_text(yaml.safe_dump({
-        "repo": {"url": "file:///var/lib/llmfleet/fleet-src", "branch": "main",
-                 "clone_dir": "/var/lib/llmfleet/fleet-repo.git", "refresh_interval_s": 3600},
+        "repo": {"url": "file:///var/lib/fleetllm/fleet-src", "branch": "main",
+                 "clone_dir": "/var/lib/fleetllm/fleet-repo.git", "refresh_interval_s": 3600},
         "secrets": {"fleet_key": "${cred:fleet-key}", "vllm_api_salt": "${cred:vllm-api-salt}",
                     "legacy_api_key": "${cred:legacy-api-key}"},
-        "state": {"url": "sqlite:////var/lib/llmfleet/state.sqlite3"},
+        "state": {"url": "sqlite:////var/lib/fleetllm/state.sqlite3"},
     }))
     env = runtime_env()
     runtime = instructions(-1)
     entrypoint, cmd = exec_form(one(runtime, "ENTRYPOINT")), exec_form(one(runtime, "CMD"))
     # The image's command, on a loopback port instead of 0.0.0.0:8080 (this machine's network is shared).
-    cmd = [word.replace("/etc/llmfleet/", "/run/etc/") for word in cmd]
+    cmd = [word.replace("/etc/fleetllm/", "/run/etc/") for word in cmd]
     cmd[cmd.index("--listen") + 1] = f"127.0.0.1:{port}"
     health = exec_form(one(runtime, "HEALTHCHECK"), " CMD ")
-    url = env["LLMFLEET_HEALTH_URL"].replace(":8080/", f":{port}/")
+    url = env["FLEETLLM_HEALTH_URL"].replace(":8080/", f":{port}/")
     assert health_ok(health, url).returncode != 0  # nothing listens yet: the healthcheck fails
 
     log_path = tmp_path / "serve.log"
@@ -243,8 +243,8 @@ def test_the_runtime_stage_serves_read_only_as_uid_10001(tmp_path: Path, fleet_g
         assert re.search(rf"^Uid:\s+{UID}\s+{UID}\s+{UID}\s+{UID}$", status, re.MULTILINE), status
         assert re.search(r"^CapEff:\s+0+$", status, re.MULTILINE), status
         root = Path(f"/proc/{process.pid}/root")
-        assert (root / "var/lib/llmfleet/fleet-repo.git/HEAD").is_file()  # cloned into the writable volume
-        assert (root / "var/lib/llmfleet/state.sqlite3").is_file()
+        assert (root / "var/lib/fleetllm/fleet-repo.git/HEAD").is_file()  # cloned into the writable volume
+        assert (root / "var/lib/fleetllm/state.sqlite3").is_file()
         os.killpg(process.pid, signal.SIGTERM)
         assert process.wait(timeout=30) == 0, log_path.read_text()
     finally:

@@ -1,5 +1,5 @@
-"""One version, written once (installer/llmfleet_contract/version.py): every other place derives it, and
-any file of the repository that states another llmfleet version fails here."""
+"""One version, written once (installer/fleetllm_contract/version.py): every other place derives it, and
+any file of the repository that states another fleetllm version fails here."""
 
 from __future__ import annotations
 
@@ -11,26 +11,26 @@ from pathlib import Path
 
 import pytest
 
-import llmfleet
-import llmfleet_gateway
-import llmfleet_installer
-from llmfleet_contract import version
-from llmfleet_installer.zipapp import build_zipapp
+import fleetllm
+import fleetllm_gateway
+import fleetllm_installer
+from fleetllm_contract import version
+from fleetllm_installer.zipapp import build_zipapp
 from tests.conftest import ROOT
 
 VERSION = version.__version__
 
-VERSION_FILE = ROOT / "installer" / "llmfleet_contract" / "version.py"
-IMAGE = "ghcr.io/llmfleet/llmfleet"  # the repository's own name: tests/release/test_workflow.py ties it
+VERSION_FILE = ROOT / "installer" / "fleetllm_contract" / "version.py"
+IMAGE = "ghcr.io/fleetllm/fleetllm"  # the repository's own name: tests/release/test_workflow.py ties it
 MAJOR_TAG = f"v{VERSION.split('.')[0]}"
 
-# Ways a file states llmfleet's version (each captures it); a match that is not VERSION fails.
+# Ways a file states fleetllm's version (each captures it); a match that is not VERSION fails.
 STATEMENTS = (
     re.compile(r"""^\s*(?:__version__|VERSION|version)\s*=\s*["'](\d+\.\d+\.\d+[^"']*)["']""", re.MULTILINE),
-    re.compile(r"\bllmfleet[\w.-]*:v?(\d+\.\d+\.\d+(?:-[\w.]+)?)(?![\w.:])"),  # image tags (not deployment ids)
-    re.compile(r"\bllmfleet(?:-installer|-gateway)?[ /]v?(\d+\.\d+\.\d+)\b"),  # --version, User-Agent
-    re.compile(r"/llmfleet(?:/[\w./-]+)?@(v\d+(?:\.\d+)*)\b"),  # workflow and action pins (<owner>/llmfleet@v1)
-    re.compile(r"\bllmfleet-ref:\s*[\"']?(v\d+(?:\.\d+)*)\b"),  # the reusable workflow's input
+    re.compile(r"\bfleetllm[\w.-]*:v?(\d+\.\d+\.\d+(?:-[\w.]+)?)(?![\w.:])"),  # image tags (not deployment ids)
+    re.compile(r"\bfleetllm(?:-installer|-gateway)?[ /]v?(\d+\.\d+\.\d+)\b"),  # --version, User-Agent
+    re.compile(r"/fleetllm(?:/[\w./-]+)?@(v\d+(?:\.\d+)*)\b"),  # workflow and action pins (<owner>/fleetllm@v1)
+    re.compile(r"\bfleetllm-ref:\s*[\"']?(v\d+(?:\.\d+)*)\b"),  # the reusable workflow's input
 )
 # History, and this file's own examples of stale statements.
 NOT_STATEMENTS = {"CHANGELOG.md", "tests/release/test_version.py"}
@@ -53,7 +53,7 @@ def test_the_version_is_written_once() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
     assert project["tool"]["hatch"]["version"]["path"] == str(VERSION_FILE.relative_to(ROOT))
-    assert llmfleet.__version__ == llmfleet_installer.__version__ == llmfleet_gateway.__version__ == VERSION
+    assert fleetllm.__version__ == fleetllm_installer.__version__ == fleetllm_gateway.__version__ == VERSION
     assert VERSION_FILE.read_text().count("__version__ =") == 1
 
 
@@ -72,9 +72,9 @@ def test_no_file_states_another_version() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("text", ["image: registry.example.com/llmfleet:0.1.0", 'version = "0.2.0"',
-                                  "uses: llmfleet/llmfleet@v7", "uses: <owner>/llmfleet/.github/workflows/fleet-pr.yml@v2", "llmfleet-installer 0.0.9", "llmfleet-ref: v0",
-                                  "docker build -t llmfleet-runpod:9.9.9 ."])
+@pytest.mark.parametrize("text", ["image: registry.example.com/fleetllm:0.1.0", 'version = "0.2.0"',
+                                  "uses: fleetllm/fleetllm@v7", "uses: <owner>/fleetllm/.github/workflows/fleet-pr.yml@v2", "fleetllm-installer 0.0.9", "fleetllm-ref: v0",
+                                  "docker build -t fleetllm-runpod:9.9.9 ."])
 def test_the_scan_sees_a_stale_version(text: str) -> None:
     assert any(m.group(1) not in (VERSION, MAJOR_TAG) for p in STATEMENTS for m in p.finditer(text)), text
 
@@ -90,7 +90,7 @@ def test_the_box_zipapp_knows_its_version(tmp_path: Path) -> None:
     """The installer and the gateway run from the zipapp with `python3 -S`: no package metadata there."""
     box = tmp_path / "box.pyz"
     build_zipapp(box)
-    for args, program in ((["--version"], "llmfleet-installer"), (["gateway", "--version"], "llmfleet-gateway")):
+    for args, program in ((["--version"], "fleetllm-installer"), (["gateway", "--version"], "fleetllm-gateway")):
         done = subprocess.run([sys.executable, "-S", str(box), *args], capture_output=True, text=True, timeout=60,
                               check=False)
         assert done.returncode == 0, done.stderr
@@ -99,7 +99,7 @@ def test_the_box_zipapp_knows_its_version(tmp_path: Path) -> None:
 
 def test_the_commands_say_the_version() -> None:
     bin_dir = Path(sys.executable).parent
-    for command in (["llmfleet", "--version"], ["llmfleet-gateway", "--version"], ["llmfleet", "gateway", "--version"]):
+    for command in (["fleetllm", "--version"], ["fleetllm-gateway", "--version"], ["fleetllm", "gateway", "--version"]):
         done = subprocess.run([str(bin_dir / command[0]), *command[1:]], capture_output=True, text=True, timeout=60,
                               check=False)
         assert done.returncode == 0, done.stderr

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from llmfleet_contract import version
+from fleetllm_contract import version
 from tests.conftest import ROOT
 
 
 def _load_release() -> ModuleType:
     """tools/release.py (tools/ holds scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("llmfleet_release_tool", ROOT / "tools" / "release.py")
+    spec = importlib.util.spec_from_file_location("fleetllm_release_tool", ROOT / "tools" / "release.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -48,9 +48,9 @@ def steps() -> list[dict[str, Any]]:
 
 
 def example_repository() -> tuple[str, str]:
-    """The repository and ref the example fleet repository takes llmfleet from."""
+    """The repository and ref the example fleet repository takes fleetllm from."""
     job = yaml.safe_load(EXAMPLE_PR.read_text())["jobs"]["fleet"]
-    repository, ref = job["with"]["llmfleet-repository"], job["with"]["llmfleet-ref"]
+    repository, ref = job["with"]["fleetllm-repository"], job["with"]["fleetllm-ref"]
     assert job["uses"] == f"{repository}/.github/workflows/fleet-pr.yml@{ref}"
     return repository, ref
 
@@ -96,15 +96,15 @@ def test_it_publishes_what_the_manifests_run_and_moves_what_the_examples_pin() -
 def test_it_attaches_the_wheel_the_sdist_and_the_zipapp() -> None:
     build = next(s for s in steps() if s.get("name") == "Build the sdist, the wheel and the box zipapp")["run"]
     assert "python -m build --outdir dist" in build
-    assert '-m llmfleet_installer.zipapp "dist/llmfleet-box-$VERSION.pyz"' in build
+    assert '-m fleetllm_installer.zipapp "dist/fleetllm-box-$VERSION.pyz"' in build
     create = next(s for s in steps() if s.get("name") == "Create the GitHub release")["run"]
     assert 'gh release create "$TAG" dist/*' in create
 
 
 def test_a_tag_must_name_the_version() -> None:
     with pytest.raises(release.ReleaseError, match=f"does not name this source's version {re.escape(VERSION)}"):
-        release.outputs("refs/tags/v0.0.1", "llmfleet/llmfleet", [])
-    assert release.outputs("refs/heads/main", "Some-Owner/LLMfleet", [])["image"] == "ghcr.io/some-owner/llmfleet"
+        release.outputs("refs/tags/v0.0.1", "fleetllm/fleetllm", [])
+    assert release.outputs("refs/heads/main", "Some-Owner/FleetLLM", [])["image"] == "ghcr.io/some-owner/fleetllm"
     with pytest.raises(release.ReleaseError, match="not OWNER/NAME"):
         release.outputs("refs/heads/main", "no-slash", [])
 

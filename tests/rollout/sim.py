@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from llmfleet.core.rollout.model import (
+from fleetllm.core.rollout.model import (
     BoxConfig,
     BoxInput,
     BoxRelease,
@@ -23,7 +23,7 @@ from llmfleet.core.rollout.model import (
     Step,
     StepInput,
 )
-from llmfleet.core.rollout.step import step
+from fleetllm.core.rollout.step import step
 
 Layout = Mapping[str, list[tuple[str, int]]]  # box -> [(model, port)]
 
@@ -32,7 +32,7 @@ def config(revision: str, box: str, rows: list[tuple[str, int]], recipes: Mappin
            grace_s: int = 300) -> BoxConfig:
     servers = tuple(ServerSpec(name=f"{model}-{port}", model=model, port=port,
                                digest=f"{model}:{recipes.get(model, 'v1')}:{port}",
-                               deployment=f"llmfleet:{box}:{port}", grace_s=grace_s)
+                               deployment=f"fleetllm:{box}:{port}", grace_s=grace_s)
                     for model, port in rows)
     return BoxConfig(revision, servers)
 

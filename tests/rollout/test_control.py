@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmfleet.core.rollout.control import Request, apply_request, refusal
-from llmfleet.core.rollout.model import Rollout, RolloutState
+from fleetllm.core.rollout.control import Request, apply_request, refusal
+from fleetllm.core.rollout.model import Rollout, RolloutState
 
 RUNNING = Rollout("a" * 40, RolloutState.RUNNING, 1.0, 2.0, reason="", waves=2)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmfleet.core.rollout.model import RolloutState
+from fleetllm.core.rollout.model import RolloutState
 from tests.rollout.sim import Sim
 
 MODELS = ("m0", "m1", "m2", "m3")

@@ -3,7 +3,7 @@ drains and halts, asserted from what the simulated LiteLLM routed after every pa
 
 from __future__ import annotations
 
-from llmfleet.core.rollout.model import BoxState, RolloutState
+from fleetllm.core.rollout.model import BoxState, RolloutState
 from tests.rollout.sim import Sim
 
 
@@ -64,7 +64,7 @@ def test_one_recipe_change_restarts_only_its_model_one_box_at_a_time() -> None:
     assert sim.failed_requests == [] and out_per_model(sim) == 1
     assert sim.rollout.waves == 3  # its three replicas, one after another
     touched = {b for s in sim.steps for b in s.drain}
-    assert touched == {f"llmfleet:box{(3 + 4 * r) % 12:02d}:{8001 + r}" for r in range(3)}
+    assert touched == {f"fleetllm:box{(3 + 4 * r) % 12:02d}:{8001 + r}" for r in range(3)}
 
 
 def test_move_to_an_empty_port_is_make_before_break() -> None:
@@ -82,7 +82,7 @@ def test_move_to_an_empty_port_is_make_before_break() -> None:
     assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
     assert sim.failed_requests == []
     assert min(per_pass["m1"] for per_pass in sim.routed_per_model) >= 2  # never fewer than two m1 routed
-    drained = [i for i, s in enumerate(sim.steps) if "llmfleet:a:8001" in s.drain]
+    drained = [i for i, s in enumerate(sim.steps) if "fleetllm:a:8001" in s.drain]
     routed_new = [i for i, r in enumerate(sim.routed_per_model) if r.get("m1", 0) == 3]
     assert drained and routed_new and routed_new[0] < drained[0]
 
@@ -113,11 +113,11 @@ def test_a_move_that_restarts_the_gaining_cards_neighbour_drains_it_first() -> N
     b_neighbour = sim.revisions["r2"]["b"].servers[0]
     from dataclasses import replace
 
-    from llmfleet.core.rollout.model import BoxConfig
+    from fleetllm.core.rollout.model import BoxConfig
     sim.revisions["r2"]["b"] = BoxConfig("r2", (replace(b_neighbour, digest="m2:v1:8001:share-0.45"),
                                                  sim.revisions["r2"]["b"].servers[1]))
     first = sim.one_pass()
-    assert first.drain == frozenset({"llmfleet:b:8001"}) and first.status["b"].state is BoxState.DRAINING
+    assert first.drain == frozenset({"fleetllm:b:8001"}) and first.status["b"].state is BoxState.DRAINING
     assert "make-before-break" in first.status["a"].why
     sim.run()
     assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
@@ -180,12 +180,12 @@ def test_pause_holds_drains_and_resume_goes_on_abort_rolls_back() -> None:
     sim.run(2)
     sim.commit("r2", layout, {"m": "v2"})
     first = sim.one_pass()
-    assert first.drain == frozenset({"llmfleet:box0:8001"})
+    assert first.drain == frozenset({"fleetllm:box0:8001"})
     sim.control = RolloutState.PAUSED
     paused = sim.one_pass()
     assert paused.rollout.state is RolloutState.PAUSED and not paused.released
     assert sim.releases["box0"].state is BoxState.WAITING  # the drain stopped: routed again
-    assert "llmfleet:box0:8001" not in paused.held_out
+    assert "fleetllm:box0:8001" not in paused.held_out
     for _ in range(3):
         assert not sim.one_pass().released
     sim.control = RolloutState.RUNNING
@@ -236,9 +236,9 @@ def test_a_drain_that_did_not_reach_litellm_holds_the_release() -> None:
     sim.run(2)
     sim.commit("r2", layout, {"m": "v2"})
     first = sim.one_pass()
-    assert first.drain == frozenset({"llmfleet:box0:8001"})
+    assert first.drain == frozenset({"fleetllm:box0:8001"})
     for _ in range(3):  # LiteLLM still lists it (the delete failed): the box is not released
-        sim.routed.add("llmfleet:box0:8001")
+        sim.routed.add("fleetllm:box0:8001")
         held = sim.one_pass()
         assert "box0" not in held.released and "leave LiteLLM" in held.status["box0"].why
     sim.run()
@@ -253,14 +253,14 @@ def test_a_box_with_more_replicas_of_a_model_than_the_budget_goes_alone() -> Non
     sim.run()
     assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
     assert sim.failed_requests == [] and out_per_model(sim) == 2
-    twin = [i for i, s in enumerate(sim.steps) if any(d.startswith("llmfleet:twin:") for d in s.drain)]
+    twin = [i for i, s in enumerate(sim.steps) if any(d.startswith("fleetllm:twin:") for d in s.drain)]
     alone = sim.steps[twin[0]]
-    assert alone.drain == frozenset({"llmfleet:twin:8001", "llmfleet:twin:8002"})  # nothing else out with it
+    assert alone.drain == frozenset({"fleetllm:twin:8001", "fleetllm:twin:8002"})  # nothing else out with it
 
 
 def test_a_box_new_to_the_placement_is_released_at_once() -> None:
-    from llmfleet.core.rollout.model import BoxInput, ReportFacts, StepInput
-    from llmfleet.core.rollout.step import step
+    from fleetllm.core.rollout.model import BoxInput, ReportFacts, StepInput
+    from fleetllm.core.rollout.step import step
     from tests.rollout.sim import config
 
     target = config("r2", "fresh", [("m", 8001)], {"m": "v1"})
@@ -295,7 +295,7 @@ def test_two_boxes_swapping_models_break_the_cycle_once_and_say_so() -> None:
     sim.commit("r2", after, {"m1": "v1", "m2": "v1"})
     first = sim.one_pass()
     # a stops m1 and waits for b's new m1; b stops m2 and waits for a's new m2: the first one goes.
-    assert first.drain == frozenset({"llmfleet:a:8001"}) and first.status["a"].state is BoxState.DRAINING
+    assert first.drain == frozenset({"fleetllm:a:8001"}) and first.status["a"].state is BoxState.DRAINING
     assert first.status["a"].why == ("make-before-break is impossible (boxes wait for each other's new servers): "
                                      "released first, its models are short until their new servers serve")
     assert first.status["b"].why == "make-before-break: waits until m2's new server(s) a:8001 are Healthy and routed"
@@ -334,7 +334,7 @@ def test_a_restarted_server_is_routed_again_only_once_it_serves_after_its_box_re
     routed the gaining card's re-divided neighbours again while they loaded, and a request failed."""
     from dataclasses import replace
 
-    from llmfleet.core.rollout.step import step
+    from fleetllm.core.rollout.step import step
 
     sim = Sim.start("r1", {"a": [("m", 8001)], "b": [("m", 8001)]}, {"m": "v1"})
     sim.run(2)
@@ -349,7 +349,7 @@ def test_a_restarted_server_is_routed_again_only_once_it_serves_after_its_box_re
         raise AssertionError("no box applied its release")
     box = applied[0]
     inp = sim.step_input()
-    key, deployment = (box, 8001), f"llmfleet:{box}:8001"
+    key, deployment = (box, 8001), f"fleetllm:{box}:8001"
     assert deployment in step(replace(inp, verdicts={**inp.verdicts, key: "Down"})).held_out
     assert deployment not in step(replace(inp, verdicts={**inp.verdicts, key: "Healthy"})).held_out
 
@@ -364,7 +364,7 @@ def test_a_box_over_the_budget_says_why_it_went_alone_while_it_is_out() -> None:
     note = ("went alone past the budget: 2 servers of m out at once, over its max_unavailable 1 (a box is the "
             "smallest unit of release: it was released only when no other server of m was out)")
     first = sim.one_pass()
-    assert first.drain == frozenset({"llmfleet:a:8001"})  # a first (sorted): twin waits for it
+    assert first.drain == frozenset({"fleetllm:a:8001"})  # a first (sorted): twin waits for it
     assert first.status["twin"].why == ("waits for the disruption budget of m: 1 of its servers out (a:8001), "
                                         "max_unavailable 1")
     whys: list[str] = []
@@ -437,7 +437,7 @@ def test_a_box_holding_every_server_of_a_model_waits_for_a_replica_the_change_ad
     alone.run(2)
     alone.commit("r2", before, {"m": "v2", "x": "v1"})
     drained = alone.one_pass()
-    assert drained.drain == frozenset({"llmfleet:all:8001", "llmfleet:all:8002"})
+    assert drained.drain == frozenset({"fleetllm:all:8001", "fleetllm:all:8002"})
     assert drained.status["all"].why == (
         "draining: released in 10s; went alone past the budget: 2 servers of m out at once, over its "
         "max_unavailable 1 (a box is the smallest unit of release: it was released only when no other server "
@@ -450,7 +450,7 @@ def test_a_box_holding_every_server_of_a_model_waits_for_a_replica_the_change_ad
 def test_the_went_alone_note_counts_only_what_the_box_takes_out_per_model_budget() -> None:
     """twin restarts its two m servers; its two x servers stay; n's budget is 2 and twin restarts 2 of them:
     only m is past its budget, while the box drains and once released."""
-    from llmfleet.core.rollout.model import BoxStatus
+    from fleetllm.core.rollout.model import BoxStatus
 
     layout = {"a": [("m", 8001)], "b": [("n", 8001)],
               "twin": [("m", 8001), ("m", 8002), ("x", 8003), ("x", 8004), ("n", 8005), ("n", 8006)]}
@@ -526,7 +526,7 @@ def test_a_real_cycle_is_broken_beside_a_box_that_waits_for_a_manual_box() -> No
     sim.run(2)
     sim.commit("r2", after, recipes)
     first = sim.one_pass()
-    assert first.drain == frozenset({"llmfleet:b:8001", "llmfleet:b:8002"})
+    assert first.drain == frozenset({"fleetllm:b:8001", "fleetllm:b:8002"})
     assert first.status["b"].why.startswith("make-before-break is impossible")
     sim.run(30)
     assert sim.releases["c"].revision == "r2" and sim.releases["a0"].revision == "r1"

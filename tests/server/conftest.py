@@ -13,10 +13,10 @@ import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
-from llmfleet.logs import setup_logging
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import Runtime, start_up
-from llmfleet.settings import ControlPlaneConfig, load_config
+from fleetllm.logs import setup_logging
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import Runtime, start_up
+from fleetllm.settings import ControlPlaneConfig, load_config
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 
 FLEET_KEY = "fleet-key-for-tests-0123456789"
@@ -48,7 +48,7 @@ def write_config(path: Path, document: dict[str, Any]) -> Path:
 
 
 class LogCapture:
-    """The JSON lines the `llmfleet` loggers wrote."""
+    """The JSON lines the `fleetllm` loggers wrote."""
 
     def __init__(self) -> None:
         self.stream = io.StringIO()

@@ -9,10 +9,10 @@ import dataclasses
 from flask import Flask
 from flask.testing import FlaskClient
 
-from llmfleet.server.access import required_role
-from llmfleet.server.app import create_app
-from llmfleet.server.auth import Role
-from llmfleet.server.runtime import Runtime
+from fleetllm.server.access import required_role
+from fleetllm.server.app import create_app
+from fleetllm.server.auth import Role
+from fleetllm.server.runtime import Runtime
 from tests.server.conftest import ADMIN_TOKEN, SECRETS, VIEWER_TOKEN, LogCapture, box_headers
 
 PUBLIC = {"health.health", "health.metrics", "admin.push_hook", "pages.login", "pages.logout", "pages.openapi",
@@ -64,7 +64,7 @@ def test_api_refusals_share_one_shape(client: FlaskClient) -> None:
                          ("GET", "/api/fleet"), ("GET", "/api/passes")):
         none = client.open(path, method=method)
         assert none.status_code == 401, path
-        assert none.headers["WWW-Authenticate"] == 'Bearer realm="llmfleet"'  # RFC 9110: a 401 names the scheme
+        assert none.headers["WWW-Authenticate"] == 'Bearer realm="fleetllm"'  # RFC 9110: a 401 names the scheme
         wrong = client.open(path, method=method, headers={"Authorization": "Bearer not-a-token"})
         assert wrong.status_code == 403, path
         assert "WWW-Authenticate" not in wrong.headers

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.cli.main import main
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet.job.approve import ApproveError, Row, add_box, approve, assign_rows, open_repo, ref_name
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import Runtime
+from fleetllm.adapters.git import read_directory
+from fleetllm.cli.main import main
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm.job.approve import ApproveError, Row, add_box, approve, assign_rows, open_repo, ref_name
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import Runtime
 from tests.conftest import EXAMPLE, git
 from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN, box_headers
 

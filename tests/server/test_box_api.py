@@ -9,10 +9,10 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from llmfleet.adapters.state.records import Endpoint
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import Runtime
+from fleetllm.adapters.state.records import Endpoint
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import Runtime
 from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 from tests.server.conftest import FLEET_KEY, KNOWN_BOX, SECRETS, LogCapture, box_headers
 
@@ -161,8 +161,8 @@ def test_unknown_box_enters_attention_list_capped(client: FlaskClient, runtime: 
         get_config(client, box_headers(f"made-up-{i}.example"))
     assert runtime.store.attention_size() == 5  # attention.max_entries in the test config
     assert {e.box for e in runtime.store.attention()} == {f"made-up-{i}.example" for i in range(45, 50)}
-    assert b"llmfleet_attention_entries 5.0" in client.get("/metrics").data
-    assert b"llmfleet_attention_evicted_total 46.0" in client.get("/metrics").data
+    assert b"fleetllm_attention_entries 5.0" in client.get("/metrics").data
+    assert b"fleetllm_attention_evicted_total 46.0" in client.get("/metrics").data
 
 
 def test_wrong_key_never_enters_attention(client: FlaskClient, runtime: Runtime) -> None:
@@ -258,11 +258,11 @@ def test_metrics_count_requests_by_status(client: FlaskClient, runtime: Runtime)
     metrics = client.get("/metrics")
     assert metrics.content_type.startswith("text/plain")
     text = metrics.get_data(as_text=True)
-    assert 'llmfleet_box_requests_total{endpoint="config",status="200"} 1.0' in text
-    assert 'llmfleet_box_requests_total{endpoint="config",status="403"} 2.0' in text
-    assert "llmfleet_served_boxes 4.0" in text
-    assert "llmfleet_served_servers 7.0" in text
-    assert "llmfleet_git_last_successful_refresh_timestamp_seconds 1.8e+09" in text
+    assert 'fleetllm_box_requests_total{endpoint="config",status="200"} 1.0' in text
+    assert 'fleetllm_box_requests_total{endpoint="config",status="403"} 2.0' in text
+    assert "fleetllm_served_boxes 4.0" in text
+    assert "fleetllm_served_servers 7.0" in text
+    assert "fleetllm_git_last_successful_refresh_timestamp_seconds 1.8e+09" in text
 
 
 def test_box_that_cannot_render_gets_503_others_served(make_runtime: Callable[..., Runtime],
@@ -280,12 +280,12 @@ def test_box_that_cannot_render_gets_503_others_served(make_runtime: Callable[..
 
 
 def test_the_installers_reports_are_accepted(client: FlaskClient, runtime: Runtime) -> None:
-    """The box side (llmfleet_installer.report) and this server agree on the report's shape."""
-    from llmfleet_contract.report import ReportOutcome as BoxOutcome
-    from llmfleet_installer.boxjson import parse_text
-    from llmfleet_installer.fit import FitResult
-    from llmfleet_installer.hardware import Gpu
-    from llmfleet_installer.report import ServerState, build_report
+    """The box side (fleetllm_installer.report) and this server agree on the report's shape."""
+    from fleetllm_contract.report import ReportOutcome as BoxOutcome
+    from fleetllm_installer.boxjson import parse_text
+    from fleetllm_installer.fit import FitResult
+    from fleetllm_installer.hardware import Gpu
+    from fleetllm_installer.report import ServerState, build_report
 
     served = get_config(client, box_headers())
     box = parse_text(served.get_data(as_text=True), KNOWN_BOX)
@@ -305,9 +305,9 @@ def test_the_installers_reports_are_accepted(client: FlaskClient, runtime: Runti
 
 def test_a_gateway_boxs_report_is_accepted(client: FlaskClient, runtime: Runtime) -> None:
     """Reports from a box running the gateway carry its unit; the schema takes it."""
-    from llmfleet_contract.report import ReportOutcome as BoxOutcome
-    from llmfleet_installer.boxjson import GATEWAY_PROGRAM, GatewaySpec
-    from llmfleet_installer.report import ServerState, build_report
+    from fleetllm_contract.report import ReportOutcome as BoxOutcome
+    from fleetllm_installer.boxjson import GATEWAY_PROGRAM, GatewaySpec
+    from fleetllm_installer.report import ServerState, build_report
 
     gateway = GatewaySpec(port=8003, api_key="sk-vllm-x", config={}, digest="sha256:" + "0" * 64)
     report = build_report(revision="abc", installer_version="0.1.0", outcome=BoxOutcome.INSTALLED, message="ok",

@@ -9,12 +9,12 @@ import pytest
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmfleet.server.runtime import Runtime
+from fleetllm.server.runtime import Runtime
 from tests.server.conftest import KNOWN_BOX, LogCapture, box_headers
 from tests.server.test_box_api import REPORT, get_config, post_report
 
-CONFIG = "llmfleet_box_last_config_timestamp_seconds"
-REPORTED = "llmfleet_box_last_report_timestamp_seconds"
+CONFIG = "fleetllm_box_last_config_timestamp_seconds"
+REPORTED = "fleetllm_box_last_report_timestamp_seconds"
 
 
 @pytest.fixture(autouse=True)
@@ -57,14 +57,14 @@ def value(client: FlaskClient, name: str) -> float:
 
 def test_unknown_boxes_are_counted_with_their_last_sighting_never_labelled(client: FlaskClient,
                                                                           runtime: Runtime) -> None:
-    assert value(client, "llmfleet_unknown_boxes") == 0.0
-    assert value(client, "llmfleet_unknown_box_last_seen_timestamp_seconds") == 0.0
+    assert value(client, "fleetllm_unknown_boxes") == 0.0
+    assert value(client, "fleetllm_unknown_box_last_seen_timestamp_seconds") == 0.0
     clock: Any = runtime.clock
     for name in ("198.51.100.99", "attacker-chosen-label"):
         clock.now += 10
         assert get_config(client, box_headers(name)).status_code == 404
-    assert value(client, "llmfleet_unknown_boxes") == 2.0
-    assert value(client, "llmfleet_unknown_box_last_seen_timestamp_seconds") == 1_800_000_020.0
+    assert value(client, "fleetllm_unknown_boxes") == 2.0
+    assert value(client, "fleetllm_unknown_box_last_seen_timestamp_seconds") == 1_800_000_020.0
     assert "attacker-chosen-label" not in client.get("/metrics").get_data(as_text=True)
     assert "198.51.100.99" not in series(client, CONFIG)
 
@@ -78,7 +78,7 @@ def test_a_store_failure_leaves_the_rest_of_the_scrape(client: FlaskClient, runt
     response = client.get("/metrics")
     assert response.status_code == 200
     text = response.get_data(as_text=True)
-    assert "llmfleet_served_boxes 4.0" in text
+    assert "fleetllm_served_boxes 4.0" in text
     assert f"# TYPE {CONFIG} gauge" in text
     assert series(client, CONFIG) == {}
     assert logs.events("box freshness unavailable")[0]["error"] == "OSError"

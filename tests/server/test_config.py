@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.errors import ConfigurationError as ConfigError
-from llmfleet.settings import ApproveTarget, load_config
+from fleetllm.errors import ConfigurationError as ConfigError
+from fleetllm.settings import ApproveTarget, load_config
 from tests.conftest import ROOT
 from tests.server.conftest import ENV, FLEET_KEY, base_config, write_config
 
-EXAMPLE_ENV = {"LLMFLEET_FLEET_KEY": "example-fleet-key-0123", "LLMFLEET_VLLM_API_SALT": "example-salt-0123456789",
-               "LLMFLEET_LEGACY_API_KEY": "sk-legacy-example"}
+EXAMPLE_ENV = {"FLEETLLM_FLEET_KEY": "example-fleet-key-0123", "FLEETLLM_VLLM_API_SALT": "example-salt-0123456789",
+               "FLEETLLM_LEGACY_API_KEY": "sk-legacy-example"}
 
 
 def problems(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> str:
@@ -30,7 +30,7 @@ def test_example_config_loads() -> None:
     assert config.repo.branch == "main"
     assert config.secrets.fleet_key is not None
     assert config.secrets.fleet_key.reveal() == "example-fleet-key-0123"
-    assert config.secrets.fleet_key.reference == "${env:LLMFLEET_FLEET_KEY}"
+    assert config.secrets.fleet_key.reference == "${env:FLEETLLM_FLEET_KEY}"
     assert config.state.url.startswith("sqlite:///")
     assert config.listen.is_loopback
     assert config.tls is None

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from llmfleet import settings
-from llmfleet.core.fleet.schema import load_schema
-from llmfleet.core.secret import Secret
-from llmfleet.errors import ConfigurationError
-from llmfleet.job.configfile import ReconcileConfig, config_from_env
-from llmfleet.job.configfile import load_config as reconcile_config
-from llmfleet.job.engine import Reconciler
-from llmfleet.settings import DEFAULTS, ControlPlaneConfig, Listen, load_config, settings_from_env
+from fleetllm import settings
+from fleetllm.core.fleet.schema import load_schema
+from fleetllm.core.secret import Secret
+from fleetllm.errors import ConfigurationError
+from fleetllm.job.configfile import ReconcileConfig, config_from_env
+from fleetllm.job.configfile import load_config as reconcile_config
+from fleetllm.job.engine import Reconciler
+from fleetllm.settings import DEFAULTS, ControlPlaneConfig, Listen, load_config, settings_from_env
 from tests.conftest import ROOT
 
 SALT = "salt-0123456789abcdef"
@@ -30,7 +30,7 @@ litellm: {url: "http://127.0.0.1:4000", master_key: "${env:MK}"}
 """
 ENV = {"SALT": SALT, "MK": "sk-master-0123"}
 CI_ENV = {"LITELLM_URL": "http://127.0.0.1:4000", "LITELLM_MASTER_KEY": "sk-master-0123",
-          "LLMFLEET_VLLM_API_SALT": SALT}
+          "FLEETLLM_VLLM_API_SALT": SALT}
 
 # Where each default of schemas/control-plane.schema.json lands in the settings.
 TAKEN: dict[str, Callable[[ControlPlaneConfig], Any]] = {
@@ -109,7 +109,7 @@ def test_the_pushgateway_defaults_are_the_schemas(tmp_path: Path) -> None:
 
 
 def test_the_environment_only_settings_take_the_same_defaults(tmp_path: Path) -> None:
-    """`llmfleet plan` without --config ran with write_concurrency 8 (job/configfile.py's own default)."""
+    """`fleetllm plan` without --config ran with write_concurrency 8 (job/configfile.py's own default)."""
     from_file, from_env = minimal(tmp_path), settings_from_env(CI_ENV)
     for where, taken in TAKEN.items():
         assert taken(from_env) == taken(from_file) == expected(where), where
@@ -128,12 +128,12 @@ def test_no_code_declares_a_default_of_its_own() -> None:
     assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(ReconcileConfig))
     (concurrency,) = [f for f in dataclasses.fields(Reconciler) if f.name == "write_concurrency"]
     assert concurrency.default == DEFAULTS["/litellm/write_concurrency"]
-    source = (ROOT / "reconciler" / "llmfleet" / "settings.py").read_text()
+    source = (ROOT / "reconciler" / "fleetllm" / "settings.py").read_text()
     assert not re.search(r"\.get\([^()]*,", source), "a .get(key, default) in the builder: read the schema's"
 
 
 def test_the_environment_only_settings_keep_secrets_secret() -> None:
-    config = config_from_env({**CI_ENV, "VAST_API_KEY": "vast-key-0123", "LLMFLEET_LEGACY_API_KEY": "sk-legacy"})
+    config = config_from_env({**CI_ENV, "VAST_API_KEY": "vast-key-0123", "FLEETLLM_LEGACY_API_KEY": "sk-legacy"})
     assert isinstance(config.litellm_master_key, Secret)
     assert config.litellm_master_key.reference == "${env:LITELLM_MASTER_KEY}"
     assert isinstance(config.legacy_key, Secret)
@@ -145,8 +145,8 @@ def test_the_environment_only_settings_keep_secrets_secret() -> None:
 
 
 @pytest.mark.parametrize(("variable", "value", "message"), [
-    ("LLMFLEET_LEGACY_API_KEY", " sk-legacy-with-space\n", "LLMFLEET_LEGACY_API_KEY: .* leading or trailing whitespace"),
-    ("LLMFLEET_VLLM_API_SALT", "CHANGE_ME_0123456789", "LLMFLEET_VLLM_API_SALT: .*placeholder"),
+    ("FLEETLLM_LEGACY_API_KEY", " sk-legacy-with-space\n", "FLEETLLM_LEGACY_API_KEY: .* leading or trailing whitespace"),
+    ("FLEETLLM_VLLM_API_SALT", "CHANGE_ME_0123456789", "FLEETLLM_VLLM_API_SALT: .*placeholder"),
 ])
 def test_the_environment_only_settings_run_the_files_checks(variable: str, value: str, message: str) -> None:
     """The legacy-key whitespace check was skipped without --config."""
@@ -156,7 +156,7 @@ def test_the_environment_only_settings_run_the_files_checks(variable: str, value
 
 
 def test_the_environment_only_settings_name_what_is_missing() -> None:
-    with pytest.raises(ConfigurationError, match="LITELLM_MASTER_KEY, LLMFLEET_VLLM_API_SALT not set"):
+    with pytest.raises(ConfigurationError, match="LITELLM_MASTER_KEY, FLEETLLM_VLLM_API_SALT not set"):
         settings_from_env({"LITELLM_URL": "http://127.0.0.1:4000"})
     with pytest.raises(ConfigurationError, match="LITELLM_URL must be the proxy's http"):
         settings_from_env({**CI_ENV, "LITELLM_URL": "ftp://x"})
@@ -182,6 +182,6 @@ REVEALED = {
 
 
 def test_secrets_are_revealed_only_where_used() -> None:
-    package = ROOT / "reconciler" / "llmfleet"
+    package = ROOT / "reconciler" / "fleetllm"
     found = {str(p.relative_to(package)): p.read_text().count(".reveal()") for p in package.rglob("*.py")}
     assert {k: v for k, v in found.items() if v} == REVEALED

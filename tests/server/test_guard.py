@@ -1,11 +1,11 @@
-"""The connection caps and the body budget of the HTTP server (reconciler/llmfleet/server/guard.py), as pure
+"""The connection caps and the body budget of the HTTP server (reconciler/fleetllm/server/guard.py), as pure
 bookkeeping; tests/faults/test_slow_connections.py drives them through the real server."""
 
 from __future__ import annotations
 
 import ipaddress
 
-from llmfleet.server.guard import BodyBudget, ConnectionCaps, Refusal, body_share, is_exempt, peer_key
+from fleetllm.server.guard import BodyBudget, ConnectionCaps, Refusal, body_share, is_exempt, peer_key
 
 
 def test_peer_key_counts_ipv4_addresses_and_ipv6_slash_64s() -> None:

@@ -10,10 +10,10 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmfleet.core.hosts import HostSource, ResolvedHost, resolve_host
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import Runtime
-from llmfleet_contract.addresses import canonical_address
+from fleetllm.core.hosts import HostSource, ResolvedHost, resolve_host
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import Runtime
+from fleetllm_contract.addresses import canonical_address
 from tests.server.conftest import FLEET_KEY
 
 BOXES = ["203.0.113.10", "203.0.113.24", "k7v2m9x4q1w8e3", "198.51.100.23"]

@@ -6,14 +6,14 @@ import io
 import json
 import logging
 
-from llmfleet.logs import MAX_FIELD, BufferedStreamHandler, JsonFormatter, log_event
+from fleetllm.logs import MAX_FIELD, BufferedStreamHandler, JsonFormatter, log_event
 
 
 def test_buffered_handler_writes_every_line_in_order_by_close() -> None:
     stream = io.StringIO()
     handler = BufferedStreamHandler(stream)
     handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("llmfleet.test-buffered")
+    logger = logging.getLogger("fleetllm.test-buffered")
     logger.propagate = False
     logger.addHandler(handler)
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llmfleet.adapters.state.passes import PassRecord
-from llmfleet.server.runtime import Runtime
+from fleetllm.adapters.state.passes import PassRecord
+from fleetllm.server.runtime import Runtime
 from tests.notify.receiver import receiving
 
 EVENTS = ["pass_failed"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from flask.testing import FlaskClient
 
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import Runtime
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import Runtime
 from tests.conftest import git
 from tests.server.conftest import KNOWN_BOX, LogCapture, box_headers
 from tests.server.test_revisions import NEW_BOX, add_box
@@ -38,8 +38,8 @@ def test_a_pin_holds_across_new_commits_until_unpinned(runtime: Runtime, fleet_g
     newest = runtime.tracker.newest_valid
     assert newest is not None and newest.revision == third
     assert logs.events("newest valid revision (pinned: not served)")
-    assert 'llmfleet_served_revision_info{revision="' + first + '"} 1.0' in runtime.metrics.exposition().decode()
+    assert 'fleetllm_served_revision_info{revision="' + first + '"} 1.0' in runtime.metrics.exposition().decode()
     runtime.store.unpin("admin:test", runtime.clock())
     runtime.refresh_control()
     assert revision_served(client) == third
-    assert 'llmfleet_served_revision_info{revision="' + third + '"} 1.0' in runtime.metrics.exposition().decode()
+    assert 'fleetllm_served_revision_info{revision="' + third + '"} 1.0' in runtime.metrics.exposition().decode()

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.state import open_store
-from llmfleet.demo.procs import free_port, stop
-from llmfleet.server.reports import MAX_REPORT_BYTES, MAX_REPORT_DEPTH
+from fleetllm.adapters.state import open_store
+from fleetllm.demo.procs import free_port, stop
+from fleetllm.server.reports import MAX_REPORT_BYTES, MAX_REPORT_DEPTH
 from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config, write_config
 
 VALID = {"revision": "abc123", "installer_version": "0.1.0", "outcome": "installed", "message": "ok"}
@@ -53,7 +53,7 @@ def server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[int, Path, subproc
     port = free_port()
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "llmfleet", "serve", "--config", str(config),
+        process = subprocess.Popen([sys.executable, "-m", "fleetllm", "serve", "--config", str(config),
                                     "--listen", f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
                                    env={**os.environ, **ENV}, start_new_session=True)
         try:
@@ -110,7 +110,7 @@ def test_refused_reports_get_a_clear_4xx_and_are_recorded(server: tuple[int, Pat
         expected.append(status)
     metrics = _request(port, "GET", "/metrics")[1].decode()
     for status in sorted(set(expected)):
-        line = f'llmfleet_box_requests_total{{endpoint="report",status="{status}"}} {float(expected.count(status))}'
+        line = f'fleetllm_box_requests_total{{endpoint="report",status="{status}"}} {float(expected.count(status))}'
         assert line in metrics, (line, [m for m in metrics.splitlines() if "box_requests" in m])
     assert 'status="500"' not in metrics
     os.killpg(process.pid, signal.SIGTERM)  # a graceful stop writes out what is buffered
@@ -129,7 +129,7 @@ def test_refused_reports_get_a_clear_4xx_and_are_recorded(server: tuple[int, Pat
 
 def test_brackets_inside_strings_do_not_count() -> None:
     """(Valid installer reports pass these limits: test_box_api.py sends the installer's own.)"""
-    from llmfleet.server.reports import nesting_depth
+    from fleetllm.server.reports import nesting_depth
 
     assert nesting_depth(b'{"a": "[[[[[[", "b": "\\"[[[", "c": [[1]]}') == 3
     assert nesting_depth(b'"unterminated [[[[') == 0

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from flask.testing import FlaskClient
 
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import Runtime
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import Runtime
 from tests.conftest import git
 from tests.server.conftest import KNOWN_BOX, WEBHOOK_SECRET, LogCapture, box_headers
 
@@ -67,9 +67,9 @@ def test_invalid_commit_keeps_old_revision_and_is_reported_once(runtime: Runtime
     assert any("no-such-model" in e for e in health["last_attempted"]["errors"])
     assert len(logs.events("invalid commit not served")) == 1
     metrics = client.get("/metrics").data.decode()
-    assert "llmfleet_commit_validation_failures_total 1.0" in metrics
-    assert "llmfleet_last_attempted_revision_valid 0.0" in metrics
-    assert f'llmfleet_served_revision_info{{revision="{good}"}} 1.0' in metrics
+    assert "fleetllm_commit_validation_failures_total 1.0" in metrics
+    assert "fleetllm_last_attempted_revision_valid 0.0" in metrics
+    assert f'fleetllm_served_revision_info{{revision="{good}"}} 1.0' in metrics
     # The fix is a new commit on top: served at once.
     git(fleet_git, "revert", "--no-edit", "HEAD")
     assert runtime.tracker.refresh() is True

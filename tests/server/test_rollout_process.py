@@ -1,5 +1,5 @@
-"""Staged rollouts against a real `llmfleet serve` process (plain HTTP on loopback) over a real git
-repository and its SQLite state store: `llmfleet rollout` through the admin API, and GET /vllm/config
+"""Staged rollouts against a real `fleetllm serve` process (plain HTTP on loopback) over a real git
+repository and its SQLite state store: `fleetllm rollout` through the admin API, and GET /vllm/config
 serving an agent box its released revision."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.records import BoxReport
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
-from llmfleet.demo.procs import free_port, stop
-from llmfleet_contract.report import ReportOutcome
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.records import BoxReport
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
+from fleetllm.demo.procs import free_port, stop
+from fleetllm_contract.report import ReportOutcome
 from tests.conftest import ROOT, git
 from tests.server.conftest import ADMIN_TOKEN, ENV, FLEET_KEY, KNOWN_BOX, VIEWER_TOKEN, base_config, write_config
 
@@ -32,7 +32,7 @@ def server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, Path]]:
     config = write_config(tmp_path / "cp.yaml", base_config(fleet_git, state))
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
-    process = subprocess.Popen([sys.executable, "-m", "llmfleet", "serve", "--config", str(config), "--listen",
+    process = subprocess.Popen([sys.executable, "-m", "fleetllm", "serve", "--config", str(config), "--listen",
                                 f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
                                env={**os.environ, **ENV}, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -54,11 +54,11 @@ def server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, Path]]:
 
 def rollout_cli(base: str, *args: str, token: str | None = ADMIN_TOKEN,
                 tmp: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMFLEET_")}
-    env["LLMFLEET_URL"] = base
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETLLM_")}
+    env["FLEETLLM_URL"] = base
     if token is not None:
-        env["LLMFLEET_ADMIN_TOKEN"] = token
-    return subprocess.run([sys.executable, "-m", "llmfleet", "rollout", *args], cwd=ROOT, env=env,
+        env["FLEETLLM_ADMIN_TOKEN"] = token
+    return subprocess.run([sys.executable, "-m", "fleetllm", "rollout", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -67,10 +67,10 @@ def test_rollout_commands_through_the_admin_api(server: tuple[str, Path], fleet_
     empty = rollout_cli(base, "status")
     assert empty.returncode == 0 and "no rollout yet" in empty.stdout
     refused = rollout_cli(base, "pause")
-    assert refused.returncode == 1 and "llmfleet rollout: POST /admin/rollout/pause: HTTP 409" in refused.stderr
+    assert refused.returncode == 1 and "fleetllm rollout: POST /admin/rollout/pause: HTTP 409" in refused.stderr
     assert rollout_cli(base, "status", token="not-a-token").returncode == 1
     no_token = rollout_cli(base, "status", token=None)
-    assert no_token.returncode == 2 and "LLMFLEET_ADMIN_TOKEN" in no_token.stderr
+    assert no_token.returncode == 2 and "FLEETLLM_ADMIN_TOKEN" in no_token.stderr
 
     r1 = git(fleet_git, "rev-parse", "HEAD")
     store = open_store(f"sqlite:///{state}")

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from llmfleet.adapters.state.records import BoxReport
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
-from llmfleet.server.runtime import Runtime
-from llmfleet_contract.report import ReportOutcome
+from fleetllm.adapters.state.records import BoxReport
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
+from fleetllm.server.runtime import Runtime
+from fleetllm_contract.report import ReportOutcome
 from tests.conftest import git
 from tests.server.conftest import KNOWN_BOX, box_headers
 
@@ -21,7 +21,7 @@ from tests.server.conftest import KNOWN_BOX, box_headers
 @pytest.fixture(autouse=True)
 def fresh_releases(monkeypatch: pytest.MonkeyPatch) -> None:
     """Config requests read releases at most once a second; these tests write and read at once."""
-    import llmfleet.server.rollouts as rollouts
+    import fleetllm.server.rollouts as rollouts
 
     monkeypatch.setattr(rollouts, "CACHE_TTL_S", 0.0)
 
@@ -159,7 +159,7 @@ def test_a_populated_rollout_view_matches_the_openapi_document(runtime: Runtime,
 
 
 def test_the_revision_page_and_the_attention_strip_show_a_halt(runtime: Runtime, client: FlaskClient) -> None:
-    from llmfleet.adapters.state.passes import PassRecord, RolloutPassRecord
+    from fleetllm.adapters.state.passes import PassRecord, RolloutPassRecord
     from tests.server.conftest import VIEWER_TOKEN
 
     served = runtime.tracker.served
@@ -202,8 +202,8 @@ def test_before_the_first_pass_an_agent_box_keeps_what_it_reported(runtime: Runt
 
 
 def test_config_requests_keep_the_last_releases_while_the_store_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
-    import llmfleet.server.rollouts as rollouts
-    from llmfleet.errors import StateError
+    import fleetllm.server.rollouts as rollouts
+    from fleetllm.errors import StateError
 
     class Store:
         down = False

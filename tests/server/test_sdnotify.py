@@ -1,5 +1,5 @@
-"""`llmfleet serve` under systemd's Type=notify: READY=1 over a real unix datagram socket once the port
-accepts connections, STOPPING=1 when SIGTERM starts the drain (llmfleet.adapters.sdnotify)."""
+"""`fleetllm serve` under systemd's Type=notify: READY=1 over a real unix datagram socket once the port
+accepts connections, STOPPING=1 when SIGTERM starts the drain (fleetllm.adapters.sdnotify)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.sdnotify import notify_address, sd_notify
-from llmfleet.demo.procs import free_port, stop
+from fleetllm.adapters.sdnotify import notify_address, sd_notify
+from fleetllm.demo.procs import free_port, stop
 from tests.server.conftest import ENV, base_config, write_config
 
 
 @pytest.fixture
 def notify_socket() -> Iterator[tuple[socket.socket, str]]:
     """A bound AF_UNIX datagram socket, as systemd's; in a short directory (sun_path holds 107 bytes)."""
-    directory = tempfile.mkdtemp(prefix="llmfleet-notify-")
+    directory = tempfile.mkdtemp(prefix="fleetllm-notify-")
     path = os.path.join(directory, "notify")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(path)
@@ -42,7 +42,7 @@ def start_serve(tmp_path: Path, fleet_git: Path, notify: str) -> tuple[subproces
     port = free_port()
     log = tmp_path / "serve.log"
     with log.open("w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "llmfleet", "serve", "--config", str(config), "--listen",
+        process = subprocess.Popen([sys.executable, "-m", "fleetllm", "serve", "--config", str(config), "--listen",
                                     f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT,
                                    env={**os.environ, **ENV, "NOTIFY_SOCKET": notify}, start_new_session=True)
     return process, port, log
@@ -99,7 +99,7 @@ def test_sd_notify_without_a_socket_sends_nothing() -> None:
 
 
 def test_sd_notify_to_the_abstract_namespace() -> None:
-    name = f"llmfleet-test-{os.getpid()}"
+    name = f"fleetllm-test-{os.getpid()}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind("\0" + name)
         sock.settimeout(5)

@@ -1,4 +1,4 @@
-"""`llmfleet serve`: --check, the loopback rule, and the real gunicorn process over HTTPS."""
+"""`fleetllm serve`: --check, the loopback rule, and the real gunicorn process over HTTPS."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import trustme
 
-from llmfleet.adapters.state import open_store
-from llmfleet.cli.main import main
-from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
-from llmfleet.demo.procs import stop
+from fleetllm.adapters.state import open_store
+from fleetllm.cli.main import main
+from fleetllm.demo.procs import free_port as free_port  # re-exported for this package's tests
+from fleetllm.demo.procs import stop
 from tests.conftest import ROOT, git
 from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config, write_config
 from tests.support.integration import missing
@@ -125,9 +125,9 @@ def test_example_config_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     config = tmp_path / "cp.yaml"
     config.write_text(example.replace("path: ../fleet-repo-example", f"path: {ROOT / 'fleet-repo-example'}")
                       .replace("sqlite:///../.state/control-plane.sqlite3", "sqlite:///state/cp.sqlite3"))
-    monkeypatch.setenv("LLMFLEET_FLEET_KEY", "example-fleet-key-0123")
-    monkeypatch.setenv("LLMFLEET_VLLM_API_SALT", "example-salt-0123456789")
-    monkeypatch.setenv("LLMFLEET_LEGACY_API_KEY", "sk-legacy-example")
+    monkeypatch.setenv("FLEETLLM_FLEET_KEY", "example-fleet-key-0123")
+    monkeypatch.setenv("FLEETLLM_VLLM_API_SALT", "example-salt-0123456789")
+    monkeypatch.setenv("FLEETLLM_LEGACY_API_KEY", "sk-legacy-example")
     if git(ROOT, "branch", "--list", "main") == "":
         missing("this checkout has no local main branch")
     assert main(["serve", "--config", str(config), "--check"]) == 0
@@ -147,7 +147,7 @@ def https_server(tmp_path: Path, fleet_git: Path) -> Iterator[tuple[str, ssl.SSL
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
     env = {**os.environ, **ENV}
-    process = subprocess.Popen([sys.executable, "-m", "llmfleet", "serve", "--config", str(config), "--listen",
+    process = subprocess.Popen([sys.executable, "-m", "fleetllm", "serve", "--config", str(config), "--listen",
                                 f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
     context = ssl.create_default_context()
@@ -241,7 +241,7 @@ def test_check_warns_on_a_short_fleet_key_and_still_serves(config_file: Path, en
     assert main(["serve", "--config", str(config_file), "--check"]) == 0
     assert "fleet_key" not in capsys.readouterr().out
 def check_run(config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Path(sys.executable).parent / "llmfleet"), "serve", "--config", str(config), "--check"],
+    return subprocess.run([str(Path(sys.executable).parent / "fleetllm"), "serve", "--config", str(config), "--check"],
                           capture_output=True, text=True, env={**os.environ, **ENV}, timeout=120, check=False)
 
 
@@ -266,5 +266,5 @@ def test_a_missing_repository_is_reported_once(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-repo"
     done = check_run(write_config(tmp_path / "cp.yaml", base_config(missing, tmp_path / "state.db")))
     assert done.returncode == 1
-    assert done.stderr.strip() == f"llmfleet serve: {missing}: no such directory"
+    assert done.stderr.strip() == f"fleetllm serve: {missing}: no such directory"
     assert done.stdout == ""

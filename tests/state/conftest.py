@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.sqlstore import SqlStateStore
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.sqlstore import SqlStateStore
 from tests.state.postgres import ENV_URL, database_url, schema_url
 from tests.support.integration import missing
 

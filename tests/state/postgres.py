@@ -1,4 +1,4 @@
-"""A real PostgreSQL for tests and benchmarks: LLMFLEET_TEST_PG_URL when set (CI creates a role and a
+"""A real PostgreSQL for tests and benchmarks: FLEETLLM_TEST_PG_URL when set (CI creates a role and a
 database for it), else a throwaway cluster started here (initdb in a temp dir, a free loopback port,
 run as the `postgres` user when we are root), stopped and removed afterwards.
 
@@ -21,9 +21,9 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import psycopg
 
-from llmfleet.demo.procs import free_port as free_port  # re-exported for this package's tests
+from fleetllm.demo.procs import free_port as free_port  # re-exported for this package's tests
 
-ENV_URL = "LLMFLEET_TEST_PG_URL"
+ENV_URL = "FLEETLLM_TEST_PG_URL"
 
 
 def find_bindir() -> Path | None:
@@ -43,7 +43,7 @@ class Cluster:
         self.bindir = bindir
         self._as_postgres = os.geteuid() == 0  # initdb refuses to run as root
         # The postgres user must reach its data directory: /tmp itself, whatever TMPDIR says, when root.
-        self.root = Path(tempfile.mkdtemp(prefix="llmfleet-pg-", dir="/tmp" if self._as_postgres else None))
+        self.root = Path(tempfile.mkdtemp(prefix="fleetllm-pg-", dir="/tmp" if self._as_postgres else None))
         self.port = free_port()
         self.password = secrets.token_urlsafe(18)
         if self._as_postgres:
@@ -86,7 +86,7 @@ class Cluster:
 
 @contextlib.contextmanager
 def database_url() -> Iterator[str | None]:
-    """LLMFLEET_TEST_PG_URL, or a throwaway cluster's URL for the block; None without PostgreSQL."""
+    """FLEETLLM_TEST_PG_URL, or a throwaway cluster's URL for the block; None without PostgreSQL."""
     if os.environ.get(ENV_URL):
         yield os.environ[ENV_URL]
         return

@@ -3,10 +3,10 @@ one taker per sync request, idempotent suspend/resume/unpin, and the audit trail
 
 from __future__ import annotations
 
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.control import pin_of
-from llmfleet.adapters.state.sqlstore import SqlStateStore
-from llmfleet.core.control import MAX_REASON_CHARS, NOTHING, ControlAction
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.control import pin_of
+from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.core.control import MAX_REASON_CHARS, NOTHING, ControlAction
 
 REV = "a" * 40
 

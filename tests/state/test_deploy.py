@@ -1,5 +1,5 @@
 """deploy/: the manifests parse (kubeconform's schemas cannot be fetched offline, so the fields that
-matter are checked here), both configs load with llmfleet's own reader, every ${cred:NAME} they use is
+matter are checked here), both configs load with fleetllm's own reader, every ${cred:NAME} they use is
 provided (by a LoadCredential= line, by a key of the Secret), and systemd-analyze verifies the units."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from llmfleet.errors import ConfigurationError
-from llmfleet.job.configfile import SERVE_ONLY
-from llmfleet.job.configfile import load_config as reconcile_config
-from llmfleet.settings import load_config
+from fleetllm.errors import ConfigurationError
+from fleetllm.job.configfile import SERVE_ONLY
+from fleetllm.job.configfile import load_config as reconcile_config
+from fleetllm.settings import load_config
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -77,7 +77,7 @@ def test_kubernetes_manifests(tmp_path: Path) -> None:
     assert found["Deployment"]["spec"]["replicas"] >= 2
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
     assert container["livenessProbe"]["httpGet"]["path"] == "/metrics"
-    assert {"name": "CREDENTIALS_DIRECTORY", "value": "/run/credentials/llmfleet"} in container["env"]
+    assert {"name": "CREDENTIALS_DIRECTORY", "value": "/run/credentials/fleetllm"} in container["env"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     selector = found["Deployment"]["spec"]["selector"]["matchLabels"]
     assert found["Service"]["spec"]["selector"] == selector
@@ -129,7 +129,7 @@ def systemd_config(tmp_path: Path) -> tuple[str, Path]:
     text = (SYSTEMD / "control-plane.yaml").read_text()
     for name in ("fullchain.pem", "privkey.pem"):
         (tmp_path / name).write_text("placeholder\n")
-        text = text.replace(f"/etc/llmfleet/tls/{name}", str(tmp_path / name))
+        text = text.replace(f"/etc/fleetllm/tls/{name}", str(tmp_path / name))
     path = tmp_path / "control-plane.yaml"
     path.write_text(text)
     return text, path
@@ -142,33 +142,33 @@ def loaded_credentials(unit: str) -> set[str]:
 def test_systemd_units_load_the_credentials_their_service_uses(tmp_path: Path) -> None:
     text, path = systemd_config(tmp_path)
     names = cred_names(text)
-    assert loaded_credentials("llmfleet-serve.service") == names  # serve resolves every reference at start
+    assert loaded_credentials("fleetllm-serve.service") == names  # serve resolves every reference at start
     # the reconcile pass only those it uses: none of the fleet key, webhook secret and admin token
     needed = cred_names(text, skip=SERVE_ONLY)
-    assert loaded_credentials("llmfleet-reconcile.service") == needed
+    assert loaded_credentials("fleetllm-reconcile.service") == needed
     assert {"fleet-key", "webhook-secret", "admin-token"} == names - needed
     config = load_config(path, {"CREDENTIALS_DIRECTORY": str(credentials_dir(tmp_path, names))})
-    assert config.repo.clone_dir == Path("/var/lib/llmfleet/fleet-repo.git")
-    reconcile = (SYSTEMD / "llmfleet-reconcile.service").read_text()
+    assert config.repo.clone_dir == Path("/var/lib/fleetllm/fleet-repo.git")
+    reconcile = (SYSTEMD / "fleetllm-reconcile.service").read_text()
     assert "--repo" not in reconcile  # it fetches repo.url itself, into its own clone in its StateDirectory
     only_needed = credentials_dir(tmp_path / "reconcile", needed)
     clone_dir = reconcile_config(path, {"CREDENTIALS_DIRECTORY": str(only_needed)}).clone_dir
-    assert clone_dir == Path("/var/lib/llmfleet/fleet-repo-reconcile.git")
-    assert "StateDirectory=llmfleet" in reconcile
+    assert clone_dir == Path("/var/lib/fleetllm/fleet-repo-reconcile.git")
+    assert "StateDirectory=fleetllm" in reconcile
 
 
 def test_the_serve_unit_waits_for_readiness() -> None:
-    """Type=notify: `llmfleet serve` sends READY=1 once it listens (tests/server/test_sdnotify.py)."""
-    serve = (SYSTEMD / "llmfleet-serve.service").read_text()
+    """Type=notify: `fleetllm serve` sends READY=1 once it listens (tests/server/test_sdnotify.py)."""
+    serve = (SYSTEMD / "fleetllm-serve.service").read_text()
     service = serve[serve.index("[Service]"):]
     assert re.findall(r"^Type=(\S+)$", service, re.MULTILINE) == ["notify"]
     assert re.findall(r"^NotifyAccess=(\S+)$", service, re.MULTILINE) in ([], ["main"])
 def test_an_invalid_head_is_no_failed_pass_for_the_shipped_schedulers() -> None:
     """`reconcile --once` exits 3 when it ran on the last valid commit (issue 14.7): the systemd unit
     counts 3 as success; a Kubernetes Job counts only 0, so the CronJob asks for 0."""
-    from llmfleet.cli.passes import EXIT_INVALID_HEAD
+    from fleetllm.cli.passes import EXIT_INVALID_HEAD
 
-    reconcile = (SYSTEMD / "llmfleet-reconcile.service").read_text()
+    reconcile = (SYSTEMD / "fleetllm-reconcile.service").read_text()
     assert re.search(rf"^SuccessExitStatus={EXIT_INVALID_HEAD}$", reconcile, re.MULTILINE)
     cronjob = next(d for d in yaml.safe_load_all((KUBE / "reconciler.yaml").read_text())
                    if d and d["kind"] == "CronJob")
@@ -179,11 +179,11 @@ def test_an_invalid_head_is_no_failed_pass_for_the_shipped_schedulers() -> None:
 @pytest.mark.integration  # .ci/run's machine has systemd-analyze: this must run there
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
-    llmfleet = shutil.which("llmfleet") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "llmfleet")
+    fleetllm = shutil.which("fleetllm") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "fleetllm")
     units = []
-    for unit in sorted(SYSTEMD.glob("llmfleet-*")):  # ExecStart must exist: point it at this checkout's
+    for unit in sorted(SYSTEMD.glob("fleetllm-*")):  # ExecStart must exist: point it at this checkout's
         target = tmp_path / unit.name
-        target.write_text(unit.read_text().replace("/opt/llmfleet/bin/llmfleet", llmfleet))
+        target.write_text(unit.read_text().replace("/opt/fleetllm/bin/fleetllm", fleetllm))
         units.append(str(target))
     done = subprocess.run(["systemd-analyze", "verify", "--man=no", *units], capture_output=True, text=True,
                           timeout=120, check=False)

@@ -1,4 +1,4 @@
-"""The schemas with their local $refs inlined (llmfleet.core.fleet.schema.validator, a speed-up for large
+"""The schemas with their local $refs inlined (fleetllm.core.fleet.schema.validator, a speed-up for large
 fleets) check exactly what the schemas as written check: the same errors, at the same paths."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from llmfleet.core.fleet.schema import inline_local_refs, load_schema, schema_dir, validator
+from fleetllm.core.fleet.schema import inline_local_refs, load_schema, schema_dir, validator
 from tests.conftest import EXAMPLE, ROOT
 
 SCHEMAS = sorted(p.name.removesuffix(".schema.json") for p in schema_dir().glob("*.schema.json"))

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.migrations import MIGRATIONS
-from llmfleet.adapters.state.notifications import MemoryLedger, NotificationLedger, SqlLedger, ledger_for
-from llmfleet.adapters.state.reconcile import MemoryStore
-from llmfleet.adapters.state.sqlstore import SqlStateStore
-from llmfleet.core.notify import Event, EventKind, decide
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.migrations import MIGRATIONS
+from fleetllm.adapters.state.notifications import MemoryLedger, NotificationLedger, SqlLedger, ledger_for
+from fleetllm.adapters.state.reconcile import MemoryStore
+from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.core.notify import Event, EventKind, decide
 
 RENOTIFY = 60.0
 

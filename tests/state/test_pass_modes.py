@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from llmfleet.adapters.state.passes import PassMode, PassRecord
-from llmfleet.adapters.state.sqlstore import SqlStateStore
+from fleetllm.adapters.state.passes import PassMode, PassRecord
+from fleetllm.adapters.state.sqlstore import SqlStateStore
 from tests.pages.test_records import DETAILED
 
 
@@ -24,7 +24,7 @@ def test_each_mode_is_kept_and_read_back(store: SqlStateStore) -> None:
 
 def test_an_old_record_reads_as_it_was(store: SqlStateStore) -> None:
     old = {"started_at": 1.0, "duration_s": 0.5, "revision": "a" * 40, "mode": "plan", "verdicts": {"Healthy": 1},
-           "actions": [{"kind": "create", "id": "llmfleet:127.0.0.2:8001", "ok": True,
+           "actions": [{"kind": "create", "id": "fleetllm:127.0.0.2:8001", "ok": True,
                         "outcome": "planned, not applied"}]}
     with store.db.transaction() as tx:
         tx.execute("INSERT INTO reconcile_pass (started_at, revision, mode, ok, record) VALUES (?, ?, ?, ?, ?)",

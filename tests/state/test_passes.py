@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from llmfleet.adapters.state import open_reconcile_state as open_reconciler_store
-from llmfleet.adapters.state import sqlstore
-from llmfleet.adapters.state.sqlstore import SqlStateStore
-from llmfleet.adapters.state.store import DETAILED_PASSES
+from fleetllm.adapters.state import open_reconcile_state as open_reconciler_store
+from fleetllm.adapters.state import sqlstore
+from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.adapters.state.store import DETAILED_PASSES
 from tests.pages.test_records import DETAILED
 
 

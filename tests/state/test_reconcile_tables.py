@@ -1,4 +1,4 @@
-"""The reconciler's state (its Protocol, reconciler/llmfleet/adapters/state/reconcile.py) on every store: in memory, and
+"""The reconciler's state (its Protocol, reconciler/fleetllm/adapters/state/reconcile.py) on every store: in memory, and
 the control plane's store on SQLite and on PostgreSQL, which is one object for both."""
 
 from __future__ import annotations
@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.state import open_reconcile_state
-from llmfleet.adapters.state.passes import ActionRecord, PassRecord
-from llmfleet.adapters.state.reconcile import MemoryStore, ReconcileState
-from llmfleet.adapters.state.records import BoxReport as ControlPlaneReport
-from llmfleet.adapters.state.records import Endpoint, FetchRecord
-from llmfleet.adapters.state.sqlstore import SqlStateStore
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.judge.observed import BoxReport
-from llmfleet.core.judge.plan import PendingDelete
-from llmfleet.core.judge.verdict import ServerHistory
-from llmfleet_contract.report import ReportOutcome
+from fleetllm.adapters.state import open_reconcile_state
+from fleetllm.adapters.state.passes import ActionRecord, PassRecord
+from fleetllm.adapters.state.reconcile import MemoryStore, ReconcileState
+from fleetllm.adapters.state.records import BoxReport as ControlPlaneReport
+from fleetllm.adapters.state.records import Endpoint, FetchRecord
+from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.judge.observed import BoxReport
+from fleetllm.core.judge.plan import PendingDelete
+from fleetllm.core.judge.verdict import ServerHistory
+from fleetllm_contract.report import ReportOutcome
 
 RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},
-                    (ActionRecord("delete", "llmfleet:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
+                    (ActionRecord("delete", "fleetllm:b:8001", False, "failed", "HTTP 503"),), ("vast listing: x",))
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])

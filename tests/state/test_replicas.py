@@ -1,5 +1,5 @@
-"""Several processes on one PostgreSQL, as deployed: two `llmfleet serve` replicas on two loopback
-ports share the fetch log and each serve by commit; two `llmfleet reconcile --once` started together
+"""Several processes on one PostgreSQL, as deployed: two `fleetllm serve` replicas on two loopback
+ports share the fetch log and each serve by commit; two `fleetllm reconcile --once` started together
 run exactly one pass between them (the advisory lock)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.records import Endpoint
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.records import Endpoint
 from tests.conftest import ROOT, TEST_LEGACY_KEY, TEST_SALT, git
 from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config
 from tests.state.postgres import free_port, split_password
@@ -47,7 +47,7 @@ class Replica:
         self.log = log
         with log.open("w") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "llmfleet", "serve", "--config", str(config), "--listen",
+                [sys.executable, "-m", "fleetllm", "serve", "--config", str(config), "--listen",
                  f"127.0.0.1:{self.port}"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                 env={**os.environ, **env}, start_new_session=True)
 
@@ -200,7 +200,7 @@ def test_two_reconcilers_started_together_run_one_pass(tmp_path: Path, fleet_dir
         "secrets": {"vllm_api_salt": "${env:SALT}", "legacy_api_key": "${env:LEGACY}"},
         "litellm": {"url": litellm.url, "master_key": "${env:MK}", "timeout_s": 120}}))
     env = {**os.environ, **pg_env, "SALT": TEST_SALT, "LEGACY": TEST_LEGACY_KEY, "MK": "sk-master-replica-test"}
-    command = [sys.executable, "-m", "llmfleet", "reconcile", "--once", "--config", str(config), "--repo",
+    command = [sys.executable, "-m", "fleetllm", "reconcile", "--once", "--config", str(config), "--repo",
                str(fleet_dir)]
     jobs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(2)]
@@ -224,7 +224,7 @@ def test_two_reconcilers_started_together_run_one_pass(tmp_path: Path, fleet_dir
     skip_line = next(json.loads(line) for line in outputs[skipped[0]][1].splitlines()
                      if '"reconcile_pass_skipped"' in line)
     assert "another reconcile pass holds the PostgreSQL advisory lock" in skip_line["reason"]
-    assert "llmfleet-reconcile" in skip_line["reason"]  # who holds it
+    assert "fleetllm-reconcile" in skip_line["reason"]  # who holds it
     assert jobs[skipped[0]].returncode == 0
     store = open_store(pg_url)
     try:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from llmfleet.adapters.state.records import BoxReport
-from llmfleet.adapters.state.sqlstore import SqlStateStore
-from llmfleet.server.reports import ReportError, parse_report, report_json
+from fleetllm.adapters.state.records import BoxReport
+from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.server.reports import ReportError, parse_report, report_json
 
 BASE = {"revision": "abc123", "installer_version": "0.1.0", "outcome": "installed", "message": "ok"}
 

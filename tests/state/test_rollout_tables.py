@@ -3,10 +3,10 @@ person's request kept until the pass that takes it."""
 
 from __future__ import annotations
 
-from llmfleet.adapters.state import open_store
-from llmfleet.adapters.state.sqlstore import SqlStateStore
-from llmfleet.core.rollout.control import Request
-from llmfleet.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.core.rollout.control import Request
+from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
 
 R1 = Rollout("a" * 40, RolloutState.RUNNING, 100.0, 100.0)
 REL = {"box1": BoxRelease("box1", "a" * 40, "b" * 40, 101.5, BoxState.DRAINING, drain_started_at=101.5, wave=2,
@@ -56,7 +56,7 @@ def test_a_request_waits_for_the_pass_that_takes_it(store: SqlStateStore) -> Non
 
 
 def test_rollout_rows_are_bounded(store: SqlStateStore, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import llmfleet.adapters.state.sqlstore as sqlstore
+    import fleetllm.adapters.state.sqlstore as sqlstore
 
     monkeypatch.setattr(sqlstore, "KEEP_ROLLOUTS", 3)
     for i in range(6):

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from llmfleet.server.app import create_app
-from llmfleet.server.runtime import Runtime, start_up
-from llmfleet.settings import load_config
+from fleetllm.server.app import create_app
+from fleetllm.server.runtime import Runtime, start_up
+from fleetllm.settings import load_config
 from tests.server.conftest import ENV, KNOWN_BOX, base_config, box_headers
 from tests.state.postgres import split_password
 

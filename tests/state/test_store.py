@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.adapters.state import (
+from fleetllm.adapters.state import (
     Approval,
     BoxReport,
     Endpoint,
@@ -19,14 +19,14 @@ from llmfleet.adapters.state import (
     StateError,
     open_store,
 )
-from llmfleet.adapters.state.migrations import MIGRATIONS
-from llmfleet.adapters.state.records import MAX_RECORD_CHARS, STORED_CHARS
-from llmfleet.adapters.state.sqlite import SqliteDatabase
-from llmfleet.adapters.state.sqlstore import SqlStateStore
-from llmfleet.adapters.state.store import FetchRetention, sqlite_path
-from llmfleet.core.fleet.jsonvalue import freeze_mapping
-from llmfleet.core.secret import Secret
-from llmfleet_contract.report import ReportOutcome
+from fleetllm.adapters.state.migrations import MIGRATIONS
+from fleetllm.adapters.state.records import MAX_RECORD_CHARS, STORED_CHARS
+from fleetllm.adapters.state.sqlite import SqliteDatabase
+from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.adapters.state.store import FetchRetention, sqlite_path
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.secret import Secret
+from fleetllm_contract.report import ReportOutcome
 from tests.state.postgres import free_port, with_schema
 
 
@@ -46,7 +46,7 @@ def columns(store: SqlStateStore) -> dict[str, list[str]]:
                                                    "AND name NOT LIKE 'sqlite_%'")]
         return {t: [r["name"] for r in store.db.read(f"PRAGMA table_info({t})")] for t in tables}
     rows = store.db.read("SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = "
-                         "current_schema() AND table_name != 'llmfleet_schema' ORDER BY ordinal_position")
+                         "current_schema() AND table_name != 'fleetllm_schema' ORDER BY ordinal_position")
     out: dict[str, list[str]] = {}
     for r in rows:
         out.setdefault(r["table_name"], []).append(r["column_name"])
@@ -90,9 +90,9 @@ def test_newer_schema_refused(store_url: str) -> None:
         if store.backend == "sqlite":
             tx.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
         else:
-            tx.execute("UPDATE llmfleet_schema SET version = ?", (len(MIGRATIONS) + 1,))
+            tx.execute("UPDATE fleetllm_schema SET version = ?", (len(MIGRATIONS) + 1,))
     store.close()
-    with pytest.raises(StateError, match="newer than this llmfleet"):
+    with pytest.raises(StateError, match="newer than this fleetllm"):
         open_store(store_url)
 
 
@@ -125,11 +125,11 @@ def test_unwritable_location(tmp_path: Path) -> None:
 
 
 def test_unreachable_postgres_is_one_clear_error_without_the_password() -> None:
-    url = f"postgresql://llmfleet@127.0.0.1:{free_port()}/llmfleet"
+    url = f"postgresql://fleetllm@127.0.0.1:{free_port()}/fleetllm"
     with pytest.raises(StateError) as caught:
         open_store(url, password=Secret("pg-password-never-shown", "test"))
     message = str(caught.value)
-    assert "cannot use the PostgreSQL state database postgresql://llmfleet@127.0.0.1:" in message
+    assert "cannot use the PostgreSQL state database postgresql://fleetllm@127.0.0.1:" in message
     assert "Connection refused" in message or "connection failed" in message
     assert "pg-password-never-shown" not in message
 
@@ -266,7 +266,7 @@ def test_timestamps_keep_their_precision(store: SqlStateStore) -> None:
 
 
 def test_pass_lock_is_one_per_database_schema(pg_url: str, pg_database: str, tmp_path: Path) -> None:
-    from llmfleet.adapters.state.locks import LockHeld
+    from fleetllm.adapters.state.locks import LockHeld
     from tests.state.postgres import schema_url
 
     first, second = open_store(pg_url), open_store(pg_url)
@@ -275,7 +275,7 @@ def test_pass_lock_is_one_per_database_schema(pg_url: str, pg_database: str, tmp
             with pytest.raises(LockHeld, match="PostgreSQL advisory lock in postgresql://") as caught, \
                     second.pass_lock():
                 pass
-            assert "llmfleet-reconcile" in str(caught.value)  # the holder's session, by name
+            assert "fleetllm-reconcile" in str(caught.value)  # the holder's session, by name
             with schema_url(pg_database) as other_fleet:  # another schema is another fleet
                 other = open_store(other_fleet)
                 with other.pass_lock():
@@ -290,7 +290,7 @@ def test_pass_lock_is_one_per_database_schema(pg_url: str, pg_database: str, tmp
 
 
 def test_sqlite_pass_lock_is_a_file_beside_the_database(tmp_path: Path) -> None:
-    from llmfleet.adapters.state.locks import LockHeld
+    from fleetllm.adapters.state.locks import LockHeld
 
     store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
@@ -303,8 +303,8 @@ def test_sqlite_pass_lock_is_a_file_beside_the_database(tmp_path: Path) -> None:
 
 
 def config_problems(tmp_path: Path, state: str) -> str:
-    from llmfleet.errors import ConfigurationError as ConfigError
-    from llmfleet.settings import load_config
+    from fleetllm.errors import ConfigurationError as ConfigError
+    from fleetllm.settings import load_config
 
     path = tmp_path / "cp.yaml"
     path.write_text(f"repo: {{path: /x}}\nsecrets: {{vllm_api_salt: '${{env:SALT}}'}}\nstate: {state}\n")
@@ -314,19 +314,19 @@ def config_problems(tmp_path: Path, state: str) -> str:
 
 
 def test_config_keeps_the_password_out_of_the_url(tmp_path: Path) -> None:
-    from llmfleet.settings import load_config
+    from fleetllm.settings import load_config
 
-    message = config_problems(tmp_path, "{url: 'postgresql://llmfleet:hunter2-in-url@db/llmfleet'}")
+    message = config_problems(tmp_path, "{url: 'postgresql://fleetllm:hunter2-in-url@db/fleetllm'}")
     assert "/state/url: the URL carries a password" in message
     assert "hunter2-in-url" not in message
     message = config_problems(tmp_path, "{url: 'sqlite:///s.db', password: '${env:PG}'}")
     assert "/state/password: a password is only for a postgresql:// state url" in message
-    message = config_problems(tmp_path, "{url: 'postgresql://llmfleet@db/llmfleet', password: pg-literal}")
+    message = config_problems(tmp_path, "{url: 'postgresql://fleetllm@db/fleetllm', password: pg-literal}")
     assert "/state/password" in message
     assert "pg-literal" not in message  # a literal is refused without being echoed
     path = tmp_path / "ok.yaml"
     path.write_text("repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:SALT}'}\n"
-                    "state: {url: 'postgresql://llmfleet@db/llmfleet', password: '${env:PG}', "
+                    "state: {url: 'postgresql://fleetllm@db/fleetllm', password: '${env:PG}', "
                     "fetch_log_max_rows: 5000, fetch_log_max_age_days: 0.5}\n")
     config = load_config(path, {"SALT": "salt-0123456789abcdef", "PG": "pg-secret"})
     assert config.state.password is not None
@@ -381,7 +381,7 @@ def test_page_sessions_are_held_server_side(store: SqlStateStore, monkeypatch: p
     assert store.end_session("d2")
     assert not store.end_session("d2")
     assert store.session_alive("d2", 150.0) is None
-    monkeypatch.setattr("llmfleet.adapters.state.sqlstore.MAX_SESSIONS", 3)
+    monkeypatch.setattr("fleetllm.adapters.state.sqlstore.MAX_SESSIONS", 3)
     for i in range(5):  # expired ones go first, then the oldest beyond the cap
         store.create_session(f"n{i}", "viewer", "fp", 300.0 + i, 900.0)
     assert [store.session_alive(f"n{i}", 400.0) for i in range(5)] == [None, None, "viewer", "viewer", "viewer"]

@@ -1,5 +1,5 @@
 """A GPU box on a loopback address for end-to-end tests: its own data dir, a real supervisord, the stub
-vLLM as `vllm` and the fake nvidia-smi on its PATH, provisioned by installer/llmfleet_installer/provision/vast.sh against a
+vLLM as `vllm` and the fake nvidia-smi on its PATH, provisioned by installer/fleetllm_installer/provision/vast.sh against a
 control plane URL, as a Vast box would be."""
 
 from __future__ import annotations
@@ -40,15 +40,15 @@ class Box:
         wait_until("supervisord's socket", lambda: (self.short / "supervisor.sock").exists(), 30)
 
     def provision_env(self, plane: str, fleet_key: str, **extra: str) -> dict[str, str]:
-        return {"PATH": self.path, "HOME": str(self.root), "PUBLIC_IPADDR": self.name, "LLMFLEET_URL": plane,
-                "LLMFLEET_FLEET_KEY": fleet_key, "LLMFLEET_PYTHON": sys.executable,
-                "LLMFLEET_DATA_DIR": str(self.root / "data"), "LLMFLEET_SUPERVISOR_CONF_DIR": str(self.root / "conf.d"),
-                "LLMFLEET_SUPERVISOR_CONFIG": str(self.config), "LLMFLEET_LISTEN_HOST": self.name,
-                "LLMFLEET_STARTSECS": "1", "LLMFLEET_START_TIMEOUT_S": "60", "LLMFLEET_FETCH_DEADLINE_S": "0",
+        return {"PATH": self.path, "HOME": str(self.root), "PUBLIC_IPADDR": self.name, "FLEETLLM_URL": plane,
+                "FLEETLLM_FLEET_KEY": fleet_key, "FLEETLLM_PYTHON": sys.executable,
+                "FLEETLLM_DATA_DIR": str(self.root / "data"), "FLEETLLM_SUPERVISOR_CONF_DIR": str(self.root / "conf.d"),
+                "FLEETLLM_SUPERVISOR_CONFIG": str(self.config), "FLEETLLM_LISTEN_HOST": self.name,
+                "FLEETLLM_STARTSECS": "1", "FLEETLLM_START_TIMEOUT_S": "60", "FLEETLLM_FETCH_DEADLINE_S": "0",
                 "FAKE_NVIDIA_SMI_GPUS": "NVIDIA H100 80GB HBM3:81559:81080", **extra}
 
     def provision(self, plane: str, fleet_key: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(ROOT / "installer" / "llmfleet_installer" / "provision" / "vast.sh")],
+        return subprocess.run(["bash", str(ROOT / "installer" / "fleetllm_installer" / "provision" / "vast.sh")],
                               env=self.provision_env(plane, fleet_key, **extra), capture_output=True, text=True,
                               timeout=300, check=False)
 

@@ -1,8 +1,8 @@
 """Integration tests that may not skip in CI.
 
 A test that needs something outside Python (a real LiteLLM proxy, PostgreSQL, Chromium, a working
-`llmfleet serve`) skips on a developer's machine without it, saying what is missing. With
-LLMFLEET_REQUIRE_INTEGRATION=1 (.ci/run sets it) such a skip is a failure instead, so a CI run cannot go
+`fleetllm serve`) skips on a developer's machine without it, saying what is missing. With
+FLEETLLM_REQUIRE_INTEGRATION=1 (.ci/run sets it) such a skip is a failure instead, so a CI run cannot go
 green while a suite did not run. Two ways a test counts as integration:
 
 - it calls `missing(reason)` where it would have called `pytest.skip(reason)` (the fixtures of the real
@@ -22,7 +22,7 @@ from typing import NoReturn
 
 import pytest
 
-REQUIRE_ENV = "LLMFLEET_REQUIRE_INTEGRATION"
+REQUIRE_ENV = "FLEETLLM_REQUIRE_INTEGRATION"
 MARKER = "integration"
 
 

@@ -1,5 +1,5 @@
 """A real LiteLLM proxy for tests: one that is already running (CI's .ci/run starts it with
-../shared/litellm-offline), named by LLMFLEET_TEST_LITELLM_URL and LLMFLEET_TEST_LITELLM_MASTER_KEY.
+../shared/litellm-offline), named by FLEETLLM_TEST_LITELLM_URL and FLEETLLM_TEST_LITELLM_MASTER_KEY.
 Tests that need it are skipped, saying why, when those are not set."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-URL_ENV = "LLMFLEET_TEST_LITELLM_URL"
-KEY_ENV = "LLMFLEET_TEST_LITELLM_MASTER_KEY"
+URL_ENV = "FLEETLLM_TEST_LITELLM_URL"
+KEY_ENV = "FLEETLLM_TEST_LITELLM_MASTER_KEY"
 SKIP_REASON = (f"no LiteLLM proxy: set {URL_ENV} and {KEY_ENV} (.ci/run starts one with "
                "../shared/litellm-offline/setup.sh)")
 
@@ -47,12 +47,12 @@ class LitellmProxy:
                 return rows
             page += 1
 
-    def reset(self, prefixes: tuple[str, ...] = ("llmfleet:", "test-")) -> None:
-        """Delete every DB deployment llmfleet manages or a test made (config-file models stay)."""
+    def reset(self, prefixes: tuple[str, ...] = ("fleetllm:", "test-")) -> None:
+        """Delete every DB deployment fleetllm manages or a test made (config-file models stay)."""
         for row in self.deployments():
             info = row.get("model_info") or {}
             ident = str(info.get("id", ""))
-            if info.get("db_model") and (info.get("managed_by") == "llmfleet" or ident.startswith(prefixes)):
+            if info.get("db_model") and (info.get("managed_by") == "fleetllm" or ident.startswith(prefixes)):
                 self.call("POST", "/model/delete", {"id": ident})
 
 

@@ -1,4 +1,4 @@
-"""The real control plane as a process (`llmfleet serve`) for fault, storm and secret tests.
+"""The real control plane as a process (`fleetllm serve`) for fault, storm and secret tests.
 
 A config file in a temp dir (secrets as ${env:} references only), an ephemeral loopback port, its log
 (stdout + stderr) in a file, and every process of its session group stopped at the end. `rss()` reads
@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from llmfleet.demo.procs import free_port as free_port  # re-exported for the tests
-from llmfleet.demo.procs import stop
+from fleetllm.demo.procs import free_port as free_port  # re-exported for the tests
+from fleetllm.demo.procs import stop
 
-LLMFLEET = Path(sys.executable).parent / "llmfleet"
+FLEETLLM = Path(sys.executable).parent / "fleetllm"
 
 
 def request(url: str, headers: dict[str, str] | None = None, method: str = "GET", data: bytes | None = None,
@@ -73,7 +73,7 @@ class Memory:
 
 @dataclass
 class ControlPlane:
-    """`llmfleet serve --config FILE` on 127.0.0.1:<free port>."""
+    """`fleetllm serve --config FILE` on 127.0.0.1:<free port>."""
 
     directory: Path
     document: dict[str, Any]
@@ -98,7 +98,7 @@ class ControlPlane:
         self.document["listen"] = f"127.0.0.1:{self.port}"
         self.config.write_text(yaml.safe_dump(self.document, sort_keys=False))
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen([str(LLMFLEET), "serve", "--config", str(self.config)],
+            self.process = subprocess.Popen([str(FLEETLLM), "serve", "--config", str(self.config)],
                                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                                                  "HOME": str(self.directory), **self.env},
                                             cwd=self.directory, stdout=log, stderr=subprocess.STDOUT,

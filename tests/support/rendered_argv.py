@@ -7,22 +7,22 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from llmfleet.adapters.git import read_directory
-from llmfleet.core.fleet.bearer import Salt
-from llmfleet.core.fleet.render import Bearers, render_all
-from llmfleet.core.fleet.validate import validate_snapshot
-from llmfleet_installer.boxjson import parse_box
-from llmfleet_installer.fit import check_fit
-from llmfleet_installer.hardware import Gpu
-from llmfleet_installer.settings import load
-from llmfleet_installer.units import render_unit
+from fleetllm.adapters.git import read_directory
+from fleetllm.core.fleet.bearer import Salt
+from fleetllm.core.fleet.render import Bearers, render_all
+from fleetllm.core.fleet.validate import validate_snapshot
+from fleetllm_installer.boxjson import parse_box
+from fleetllm_installer.fit import check_fit
+from fleetllm_installer.hardware import Gpu
+from fleetllm_installer.settings import load
+from fleetllm_installer.units import render_unit
 from tests.conftest import EXAMPLE, TEST_LEGACY_KEY, TEST_SALT
 
 
 def rendered_argvs(tmp_path: Path) -> list[list[str]]:
     validation = validate_snapshot(read_directory(EXAMPLE))
     assert validation.fleet is not None
-    settings = load({"LLMFLEET_DATA_DIR": str(tmp_path)}, need_control_plane=False)
+    settings = load({"FLEETLLM_DATA_DIR": str(tmp_path)}, need_control_plane=False)
     gpus = (Gpu(0, "GPU-0", "H100", 81559, 81559),)
     argvs = []
     for name, document in render_all(validation.fleet, Bearers(Salt(TEST_SALT), TEST_LEGACY_KEY)).items():

@@ -1,4 +1,4 @@
-"""`llmfleet serve` must work for the suites that run it: when `serve --help` fails, the control plane is
+"""`fleetllm serve` must work for the suites that run it: when `serve --help` fails, the control plane is
 broken, which is a failure of those suites, never a reason to skip them."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-LLMFLEET = Path(sys.executable).parent / "llmfleet"
+FLEETLLM = Path(sys.executable).parent / "fleetllm"
 
 
-def require_serve(llmfleet: Path = LLMFLEET) -> None:
-    """Fail the test, with what `serve --help` said, unless `llmfleet serve --help` exits 0."""
+def require_serve(fleetllm: Path = FLEETLLM) -> None:
+    """Fail the test, with what `serve --help` said, unless `fleetllm serve --help` exits 0."""
     try:
-        done = subprocess.run([str(llmfleet), "serve", "--help"], capture_output=True, text=True, timeout=120,
+        done = subprocess.run([str(fleetllm), "serve", "--help"], capture_output=True, text=True, timeout=120,
                               check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"`{llmfleet} serve --help` did not run: {exc}", pytrace=False)
+        pytest.fail(f"`{fleetllm} serve --help` did not run: {exc}", pytrace=False)
     if done.returncode != 0:
-        pytest.fail(f"`llmfleet serve --help` exited {done.returncode}: the control plane is broken\n"
+        pytest.fail(f"`fleetllm serve --help` exited {done.returncode}: the control plane is broken\n"
                     f"{(done.stdout + done.stderr)[-2000:]}", pytrace=False)

@@ -1,4 +1,4 @@
-"""The gate itself, run in an inner pytest (pytester): under LLMFLEET_REQUIRE_INTEGRATION=1 every way an
+"""The gate itself, run in an inner pytest (pytester): under FLEETLLM_REQUIRE_INTEGRATION=1 every way an
 integration test can skip is a failure, nothing else changes, and a value other than 0/1 stops the run."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_with_the_variable_every_integration_skip_fails(pytester: pytest.Pyteste
     for test, reason in (("test_marked_skipif", "no browser here"), ("test_marked_fixture_skip", "no database here")):
         assert f"ERROR test_inner.py::{test}" in out
         assert f"this integration test skipped: {reason}" in out
-    assert "LLMFLEET_REQUIRE_INTEGRATION=1 and this integration test" in out
+    assert "FLEETLLM_REQUIRE_INTEGRATION=1 and this integration test" in out
     assert "SKIPPED [1] test_inner.py" in out and "not an integration test" in out
 
 
@@ -92,16 +92,16 @@ def test_a_value_other_than_0_or_1_stops_the_run(pytester: pytest.Pytester, monk
                                                  value: str) -> None:
     result = run(pytester, monkeypatch, value)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"LLMFLEET_REQUIRE_INTEGRATION={value!r}" in result.stderr.str()
+    assert f"FLEETLLM_REQUIRE_INTEGRATION={value!r}" in result.stderr.str()
 
 
 def test_a_broken_serve_fails_the_suites_that_need_it(tmp_path: Path) -> None:
-    broken = tmp_path / "llmfleet"
+    broken = tmp_path / "fleetllm"
     broken.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named flask' >&2\nexit 1\n")
     broken.chmod(0o755)
     with pytest.raises(pytest.fail.Exception) as info:
         require_serve(broken)
-    assert "`llmfleet serve --help` exited 1: the control plane is broken" in str(info.value)
+    assert "`fleetllm serve --help` exited 1: the control plane is broken" in str(info.value)
     assert "No module named flask" in str(info.value)
     with pytest.raises(pytest.fail.Exception, match="did not run"):
         require_serve(tmp_path / "absent")

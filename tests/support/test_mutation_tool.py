@@ -29,9 +29,9 @@ def test_every_module_names_existing_sources_and_tests() -> None:
 
 def test_a_change_selects_its_modules() -> None:
     mutation = tool()
-    names = [m.name for m in mutation.changed_modules({"reconciler/llmfleet/core/judge/plan.py", "docs/testing.md"})]
+    names = [m.name for m in mutation.changed_modules({"reconciler/fleetllm/core/judge/plan.py", "docs/testing.md"})]
     assert names == ["plan"]
-    assert mutation.changed_modules({"reconciler/llmfleet/cli/main.py"}) == []
+    assert mutation.changed_modules({"reconciler/fleetllm/cli/main.py"}) == []
     assert mutation.changed_files("no-such-ref-anywhere") is None
     assert {m.name for m in mutation.MODULES if m.in_ci} == {"bearer", "render", "verdict", "plan"}
 
@@ -41,10 +41,10 @@ def test_the_scratch_copy_gets_the_module_config(tmp_path: Path) -> None:
     plan = next(m for m in mutation.MODULES if m.name == "plan")
     mutation.scratch_copy(plan, tmp_path)
     config = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["mutmut"]
-    # mutmut names a mutant by its path under src/, which must be its import name (llmfleet.core...).
+    # mutmut names a mutant by its path under src/, which must be its import name (fleetllm.core...).
     assert config["only_mutate"] == [mutation.in_scratch(s) for s in plan.sources] == [
-        "src/llmfleet/core/judge/plan.py"]
+        "src/fleetllm/core/judge/plan.py"]
     assert config["pytest_add_cli_args_test_selection"] == list(plan.tests)
     assert config["source_paths"] == ["src/"]
-    assert (tmp_path / "src" / "llmfleet" / "core" / "judge" / "plan.py").read_text() == (
-        ROOT / "reconciler" / "llmfleet" / "core" / "judge" / "plan.py").read_text()
+    assert (tmp_path / "src" / "fleetllm" / "core" / "judge" / "plan.py").read_text() == (
+        ROOT / "reconciler" / "fleetllm" / "core" / "judge" / "plan.py").read_text()

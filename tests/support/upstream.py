@@ -1,5 +1,5 @@
 """The LiteLLM a test writes to: the real proxy when the environment names one (emptied of test
-deployments before and after), else the fake of its API on a thread. With LLMFLEET_REQUIRE_INTEGRATION=1
+deployments before and after), else the fake of its API on a thread. With FLEETLLM_REQUIRE_INTEGRATION=1
 a missing real proxy fails the test: CI must not test silently against the fake."""
 
 from __future__ import annotations

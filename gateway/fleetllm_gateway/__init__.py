@@ -1,0 +1,9 @@
+"""The box gateway: one port, many models. An LLMhop-compatible router (../shared/spec/llmhop.txt).
+
+Standard library plus aiohttp (which stock vLLM images ship) and uvloop when present, so it runs from
+the box zipapp (`python3 box.pyz gateway --config FILE`) with the interpreter of a vLLM image.
+"""
+
+from fleetllm_contract.version import __version__
+
+__all__ = ["__version__"]

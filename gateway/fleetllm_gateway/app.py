@@ -1,0 +1,377 @@
+"""The request handler: LLMhop's order of checks (llmhop.md §1-§2), then forwarding through a pool.
+
+    GET|HEAD /health                      no auth, {"status":"ok","models":N}
+    (auth, when authTokens is set)        401
+    GET|HEAD /v1/models, /v1/models/{m}   answered here, no slot taken
+    GET|HEAD /metrics                     answered here (Prometheus text)
+    /route/{m}                            307 to /route/{m}/
+    declared Content-Length > cap         413, body unread
+    /route/{m}/{rest}                     404 unknown model, else the body is streamed upstream
+    anything else                         body read (413 over the cap, 400 unreadable), model from the
+                                          JSON (400), 404 unknown model
+    then per model: a slot (503 when the queue is full or the wait ran out), upstream (502 on failure)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from multidict import CIMultiDict
+
+from fleetllm_gateway import errors
+from fleetllm_gateway.client import Pool, Response, UpstreamError, describe
+from fleetllm_gateway.config import GatewayConfig, ModelRoute
+from fleetllm_gateway.errors import BodyError
+from fleetllm_gateway.forwarding import (
+    PathRoute,
+    Redirect,
+    bearer_ok,
+    client_headers,
+    models_api_name,
+    parse_route,
+    upstream_headers,
+)
+from fleetllm_gateway.jsonscan import find_model
+from fleetllm_gateway.limiter import Admission, ByteBudget, Limiter
+from fleetllm_gateway.metrics import Metrics, ModelStats
+from fleetllm_gateway.proxyenv import proxy_for
+
+log = logging.getLogger("gateway")
+
+BUFFER_RESPONSES_UP_TO = 1024 * 1024  # known-length bodies up to this size are relayed in one write
+LOG_INTERVAL = 10.0  # seconds between two upstream-failure log lines of one model
+BUFFER_REQUESTS_UP_TO = 64 * 1024  # path-routed bodies declared this small are read before forwarding
+_JSON = "application/json"
+_METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _BodyTooLargeError(Exception):
+    pass
+
+
+class _BodyUnreadableError(Exception):
+    pass
+
+
+class _BudgetExhaustedError(Exception):
+    pass
+
+
+class _Model:
+    __slots__ = ("last_logged", "limiter", "pool", "route", "stats", "unlogged")
+
+    def __init__(self, route: ModelRoute, pool: Pool, limiter: Limiter, stats: ModelStats) -> None:
+        self.route = route
+        self.pool = pool
+        self.limiter = limiter
+        self.stats = stats
+        self.last_logged = -LOG_INTERVAL
+        self.unlogged = 0
+
+    def log_failure(self, what: str, reason: str) -> None:
+        """Log an upstream failure, at most once per LOG_INTERVAL per model (a dead upstream under load
+        would otherwise write a line per request); the metrics count every one."""
+        now = time.monotonic()
+        if now - self.last_logged < LOG_INTERVAL:
+            self.unlogged += 1
+            return
+        log.warning("upstream failed", extra={"fields": {"model": self.route.name, "where": what.strip() or None,
+                                                         "error": reason, "more_since_last": self.unlogged}})
+        self.last_logged, self.unlogged = now, 0
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def error_response(error: errors.ErrorResponse) -> web.Response:
+    headers = {"Content-Type": _JSON, "X-Content-Type-Options": "nosniff"}
+    if error.status == 503:
+        headers["Retry-After"] = "1"
+    return web.Response(status=error.status, body=error.body(), headers=headers)
+
+
+async def _continue(request: web.BaseRequest) -> None:
+    """Answer `Expect: 100-continue` once the gateway is ready to read the body."""
+    if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= (1, 1):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+def _reason(reason: str) -> str | None:
+    return reason if reason.isascii() and reason.isprintable() else None
+
+
+class Gateway:
+    """Routes for one configuration. Building it touches no socket, so `--check` builds it too."""
+
+    def __init__(self, config: GatewayConfig, *, environ: Mapping[str, str] | None = None,
+                 created: int | None = None) -> None:
+        """`environ` supplies the proxy variables (none when omitted, as under --check); a proxy the
+        gateway cannot use raises ProxyError."""
+        self.config = config
+        self.tokens = tuple(token.encode() for token in config.auth_tokens)
+        self.metrics = Metrics((m.name, m.max_concurrent) for m in config.models)
+        self.models = {
+            m.name: _Model(m, Pool(m.target, max_idle=m.max_concurrent or 64, connect_timeout=config.connect_timeout,
+                                   proxy=proxy_for(m.target, environ or {})),
+                           Limiter(m.max_concurrent, m.max_queued, config.queue_timeout), self.metrics.models[m.name])
+            for m in config.models}
+        self.budget = ByteBudget(config.max_buffered_bytes, config.queue_timeout)
+        self.scanning = asyncio.Lock()  # large bodies are scanned one at a time (gateway/fleetllm_gateway/jsonscan.py)
+        created = int(time.time()) if created is None else created
+        entries = {name: {"id": name, "object": "model", "created": created, "owned_by": "llmhop"}
+                   for name in config.listed}
+        self._catalog = _json_bytes({"object": "list", "data": list(entries.values())})
+        self._entries = {name: _json_bytes(entry) for name, entry in entries.items()}
+        self._health = _json_bytes({"status": "ok", "models": len(entries)})
+
+    def close(self) -> None:
+        for model in self.models.values():
+            model.pool.close()
+
+    def _unrouted(self, error: errors.ErrorResponse) -> web.Response:
+        self.metrics.count_unrouted(error.status)
+        return error_response(error)
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        raw_path, _, query = request.raw_path.partition("?")
+        if not raw_path.startswith("/") and "://" in raw_path:  # absolute-form target: keep its path
+            raw_path = "/" + raw_path.split("://", 1)[1].partition("/")[2]
+        method = request.method
+        local = method in ("GET", "HEAD")
+        if local and raw_path == "/health":
+            return web.Response(body=self._health, content_type=_JSON)
+        if self.tokens and not bearer_ok(request.headers.get("Authorization"), self.tokens):
+            return self._unrouted(errors.UNAUTHORIZED)
+        if local:
+            answer = self._local(raw_path)
+            if answer is not None:
+                return answer
+        route = parse_route(raw_path, query)
+        if isinstance(route, Redirect):
+            return web.Response(status=307, headers={"Location": route.location})
+        cap = self.config.max_body_bytes
+        if cap and request.content_length is not None and request.content_length > cap:
+            return self._unrouted(errors.BODY_TOO_LARGE)
+        if isinstance(route, PathRoute):
+            return await self._path_routed(request, route, query)
+        return await self._body_routed(request, raw_path, query)
+
+    def _local(self, raw_path: str) -> web.Response | None:
+        if raw_path == "/v1/models":
+            return web.Response(body=self._catalog, content_type=_JSON)
+        if raw_path == "/metrics":
+            live = {name: (m.limiter.active, m.limiter.queued) for name, m in self.models.items()}
+            return web.Response(body=self.metrics.render(live).encode(), headers={"Content-Type": _METRICS_TYPE})
+        name = models_api_name(raw_path)
+        if name is None:
+            return None
+        entry = self._entries.get(name)
+        return web.Response(body=entry, content_type=_JSON) if entry else error_response(errors.unknown_model(name))
+
+    async def _body_routed(self, request: web.BaseRequest, raw_path: str, query: str) -> web.StreamResponse:
+        """The body is needed before the model (so before a model's slot): each chunk is reserved in
+        the gateway-wide ByteBudget before it is kept, and the model is found by fleetllm_gateway.jsonscan
+        without building the document."""
+        budget, length = self.budget, request.content_length
+        if length is not None and not budget.fits(length):
+            return self._unrouted(errors.BODY_TOO_LARGE)
+        held = 0
+
+        async def reserve(amount: int) -> None:
+            nonlocal held
+            if not await budget.acquire(amount):
+                raise _BudgetExhaustedError()
+            held += amount
+
+        try:
+            await _continue(request)
+            try:
+                body = await self._whole_body(request, self.config.max_body_bytes or budget.total, reserve)
+                name = await find_model(body, self.scanning)
+            except _BudgetExhaustedError:
+                return self._unrouted(errors.BODIES_AT_LIMIT)
+            except _BodyTooLargeError:
+                return self._unrouted(errors.BODY_TOO_LARGE)
+            except _BodyUnreadableError:
+                return self._unrouted(errors.BODY_UNREADABLE)
+            except BodyError as exc:
+                return self._unrouted(exc.error)
+            model = self.models.get(name)
+            if model is None:
+                return self._unrouted(errors.unknown_model(name))
+            target = model.route.target.request_target(raw_path, query)
+            return await self._proxy(request, model, target, body, chunked=False)
+        finally:
+            budget.release(held)
+
+    async def _path_routed(self, request: web.BaseRequest, route: PathRoute, query: str) -> web.StreamResponse:
+        model = self.models.get(route.model)
+        if model is None:
+            return self._unrouted(errors.unknown_model(route.model))
+        target = model.route.target.request_target(route.rest, query)
+        body: bytes | bytearray | AsyncIterator[bytes] | None = None
+        length = request.content_length
+        # Small declared bodies are read first (one write upstream, and a retry stays possible), once
+        # the slot is taken; others are streamed.
+        read_first = length is not None and length <= BUFFER_REQUESTS_UP_TO
+        if not read_first and request.body_exists:
+            body = self._body_chunks(request, self.config.max_body_bytes)
+        return await self._proxy(request, model, target, body, chunked=request.content_length is None,
+                                 read_first=read_first)
+
+    async def _whole_body(self, request: web.BaseRequest, limit: int,
+                          reserve: Callable[[int], Awaitable[None]] | None = None) -> bytes | bytearray:
+        """The request body in memory, refused past `limit` (a declared excess was refused earlier).
+
+        Filled chunk by chunk into one buffer, letting the loop run every MiB: aiohttp's readexactly()
+        joins whatever is buffered in one call (twice), which held the loop for a third of a second on
+        a 99 MiB body and needed twice its size."""
+        length = request.content_length
+        if length == 0:
+            return b""
+        # Grown as it fills (a large buffer grows in place, by mremap): bytearray(length) would write
+        # zeros over all of it first, in one call.
+        buffer = bytearray()
+        filled = unyielded = 0
+        try:
+            while chunk := await request.content.readany():
+                end = filled + len(chunk)
+                if length and end > length:
+                    raise _BodyUnreadableError()
+                if not length and limit and end > limit:
+                    raise _BodyTooLargeError()
+                if reserve is not None:
+                    await reserve(len(chunk))
+                buffer += chunk
+                filled, unyielded = end, unyielded + len(chunk)
+                if unyielded >= 1 << 20:
+                    unyielded = 0
+                    await asyncio.sleep(0)
+        except (HttpProcessingError, ConnectionError):
+            raise _BodyUnreadableError() from None
+        if length and filled < length:  # the client stopped before the end
+            raise _BodyUnreadableError()
+        return buffer
+
+    async def _body_chunks(self, request: web.BaseRequest, cap: int) -> AsyncIterator[bytes]:
+        """The request body as it arrives, cut off past `cap` (0: no cap)."""
+        total = 0
+        while True:
+            try:
+                chunk = await request.content.readany()
+            except (HttpProcessingError, ConnectionError, asyncio.IncompleteReadError):
+                raise _BodyUnreadableError() from None
+            if not chunk:
+                return
+            total += len(chunk)
+            if cap and total > cap:
+                raise _BodyTooLargeError()
+            yield chunk
+
+    async def _proxy(self, request: web.BaseRequest, model: _Model, target: str,
+                     body: bytes | bytearray | AsyncIterator[bytes] | None, *, chunked: bool,
+                     read_first: bool = False) -> web.StreamResponse:
+        """Take a slot of the model, then (with `read_first`) read the body, then exchange."""
+        stats = model.stats
+        admission = await model.limiter.acquire()
+        if admission is not Admission.ADMITTED:
+            stats.count(503)
+            return error_response(errors.QUEUE_FULL if admission is Admission.QUEUE_FULL else errors.QUEUE_TIMEOUT)
+        loop = asyncio.get_running_loop()
+        admitted = loop.time()
+        try:
+            if read_first:
+                await _continue(request)
+                try:
+                    body = await self._whole_body(request, self.config.max_body_bytes)
+                except (_BodyTooLargeError, _BodyUnreadableError) as exc:
+                    error = errors.BODY_TOO_LARGE if isinstance(exc, _BodyTooLargeError) else errors.BODY_UNREADABLE
+                    stats.count(error.status)
+                    return error_response(error)
+            elif body is not None and not isinstance(body, (bytes, bytearray)):
+                await _continue(request)
+            return await self._exchange(request, model, target, body, chunked)
+        finally:
+            model.limiter.release()
+            stats.duration.observe(loop.time() - admitted)
+
+    async def _exchange(self, request: web.BaseRequest, model: _Model, target: str,
+                        body: bytes | bytearray | AsyncIterator[bytes] | None, chunked: bool) -> web.StreamResponse:
+        route, stats = model.route, model.stats
+        host, headers = upstream_headers(
+            list(request.headers.items()), client_ip=request.remote or "", client_host=request.headers.get("Host"),
+            strip_authorization=bool(self.tokens), injected=route.headers, default_host=route.target.authority)
+        if isinstance(body, (bytes, bytearray)):
+            framing = f"Content-Length: {len(body)}\r\n"
+        elif body is None:
+            framing = ""
+        else:
+            framing = "Transfer-Encoding: chunked\r\n" if chunked else f"Content-Length: {request.content_length}\r\n"
+        pool = model.pool
+        lines = [f"{request.method} {pool.absolute_form}{target} HTTP/1.1\r\nHost: {host}\r\n"]
+        lines.extend(f"{name}: {value}\r\n" for name, value in headers)
+        lines.append(framing + pool.proxy_header + "\r\n")
+        head = "".join(lines).encode("utf-8", "surrogateescape")
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        try:
+            upstream = await model.pool.send(head, body, chunked=chunked, head_request=request.method == "HEAD")
+        except _BodyTooLargeError:
+            stats.count(413)
+            return error_response(errors.BODY_TOO_LARGE)
+        except _BodyUnreadableError:
+            stats.count(400)
+            return error_response(errors.BODY_UNREADABLE)
+        except (UpstreamError, OSError) as exc:
+            return self._upstream_failed(model, exc)
+        stats.latency.observe(loop.time() - sent)
+        try:
+            return await self._relay(request, model, upstream)
+        finally:
+            upstream.release()
+
+    def _upstream_failed(self, model: _Model, exc: BaseException) -> web.Response:
+        reason = describe(exc)
+        model.log_failure("", reason)
+        model.stats.upstream_errors += 1
+        model.stats.count(502)
+        return error_response(errors.upstream_failed(model.route.name, reason))
+
+    async def _relay(self, request: web.BaseRequest, model: _Model, upstream: Response) -> web.StreamResponse:
+        headers = CIMultiDict(client_headers(upstream.headers))
+        if upstream.declared_length is not None:
+            headers["Content-Length"] = str(upstream.declared_length)
+        status, reason = upstream.status, _reason(upstream.reason)
+        length = upstream.content_length
+        if length is not None and length <= BUFFER_RESPONSES_UP_TO:
+            try:
+                data = await upstream.read_all() if length else None
+            except UpstreamError as exc:
+                return self._upstream_failed(model, exc)
+            model.stats.count(status)
+            return web.Response(status=status, reason=reason, body=data, headers=headers)
+        response = web.StreamResponse(status=status, reason=reason, headers=headers)
+        if length is not None:
+            response.content_length = length
+        await response.prepare(request)
+        model.stats.count(status)
+        try:
+            async for chunk in upstream.chunks():
+                await response.write(chunk)
+        except UpstreamError as exc:
+            # Too late for a 502: cut the client's connection so it sees a truncated response.
+            model.log_failure(" mid-response", describe(exc))
+            model.stats.upstream_errors += 1
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        await response.write_eof()
+        return response

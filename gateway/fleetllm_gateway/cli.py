@@ -1,0 +1,75 @@
+"""`fleetllm-gateway --config FILE [--check] [--log-level LEVEL]` (also `fleetllm gateway`,
+`python3 box.pyz gateway`).
+
+Exit 0 after a clean stop, a valid `--check` or `--version`, 1 on an invalid configuration or a failed
+bind. LLMhop's single-dash spellings (`-config`, `-check`) are accepted too. While it serves, every log
+line is JSON (fleetllm_contract.logfmt), at `--log-level`, else FLEETLLM_LOG_LEVEL, else info;
+`--check` answers in plain text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from fleetllm_contract.logfmt import add_level_argument, configure, resolve_level
+from fleetllm_gateway import __version__
+from fleetllm_gateway.config import ConfigError, load_config
+
+log = logging.getLogger("gateway")
+
+
+def build_parser(prog: str = "fleetllm-gateway") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="One port, many models: an LLMhop-compatible router for OpenAI-style backends.")
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", "-version", action="version", version=f"fleetllm-gateway {__version__}")
+    parser.add_argument("--config", "-config", default="config.json", metavar="FILE",
+                        help="the JSON configuration (default: config.json in the working directory)")
+    parser.add_argument("--check", "-check", action="store_true",
+                        help="validate the configuration and build the router without binding; secret references "
+                             "are checked for syntax but not read. Exit 0 valid, 1 invalid")
+    add_level_argument(parser)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(Path(args.config), check=args.check, log_level=args.log_level)
+
+
+def run(config_path: Path, *, check: bool, log_level: str | None = None) -> int:
+    try:
+        level = resolve_level(log_level)
+    except ValueError as exc:
+        print(f"fleetllm-gateway: {exc}", file=sys.stderr)
+        return 2
+    configure(logging.getLogger(), level, fmt="text" if check else "json", prog="fleetllm-gateway")
+    try:
+        config = load_config(config_path, expand_secrets=not check)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            if check:
+                print(problem, file=sys.stderr)
+            else:
+                log.error("invalid configuration", extra={"fields": {"problem": problem}})
+        return 1
+    # Imported here so `--check` on a config error needs no aiohttp import time.
+    from fleetllm_gateway.app import Gateway
+    from fleetllm_gateway.proxyenv import ProxyError
+    from fleetllm_gateway.serve import BindError, serve, serve_forever
+
+    if check:
+        Gateway(config).close()
+        print(f"{config_path}: valid ({len(config.models)} models, {len(config.listed)} listed)")
+        return 0
+    try:
+        return serve_forever(serve(config))
+    except (BindError, ProxyError) as exc:
+        log.error("cannot serve", extra={"fields": {"error": str(exc)}})
+        return 1

@@ -1,0 +1,166 @@
+"""An upstream's response: its head parsed, its body framed (length, chunked or until close) and handed
+out as it arrives, de-chunked, so SSE events pass one by one. Trailers are read and dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+
+from fleetllm_gateway.connection import Connection, UpstreamError
+from fleetllm_gateway.errors import GatewayError
+
+MAX_HEAD_BYTES = 64 * 1024
+_NO_BODY_STATUS = frozenset({204, 304})
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+
+
+class StaleError(GatewayError):
+    """A reused connection was closed by the upstream before it answered."""
+
+
+async def read_response(conn: Connection, reuse: Callable[[Connection], None], head_request: bool, *,
+                        may_be_stale: bool) -> Response:
+    """The first final (non-1xx) response on `conn`; StaleError when a reused one was closed unanswered."""
+    while True:
+        try:
+            head = await conn.read_until(b"\r\n\r\n", MAX_HEAD_BYTES)
+        except UpstreamError:
+            if may_be_stale and not conn.received:
+                raise StaleError() from None
+            raise
+        version, status, reason, headers = _parse_head(head)
+        if status == 101:
+            raise UpstreamError("upstream switched protocols, which the gateway does not support")
+        if status >= 200:
+            return Response(reuse, conn, status, reason, headers, head_request, http10=version == "HTTP/1.0")
+        # 1xx interim responses (100 Continue, 103 Early Hints) are consumed here
+
+
+def _parse_head(head: bytes) -> tuple[str, int, str, list[tuple[str, str]]]:
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    code, _, reason = rest.partition(" ")
+    if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+        raise UpstreamError("upstream sent a malformed status line")
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip() or line[0] in " \t":
+            raise UpstreamError("upstream sent a malformed header line")
+        headers.append((name, value.strip(" \t")))
+    return version, int(code), reason, headers
+
+
+class Response:
+    """A response whose head has arrived; read its body once with `read_all` or `chunks`, then
+    `release()` the connection (it goes back to the pool only if the body was read to the end)."""
+
+    def __init__(self, reuse: Callable[[Connection], None], conn: Connection, status: int, reason: str,
+                 headers: list[tuple[str, str]], head_request: bool, *, http10: bool = False) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self._reuse = reuse
+        self._conn: Connection | None = conn
+        self._keep_alive = not http10  # HTTP/1.0 keeps a connection only when it says keep-alive
+        self.content_length: int | None = None  # bytes of body that follow (None: unknown up front)
+        self.declared_length: int | None = None  # a HEAD response's Content-Length, to relay as is
+        self._chunked = False
+        self._until_close = False
+        self._complete = False
+        self._classify(head_request)
+
+    def _classify(self, head_request: bool) -> None:
+        transfer_encoding: list[str] = []
+        lengths: set[str] = set()
+        for name, value in self.headers:
+            lower = name.lower()
+            if lower == "transfer-encoding":
+                transfer_encoding += [t.strip().lower() for t in value.split(",") if t.strip()]
+            elif lower == "content-length":
+                lengths.update(v.strip() for v in value.split(","))
+            elif lower == "connection":
+                tokens = {t.strip().lower() for t in value.split(",")}
+                self._keep_alive = "close" not in tokens and (self._keep_alive or "keep-alive" in tokens)
+        if head_request or self.status in _NO_BODY_STATUS:
+            self._complete = True  # no body follows, whatever the headers say
+            self.content_length = 0
+            if head_request and len(lengths) == 1 and next(iter(lengths)).isdigit():
+                self.declared_length = int(next(iter(lengths)))
+            return
+        if transfer_encoding:
+            self._chunked = transfer_encoding[-1] == "chunked"
+            self._until_close = not self._chunked
+        elif lengths:
+            if len(lengths) != 1 or not next(iter(lengths)).isdigit():
+                raise UpstreamError("upstream sent an invalid Content-Length")
+            self.content_length = int(next(iter(lengths)))
+            self._complete = self.content_length == 0
+        else:
+            self._until_close = True
+        if self._until_close:
+            self._keep_alive = False
+
+    @property
+    def streamed(self) -> bool:
+        """Length unknown up front (chunked or until close), so it must be relayed as it comes."""
+        return self.content_length is None
+
+    async def read_all(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        if conn is None or self._complete:
+            return
+        if self._chunked:
+            async for chunk in _dechunk(conn):
+                yield chunk
+        elif self.content_length is not None:
+            remaining = self.content_length
+            while remaining:
+                data = await conn.read_some(remaining)
+                remaining -= len(data)
+                yield data
+        else:
+            while True:
+                if conn.buffer:
+                    yield conn.take(len(conn.buffer))
+                elif conn.closed:
+                    break
+                else:
+                    try:
+                        await conn.more()
+                    except UpstreamError:
+                        break
+        self._complete = True
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._complete and self._keep_alive:
+            self._reuse(conn)
+        else:
+            conn.abort()
+
+
+async def _dechunk(conn: Connection) -> AsyncIterator[bytes]:
+    while True:
+        line = await conn.read_until(b"\r\n", 4096)
+        size_text = line.split(b";", 1)[0].strip(b" \t")
+        if not _CHUNK_SIZE.fullmatch(size_text):
+            raise UpstreamError("upstream sent a malformed chunk")
+        size = int(size_text, 16)
+        if size == 0:
+            while await conn.read_until(b"\r\n", MAX_HEAD_BYTES):
+                pass  # trailers are not relayed (gateway/README.md)
+            return
+        remaining = size
+        while remaining:
+            data = await conn.read_some(remaining)
+            remaining -= len(data)
+            yield data
+        if await conn.read_until(b"\r\n", 2) != b"":
+            raise UpstreamError("upstream sent a malformed chunk")

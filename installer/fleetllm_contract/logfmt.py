@@ -1,0 +1,133 @@
+"""The one log format of every fleetllm process, defined once: JSON lines.
+
+    {"ts":"2026-12-01T15:39:34.880Z","level":"info","logger":"fleetllm.http","event":"request",...fields}
+
+`ts` is ISO-8601 UTC with milliseconds, `level` one of LEVELS, `logger` the component (a logging
+logger's name), `event` what happened; the record's `fields` (passed as `extra={"fields": {...}}`) follow,
+never overriding those four. The control plane (fleetllm.logs), the installer, the box agent and the
+gateway all format with `JsonLineFormatter`; a shell script or a single-file program that cannot import
+this writes the same four keys itself (the provisioning scripts, fleetllm-launch).
+
+The level comes from `--log-level`, else FLEETLLM_LOG_LEVEL, else the caller's default (`resolve_level`).
+Standard library only: this ships in the box zipapp and runs with `python3 -S`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+LEVEL_ENV = "FLEETLLM_LOG_LEVEL"
+FORMATS = ("json", "text")
+CORE_KEYS = ("ts", "level", "logger", "event")
+MAX_FIELD = 512  # values can be client-controlled (headers): cap what one of them puts in a line
+
+
+def iso_utc(created: float) -> str:
+    """ISO-8601 UTC with milliseconds and a Z: 2026-12-01T15:39:34.880Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+
+
+def _clip(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_FIELD:
+        return value[:MAX_FIELD] + f"...(+{len(value) - MAX_FIELD} chars)"
+    return value
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The record's fields, clipped; a field named like a core key gets a trailing underscore."""
+    fields = getattr(record, "fields", None)
+    if not isinstance(fields, Mapping):
+        return {}
+    return {(f"{k}_" if k in CORE_KEYS else str(k)): _clip(v) for k, v in fields.items()}
+
+
+class JsonLineFormatter(logging.Formatter):
+    """One JSON object per record, on one line (the message's own newlines are escaped by JSON)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, Any] = {
+            "ts": iso_utc(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": _clip(record.getMessage()),
+        }
+        payload.update(record_fields(record))
+        if record.exc_info and record.exc_info[0] is not None:
+            payload["exception"] = record.exc_info[0].__name__  # the type only: a message may quote input
+        return json.dumps(payload, default=str, separators=(",", ":"))
+
+
+class TextFormatter(logging.Formatter):
+    """For a person at a terminal: `prog: event key=value ...` (levels above info named)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__()
+        self.prog = prog
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno <= logging.INFO else f"{record.levelname.lower()}: "
+        fields = " ".join(f"{k}={v}" for k, v in record_fields(record).items())
+        return f"{self.prog}: {level}{record.getMessage()}" + (f" ({fields})" if fields else "")
+
+
+def parse_level(text: str) -> int:
+    """A level name (any case) as a logging level; ValueError naming the allowed ones."""
+    name = text.strip().lower()
+    if name not in LEVELS:
+        raise ValueError(f"unknown log level {text!r}: use one of {', '.join(LEVELS)}")
+    return int(getattr(logging, name.upper()))
+
+
+def resolve_level(flag: str | None, env: Mapping[str, str] | None = None, default: str = "info") -> int:
+    """`--log-level` if given, else FLEETLLM_LOG_LEVEL if set, else `default`. ValueError when unknown
+    (the message names where the bad value came from)."""
+    environ = os.environ if env is None else env
+    for where, value in (("--log-level", flag), (LEVEL_ENV, environ.get(LEVEL_ENV, "").strip() or None),
+                         ("the default", default)):
+        if value is not None:
+            try:
+                return parse_level(value)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+    raise AssertionError("the default is never None")
+
+
+def add_level_argument(parser: Any) -> None:
+    """`--log-level LEVEL` on an argparse parser (default: FLEETLLM_LOG_LEVEL, else info)."""
+    parser.add_argument("--log-level", choices=LEVELS, type=str.lower, metavar="LEVEL",
+                        help=f"the lowest level logged: {', '.join(LEVELS)} (default: ${LEVEL_ENV}, else info)")
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a line is written (as logging's own last-resort handler
+    does), not the stream it was at set-up: a replaced or closed stderr then never loses a line."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> IO[str]:
+        return sys.stderr
+
+
+def configure(logger: logging.Logger, level: int, *, fmt: str = "json", prog: str = "fleetllm",
+              stream: IO[str] | None = None) -> logging.Handler:
+    """Send `logger`'s records at `level` and above to `stream` (stderr) in `fmt`, replacing any handler
+    an earlier call added. Returns the handler."""
+    for old in list(logger.handlers):
+        if getattr(old, "_fleetllm_logfmt", False):
+            logger.removeHandler(old)
+            old.close()
+    handler: logging.Handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+    handler.setFormatter(JsonLineFormatter() if fmt == "json" else TextFormatter(prog))
+    handler._fleetllm_logfmt = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    return handler

@@ -1,0 +1,269 @@
+"""The box agent: `python3 -S fleetllm-box.pyz agent`, the Supervisor program `fleetllm-agent`.
+
+The installer installs it when the box JSON has `"agent": {"poll_s": N}` (agentsetup.py) and removes
+it when the JSON has none. It polls GET /vllm/config every N seconds (+-20 % jitter) with
+`If-None-Match` (an unchanged config is a 304 and costs nothing). When the body it is served differs
+from the one the box applied, it runs the installer's own code path on it (main.Installer: box JSON
+check, fit check, programs written, `supervisorctl reread` + `update` so only programs whose config
+changed restart and programs that left are stopped and removed, supervisord's verdict, POST
+/vllm/report with `"agent": true`).
+
+Safety: a failed fetch (connection, timeout, 5xx, 404, 401/403), invalid JSON or a config that does
+not fit changes nothing on the box: the running servers keep serving. A refused config is reported
+once (as the installer would) and not tried again until the control plane serves another; a failure
+that may pass (writing files, supervisord, an installer holding the install lock) is tried again with
+exponential back-off, as a failed fetch is. Every iteration catches everything and logs one line; no
+traceback is printed (it could quote the box JSON). SIGTERM stops it at once between polls; during an
+apply it stops waiting for supervisord's verdict, reports, and exits.
+
+The agent never restarts itself through the `update` it runs (it would be stopped mid-apply): it
+updates every other fleetllm program by name, and when its own program changed or left (the JSON
+dropped the agent) it starts `supervisorctl update fleetllm-agent` in its own session and lets
+supervisord stop it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+from fleetllm_contract.boxjson import AGENT_POLL_S, AGENT_PROGRAM
+from fleetllm_installer import __version__, logs
+from fleetllm_installer.boxgateway import GatewayPlan
+from fleetllm_installer.fetch import Client, FetchError, check_url
+from fleetllm_installer.handover import HandoverError, WriteResult, reread, update_groups, update_later
+from fleetllm_installer.main import EXIT_OK, EXIT_USAGE, Installer, log, resolve_vllm, save_applied
+from fleetllm_installer.settings import Settings, SettingsError, load
+from fleetllm_installer.units import PREFIX, Unit, program_name
+
+DEFAULT_POLL_S = 30
+JITTER = 0.2
+MAX_BACKOFF_S = 600.0
+BUSY_RETRY_S = 5.0  # another install held the lock: look again this soon
+LEAVE_GRACE_S = 60.0  # after asking supervisord to remove it, how long the agent waits to be stopped
+USER_AGENT = f"fleetllm-agent/{__version__}"
+OWN_PROGRAM = program_name(AGENT_PROGRAM)
+
+
+def delay_s(poll_s: float, failures: int, uniform: Callable[[float, float], float] = random.uniform) -> float:
+    """The wait before the next poll: the poll interval, doubled per failure in a row up to
+    MAX_BACKOFF_S (never below the interval), each +-20 % at random so boxes do not poll in step."""
+    base = poll_s if failures <= 0 else max(poll_s, min(poll_s * 2.0 ** min(failures, 16), MAX_BACKOFF_S))
+    return base * uniform(1.0 - JITTER, 1.0 + JITTER)
+
+
+def installer_args() -> argparse.Namespace:
+    """The arguments of a fresh install by the provisioning script (vast.sh: --handover update)."""
+    return argparse.Namespace(dry_run=False, config_file=None, handover="update", assume_gpus=None)
+
+
+def read_state(settings: Settings) -> dict[str, object]:
+    """What the installer (or the agent) last applied, as save_applied wrote it; empty when unreadable."""
+    try:
+        state = json.loads(settings.agent_state_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+class AgentInstaller(Installer):
+    """The installer's run on a config the agent fetched. It hands supervisord every fleetllm program
+    but its own; `own_change` says what `reread` found for the agent's program. `applied_meanwhile`: the
+    body was applied by the time this run held the install lock (the installer run that started the
+    agent writes what it applied last, just before it lets go of the lock), so this run did nothing."""
+
+    own_change: str | None = None
+    applied_meanwhile = False
+
+    def install(self, units: list[Unit], gateway: GatewayPlan | None, agent: tuple[Unit, bytes] | None = None) -> int:
+        if self.body_sha256 is not None and read_state(self.settings).get("sha256") == self.body_sha256:
+            self.applied_meanwhile = True
+            return EXIT_OK
+        return super().install(units, gateway, agent)
+
+    def update_programs(self, written: WriteResult) -> None:
+        changes = reread(self.settings)
+        self.own_change = changes.get(OWN_PROGRAM)
+        update_groups(self.settings, (name for name in changes if name.startswith(PREFIX) and name != OWN_PROGRAM))
+
+
+@dataclass
+class Outcome:
+    """What one poll did: `fetch` is 200, 304 or "failed"; `result` is "applied", "refused" (reported,
+    not tried again), "retry" (tried again after a back-off), "busy" (another install held the lock),
+    "same" (the body the box already runs), "error" (an internal error), or None (nothing to do)."""
+
+    fetch: int | str
+    result: str | None = None
+
+
+class Agent:
+    def __init__(self, settings: Settings, client: Client, *, stop: threading.Event | None = None,
+                 uniform: Callable[[float, float], float] = random.uniform) -> None:
+        self.settings = settings
+        self.client = client
+        self.stop = stop or threading.Event()
+        self.uniform = uniform
+        self.etag: str | None = None
+        self.applied: str | None = None  # sha256 of the box JSON the box runs
+        self.refused: str | None = None  # sha256 of a box JSON refused (reported once)
+        self.poll_s: int = DEFAULT_POLL_S
+        self.failures = 0
+        self.leaving = False  # the JSON dropped the agent: supervisord removes it
+        self.busy = False  # the last poll found another install running
+        self.fetch_failed = False
+        self.load_state()
+
+    def load_state(self) -> None:
+        """What the installer (or this agent before a restart) applied; nothing when unreadable."""
+        state = read_state(self.settings)
+        sha256 = state.get("sha256")
+        if isinstance(sha256, str):
+            self.applied = sha256
+        poll = state.get("poll_s")
+        if isinstance(poll, int) and AGENT_POLL_S[0] <= poll <= AGENT_POLL_S[1]:
+            self.poll_s = poll
+
+    def next_delay(self) -> float:
+        if self.busy:
+            return delay_s(min(self.poll_s, BUSY_RETRY_S), 0, self.uniform)
+        return delay_s(self.poll_s, self.failures, self.uniform)
+
+    def poll(self) -> Outcome:
+        """One poll, and an apply when the served config changed. Raises nothing it can catch."""
+        try:
+            return self._poll()
+        except Exception as exc:  # a bug must not stop the agent; no traceback (it may quote the JSON)
+            self.failures += 1
+            log(f"agent: internal error ({type(exc).__name__}); the box keeps its programs; "
+                f"next poll in {self.next_delay():.0f} s")
+            return Outcome("failed", "error")
+
+    def _poll(self) -> Outcome:
+        self.busy = False
+        try:
+            answer = self.client.poll_config(self.etag)
+        except FetchError as exc:
+            self.failures += 1
+            self.fetch_failed = True
+            log(f"agent: {exc}; the box keeps its programs; next poll in about {self.next_delay():.0f} s")
+            return Outcome("failed")
+        if self.fetch_failed:
+            log("agent: the control plane answers again")
+        self.fetch_failed = False
+        if answer.status == 304:
+            self.failures = 0
+            return Outcome(304)
+        digest = hashlib.sha256(answer.body).hexdigest()
+        if digest not in (self.applied, self.refused):
+            self.load_state()  # an installer run (which started this agent) may have applied it meanwhile
+        if digest in (self.applied, self.refused):
+            self.failures = 0
+            self.etag = answer.etag
+            return Outcome(answer.status, "same")
+        log("agent: the served box JSON changed; applying it")
+        installer = AgentInstaller(installer_args(), self.settings, client=self.client, fetched=answer.body,
+                                   agent=True)
+        installer.lock_wait_s = 0.0
+        installer.stopping = self.stop.is_set
+        code = installer.run()
+        if code != EXIT_OK and installer.busy:  # an installer run applies (and started this agent): soon again
+            self.busy = True
+            log(f"agent: an install runs; the served box JSON is looked at again in about {self.next_delay():.0f} s")
+            return Outcome(answer.status, "busy")
+        if code == EXIT_OK and installer.applied_meanwhile:  # the installer run that held the lock applied it
+            self.load_state()
+            self.failures = 0
+            self.etag = answer.etag
+            return Outcome(answer.status, "same")
+        if code != EXIT_OK and installer.retry:
+            self.failures += 1
+            log(f"agent: the apply did not finish; it is tried again in about {self.next_delay():.0f} s")
+            return Outcome(answer.status, "retry")
+        self.etag = answer.etag
+        self.failures = 0
+        box = installer.box
+        if code != EXIT_OK:
+            self.refused = digest
+            log("agent: the served box JSON was refused (reported); the box keeps its programs until "
+                "the control plane serves another")
+            return Outcome(answer.status, "refused")
+        self.applied, self.refused = digest, None
+        if box is not None and box.agent is not None:
+            self.poll_s = box.agent.poll_s
+            try:
+                save_applied(self.settings, digest, self.poll_s)
+            except OSError as exc:
+                log(f"agent: cannot write {exc.filename}: {exc.strerror}")
+        self.own_program(installer.own_change)
+        return Outcome(answer.status, "applied")
+
+    def own_program(self, change: str | None) -> None:
+        """The agent's own program changed or left: supervisord restarts or removes it (and so stops us)."""
+        if change not in ("changed", "disappeared"):
+            return
+        log("agent: the box JSON has no agent any more: removing it" if change == "disappeared"
+            else "agent: its own program changed: supervisord restarts it")
+        try:
+            update_later(self.settings, OWN_PROGRAM)
+        except HandoverError as exc:
+            log(f"agent: {exc}")
+            return
+        self.leaving = change == "disappeared"
+
+    def run(self) -> int:
+        log(f"agent: polling {self.settings.url}/vllm/config about every {self.poll_s} s")
+        while not self.stop.is_set():
+            self.poll()
+            if self.leaving:
+                self.stop.wait(LEAVE_GRACE_S)
+                break
+            self.stop.wait(self.next_delay())
+        log("agent: stopped")
+        return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fleetllm-agent", description="Poll GET /vllm/config and apply a "
+                                     "changed box JSON as the installer does (the Supervisor program fleetllm-agent).")
+    parser.add_argument("--once", action="store_true", help="poll once (and apply a change), then exit")
+    logs.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        logs.setup(args, "fleetllm-agent")
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        settings = resolve_vllm(load())
+        assert settings.url is not None
+        assert settings.fleet_key is not None
+        assert settings.host is not None
+        check_url(settings.url)
+    except (SettingsError, FetchError) as exc:
+        log(f"agent: {exc}")
+        return EXIT_USAGE
+    client = Client(settings.url, settings.fleet_key, settings.host, settings.ca_bundle, deadline_s=0.0,
+                    user_agent=USER_AGENT, log=log)
+    agent = Agent(settings, client)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        agent.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if args.once:
+        outcome = agent.poll()
+        return EXIT_OK if outcome.result in (None, "same", "applied") and outcome.fetch != "failed" else 1
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

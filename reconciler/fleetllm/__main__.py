@@ -1,0 +1,3 @@
+from fleetllm.cli.main import main
+
+raise SystemExit(main())

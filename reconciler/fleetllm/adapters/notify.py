@@ -1,0 +1,307 @@
+"""Outgoing notifications: the one adapter that sends them (webhook and Slack-compatible targets).
+
+`Notifier.emit(event)` and `Notifier.settle(kind, firing, among)` only append to a bounded queue and
+return: a reconcile pass or a box's config fetch never waits on a receiver. When the queue is full the
+oldest item is dropped (fleetllm_notifications_dropped_total). One background thread, with an event
+loop of its own, takes the items in order: it decides what is news against the state store's ledger
+(fleetllm.core.notify.decide; a compare-and-swap there makes one replica the sender), then hands each
+notification to the queue of every target that wants it: bounded too (queue_size, drop-oldest,
+counted), with a few workers per target, so a slow or dead receiver holds up and drops only its own.
+Each is sent through the HTTP adapter with a timeout. Connection errors, timeouts, 429 and 5xx are
+retried with capped exponential backoff, or after what the answer's `Retry-After` asks (seconds or an
+HTTP-date, RFC 9110 section 10.2.3), capped by the same maximum so that a receiver cannot park a target's
+worker for longer (the wait holds up only that worker, never an emit); any other 4xx is final.
+Each outcome is counted (sent, failed) and a failure is logged with the target's name, never its URL,
+bearer or header (they are secrets, scrubbed from any error text as well). `close(drain_s)` waits up
+to `drain_s` for what is queued (the end of `reconcile --once`), then stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import aiohttp
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from fleetllm.adapters.http import HttpError, RetryPolicy, connector, request_json, scrub
+from fleetllm.adapters.state.notifications import MemoryLedger, NotificationLedger
+from fleetllm.core.notify import Decision, Event, EventKind, Target, TargetKind, decide, payload, settle, slack_message
+from fleetllm.logs import get_logger, log_event
+
+log = get_logger("notify")
+OK_STATUSES = frozenset(range(200, 300))
+MAX_IN_FLIGHT = 8  # deliveries at once per target (its workers): a slow receiver holds up only its own
+BACKOFF = RetryPolicy(attempts=1, base_delay_s=1.0, factor=2.0, max_delay_s=60.0)  # 1 s, 2 s, 4 s... (jitter)
+CLAIM_TRIES = 3  # a lost compare-and-swap is re-read and re-decided this many times
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How the sender behaves (notifications.* in the config)."""
+
+    renotify_s: float
+    timeout_s: float
+    attempts: int
+    queue_size: int
+    send_resolved: bool
+    backoff: RetryPolicy = BACKOFF
+
+
+class NotifyMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.sent = Counter("fleetllm_notifications_sent", "Notifications delivered, by target and event kind.",
+                            ["target", "kind"], registry=r)
+        self.failed = Counter("fleetllm_notifications_failed", "Notifications given up on after their retries "
+                              "(or refused with a 4xx), by target and event kind.", ["target", "kind"], registry=r)
+        self.retries = Counter("fleetllm_notifications_retries", "Delivery attempts retried (5xx, 429, timeout, "
+                               "connection error), by target.", ["target"], registry=r)
+        self.dropped = Counter("fleetllm_notifications_dropped", "Events dropped unsent because the queue was "
+                               "full (the oldest goes first).", registry=r)
+        self.suppressed = Counter("fleetllm_notifications_deduplicated", "Events not sent: already notified and "
+                                  "not due again (or claimed by another replica).", ["kind"], registry=r)
+        self.queued = Gauge("fleetllm_notifications_queued", "Events waiting to be decided and sent.", registry=r)
+
+
+@dataclass(frozen=True)
+class _Emit:
+    event: Event
+
+
+@dataclass(frozen=True)
+class _Settle:
+    kind: EventKind
+    firing: tuple[Event, ...]
+    among: frozenset[str] | None
+    keep: frozenset[str] = frozenset()
+
+
+_Item = _Emit | _Settle
+
+
+class Notifier:
+    """Sends notifications for one process (the control plane, or a reconcile job)."""
+
+    def __init__(self, targets: Sequence[Target], delivery: Delivery, ledger: NotificationLedger, *,
+                 component: str, instance: str, registry: CollectorRegistry | None = None,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.targets = tuple(targets)
+        self.sleep = sleep  # the wait between attempts (on the sender thread's loop)
+        self.delivery = delivery
+        self.ledger = ledger
+        self.component = component
+        self.instance = instance
+        self.clock = clock
+        self.metrics = NotifyMetrics(registry or CollectorRegistry())
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._busy = 0  # deliveries in progress (the sender thread's loop only)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.targets)
+
+    # What callers use: never blocks.
+
+    def emit(self, event: Event) -> None:
+        """Send `event` if it is news (a firing one that is not open yet, or a resolved one that is)."""
+        self._put(_Emit(event))
+
+    def settle(self, kind: EventKind, firing: Sequence[Event], among: Collection[str] | None = None,
+               keep: Collection[str] = ()) -> None:
+        """Every condition of `kind` (of the subjects `among`, or all) that holds now: the new ones are
+        sent, the open ones no longer listed are resolved, except those of the subjects in `keep`."""
+        self._put(_Settle(kind, tuple(firing), frozenset(among) if among is not None else None, frozenset(keep)))
+
+    def _put(self, item: _Item) -> None:
+        if not self.enabled or self._closed.is_set():
+            return
+        with self._lock:
+            if len(self._queue) >= self.delivery.queue_size:
+                self._queue.popleft()
+                self.metrics.dropped.inc()
+            self._queue.append(item)
+            self.metrics.queued.set(len(self._queue))
+            self._idle.clear()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="fleetllm-notify", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` until everything queued has been decided and sent (or given up on)."""
+        return self._idle.wait(timeout_s) if timeout_s > 0 else self._idle.is_set()
+
+    def close(self, drain_s: float = 0.0) -> bool:
+        """Wait up to `drain_s` for the queue and the deliveries in flight, then stop. True when all was sent."""
+        drained = self.drain(drain_s)
+        if not drained:
+            with self._lock:
+                left = len(self._queue)
+            log_event(log, "notifications not sent before exit", logging.WARNING, queued=left, waited_s=drain_s)
+        self._closed.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return drained
+
+    # The sender thread.
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except Exception as exc:  # the sender must never take the process down
+            log_event(log, "notification sender stopped", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._idle.set()
+
+    async def _main(self) -> None:
+        queues: dict[str, asyncio.Queue[Decision]] = {
+            target.name: asyncio.Queue(maxsize=self.delivery.queue_size) for target in self.targets}
+        async with aiohttp.ClientSession(connector=connector()) as session:
+            workers = [asyncio.create_task(self._worker(session, target, queues[target.name]))
+                       for target in self.targets for _ in range(MAX_IN_FLIGHT)]
+            try:
+                await self._decide_loop(queues)
+            finally:
+                for worker in workers:
+                    worker.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+
+    async def _decide_loop(self, queues: dict[str, asyncio.Queue[Decision]]) -> None:
+        """Take the items in order, decide them against the ledger, hand each decision to the queue of
+        every target that wants it (bounded: the oldest is dropped when full)."""
+        while not self._closed.is_set():
+            item = self._take()
+            if item is None:
+                if self._busy == 0 and all(q.empty() for q in queues.values()):
+                    self._idle.set()
+                    if self._queue:  # put between the take and the flag
+                        self._idle.clear()
+                        continue
+                await asyncio.to_thread(self._wake.wait, 0.5)
+                self._wake.clear()
+                continue
+            try:
+                decisions = await asyncio.to_thread(self._claimed, item)
+            except Exception as exc:  # the store is down: this item is lost, the next may go through
+                log_event(log, "notification not decided", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
+                continue
+            for decision in decisions:
+                for target in self.targets:
+                    if target.wants(decision, self.delivery.send_resolved):
+                        queue = queues[target.name]
+                        if queue.full():
+                            queue.get_nowait()
+                            queue.task_done()
+                            self.metrics.dropped.inc()
+                        queue.put_nowait(decision)
+
+    async def _worker(self, session: aiohttp.ClientSession, target: Target, queue: asyncio.Queue[Decision]) -> None:
+        while True:
+            decision = await queue.get()
+            self._busy += 1  # in the same step as the get: the decide loop never sees it neither queued nor busy
+            try:
+                await self._deliver(session, target, decision)
+            finally:
+                self._busy -= 1
+                queue.task_done()
+                self._wake.set()
+
+    def _take(self) -> _Item | None:
+        with self._lock:
+            item = self._queue.popleft() if self._queue else None
+            self.metrics.queued.set(len(self._queue))
+            return item
+
+    def _claimed(self, item: _Item) -> list[Decision]:
+        """The decisions of `item` this process won in the ledger (so it sends them)."""
+        renotify = self.delivery.renotify_s
+        won: list[Decision] = []
+        if isinstance(item, _Emit):
+            for _ in range(CLAIM_TRIES):
+                decision = decide(self.ledger.condition(item.event.key), item.event, self.clock(), renotify)
+                if decision is None:
+                    break
+                if self.ledger.claim(decision.previous, decision.after):
+                    won.append(decision)
+                    break
+            if not won:
+                self.metrics.suppressed.labels(str(item.event.kind)).inc()
+            return won
+        for decision in settle(item.kind, self.ledger.open_conditions(str(item.kind)), item.firing, self.clock(),
+                               renotify, item.among, item.keep):
+            if self.ledger.claim(decision.previous, decision.after):
+                won.append(decision)
+            else:
+                self.metrics.suppressed.labels(str(item.kind)).inc()
+        quiet = len(item.firing) - sum(1 for d in won if d.event.firing)
+        if quiet > 0:
+            self.metrics.suppressed.labels(str(item.kind)).inc(quiet)
+        return won
+
+    async def _deliver(self, session: aiohttp.ClientSession, target: Target, decision: Decision) -> None:
+        document = payload(decision, now=self.clock(), component=self.component, instance=self.instance)
+        body = slack_message(document) if target.kind is TargetKind.SLACK else document
+        headers = {"User-Agent": "fleetllm-notify", "Content-Type": "application/json"}
+        if target.bearer is not None:
+            headers["Authorization"] = f"Bearer {target.bearer.reveal()}"  # on the wire only
+        if target.header is not None:
+            headers[target.header[0]] = target.header[1].reveal()
+        url = target.url.reveal()
+        hidden = (*target.secrets(), *_url_parts(url))
+        kind = str(decision.event.kind)
+        for attempt in range(self.delivery.attempts):
+            try:
+                await request_json(session, "POST", url, what=f"notification target {target.name}",
+                                   headers=headers, body=body, timeout_s=self.delivery.timeout_s,
+                                   ok=OK_STATUSES, secrets=hidden)
+            except HttpError as exc:
+                final = exc.status is not None and 400 <= exc.status < 500 and exc.status != 429
+                if final or attempt + 1 >= self.delivery.attempts:
+                    self.metrics.failed.labels(target.name, kind).inc()
+                    log_event(log, "notification not delivered", logging.WARNING, target=target.name,
+                              kind=kind, key=decision.event.key, status=str(decision.status),
+                              attempts=attempt + 1, error=scrub(str(exc), hidden))
+                    return
+                self.metrics.retries.labels(target.name).inc()
+                wait_s = self.delivery.backoff.delay(attempt, exc.retry_after, self.clock())
+                log_event(log, "notification retried", target=target.name, kind=kind, key=decision.event.key,
+                          attempt=attempt + 1, http_status=exc.status, retry_after=(exc.retry_after or "")[:64] or None,
+                          wait_s=round(wait_s, 3))
+                await self.sleep(wait_s)
+                continue
+            self.metrics.sent.labels(target.name, kind).inc()
+            log_event(log, "notification sent", target=target.name, kind=kind, key=decision.event.key,
+                      status=str(decision.status), reason=str(decision.reason), attempts=attempt + 1)
+            return
+
+
+def _url_parts(url: str) -> tuple[str, ...]:
+    """The path and query of a URL, as aiohttp may re-encode the whole: scrubbed from errors too."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ()
+    return tuple(p for p in (parts.path, parts.query) if len(p) > 1)
+
+
+def disabled() -> Notifier:
+    """A notifier with no target: emit and settle do nothing."""
+    return Notifier((), Delivery(3600.0, 10.0, 1, 1, True), MemoryLedger(), component="none", instance="none")
+
+
+__all__ = ["Delivery", "Notifier", "NotifyMetrics", "disabled"]

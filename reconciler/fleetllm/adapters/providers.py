@@ -1,0 +1,215 @@
+"""Provider listings: which boxes a provider runs, and the public port of each listen port.
+
+- Vast (`GET /api/v1/instances/`, keyset paging with `next_token`): a box is named by its public IP;
+  `ports` maps `"8001/tcp"` to `[{"HostIp", "HostPort"}]` (a string) and exists only while running.
+  Several instances may share one IP: the one whose `label` is the box name wins, otherwise the box is
+  ambiguous (Unknown, never guessed).
+- RunPod: a box is named by its pod id. REST API v2 (`GET https://api.runpod.io/v2/pods`, in beta):
+  `{"pods": [...]}`, `runtime` is null unless RUNNING and `runtime.ports` lists
+  `{"private", "public", "type", "ip"}`, possibly late and with nulls. Where v2 answers 404 or 403 (an
+  account without the beta), REST API v1 (`GET https://rest.runpod.io/v1/pods`): a list of pods with
+  `desiredStatus`, `publicIp` (null while initialising) and `portMappings` `{"8001": 40123}` (TCP
+  ports only). Both shapes are those of RunPod's published OpenAPI documents (schemas/providers/).
+- Static boxes are not listed: public port = listen port (see `observed.resolve_endpoint`).
+
+A listing that fails, or answers something we cannot read, is a failed observation: the planner then
+deletes nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import aiohttp
+
+from fleetllm.adapters.http import HttpError, RetryPolicy, request_json
+from fleetllm.core.fleet.jsonvalue import JSON
+from fleetllm.core.fleet.model import Provider
+from fleetllm.core.judge.intended import Endpoint
+from fleetllm.core.judge.observed import ProviderBox, ProviderListing
+from fleetllm.core.secret import Secret
+from fleetllm.errors import UpstreamError
+
+VAST_URL = "https://console.vast.ai"
+RUNPOD_URL = "https://api.runpod.io"  # REST API v2
+RUNPOD_V1_URL = "https://rest.runpod.io/v1"  # REST API v1
+RUNPOD_V2_MISSING = frozenset({403, 404})  # v2 not offered to this account: ask v1
+VAST_PAGE = 25  # the API's maximum
+MAX_PAGES = 2000  # a loop guard against a paging bug on either side
+VAST_TERMINAL = frozenset({"exited", "unknown", "offline"})
+
+
+class ListingError(UpstreamError):
+    """A provider's listing answered but cannot be used (shape, paging)."""
+
+
+class ProviderClient(Protocol):
+    provider: Provider
+
+    async def list(self, session: aiohttp.ClientSession) -> ProviderListing: ...
+
+
+@dataclass(frozen=True)
+class ProviderAccess:
+    api_key: Secret  # revealed only into the Authorization header
+    url: str
+    timeout_s: float = 30.0
+    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=4))
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key.reveal()}", "Accept": "application/json"}
+
+
+def _vast_endpoints(host: str, ports: JSON) -> dict[int, Endpoint]:
+    endpoints: dict[int, Endpoint] = {}
+    if not isinstance(ports, dict):
+        return endpoints
+    for spec, bindings in ports.items():
+        number, _, proto = spec.partition("/")
+        if proto != "tcp" or not number.isdigit() or not isinstance(bindings, list):
+            continue
+        candidates = [b for b in bindings if isinstance(b, dict) and str(b.get("HostPort") or "").isdigit()]
+        candidates.sort(key=lambda b: b.get("HostIp") != "0.0.0.0")  # noqa: S104 (reading Docker's binding)
+        if candidates:
+            endpoints[int(number)] = Endpoint(host, int(str(candidates[0]["HostPort"])))
+    return endpoints
+
+
+def vast_boxes(instances: list[JSON]) -> dict[str, ProviderBox]:
+    """Pure: Vast instances -> boxes keyed by public IP."""
+    by_ip: dict[str, list[dict[str, JSON]]] = {}
+    for item in instances:
+        if isinstance(item, dict) and isinstance(ip := item.get("public_ipaddr"), str) and ip.strip():
+            by_ip.setdefault(ip.strip(), []).append(item)
+    boxes: dict[str, ProviderBox] = {}
+    for ip, group in by_ip.items():
+        if len(group) > 1:
+            labelled = [i for i in group if i.get("label") == ip]
+            live = [i for i in group if i.get("actual_status") not in VAST_TERMINAL]
+            group = labelled or live or group
+        if len(group) > 1:
+            ids = ", ".join(str(i.get("id")) for i in group)
+            boxes[ip] = ProviderBox(ip, ambiguous=f"Vast instances {ids} share the IP {ip}; label the right one "
+                                                  f"{ip!r} (PUT /api/v0/instances/ID/ label)")
+            continue
+        item = group[0]
+        status = str(item.get("actual_status") or "provisioning")
+        endpoints = _vast_endpoints(ip, item.get("ports")) if status == "running" else {}
+        boxes[ip] = ProviderBox(ip, endpoints, status=status, ident=f"instance {item.get('id')}")
+    return boxes
+
+
+def _public_first(entry: Mapping[str, JSON]) -> bool:
+    try:
+        return ipaddress.ip_address(str(entry.get("ip"))).is_private
+    except ValueError:
+        return True
+
+
+def runpod_boxes(pods: list[JSON]) -> dict[str, ProviderBox]:
+    """Pure: RunPod v2 pods -> boxes keyed by pod id."""
+    boxes: dict[str, ProviderBox] = {}
+    for pod in pods:
+        if not isinstance(pod, dict) or not isinstance(pod_id := pod.get("id"), str):
+            continue
+        status = str(pod.get("status") or pod.get("desiredStatus") or "UNKNOWN")
+        runtime = pod.get("runtime")
+        ports = runtime.get("ports") if isinstance(runtime, dict) else None
+        entries = [p for p in ports if isinstance(p, dict)] if isinstance(ports, list) else []
+        entries.sort(key=_public_first)
+        endpoints: dict[int, Endpoint] = {}
+        for p in entries:
+            private, public, ip = p.get("private"), p.get("public"), p.get("ip")
+            if (p.get("type") == "tcp" and isinstance(private, int) and isinstance(public, int)
+                    and isinstance(ip, str) and ip and private not in endpoints):
+                endpoints[private] = Endpoint(ip, public)
+        boxes[pod_id] = ProviderBox(pod_id, endpoints, status=status.lower(), ident=f"pod {pod_id}")
+    return boxes
+
+
+def runpod_v1_boxes(pods: list[JSON]) -> dict[str, ProviderBox]:
+    """Pure: RunPod REST v1 pods -> boxes keyed by pod id."""
+    boxes: dict[str, ProviderBox] = {}
+    for pod in pods:
+        if not isinstance(pod, dict) or not isinstance(pod_id := pod.get("id"), str):
+            continue
+        status = str(pod.get("desiredStatus") or "UNKNOWN")
+        ip, mappings = pod.get("publicIp"), pod.get("portMappings")
+        endpoints: dict[int, Endpoint] = {}
+        if isinstance(ip, str) and ip and isinstance(mappings, dict):
+            for private, public in mappings.items():
+                if str(private).isdigit() and isinstance(public, int) and not isinstance(public, bool):
+                    endpoints[int(private)] = Endpoint(ip, public)
+        boxes[pod_id] = ProviderBox(pod_id, endpoints, status=status.lower(), ident=f"pod {pod_id}")
+    return boxes
+
+
+def runpod_v1_url(url: str) -> str:
+    """REST v1's base beside a configured v2 base: RunPod's own, or `URL/v1` on any other (a proxy, a fake)."""
+    return RUNPOD_V1_URL if url.rstrip("/") == RUNPOD_URL else url.rstrip("/") + "/v1"
+
+
+class VastClient:
+    provider = Provider.VAST
+
+    def __init__(self, access: ProviderAccess) -> None:
+        self.access = access
+
+    async def list(self, session: aiohttp.ClientSession) -> ProviderListing:
+        instances: list[JSON] = []
+        token: str | None = None
+        try:
+            for _ in range(MAX_PAGES):
+                params = {"limit": str(VAST_PAGE)}
+                if token:
+                    params["after_token"] = token
+                _, body = await request_json(session, "GET", f"{self.access.url.rstrip('/')}/api/v1/instances/",
+                                             what="Vast GET /api/v1/instances/", headers=self.access.headers(),
+                                             params=params, timeout_s=self.access.timeout_s, retry=self.access.retry)
+                if not isinstance(body, dict) or not isinstance(page := body.get("instances"), list):
+                    raise ListingError("Vast GET /api/v1/instances/: the answer has no `instances` list")
+                instances.extend(page)
+                next_token = body.get("next_token")
+                if not next_token:
+                    return ProviderListing(Provider.VAST, vast_boxes(instances))
+                if not isinstance(next_token, str) or next_token == token:
+                    raise ListingError("Vast GET /api/v1/instances/: bad next_token (paging does not advance)")
+                token = next_token
+            raise ListingError(f"Vast GET /api/v1/instances/: more than {MAX_PAGES} pages")
+        except (HttpError, ListingError) as exc:
+            return ProviderListing(Provider.VAST, error=str(exc))
+
+
+class RunPodClient:
+    provider = Provider.RUNPOD
+
+    def __init__(self, access: ProviderAccess) -> None:
+        self.access = access
+
+    async def list(self, session: aiohttp.ClientSession) -> ProviderListing:
+        try:
+            _, body = await request_json(session, "GET", f"{self.access.url.rstrip('/')}/v2/pods",
+                                         what="RunPod GET /v2/pods", headers=self.access.headers(),
+                                         timeout_s=self.access.timeout_s, retry=self.access.retry)
+        except HttpError as exc:
+            if exc.status not in RUNPOD_V2_MISSING:
+                return ProviderListing(Provider.RUNPOD, error=str(exc))
+            return await self.list_v1(session, f"v2 answered {exc.status}")
+        if not isinstance(body, dict) or not isinstance(pods := body.get("pods"), list):
+            return ProviderListing(Provider.RUNPOD, error="RunPod GET /v2/pods: the answer has no `pods` list")
+        return ProviderListing(Provider.RUNPOD, runpod_boxes(pods))
+
+    async def list_v1(self, session: aiohttp.ClientSession, why: str) -> ProviderListing:
+        what = f"RunPod GET /v1/pods ({why})"
+        try:
+            _, body = await request_json(session, "GET", f"{runpod_v1_url(self.access.url)}/pods", what=what,
+                                         headers=self.access.headers(), timeout_s=self.access.timeout_s,
+                                         retry=self.access.retry)
+        except HttpError as exc:
+            return ProviderListing(Provider.RUNPOD, error=str(exc))
+        if not isinstance(body, list):
+            return ProviderListing(Provider.RUNPOD, error=f"{what}: the answer is not a list of pods")
+        return ProviderListing(Provider.RUNPOD, runpod_v1_boxes(body))

@@ -1,0 +1,147 @@
+"""What the control plane remembers: immutable records passed to and from a StateStore."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from fleetllm.core.fleet.jsonvalue import EMPTY, Frozen
+from fleetllm_contract.report import ReportOutcome
+
+
+class Endpoint(StrEnum):
+    """The box-facing endpoints whose every request is recorded."""
+
+    CONFIG = "config"
+    REPORT = "report"
+    INSTALLER = "installer"
+
+
+# What one request may put in the store: its text fields are client-controlled (X-LLMAO-Host,
+# X-Forwarded-For, and the box name resolved from them), so each is cut at its cap and marked as cut.
+# A fetch record or attention entry therefore holds at most MAX_RECORD_CHARS characters of text.
+STORED_CHARS = {"peer": 64, "claimed_host": 256, "forwarded_for": 512, "box": 256, "revision": 64, "replica": 128}
+TRUNCATED_MARK = "...[truncated: {total} chars]"
+MAX_MARK = len(TRUNCATED_MARK.format(total=10**12))
+MAX_RECORD_CHARS = sum(STORED_CHARS.values()) + len(STORED_CHARS) * MAX_MARK
+
+
+def clip(value: str | None, limit: int) -> str | None:
+    """`value` if it fits in `limit` characters, else its first `limit` characters and a mark saying
+    how long it was."""
+    if value is None or len(value) <= limit:
+        return value
+    return value[:limit] + TRUNCATED_MARK.format(total=len(value))
+
+
+@dataclass(frozen=True)
+class FetchRecord:
+    """One box-facing request, answered or not. `box` is the resolved name (None before resolution)."""
+
+    at: float  # unix time
+    endpoint: Endpoint
+    status: int
+    peer: str
+    claimed_host: str | None = None  # X-LLMAO-Host as sent
+    forwarded_for: str | None = None  # X-Forwarded-For as sent
+    box: str | None = None
+    revision: str | None = None  # the revision served, when one was
+    replica: str | None = None  # which control-plane replica answered (several share one log)
+    id: int | None = field(default=None, compare=False)  # the store's, once stored (paging cursor)
+
+    def bounded(self) -> FetchRecord:
+        """This record with every text field cut to STORED_CHARS (and marked when cut)."""
+        c = STORED_CHARS
+        return replace(self, peer=clip(self.peer, c["peer"]) or "", claimed_host=clip(self.claimed_host,
+                       c["claimed_host"]), forwarded_for=clip(self.forwarded_for, c["forwarded_for"]),
+                       box=clip(self.box, c["box"]), revision=clip(self.revision, c["revision"]),
+                       replica=clip(self.replica, c["replica"]))
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A valid fleet key presented for a box the placement does not have."""
+
+    box: str
+    at: float
+    peer: str
+    claimed_host: str | None = None
+    forwarded_for: str | None = None
+
+    def bounded(self) -> Sighting:
+        c = STORED_CHARS
+        return replace(self, box=clip(self.box, c["box"]) or "", peer=clip(self.peer, c["peer"]) or "",
+                       claimed_host=clip(self.claimed_host, c["claimed_host"]),
+                       forwarded_for=clip(self.forwarded_for, c["forwarded_for"]))
+
+
+@dataclass(frozen=True)
+class AttentionEntry:
+    box: str
+    first_seen: float
+    last_seen: float
+    count: int
+    peer: str  # the latest sighting's
+    claimed_host: str | None = None
+    forwarded_for: str | None = None
+
+
+@dataclass(frozen=True)
+class BoxReport:
+    """What a box said it applied (POST /vllm/report). `body` is the whole validated report."""
+
+    box: str
+    received_at: float
+    peer: str
+    revision: str
+    installer_version: str
+    outcome: ReportOutcome
+    body: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY)
+    agent: bool = False  # sent by the box agent (or an installer that installed it): the box is agent-managed
+
+    def failed_servers(self) -> frozenset[str]:
+        """Servers the box reported as failed (supervisord gave up on them, or never had them)."""
+        servers = self.body.get("servers", ())
+        if not isinstance(servers, tuple):
+            return frozenset()
+        return frozenset(name for s in servers if isinstance(s, Mapping) and s.get("state") == "failed"
+                         and isinstance(name := s.get("name"), str))
+
+    def server_digests(self) -> dict[str, str]:
+        """Server name -> the boot digest the box applied (compare with the rendered `digest`)."""
+        servers = self.body.get("servers", ())
+        out: dict[str, str] = {}
+        if isinstance(servers, tuple):
+            for server in servers:
+                if isinstance(server, Mapping):
+                    name, digest = server.get("name"), server.get("digest")
+                    if isinstance(name, str) and isinstance(digest, str):
+                        out[name] = digest
+        return out
+
+    def server_shares(self) -> dict[str, float]:
+        """Server name -> the fraction of its card the box gave it (reports that carry it): the `current`
+        of fleetllm_contract.division.box_change, so a prediction starts from what the box runs."""
+        servers = self.body.get("servers", ())
+        out: dict[str, float] = {}
+        if isinstance(servers, tuple):
+            for server in servers:
+                if isinstance(server, Mapping):
+                    name, share = server.get("name"), server.get("gpu_memory_utilization")
+                    if isinstance(name, str) and isinstance(share, (int, float)) and not isinstance(share, bool):
+                        out[name] = float(share)
+        return out
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An approval made through the control plane: a git commit, recorded here for the audit trail."""
+
+    at: float
+    host: str
+    models: tuple[str, ...]
+    branch: str
+    commit: str
+    base_revision: str
+    actor: str  # who asked, never a token: "admin:<token fingerprint>" or "cli"

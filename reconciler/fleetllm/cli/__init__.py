@@ -1,0 +1,1 @@
+"""Subcommands of `fleetllm`: thin adapters between argparse and the pure core."""

@@ -1,0 +1,66 @@
+"""`fleetllm approve HOST MODEL [MODEL...]`: add a box to placement.yaml as a git commit.
+
+The placement is edited as YAML round-trip (comments and formatting kept), the box gets the first
+free listen ports, the whole fleet is validated with the change, and the commit goes on a new
+branch `approve/<host>` (ready to push for a pull request) or, with --onto BRANCH or a config whose
+repo.approve.target is `tracked`, onto that branch. The working tree is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fleetllm.cli.common import EXIT_INVALID, EXIT_OK, CommandError
+from fleetllm.core.fleet.model import Provider
+from fleetllm.errors import ConfigurationError
+from fleetllm.job.approve import ApproveError, approve, open_repo
+from fleetllm.settings import ApproveTarget, load_config
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "approve", help="add a box with its models to the placement, as a git commit",
+        description="Add HOST to placement.yaml with one server per MODEL on free listen ports, validate, and "
+                    "commit on a new branch approve/<host> (the working tree is not touched).")
+    parser.add_argument("host", metavar="HOST", help="the box name (public IP or provider id)")
+    parser.add_argument("models", metavar="MODEL", nargs="+", help="catalog names of the models to run")
+    parser.add_argument("--provider", choices=[p.value for p in Provider],
+                        help="where the box is rented: written as its `provider:` (the reconciler then finds its "
+                             "public ports in that provider's listing); without it the box is static (public port "
+                             "= listen port)")
+    parser.add_argument("--repo", default=".", metavar="DIR", help="the fleet repository (default: .)")
+    parser.add_argument("--base", metavar="BRANCH", help="branch to start from (default: the checked-out HEAD)")
+    parser.add_argument("--onto", metavar="BRANCH", help="commit onto BRANCH instead of a new approve/<host> branch")
+    parser.add_argument("--config", metavar="FILE",
+                        help="take the repository, branch and approve.target from a control-plane config")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    repo_path, base, onto = args.repo, args.base, args.onto
+    if args.config:
+        try:
+            config = load_config(args.config)
+        except ConfigurationError as exc:
+            raise CommandError(f"invalid config:\n{exc}") from None
+        if config.repo.path is None:
+            raise CommandError("the config tracks a remote url; run approve in a clone of it with --repo")
+        repo_path, base = config.repo.path, config.repo.branch
+        if config.repo.approve_target is ApproveTarget.TRACKED:
+            onto = config.repo.branch
+    if onto is not None and base is not None and onto != base:
+        raise CommandError("--onto and --base name different branches; give one")
+    try:
+        done = approve(open_repo(repo_path), args.host, args.models, base_branch=onto or base,
+                       onto_tracked=onto is not None, note=f"Approved with fleetllm approve ({' '.join(args.models)})",
+                       provider=Provider(args.provider) if args.provider else None)
+    except ApproveError as exc:
+        raise CommandError(str(exc), EXIT_INVALID) from None
+    for row in done.rows:
+        print(f"{done.host}: {row.name} ({row.model}) on listen port {row.port}")
+    print(f"branch {done.branch}")
+    print(f"commit {done.commit}")
+    if onto is None:
+        print(f"push it for review: git push origin {done.branch}")
+    return EXIT_OK

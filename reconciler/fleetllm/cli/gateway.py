@@ -1,0 +1,22 @@
+"""`fleetllm gateway --config FILE [--check] [--log-level LEVEL]`: the box gateway (same as `fleetllm-gateway`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from fleetllm_gateway import cli
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "gateway", help="run the box gateway (one port, many models; LLMhop-compatible)",
+        description="Route OpenAI-style requests to one backend per model by the body's `model` or a "
+                    "/route/{model}/ prefix. --check validates the config without binding (exit 0 valid, 1 invalid).")
+    cli.add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return cli.run(Path(args.config), check=args.check, log_level=args.log_level)

@@ -1,0 +1,25 @@
+"""The terminal rendering: summary, alerts, then each section."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleetllm.core.diff.report import Report
+from fleetllm.core.diff.sections import Section, sections
+from fleetllm.core.diff.summary import summary_line
+
+LABELS = {"outage": "OUTAGE ", "warning": "WARNING", "note": "NOTE   "}
+
+
+def short(revision: str) -> str:
+    return revision[:12]
+
+
+def render_text(report: Report, extra: Sequence[Section] = ()) -> str:
+    out = [f"fleetllm diff {short(report.base)}..{short(report.head)}", summary_line(report)]
+    if report.alerts:
+        out.append("")
+        out += [f"{LABELS[a.level.value]} {a.message}" for a in report.alerts]
+    for section in [*sections(report), *extra]:
+        out += ["", section.title, *("  " + line for line in section.lines)]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,175 @@
+"""The typed, immutable fleet model built from a valid repository.
+
+Lifetimes (the box contract's table) are explicit in the types:
+- `VllmRecipe` is boot lifetime: a change reaches a box only when it re-fetches and restarts vLLM;
+- `LitellmRoute` is live lifetime: the reconciler applies it to LiteLLM at its next pass;
+- placement (`Box`, `Placement`) is boot lifetime for the boxes it touches and live for LiteLLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TypeVar
+
+from fleetllm.core.fleet.jsonvalue import EMPTY, Frozen
+
+DEFAULT_LISTEN_PORTS = (8001, 8002, 8003)
+DEFAULT_MAX_SERVERS = 3
+
+
+class ReconcileMode(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+
+
+class RolloutMode(StrEnum):
+    AUTO = "auto"  # boxes running the box agent are released new revisions box by box
+    MANUAL = "manual"  # every box is served the newest valid commit; a person restarts it
+
+
+class Provider(StrEnum):
+    VAST = "vast"
+    RUNPOD = "runpod"
+    STATIC = "static"
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    interval_s: int = 60
+    health_grace_s: int = 1800
+    probe_timeout_s: float = 3.0
+    probe_concurrency: int = 64
+    down_after_failures: int = 3
+    up_after_successes: int = 2
+    prune: bool = True
+    max_deletes_per_pass: int = 10
+    max_delete_fraction: float = 0.34
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """fleet.yaml `rollout:` (defaults mirror schemas/fleet.schema.json)."""
+
+    mode: RolloutMode = RolloutMode.AUTO
+    max_unavailable: int = 1
+    poll_s: int = 30
+    drain_s: int = 10
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    listen_ports: tuple[int, ...] = DEFAULT_LISTEN_PORTS
+    max_servers_per_box: int = DEFAULT_MAX_SERVERS
+    allow_empty_placement: bool = False
+    legacy_servers: frozenset[tuple[str, int]] = frozenset()
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+
+    def is_legacy(self, host: str, port: int) -> bool:
+        return (host, port) in self.legacy_servers
+
+
+@dataclass(frozen=True)
+class VllmRecipe:
+    """How to run one model (boot lifetime). Optional fields are None when the recipe omits them."""
+
+    model: str
+    served_model_name: str
+    args: tuple[str, ...] = ()
+    settings: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY)
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    vram_gb: float | None = None
+    disk_gb: float | None = None
+    kv_bytes_per_token: int | None = None
+
+
+@dataclass(frozen=True)
+class LitellmRoute:
+    """The LiteLLM route for a model's deployments (live lifetime)."""
+
+    params: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY)
+    model_info: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    vllm: VllmRecipe
+    litellm: LitellmRoute = field(default_factory=LitellmRoute)
+    reconcile: ReconcileMode = ReconcileMode.ACTIVE
+    health_grace_s: int | None = None
+    description: str | None = None
+    max_unavailable: int | None = None  # overrides fleet.yaml rollout.max_unavailable
+
+
+@dataclass(frozen=True)
+class ServerRow:
+    """One placement row: a vLLM process on a box."""
+
+    model: str  # catalog name
+    port: int  # container listen port
+    name: str  # process name: the row's third element, else the model name
+    public_port: int | None = None  # deprecated: a public port written by hand
+
+
+@dataclass(frozen=True)
+class Box:
+    name: str
+    servers: tuple[ServerRow, ...]
+    provider: Provider | None = None
+    gpu_memory_gb: float | None = None
+    gpus: int | None = None
+    disk_gb: float | None = None
+    notes: str | None = None
+    reconcile: ReconcileMode = ReconcileMode.ACTIVE
+    # The box gateway's public listen port. When set, every server row's port is a loopback port
+    # behind the gateway, and LiteLLM reaches the box's models through this one port.
+    gateway_port: int | None = None
+    rollout: RolloutMode | None = None  # None: fleet.yaml rollout.mode
+
+    @property
+    def card_gb(self) -> float | None:
+        """One card's memory: placement.yaml's gpu_memory_gb is the box's total over its GPUs (what the
+        stable division predicts a card's restarts from)."""
+        return self.gpu_memory_gb / (self.gpus or 1) if self.gpu_memory_gb else None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A whole valid fleet repository at one revision."""
+
+    revision: str
+    settings: FleetSettings
+    recipes: Mapping[str, Recipe]
+    boxes: Mapping[str, Box]
+
+    def box(self, name: str) -> Box | None:
+        return self.boxes.get(name)
+
+    def rollout_mode(self, box: str) -> RolloutMode:
+        """The box's rollout mode: its placement override, else fleet.yaml's."""
+        found = self.boxes.get(box)
+        override = found.rollout if found is not None else None
+        return override if override is not None else self.settings.rollout.mode
+
+    def max_unavailable(self, model: str) -> int:
+        """How many of a model's servers a rollout may take out at once."""
+        recipe = self.recipes.get(model)
+        override = recipe.max_unavailable if recipe is not None else None
+        return override if override is not None else self.settings.rollout.max_unavailable
+
+    @property
+    def server_count(self) -> int:
+        return sum(len(b.servers) for b in self.boxes.values())
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def frozen_map(items: Mapping[K, V]) -> Mapping[K, V]:
+    return MappingProxyType(dict(items))

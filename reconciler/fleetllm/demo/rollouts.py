@@ -1,0 +1,205 @@
+"""The rollout scenarios: commit a change and watch the fleet converge by itself (each box's agent
+re-fetches what the control plane releases to it, the reconciler drains and routes), while callers send
+chat completions through LiteLLM to every model. Each scenario reports the time from commit to
+converged, the waves the rollout took and every failed request, per model.
+
+The edits are pure (text in, text out, as a person would write them in a pull request); `play` runs one.
+
+- move-model:   a server moves to a free listen port of another box (the existing move, choose_move);
+- move-single:  the only server of a model moves (make-before-break: the model must never be unserved);
+- bad-boot:     a recipe gains an argument vLLM refuses at start (`dtype: bogus`); the rollout halts after
+                the first box, which goes back to its last good revision; then the revert converges.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from fleetllm.core.fleet import strictyaml
+from fleetllm.core.fleet.files import MODELS_FILE, PLACEMENT_FILE
+from fleetllm.core.fleet.model import Fleet
+from fleetllm.core.rollout.model import RolloutState
+from fleetllm.demo.check import waiting_for
+from fleetllm.demo.fleet import DEFAULT_GPU_MEMORY_GB, DemoError
+from fleetllm.demo.load import LoadGenerator, LoadReport
+from fleetllm.demo.move import CEILING, Move, choose_move, move_row
+from fleetllm.demo.stage import Stage
+from fleetllm.demo.workspace import commit_file
+from fleetllm.job.engine import PassOutcome
+
+BAD_SETTING = ("dtype", "bogus")  # vLLM 0.32 exits 2 at start: "argument --dtype: invalid choice: 'bogus'"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One commit of a scenario: the files it rewrites and what the fleet should end in."""
+
+    title: str
+    files: Mapping[str, str]
+    halts: bool = False  # the rollout is expected to halt (and roll the first box back)
+
+
+@dataclass(frozen=True)
+class Played:
+    change: Change
+    commit: str
+    seconds: float  # commit to converged (or to halted and rolled back)
+    passes: int
+    waves: int | None
+    halted: str | None  # why the rollout halted, when it did
+    load: LoadReport | None
+    notes: tuple[str, ...] = field(default=())
+
+    def lines(self) -> list[str]:
+        waves = f", {self.waves} waves" if self.waves is not None else ""
+        out = [f"{self.change.title}: {'halted' if self.halted else 'converged'} {self.seconds:.1f} s after commit "
+               f"{self.commit[:12]}, {self.passes} passes{waves}"]
+        if self.halted:
+            out.append(f"  halted: {self.halted}")
+        if self.load is not None:
+            out.append(f"  callers: {self.load.rate_per_model:g} requests/s per model for "
+                       f"{self.load.duration_s:.0f} s, {self.load.failed} failed")
+            out.extend("  " + line for line in self.load.lines())
+        return out
+
+
+# -- the edits (pure) ------------------------------------------------------------------------------
+def move_change(fleet: Fleet, files: Mapping[str, str]) -> tuple[Change, Move]:
+    move = choose_move(fleet)
+    return Change(f"move {move}", {PLACEMENT_FILE: move_row(files[PLACEMENT_FILE], move)}), move
+
+
+def choose_single_move(fleet: Fleet) -> Move:
+    """The only server of a model, to a free listen port of another box with room for it."""
+    counts: dict[str, int] = {}
+    for box in fleet.boxes.values():
+        for row in box.servers:
+            counts[row.model] = counts.get(row.model, 0) + 1
+    for source in fleet.boxes.values():
+        for row in source.servers:
+            if (counts[row.model] != 1 or source.gateway_port is not None
+                    or fleet.settings.is_legacy(source.name, row.port)):
+                continue
+            for target in fleet.boxes.values():
+                if target.name == source.name or target.gateway_port is not None:
+                    continue
+                if any(fleet.settings.is_legacy(target.name, r.port) for r in target.servers):
+                    continue
+                used = {r.port for r in target.servers}
+                free = [p for p in fleet.settings.listen_ports if p not in used]
+                if not free or len(target.servers) >= fleet.settings.max_servers_per_box:
+                    continue
+                if _fits(fleet, target.name, row.model):
+                    return Move(row.model, row.name, source.name, row.port, target.name, free[0])
+    raise DemoError("move-single found no model with one server that another box has room for")
+
+
+def _fits(fleet: Fleet, box: str, model: str) -> bool:
+    target = fleet.boxes[box]
+    vram = (sum(fleet.recipes[r.model].vllm.vram_gb or 0 for r in target.servers)
+            + (fleet.recipes[model].vllm.vram_gb or 0))
+    return vram <= CEILING * (target.gpu_memory_gb or DEFAULT_GPU_MEMORY_GB)
+
+
+def single_move_change(fleet: Fleet, files: Mapping[str, str]) -> tuple[Change, Move]:
+    move = choose_single_move(fleet)
+    return Change(f"move the only server of {move.model}: {move}",
+                  {PLACEMENT_FILE: move_row(files[PLACEMENT_FILE], move)}), move
+
+
+def most_replicated(fleet: Fleet) -> str:
+    counts: dict[str, int] = {}
+    for box in fleet.boxes.values():
+        for row in box.servers:
+            if not fleet.settings.is_legacy(box.name, row.port) and box.gateway_port is None:
+                counts[row.model] = counts.get(row.model, 0) + 1
+    if not counts:
+        raise DemoError("no model to change")
+    return max(sorted(counts), key=lambda m: counts[m])
+
+
+def with_setting(models: str, model: str, key: str, value: str) -> str:
+    """models.yaml's text with `key: value` added to the recipe's vllm settings (a one-line change)."""
+    doc = strictyaml.load(models, MODELS_FILE)
+    lines = models.split("\n")
+    recipe = ["models", model, "vllm"]
+    vllm: object = doc.value
+    for step in ("models", model, "vllm"):
+        vllm = vllm.get(step) if isinstance(vllm, dict) else None
+    if not isinstance(vllm, dict):
+        raise DemoError(f"{MODELS_FILE}: no recipe {model} with a vllm mapping")
+    if isinstance(vllm.get("settings"), dict) and vllm["settings"]:
+        first = doc.mark_at([*recipe, "settings"])  # the first entry of the settings mapping
+        indent = " " * (first.column - 1)
+        lines.insert(first.line - 1, f"{indent}{key}: {value}")
+    else:
+        first = doc.mark_at(recipe)
+        indent = " " * (first.column - 1)
+        lines.insert(first.line - 1, f"{indent}settings: {{{key}: {value}}}")
+    return "\n".join(lines)
+
+
+def bad_boot_change(fleet: Fleet, files: Mapping[str, str]) -> Change:
+    model = most_replicated(fleet)
+    key, value = BAD_SETTING
+    return Change(f"a boot change vLLM refuses: {model} gets `{key}: {value}`",
+                  {MODELS_FILE: with_setting(files[MODELS_FILE], model, key, value)}, halts=True)
+
+
+# -- playing one change ----------------------------------------------------------------------------
+RolloutProbe = Callable[[], "tuple[str | None, int | None]"]  # (halt reason or None, waves so far or None)
+
+
+def converged(demo: Stage, outcome: PassOutcome, head: str) -> list[str]:
+    """What is still missing before `head` is everywhere: every box of the placement reports it applied
+    `head`, the fleet is where it should be (servers Healthy, LiteLLM in step), and the rollout of `head`
+    has recorded that it converged (the pass after the last box's report does)."""
+    passes = demo.passes
+    assert passes is not None
+    assert passes.store is not None
+    assert passes.fleet is not None
+    reports = passes.store.latest_reports()
+    missing = [f"{name} has not applied {head[:12]} (it reports "
+               f"{reports[name].revision[:12] if name in reports else 'nothing'})"
+               for name in sorted(passes.fleet.boxes) if name in demo.boxes
+               and (name not in reports or reports[name].revision != head)]
+    rollout, _, _ = passes.store.current_rollout()
+    if rollout is not None and rollout.target == head and rollout.state is not RolloutState.CONVERGED:
+        missing.append(f"the rollout of {head[:12]} is {rollout.state}")
+    return missing + waiting_for(outcome, applying=demo.applying)
+
+
+def play(demo: Stage, change: Change, message: str, *, load: LoadGenerator | None, rollout: RolloutProbe,
+         timeout_s: float, interval_s: float) -> Played:
+    """Commit the change, then only passes (no manual step) until it converged or, for a halting change,
+    halted; the load runs from before the commit to the end."""
+    workspace = demo.workspace
+    assert workspace is not None
+    if load is not None:
+        load.start()
+    head = ""
+    for name, text in change.files.items():
+        head = commit_file(workspace, name, text, message)
+    started = time.monotonic()
+    demo.say(f"committed {head[:12]}: {change.title}; no manual step from here", "bold")
+    passes, halted, waves = 0, None, None
+    try:
+        while True:
+            outcome = demo.tick()
+            passes += 1
+            halted, waves = rollout()
+            if outcome is not None:
+                missing = converged(demo, outcome, head) if not change.halts else []
+                if not change.halts and not missing:
+                    break
+                if change.halts and halted is not None and not waiting_for(outcome, applying=demo.applying):
+                    break
+            if time.monotonic() - started > timeout_s:
+                state = "halted" if change.halts else "converged"
+                raise DemoError(f"{change.title}: not {state} after {timeout_s:g} s")
+            time.sleep(interval_s)
+    finally:
+        report = load.stop() if load is not None else None
+    return Played(change, head, round(time.monotonic() - started, 1), passes, waves, halted, report)

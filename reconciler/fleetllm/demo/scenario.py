@@ -1,0 +1,179 @@
+"""The rollout scenarios, as an engineer lives them: open a pull request, merge, watch. Each commits one
+change to the demo's fleet repository and from then on the demo only runs reconcile passes: the box
+agents fetch what the control plane releases to them, the reconciler drains and routes. Nobody restarts
+a box.
+
+- move-model:  a server moves to a free listen port of another box;
+- move-single: the only server of a model moves (make-before-break keeps the model served);
+- bad-boot:    a recipe gains `dtype: bogus`, which vLLM refuses at start: the rollout halts after the
+               first box, which is rolled back to its last good revision; then a revert commit converges;
+- rollouts:    the three in sequence on one demo.
+
+With LiteLLM a load generator sends chat completions to every model through the proxy for the whole of
+each scenario; the scenario prints per model requests and failures, the seconds from commit to
+converged (or halted and rolled back) and the waves the rollout took. Without LiteLLM the demo keeps its
+routing table in memory (no proxy: nothing to send load through) and the rollouts run the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleetllm.core.fleet.files import FLEET_FILES, MODELS_FILE
+from fleetllm.core.fleet.model import Fleet
+from fleetllm.core.rollout.model import BoxState, RolloutState
+from fleetllm.core.secret import Secret
+from fleetllm.demo.fleet import DemoError
+from fleetllm.demo.litellm import Litellm
+from fleetllm.demo.load import LoadGenerator
+from fleetllm.demo.move import Move
+from fleetllm.demo.passes import Passes
+from fleetllm.demo.rollouts import (
+    Change,
+    Played,
+    bad_boot_change,
+    move_change,
+    play,
+    single_move_change,
+)
+from fleetllm.demo.stage import Stage
+
+SCENARIOS = ("move-model", "move-single", "bad-boot", "rollouts")
+RATE_PER_MODEL = 2.0  # chat completions per second per model, the issue's floor
+
+
+@dataclass
+class Results:
+    played: list[Played] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    move: Move | None = None  # the last server moved (the final checks look at it)
+
+
+def _files(demo: Stage) -> dict[str, str]:
+    assert demo.workspace is not None
+    return {name: (demo.workspace.fleet / name).read_text(encoding="utf-8") for name in FLEET_FILES}
+
+
+def _probe(demo: Stage) -> tuple[str | None, int | None]:
+    """The rollout of main's head: why it halted (None: it did not), and its waves so far."""
+    passes = demo.passes
+    assert passes is not None
+    if passes.store is None or passes.fleet is None:
+        return None, None
+    rollout, _, _ = passes.store.current_rollout()
+    if rollout is None or rollout.target != passes.fleet.revision:
+        return None, None
+    return (rollout.reason or "halted") if rollout.state is RolloutState.HALTED else None, rollout.waves
+
+
+def _load(demo: Stage, litellm: Litellm | None) -> LoadGenerator | None:
+    if litellm is None or demo.passes is None or demo.passes.fleet is None:
+        return None
+    models = {row.model for box in demo.passes.fleet.boxes.values() for row in box.servers}
+    return LoadGenerator(litellm.url, Secret(litellm.master_key, "the demo's LiteLLM master key"), models,
+                         rate_per_model=RATE_PER_MODEL)
+
+
+def _play(demo: Stage, results: Results, change: Change, message: str, litellm: Litellm | None, *,
+          timeout_s: float, interval_s: float) -> Played:
+    played = play(demo, change, message, load=_load(demo, litellm), rollout=lambda: _probe(demo),
+                  timeout_s=timeout_s, interval_s=interval_s)
+    for line in played.lines():
+        demo.say(line, "bold" if not line.startswith(" ") else "")
+    results.played.append(played)
+    if played.load is not None:
+        results.problems += [f"{change.title}: {tally.failed} of {tally.sent} requests to {model} failed"
+                             for model, tally in sorted(played.load.tallies.items()) if tally.failed]
+    results.problems += _rollout_problems(demo, played)
+    return played
+
+
+def _rollout_problems(demo: Stage, played: Played) -> list[str]:
+    """What is wrong with the rollout's end state: a change converged (every agent box applied it), or a
+    halting change halted after exactly one box, rolled back to its last good revision, the others kept."""
+    passes = demo.passes
+    assert passes is not None
+    assert passes.store is not None
+    rollout, _, _ = passes.store.current_rollout()
+    title = played.change.title
+    if rollout is None or rollout.target != played.commit:
+        return [f"{title}: no rollout of {played.commit[:12]}"]
+    releases = passes.store.box_releases()
+    reports = passes.store.latest_reports()
+    if not played.change.halts:
+        if rollout.state is not RolloutState.CONVERGED:
+            return [f"{title}: the rollout is {rollout.state}, not converged ({rollout.reason})"]
+        return []
+    found: list[str] = []
+    if rollout.state is not RolloutState.HALTED:
+        found.append(f"{title}: the rollout is {rollout.state}, not halted")
+    halted = sorted(box for box, r in releases.items() if r.state is BoxState.HALTED)
+    if len(halted) != 1:
+        found.append(f"{title}: {len(halted)} boxes halted ({', '.join(halted)}), not one")
+    for box in halted:
+        release = releases[box]
+        applied = reports[box].revision if box in reports else None
+        demo.say(f"  {box} halted and rolled back: released {release.revision[:12]}, last good "
+                 f"{release.last_good[:12]}, it reports {applied[:12] if applied else 'nothing'}")
+        if release.revision != release.last_good or applied != release.last_good:
+            found.append(f"{title}: {box} is not back on its last good revision {release.last_good[:12]}")
+    # A box the bad commit does not change may take it (nothing restarts there); one it changes must not.
+    on_bad = sorted(box for box, r in releases.items() if r.revision == played.commit
+                    and _changes_servers(passes, box, r.last_good, played.commit))
+    if on_bad:
+        found.append(f"{title}: {', '.join(on_bad)} released {played.commit[:12]}, which changes their servers")
+    return found
+
+
+def _changes_servers(passes: Passes, box: str, before: str, after: str) -> bool:
+    """Whether commit `after` changes a server of `box` (its rows or their recipes) from `before`."""
+    old, new = passes.fleet_at(before), passes.fleet_at(after)
+    if old is None or new is None:
+        return True
+    if (box in old.boxes) != (box in new.boxes):
+        return True
+    if box not in new.boxes:
+        return False
+
+    def servers(fleet: Fleet) -> list[tuple[object, ...]]:
+        return [(row, fleet.recipes[row.model]) for row in fleet.boxes[box].servers]
+
+    return servers(old) != servers(new)
+
+
+def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s: float,
+                  interval_s: float) -> Results:
+    """Play scenario `name` (or all of them for `rollouts`) on the running demo."""
+    if name not in SCENARIOS:
+        raise DemoError(f"no scenario {name!r}: pick one of {', '.join(SCENARIOS)}")
+    passes = demo.passes
+    assert passes is not None
+    names = SCENARIOS[:-1] if name == "rollouts" else (name,)
+    results = Results()
+    if litellm is None:
+        demo.say("no LiteLLM: no load is sent (a load generator needs a proxy to send through); the routing "
+                 "table is kept in the demo's memory so that the rollouts run as they would", "yellow")
+    timing = {"timeout_s": timeout_s, "interval_s": interval_s}
+    for scenario in names:
+        fleet, files = passes.fleet, _files(demo)
+        assert fleet is not None
+        demo.say(f"\nScenario {scenario}", "bold")
+        if scenario == "move-model":
+            change, results.move = move_change(fleet, files)
+            _play(demo, results, change, f"Move {results.move}", litellm, **timing)
+        elif scenario == "move-single":
+            change, results.move = single_move_change(fleet, files)
+            _play(demo, results, change, f"Move the only server of {results.move.model}", litellm, **timing)
+        else:
+            change = bad_boot_change(fleet, files)
+            _play(demo, results, change, f"Change a recipe: {change.title}", litellm, **timing)
+            revert = Change(f"revert: {change.title}", {MODELS_FILE: files[MODELS_FILE]})
+            _play(demo, results, revert, "Revert the bad boot change", litellm, **timing)
+    demo.say("\nRollouts, commit to converged:", "bold")
+    for played in results.played:
+        waves = f"{played.waves} waves" if played.waves is not None else "waves unknown"
+        failed = (f"{played.load.failed} failed of {sum(t.sent for t in played.load.tallies.values())} requests"
+                  if played.load is not None else "no load")
+        demo.say(f"  {played.change.title}: {'halted' if played.halted else 'converged'} in {played.seconds:.1f} s, "
+                 f"{waves}, {failed}")
+    return results

@@ -1,0 +1,102 @@
+"""What the demo shows: one row per server (its box, its Supervisor program, the reconciler's verdict
+and its LiteLLM deployment), built purely from a pass outcome and the boxes' Supervisor states, then
+drawn as a rich table under a header of where to look."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from fleetllm.core.judge.plan import ActionKind
+from fleetllm.core.judge.plantext import SYMBOL, summary_line
+from fleetllm.core.judge.verdict import Verdict
+from fleetllm.job.engine import PassOutcome
+
+COLOURS = {Verdict.HEALTHY: "green", Verdict.STALE: "yellow", Verdict.LOADING: "yellow", Verdict.PENDING: "yellow",
+           Verdict.DOWN: "red", Verdict.STALLED: "red", Verdict.FOREIGN: "red", Verdict.MISSING: "red",
+           Verdict.UNKNOWN: "magenta"}
+VERDICTS = frozenset(str(v) for v in Verdict)
+PROGRAM_PREFIX = "fleetllm-"  # fleetllm_installer.units.PREFIX: the Supervisor program of server NAME is fleetllm-NAME
+BoxStates = Mapping[str, Mapping[str, str] | None]  # box -> program -> Supervisor state (None: no answer)
+
+
+@dataclass(frozen=True)
+class Row:
+    box: str
+    port: int
+    server: str
+    model: str
+    supervisor: str
+    verdict: str
+    reason: str
+    litellm: str
+
+
+def _supervisor(states: BoxStates, box: str, server: str) -> str:
+    programs = states.get(box)
+    if programs is None:
+        return "no supervisord"
+    return programs.get(PROGRAM_PREFIX + server, "-")
+
+
+def rows(outcome: PassOutcome, states: BoxStates, *, applying: bool) -> list[Row]:
+    plan = outcome.plan
+    deployed = {d.id for d in outcome.observation.deployments or () if d.managed}
+    planned = {a.id: a.kind for a in plan.actions}
+    held = {h.id for h in plan.held}
+
+    def litellm(ident: str) -> str:
+        kind = planned.get(ident)
+        if kind is not None:
+            verb = {ActionKind.CREATE: "create", ActionKind.UPDATE: "update", ActionKind.REPLACE: "replace",
+                    ActionKind.DELETE: "delete"}[kind]
+            return f"{SYMBOL[kind]} {verb}" if applying else f"{SYMBOL[kind]} would {verb}"
+        if ident in held:
+            return "held"
+        return "deployed" if ident in deployed else "-"
+
+    found = []
+    for key, server in sorted(outcome.intended.servers.items()):
+        judgement = plan.judgements[key]
+        found.append(Row(server.box, server.port, server.name, server.model,
+                         _supervisor(states, server.box, server.name), str(judgement.verdict), judgement.reason,
+                         litellm(server.id)))
+    intended = {s.id for s in outcome.intended.servers.values()}
+    for deployment in outcome.observation.deployments or ():
+        where = deployment.recorded_key
+        if deployment.managed and deployment.id not in intended and where is not None:
+            name = deployment.info_str("fleetllm_server") or deployment.model_name
+            found.append(Row(where[0], where[1], name, deployment.model_name, _supervisor(states, where[0], name),
+                             "-", "no longer in the repository", litellm(deployment.id)))
+    return found
+
+
+def table(found: Sequence[Row]) -> Table:
+    grid = Table(title="Simulated boxes (no GPU: every vLLM is the stub)", title_justify="left", expand=False)
+    for column in ("box", "port", "server", "model", "supervisor", "verdict", "LiteLLM", "why"):
+        grid.add_column(column, no_wrap=column != "why", overflow="fold")
+    for row in found:
+        colour = COLOURS.get(Verdict(row.verdict), "white") if row.verdict in VERDICTS else "dim"
+        state_colour = "green" if row.supervisor == "RUNNING" else "yellow"
+        grid.add_row(row.box, str(row.port), row.server, row.model, Text(row.supervisor, style=state_colour),
+                     Text(row.verdict, style=colour), row.litellm, Text(row.reason[:110], style="dim"))
+    return grid
+
+
+def screen(header: Sequence[str], outcome: PassOutcome | None, states: BoxStates, *, applying: bool,
+           note: str = "") -> RenderableType:
+    parts: list[RenderableType] = [Text("\n".join(header))]
+    if outcome is None:
+        parts.append(Text("waiting for the first reconcile pass...", style="dim"))
+    else:
+        parts.append(table(rows(outcome, states, applying=applying)))
+        line = summary_line(outcome.plan)
+        parts.append(Text(f"revision {outcome.intended.revision[:12]}  " + line
+                          + ("" if applying else "  (plan only: nothing is written)")))
+    if note:
+        parts.append(Text(note, style="bold"))
+    return Group(*parts)

@@ -1,0 +1,116 @@
+"""Prometheus metrics of reconcile passes (own registry: several reconcilers may share a process in tests)."""
+
+from __future__ import annotations
+
+from collections import Counter as Counter_
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from fleetllm.adapters.state.passes import PassMode, PassRecord, RolloutPassRecord
+from fleetllm.core.judge.verdict import SERVING, Verdict
+from fleetllm.core.rollout.model import BoxState, RolloutState
+
+
+class PassMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.passes = Counter("fleetllm_reconcile_passes", "Reconcile passes by outcome", ["outcome"], registry=r)
+        self.skipped = Counter("fleetllm_reconcile_skipped", "Passes skipped: another pass held the lock",
+                               registry=r)
+        self.duration = Gauge("fleetllm_reconcile_last_pass_duration_seconds", "Duration of the last pass",
+                              registry=r)
+        self.last = Gauge("fleetllm_reconcile_last_pass_timestamp_seconds", "When the last pass started",
+                          registry=r)
+        self.last_ok = Gauge("fleetllm_reconcile_last_success_timestamp_seconds",
+                             "When the last pass without errors started", registry=r)
+        self.servers = Gauge("fleetllm_servers", "Intended servers by verdict (last pass)", ["verdict"], registry=r)
+        self.actions = Counter("fleetllm_reconcile_actions",
+                               "LiteLLM writes by kind and result (ok, failed; planned in a dry run, suspended while "
+                               "the fleet is suspended: not written)",
+                               ["kind", "result"], registry=r)
+        self.errors = Gauge("fleetllm_reconcile_last_pass_errors", "Observation errors in the last pass", registry=r)
+        self.blocked = Gauge("fleetllm_reconcile_deletes_blocked", "1 when a safety valve held the last pass's "
+                             "deletes", registry=r)
+        self.held = Gauge("fleetllm_reconcile_held_actions", "Actions held back in the last pass", registry=r)
+        self.suspended = Gauge("fleetllm_reconcile_suspended", "1 when the last pass ran suspended (fleetllm "
+                               "suspend): it observed and recorded, and wrote nothing", registry=r)
+        self.pinned = Gauge("fleetllm_reconcile_pinned", "1 when the last pass worked from a pinned revision "
+                            "(fleetllm pin)", registry=r)
+        self.syncs = Counter("fleetllm_reconcile_sync_requests", "Sync requests taken (a pass run at once)",
+                             registry=r)
+        self.rollout_boxes = Gauge("fleetllm_rollout_boxes", "Agent-managed boxes by rollout state (last pass)",
+                                   ["state"], registry=r)
+        self.drift = Gauge("fleetllm_litellm_unmanaged_deployments", "LiteLLM deployments not managed by fleetllm",
+                           registry=r)
+        self.model_intended = Gauge("fleetllm_model_intended_servers", "Servers the served revision places for "
+                                    "the model (last pass)", ["model"], registry=r)
+        self.model_serving = Gauge("fleetllm_model_serving_servers", "The model's servers judged serving "
+                                   "(Healthy or Stale) in the last pass", ["model"], registry=r)
+        self.box_stale = Gauge("fleetllm_box_stale_servers", "The box's servers judged Stale in the last pass "
+                               "(serving an older boot config: the box needs a restart); boxes with none have no "
+                               "series", ["box"], registry=r)
+        self.litellm_up = Gauge("fleetllm_litellm_up", "1 when the last pass listed LiteLLM's deployments, 0 when "
+                                "the listing failed (LiteLLM unreachable or refusing the master key); NaN before the "
+                                "first pass", registry=r)
+        self.litellm_up.set(float("nan"))  # not known yet: no alert compares true on it
+        # Rollouts (set by the rollout engine).
+        self.rollout_halted = Gauge("fleetllm_rollout_halted", "1 while the current rollout is halted", registry=r)
+        self.rollout_halts = Counter("fleetllm_rollout_halts", "rollouts halted", registry=r)
+        # the control plane's own gauge of the same name (fleetllm.server.metrics), for the reconcile job
+        self.head_valid = Gauge("fleetllm_last_attempted_revision_valid", "1 when the tracked branch head was valid "
+                                "at the last pass; 0: the pass ran on the last valid commit", registry=r)
+        self.invalid_head = Counter("fleetllm_reconcile_invalid_head_passes", "Passes that ran on the last valid "
+                                    "commit because the branch head is not valid", registry=r)
+
+    def observe(self, record: PassRecord) -> None:
+        self.passes.labels("ok" if record.ok else "error").inc()
+        self.duration.set(record.duration_s)
+        self.last.set(record.started_at)
+        if record.ok:
+            self.last_ok.set(record.started_at)
+        for verdict in Verdict:
+            self.servers.labels(str(verdict)).set(record.verdicts.get(str(verdict), 0))
+        for action in record.actions:  # a dry run's are planned, a suspended pass's held: neither is written
+            result = ("ok" if action.ok else "failed") if record.written else \
+                "suspended" if record.mode == PassMode.SUSPENDED else "planned"
+            self.actions.labels(action.kind, result).inc()
+        self.errors.set(len(record.errors))
+        self.blocked.set(1 if record.blocked else 0)
+        self.held.set(record.held)
+        self.drift.set(record.drift)
+        self.model_intended.clear()  # a model gone from the revision loses its series
+        self.model_serving.clear()
+        self.box_stale.clear()
+        for server in record.servers:
+            self.model_intended.labels(server.model).inc()
+            self.model_serving.labels(server.model).inc(1 if Verdict(server.verdict) in SERVING else 0)
+            if server.verdict == Verdict.STALE:
+                self.box_stale.labels(server.box).inc()
+        self.head_valid.set(1 if record.head_valid else 0)
+        if not record.head_valid:
+            self.invalid_head.inc()
+        if record.rollout is not None:
+            self.observe_rollout(record.rollout)
+
+    def observe_rollout(self, rollout: RolloutPassRecord) -> None:
+        self.rollout_halted.set(1 if rollout.state == RolloutState.HALTED else 0)
+        if rollout.halt:
+            self.rollout_halts.inc()
+        counts = Counter_(rollout.boxes.values())
+        for state in BoxState:
+            self.rollout_boxes.labels(str(state)).set(counts.get(str(state), 0))
+
+    def seed_last_success(self, records: Sequence[PassRecord]) -> None:
+        """The last success before this process: from the state store's pass records (newest first). A batch
+        process (`reconcile --once`) runs one pass, and its metrics replace the last ones (a Pushgateway
+        group, a textfile): without this a failed pass would hand over a last success of 0, as if none had
+        ever run. None among them: left as it is (0 until a pass succeeds)."""
+        ok = next((r for r in records if r.ok), None)
+        if ok is not None:
+            self.last_ok.set(ok.started_at)
+
+    def observe_litellm(self, listed: bool) -> None:
+        """Whether the pass could list LiteLLM's deployments (its reachability, as the reconciler sees it)."""
+        self.litellm_up.set(1 if listed else 0)

@@ -1,0 +1,224 @@
+"""The rollout inside a reconcile pass (issue 14): which boxes are agent-managed, the intended state as
+the union of what each box is released (not the branch head), the step, the deliberate drains and the
+durable state.
+
+Order in a pass: `begin` (before observing: the releases decide which servers are intended), observe and
+judge, `step` (with the verdicts and LiteLLM's deployments), then the plan without the held-out servers,
+the drains (deleted on purpose, never held by the delete budget), and `save` after the LiteLLM writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from fleetllm.adapters.state.passes import RolloutPassRecord
+from fleetllm.adapters.state.records import BoxReport
+from fleetllm.adapters.state.store import ReportStore, RolloutStore
+from fleetllm.core.fleet.model import Fleet, RolloutMode
+from fleetllm.core.fleet.render import Bearers, RenderError
+from fleetllm.core.judge.assess import Assessment
+from fleetllm.core.judge.intended import Intended, deployment_id, intended_state
+from fleetllm.core.judge.observed import FAILED_PROBES, Observation
+from fleetllm.core.judge.plan import ORDER, Action, ActionKind, Plan
+from fleetllm.core.judge.verdict import Verdict
+from fleetllm.core.rollout.configs import box_config
+from fleetllm.core.rollout.control import Request, apply_request
+from fleetllm.core.rollout.model import (
+    BoxConfig,
+    BoxInput,
+    BoxRelease,
+    ReportFacts,
+    Rollout,
+    Step,
+    StepInput,
+)
+from fleetllm.core.rollout.step import step
+from fleetllm.logs import get_logger, log_event
+from fleetllm_contract.report import ReportOutcome
+
+LOG = get_logger("rollout")
+
+FleetAt = Callable[[str], Fleet | None]  # the valid fleet at a revision (None: unreadable or invalid)
+
+
+class RolloutBackend(RolloutStore, ReportStore, Protocol):
+    """What the rollout reads and writes: the state store (SqlStateStore implements it)."""
+
+
+def is_agent(report: BoxReport | None) -> bool:
+    """The box's latest report was sent by the box agent (or an installer that installed it)."""
+    return report is not None and (report.agent or report.body.get("agent") is True)
+
+
+def report_facts(report: BoxReport | None) -> ReportFacts | None:
+    if report is None:
+        return None
+    failed = report.outcome in (ReportOutcome.FAILED, ReportOutcome.FIT_FAILED)
+    return ReportFacts(report.revision, install_failed=failed, failed=report.failed_servers(),
+                       reported_at=report.received_at)
+
+
+def managed_boxes(target: Fleet, reports: Mapping[str, BoxReport], releases: Mapping[str, BoxRelease]) -> set[str]:
+    """Agent-managed boxes: rollout mode auto at the target and the latest report says agent. A box that
+    left the placement stays managed while it has a release (its servers leave through the rollout)."""
+    boxes = {b for b in target.boxes if target.rollout_mode(b) is RolloutMode.AUTO and is_agent(reports.get(b))}
+    boxes |= {b for b in releases if b not in target.boxes and is_agent(reports.get(b))}
+    return boxes
+
+
+@dataclass
+class Begun:
+    """The rollout as a pass found it, before observing."""
+
+    target: Fleet
+    rollout: Rollout | None
+    request: Request | None
+    releases: dict[str, BoxRelease]
+    reports: dict[str, BoxReport]
+    managed: set[str]
+    fleets: dict[str, Fleet | None] = field(default_factory=dict)  # revision -> fleet
+    intended: Intended | None = None
+
+
+@dataclass
+class RolloutDriver:
+    store: RolloutBackend
+    fleet_at: FleetAt
+    bearers: Bearers
+
+    def _fleet(self, begun: Begun, revision: str) -> Fleet | None:
+        if revision == begun.target.revision:
+            return begun.target
+        if revision not in begun.fleets:
+            begun.fleets[revision] = self.fleet_at(revision) if revision else None
+        return begun.fleets[revision]
+
+    def begin(self, target: Fleet, now: float) -> Begun:
+        rollout, request, actor = self.store.current_rollout()
+        if rollout is not None and request is not None:
+            rollout = apply_request(rollout, request, actor or "someone", now)
+        releases = self.store.box_releases()
+        reports = self.store.latest_reports()
+        return Begun(target, rollout, request, releases, reports, managed_boxes(target, reports, releases))
+
+    def released_revision(self, begun: Begun, box: str) -> str:
+        release = begun.releases.get(box)
+        if release is not None:
+            return release.revision
+        report = begun.reports.get(box)
+        return report.revision if report is not None else begun.target.revision
+
+    def compose(self, begun: Begun, head: Intended) -> Intended:
+        """The intended state: the head's servers, but each agent-managed box's from its released revision."""
+        servers = {k: s for k, s in head.servers.items() if s.box not in begun.managed}
+        for box in sorted(begun.managed):
+            fleet = self._fleet(begun, self.released_revision(begun, box))
+            if fleet is not None and fleet.box(box) is None:
+                continue  # not placed at its released revision: it serves nothing of ours
+            try:
+                at_release = intended_state(_only(fleet, box), self.bearers) if fleet is not None else None
+            except RenderError:
+                at_release = None
+            if at_release is None:  # unreadable now: keep the head's servers rather than prune the box's
+                servers.update({k: s for k, s in head.servers.items() if s.box == box})
+                continue
+            servers.update(at_release.servers)
+        begun.intended = Intended(head.revision, head.settings, servers)
+        return begun.intended
+
+    def _config(self, begun: Begun, box: str, revision: str | None) -> BoxConfig | None:
+        if not revision:
+            return None
+        fleet = self._fleet(begun, revision)
+        if fleet is None:
+            return None
+        try:
+            return box_config(fleet, box, self.bearers, deployment_id)
+        except RenderError:
+            return None
+
+    def step_input(self, begun: Begun, assessment: Assessment, observation: Observation, now: float) -> StepInput:
+        target = begun.target
+        boxes: dict[str, BoxInput] = {}
+        for box in sorted(set(target.boxes) | begun.managed):
+            managed = box in begun.managed
+            release = begun.releases.get(box)
+            released = self.released_revision(begun, box)
+            target_config = self._config(begun, box, target.revision)
+            placed = target.box(box)
+            reported = self._fleet(begun, released) if managed and release is None else None
+            boxes[box] = BoxInput(
+                box=box, managed=managed, target=target_config, new=reported is not None and reported.box(box) is None,
+                released=self._config(begun, box, released) if managed else target_config,
+                last_good=self._config(begun, box, release.last_good if release is not None else released)
+                if managed else target_config,
+                report=report_facts(begun.reports.get(box)),
+                card_gb=placed.card_gb if placed is not None else None)
+        # A server Healthy only by hysteresis (its probe failed this pass: restarting, loading) does not serve.
+        verdicts = {key: "Down" if j.verdict is Verdict.HEALTHY and key in observation.probes
+                    and observation.probes[key].status in FAILED_PROBES else str(j.verdict)
+                    for key, j in assessment.judgements.items()}
+        routed = (None if observation.deployments is None
+                  else frozenset(d.id for d in observation.deployments if d.managed))
+        budgets = {model: target.max_unavailable(model) for model in target.recipes}
+        return StepInput(target=target.revision, now=now, boxes=boxes, releases=dict(begun.releases),
+                         rollout=begun.rollout, verdicts=verdicts, routed=routed, max_unavailable=budgets,
+                         drain_s=target.settings.rollout.drain_s)
+
+    def step(self, begun: Begun, assessment: Assessment, observation: Observation, now: float) -> Step:
+        return step(self.step_input(begun, assessment, observation, now))
+
+    def save(self, begun: Begun, result: Step) -> None:
+        self.store.save_rollout(result.rollout, result.releases, taken=begun.request)
+        if result.halt is not None:
+            log_event(LOG, "rollout halted", logging.ERROR, box=result.halt.box, target=result.rollout.target,
+                      reason=result.halt.reason, rolled_back_to=result.halt.rolled_back_to)
+        for box, revision in sorted(result.released.items()):
+            if box not in result.rollbacks:
+                log_event(LOG, "box released", box=box, revision=revision, target=result.rollout.target,
+                          wave=result.releases[box].wave)
+
+
+def _only(fleet: Fleet, box: str) -> Fleet:
+    """The fleet with one box (its servers rendered at that revision)."""
+    return replace(fleet, boxes={box: fleet.boxes[box]})
+
+
+def without(intended: Intended, held_out: frozenset[str]) -> Intended:
+    """The intended state minus servers whose deployment is held out of LiteLLM (draining)."""
+    return Intended(intended.revision, intended.settings,
+                    {k: s for k, s in intended.servers.items() if s.id not in held_out})
+
+
+def unlisted(observation: Observation, ids: frozenset[str]) -> Observation:
+    """The observation without the deployments the rollout deletes itself (the planner leaves them)."""
+    if observation.deployments is None or not ids:
+        return observation
+    return replace(observation, deployments=tuple(d for d in observation.deployments if d.id not in ids))
+
+
+def drain_actions(plan: Plan, observation: Observation, drains: frozenset[str], stepped: Step) -> Plan:
+    """The plan with the rollout's drains added: deletes on purpose, after the plan's valves (a drain is
+    never held by the delete budget). Only deployments LiteLLM lists are deleted."""
+    if not drains or observation.deployments is None:
+        return plan
+    listed = {d.id: d for d in observation.deployments}
+    added = tuple(Action(ActionKind.DELETE, i, listed[i].model_name,
+                         f"rollout drain toward {stepped.rollout.target[:12]}: deleted on purpose before its box "
+                         "restarts (not held by the delete budget)", before=listed[i])
+                  for i in sorted(drains) if listed[i].managed)
+    actions = sorted((*plan.actions, *added), key=lambda a: (ORDER[a.kind], a.id))
+    return replace(plan, actions=tuple(actions))
+
+
+def rollout_record(stepped: Step) -> RolloutPassRecord:
+    r = stepped.rollout
+    return RolloutPassRecord(
+        target=r.target, state=str(r.state), reason=r.reason, waves=r.waves, released=dict(stepped.released),
+        drained=tuple(sorted(stepped.drain)), held_out=tuple(sorted(stepped.held_out)),
+        rollbacks=dict(stepped.rollbacks), boxes={b: str(s.state) for b, s in stepped.status.items()},
+        out={m: tuple(f"{b}:{p}" for b, p in keys) for m, keys in stepped.out.items()},
+        halt=stepped.halt.reason if stepped.halt is not None else "")

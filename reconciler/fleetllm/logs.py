@@ -1,0 +1,100 @@
+"""Structured logs: one JSON object per line on stderr, one line per event, in the format every
+fleetllm process writes (fleetllm_contract.logfmt: ts, level, logger, event, then the fields).
+
+Callers pass fields explicitly (`log_event(log, "fetch", status=200, ...)`); nothing reaches a log
+line implicitly, which is how secrets stay out: no field ever carries a key, token, salt or bearer.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from typing import IO, Any
+
+from fleetllm_contract.logfmt import MAX_FIELD, JsonLineFormatter, resolve_level
+
+__all__ = ["LOGGER", "MAX_FIELD", "BufferedStreamHandler", "JsonFormatter", "get_logger", "log_event", "resolve_level",
+           "set_level", "setup_logging"]
+
+LOGGER = "fleetllm"
+JsonFormatter = JsonLineFormatter  # the one format, defined in the box contract (fleetllm_contract.logfmt)
+
+
+def get_logger(name: str) -> logging.Logger:
+    return logging.getLogger(f"{LOGGER}.{name}")
+
+
+def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
+    logger.log(level, event, extra={"fields": fields})
+
+
+class BufferedStreamHandler(logging.Handler):
+    """Formats in the caller's thread and writes from one background thread, a batch of lines per
+    write: a request never waits on its log stream. Lines are at most FLUSH_INTERVAL_S late and are
+    written out at exit (logging.shutdown closes every handler)."""
+
+    FLUSH_INTERVAL_S = 0.2
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__()
+        self.stream = stream
+        self._lines: list[str] = []
+        self._lines_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._writer: threading.Thread | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        with self._lines_lock:
+            self._lines.append(line)
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, name="fleetllm-log", daemon=True)
+                self._writer.start()
+
+    def _write_loop(self) -> None:
+        while not self._stop.wait(self.FLUSH_INTERVAL_S):
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lines_lock:
+            lines, self._lines = self._lines, []
+        if lines:
+            try:
+                self.stream.write("\n".join(lines) + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):  # the stream is gone (closed at exit): nothing left to tell
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+        super().close()
+
+
+def setup_logging(stream: IO[str] | None = None, level: int = logging.INFO, *, buffered: bool = False) -> None:
+    """Route the `fleetllm` loggers to `stream` (stderr) as JSON lines. Safe to call again.
+
+    `buffered`: lines are written in batches by a background thread (the server, so that no request
+    waits on a write); otherwise each line is written at once (commands, tests)."""
+    root = logging.getLogger(LOGGER)
+    root.setLevel(level)
+    root.propagate = False
+    for old in list(root.handlers):
+        if getattr(old, "_fleetllm", False):
+            root.removeHandler(old)
+            old.close()
+    target = stream or sys.stderr
+    handler: logging.Handler = BufferedStreamHandler(target) if buffered else logging.StreamHandler(target)
+    handler.setFormatter(JsonFormatter())
+    handler._fleetllm = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+
+
+def set_level(level: int) -> None:
+    """Change the level of every `fleetllm` logger (after the config named one)."""
+    logging.getLogger(LOGGER).setLevel(level)

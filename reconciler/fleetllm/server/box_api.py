@@ -1,0 +1,198 @@
+"""The box-facing endpoints (the box contract): GET /vllm/config, POST /vllm/report, GET /vllm/installer.
+
+All three require the fleet key (`requires(Role.FLEET)`: 503 when none is configured, 403 when missing
+or wrong) and every request, answered or refused, becomes one fetch record and one JSON log line (no
+secret in either): `box_request()` is opened before the view and `finish` records the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import cast
+
+from flask import Blueprint, Response, g, jsonify, request
+from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
+
+from fleetllm.adapters.state.records import Endpoint, FetchRecord, Sighting
+from fleetllm.core.hosts import ResolvedHost, resolve_host
+from fleetllm.logs import get_logger, log_event
+from fleetllm.server.access import Refused, requires
+from fleetllm.server.auth import Role
+from fleetllm.server.errors import NO_STORE, error
+from fleetllm.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
+from fleetllm.server.revisions import Rendered
+from fleetllm.server.rollouts import Unservable, served_for
+from fleetllm.server.runtime import Runtime, current_runtime
+
+access_log = get_logger("access")
+bp = Blueprint("box", __name__)
+ENDPOINTS = {"box.vllm_config": Endpoint.CONFIG, "box.vllm_report": Endpoint.REPORT,
+             "box.vllm_installer": Endpoint.INSTALLER}
+
+
+class BoxRequest:
+    """One box request: what it claimed, where it came from, and how it was answered."""
+
+    def __init__(self, rt: Runtime, endpoint: Endpoint) -> None:
+        self.rt = rt
+        self.endpoint = endpoint
+        self.started = time.perf_counter()
+        self.claimed = request.headers.get("X-LLMAO-Host")
+        self.forwarded_for = ", ".join(request.headers.getlist("X-Forwarded-For")) or None
+        self.peer = request.remote_addr or ""
+        self.resolved: ResolvedHost | None = None
+
+    def resolve(self) -> str:
+        self.resolved = resolve_host(self.claimed, self.forwarded_for, self.peer, self.rt.config.trusted_proxies)
+        return self.resolved.name
+
+    def known_box(self) -> tuple[Rendered, str] | Response:
+        """Box resolution and placement lookup shared by config and report (after the key check): the
+        served revision and the box name, or the (already finished) refusal."""
+        name = self.resolve()
+        served = self.rt.tracker.served
+        if served is None:
+            return self.finish(error(503, "no valid fleet revision has been loaded yet"))
+        if name not in served.fleet.boxes:
+            return self.finish(self.unknown_box(served, name))
+        return served, name
+
+    def unknown_box(self, served: Rendered, name: str) -> Response:
+        evicted = self.rt.store.note_unknown(Sighting(name, self.rt.clock(), self.peer, self.claimed,
+                                                      self.forwarded_for), self.rt.config.attention_max_entries)
+        self.rt.metrics.attention_entries.set(self.rt.store.attention_size())
+        if evicted:
+            self.rt.metrics.attention_evicted.inc(evicted)
+        return error(404, f"box {name!r} is not in the placement at revision {served.revision}; an admin can "
+                          "approve it")
+
+    def finish(self, response: Response, revision: str | None = None) -> Response:
+        box = self.resolved.name if self.resolved else None
+        status = response.status_code
+        self.rt.store.record_fetch(FetchRecord(at=self.rt.clock(), endpoint=self.endpoint, status=status,
+                                               peer=self.peer, claimed_host=self.claimed,
+                                               forwarded_for=self.forwarded_for, box=box, revision=revision,
+                                               replica=self.rt.replica))
+        self.rt.metrics.box_requests.labels(self.endpoint.value, str(status)).inc()
+        log_event(access_log, "box request", logging.INFO if status < 500 else logging.WARNING,
+                  endpoint=self.endpoint.value, status=status, box=box,
+                  host_source=self.resolved.source.value if self.resolved else None, claimed_host=self.claimed,
+                  peer=self.peer, forwarded_for=self.forwarded_for, revision=revision,
+                  ms=round((time.perf_counter() - self.started) * 1000, 2))
+        response.headers["Cache-Control"] = NO_STORE
+        if revision is not None:
+            response.headers["X-Fleet-Revision"] = revision
+        return response
+
+
+def read_report_body() -> bytes:
+    """The request body; ReportError 413 when it is larger than MAX_REPORT_BYTES, declared or
+    chunked, 400 when the client stops sending before its end.
+
+    Read here rather than with `request.max_content_length` + `get_data()`: a chunked body past the
+    limit came back cut to the limit instead of raising, and was then refused as bad JSON (or worse,
+    accepted) instead of getting its 413."""
+    too_large = ReportError(f"the report is larger than {MAX_REPORT_BYTES // 1024} KiB", status=413)
+    if request.content_length is not None and request.content_length > MAX_REPORT_BYTES:
+        raise too_large
+    stream = request.stream
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while size <= MAX_REPORT_BYTES:
+            part = stream.read(MAX_REPORT_BYTES + 1 - size)
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
+    except RequestEntityTooLarge:
+        raise too_large from None
+    except ClientDisconnected:
+        raise ReportError("the body ended before its Content-Length") from None
+    if size > MAX_REPORT_BYTES:
+        raise too_large
+    return b"".join(parts)
+
+
+@bp.before_request
+def open_box_request() -> None:
+    g.fleetllm_box = BoxRequest(current_runtime(), ENDPOINTS[str(request.endpoint)])
+
+
+def box_request() -> BoxRequest:
+    """The current box request (opened before the view and its key check)."""
+    return cast(BoxRequest, g.fleetllm_box)
+
+
+@bp.errorhandler(Refused)
+def refused(exc: Refused) -> Response:
+    """The box contract's refusals (503 no fleet key configured, 403 missing or wrong), recorded."""
+    return box_request().finish(error(exc.code or 403, exc.description or exc.name))
+
+
+@bp.get("/vllm/config")
+@requires(Role.FLEET)
+def vllm_config() -> Response:
+    box = box_request()
+    known = box.known_box()
+    if isinstance(known, Response):
+        return known
+    served, name = known
+    chosen = served_for(box.rt, served, name)  # an agent box: the revision it is released (staged rollouts)
+    if isinstance(chosen, Unservable):
+        return box.finish(error(503, f"box {name!r} is released revision {chosen.revision[:12]}, but {chosen.why}; "
+                                     "it keeps its current config, and its operators see why in /health"))
+    served = chosen
+    rendered = served.boxes.get(name)
+    if rendered is None:
+        return box.finish(error(503, f"the control plane cannot render box {name!r}; its operators see why "
+                                     "in its log and /health"), served.revision)
+    if request.if_none_match.contains_weak(rendered.etag.strip('"')):
+        response = Response(status=304)
+    else:
+        response = Response(rendered.body, mimetype="application/json")
+    response.headers["ETag"] = rendered.etag
+    return box.finish(response, served.revision)
+
+
+@bp.post("/vllm/report")
+@requires(Role.FLEET)
+def vllm_report() -> Response:
+    rt = current_runtime()
+    box = box_request()
+    known = box.known_box()
+    if isinstance(known, Response):
+        return known
+    served, name = known
+    try:
+        body = read_report_body()
+    except ReportError as exc:
+        refused = error(exc.status, str(exc))
+        refused.headers["Connection"] = "close"  # the rest of the body is left unread
+        return box.finish(refused)
+    try:
+        report = parse_report(body, name, box.peer, rt.clock())
+    except ReportError as exc:
+        return box.finish(error(400, f"bad report: {exc}"))
+    rt.store.record_report(report, keep=rt.config.state.reports_per_box)
+    rt.metrics.box_reports.labels(report.outcome.value).inc()
+    log_event(access_log, "box report", box=name, outcome=report.outcome.value, revision=report.revision,
+              served_revision=served.revision, installer_version=report.installer_version)
+    return box.finish(jsonify({"status": "recorded"}), served.revision)
+
+
+@bp.get("/vllm/installer")
+@requires(Role.FLEET)
+def vllm_installer() -> Response:
+    box = box_request()
+    box.resolve()
+    installer = current_runtime().installer
+    if request.if_none_match.contains_weak(installer.sha256):
+        response = Response(status=304)
+    else:
+        response = Response(installer.body, mimetype="application/octet-stream")
+        response.headers["Content-Disposition"] = "attachment; filename=fleetllm-box.pyz"
+    response.headers["ETag"] = installer.etag
+    response.headers["X-Installer-Sha256"] = installer.sha256
+    return box.finish(response)

@@ -1,0 +1,142 @@
+"""What a connection may hold, as pure bookkeeping: connections per peer and in all, and request-body
+bytes buffered at once. The HTTP server (reconciler/fleetllm/server/httpserver.py) asks before it admits a
+connection or starts buffering a large body; nothing here does I/O or reads a clock.
+
+A peer is an IPv4 address, or an IPv6 /64 (one host usually owns a whole /64, so counting single IPv6
+addresses would cap nothing). Peers in `exempt` (the configured trusted proxies, which carry many
+boxes on few connections' addresses) count toward the total only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class Refusal(StrEnum):
+    PER_PEER = "per_peer"  # the peer already holds max_connections_per_peer
+    TOTAL = "total"  # the server already holds max_connections
+    BODY_BUDGET = "body_budget"  # large bodies being buffered already fill the budget
+
+
+def peer_key(address: str) -> str:
+    """The unit a cap counts: the IPv4 address, or the IPv6 /64 (an IPv4-mapped address as IPv4)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def is_exempt(address: str, exempt: Sequence[IPNetwork]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in network for network in exempt)
+
+
+@dataclass
+class ConnectionCaps:
+    """Open connections, per peer and in all. `admit` then, once the connection is gone, `release`."""
+
+    max_total: int
+    max_per_peer: int
+    exempt: Sequence[IPNetwork] = ()
+
+    def __post_init__(self) -> None:
+        self._per_peer: dict[str, int] = {}
+        self._total = 0
+        self._lock = threading.Lock()
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    def held_by(self, address: str) -> int:
+        return self._per_peer.get(peer_key(address), 0)
+
+    @property
+    def peers(self) -> int:
+        return len(self._per_peer)
+
+    def admit(self, address: str) -> Refusal | None:
+        """Count the connection in and return None, or return why it is refused (nothing counted)."""
+        key = peer_key(address)
+        with self._lock:
+            if self._total >= self.max_total:
+                return Refusal.TOTAL
+            if not is_exempt(address, self.exempt):
+                held = self._per_peer.get(key, 0)
+                if held >= self.max_per_peer:
+                    return Refusal.PER_PEER
+                self._per_peer[key] = held + 1
+            self._total += 1
+            return None
+
+    def release(self, address: str) -> None:
+        key = peer_key(address)
+        with self._lock:
+            self._total = max(0, self._total - 1)
+            held = self._per_peer.get(key)
+            if held is not None:  # exempt peers were never counted
+                if held <= 1:
+                    del self._per_peer[key]
+                else:
+                    self._per_peer[key] = held - 1
+
+
+@dataclass
+class BodyBudget:
+    """Bytes of large request bodies buffered at once, over every connection. Bodies up to `small`
+    bytes (declared by Content-Length) need no share: max_connections of them are the bound there."""
+
+    total: int
+    small: int
+
+    def __post_init__(self) -> None:
+        self._used = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    def take(self, size: int) -> bool:
+        with self._lock:
+            if self._used + size > self.total:
+                return False
+            self._used += size
+            return True
+
+    def give_back(self, size: int) -> None:
+        with self._lock:
+            self._used = max(0, self._used - size)
+
+
+def body_share(content_length: str | None, chunked: bool, path_cap: int, small: int) -> int:
+    """How many bytes of the budget a request must hold while its body is read: 0 for a small declared
+    body, else the declared length (at most `path_cap`; a larger one is refused by its length alone),
+    or `path_cap` for a chunked body whose size is not known up front."""
+    if chunked:
+        return path_cap
+    if content_length is None:
+        return 0
+    try:
+        declared = int(content_length.strip())
+    except ValueError:
+        return 0  # the HTTP parser refuses it with 400
+    if declared <= small:
+        return 0
+    return min(declared, path_cap)

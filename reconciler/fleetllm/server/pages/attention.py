@@ -1,0 +1,155 @@
+"""The attention strip: everything that needs an operator, on every page and at /api/attention. Pure.
+
+- unknown boxes that presented the fleet key (with the approval made for them, if any);
+- servers the last pass judged Foreign, Stale, Stalled, Down or Missing;
+- invalid commits on the tracked branch after the served one, and a failing git refresh;
+- boxes the served revision cannot render for;
+- LiteLLM drift: unmanaged deployments (those pointing at a fleet server first) and duplicates;
+- the reconciler: its last pass failed, its deletes were held, it is overdue, or none was recorded;
+- secrets that work but are weak (a bearer salt shorter than 16 characters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fleetllm.adapters.state.passes import ActionRecord, DriftRecord, DuplicateRecord
+from fleetllm.adapters.state.records import Approval
+from fleetllm.core.fleet.model import ReconcileSettings
+from fleetllm.core.judge.verdict import Verdict
+from fleetllm.job.approve import ref_name
+from fleetllm.job.loop import overdue_after as pass_overdue_after
+from fleetllm.server.pages.inputs import Inputs
+
+ATTENTION_VERDICTS = (Verdict.FOREIGN, Verdict.STALE, Verdict.STALLED, Verdict.DOWN, Verdict.MISSING)
+
+
+def overdue_after(settings: ReconcileSettings) -> float:
+    """A pass is overdue after two intervals and a minute (fleetllm.job.loop.overdue_after)."""
+    return pass_overdue_after(settings.interval_s)
+
+
+@dataclass(frozen=True)
+class ApprovalView:
+    at: float
+    models: tuple[str, ...]
+    branch: str
+    commit: str
+    base_revision: str
+
+
+@dataclass(frozen=True)
+class UnknownBox:
+    box: str
+    first_seen: float
+    last_seen: float
+    count: int
+    peer: str
+    claimed_host: str | None
+    forwarded_for: str | None
+    approval: ApprovalView | None  # the approval committed for it (not merged or not served yet)
+
+
+@dataclass(frozen=True)
+class ServerIssue:
+    box: str
+    port: int
+    name: str
+    model: str
+    verdict: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class InvalidCommit:
+    revision: str
+    head: bool  # the branch head
+    errors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReconcileIssue:
+    state: str  # "failing" | "blocked" | "overdue" | "missing"
+    message: str
+    started_at: float | None = None
+    errors: tuple[str, ...] = ()
+    failed_actions: tuple[ActionRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class AttentionView:
+    generated_at: float
+    count: int
+    unknown_boxes: tuple[UnknownBox, ...]
+    servers: tuple[ServerIssue, ...]
+    invalid_commits: tuple[InvalidCommit, ...]
+    refresh_error: str | None
+    render_errors: Mapping[str, str]
+    drift: tuple[DriftRecord, ...]
+    duplicates: tuple[DuplicateRecord, ...]
+    reconcile: tuple[ReconcileIssue, ...]
+    approve_models: tuple[str, ...]  # the catalog an approval may choose from
+    approve_slots: int  # at most this many servers on one box
+    secrets: tuple[str, ...] = ()  # weak but working secrets (a short salt): what to do, never a value
+
+
+def _approval_for(box: str, approvals: tuple[Approval, ...]) -> ApprovalView | None:
+    # `approvals` is newest first; a branch approval is named approve/<host>, a tracked one by its host
+    found = next((a for a in approvals if a.host == box or a.branch == ref_name(box)), None)
+    if found is None:
+        return None
+    return ApprovalView(found.at, found.models, found.branch, found.commit, found.base_revision)
+
+
+def reconcile_issues(inputs: Inputs) -> tuple[ReconcileIssue, ...]:
+    last = inputs.last_pass
+    if last is None:
+        if not inputs.settings.reconciler_expected:
+            return ()
+        return (ReconcileIssue("missing", "no reconcile pass recorded yet: verdicts appear once `fleetllm reconcile` "
+                                          "(or `fleetllm apply`) has run against this state store"),)
+    issues = []
+    settings = inputs.served.fleet.settings.reconcile if inputs.served is not None else ReconcileSettings()
+    late = inputs.now - last.started_at
+    if inputs.settings.reconciler_expected and late > overdue_after(settings):
+        issues.append(ReconcileIssue("overdue", f"the last reconcile pass started {int(late)} s ago; passes are due "
+                                                f"every {settings.interval_s} s: is `fleetllm reconcile` running?",
+                                     last.started_at))
+    if not last.ok:
+        failed = tuple(a for a in last.actions if not a.ok)
+        issues.append(ReconcileIssue("failing", f"the last reconcile pass failed: {len(last.errors)} observation "
+                                                f"error(s), {len(failed)} failed LiteLLM write(s)",
+                                     last.started_at, last.errors, failed))
+    if last.blocked:
+        issues.append(ReconcileIssue("blocked", "deletes held back by a safety valve", last.started_at,
+                                     last.blocked))
+    if last.rollout is not None and last.rollout.state == "halted":
+        issues.append(ReconcileIssue("rollout-halted", f"the rollout of {last.rollout.target[:12]} halted: "
+                                     f"{last.rollout.reason}. Fix or revert with a new commit (it starts a new "
+                                     "rollout), or `fleetllm rollout resume` to retry", last.started_at))
+    return tuple(issues)
+
+
+def attention_view(inputs: Inputs) -> AttentionView:
+    last = inputs.last_pass
+    unknown = tuple(UnknownBox(e.box, e.first_seen, e.last_seen, e.count, e.peer, e.claimed_host, e.forwarded_for,
+                               _approval_for(e.box, inputs.approvals)) for e in inputs.attention)
+    wanted = {str(v) for v in ATTENTION_VERDICTS}
+    servers = tuple(ServerIssue(s.box, s.port, s.name, s.model, s.verdict, s.reason)
+                    for s in (last.servers if last else ()) if s.verdict in wanted)
+    head = inputs.attempted.revision if inputs.attempted is not None else None
+    invalid = tuple(InvalidCommit(c.revision, c.revision == head, c.errors) for c in inputs.skipped)
+    drift = tuple(sorted(last.drift_details, key=lambda d: (d.fleet_server is None, d.id))) if last else ()
+    duplicates = last.duplicates if last else ()
+    render_errors = dict(inputs.served.render_errors) if inputs.served is not None else {}
+    reconcile = reconcile_issues(inputs)
+    fleet = inputs.served.fleet if inputs.served is not None else None
+    count = (len(unknown) + len(servers) + len(invalid) + (inputs.refresh.error is not None) + len(render_errors)
+             + len(drift) + len(duplicates) + len(reconcile) + len(inputs.settings.secret_warnings))
+    return AttentionView(
+        generated_at=inputs.now, count=count, unknown_boxes=unknown, servers=servers, invalid_commits=invalid,
+        refresh_error=inputs.refresh.error, render_errors=render_errors, drift=drift, duplicates=duplicates,
+        reconcile=reconcile, approve_models=tuple(sorted(fleet.recipes)) if fleet else (),
+        approve_slots=min(len(fleet.settings.listen_ports), fleet.settings.max_servers_per_box) if fleet else 0,
+        secrets=inputs.settings.secret_warnings)

@@ -1,0 +1,85 @@
+"""What the status pages read, gathered once per request: the control plane's in-memory revision
+state and the state store (through its interfaces only). The views are pure functions of `Inputs`.
+
+The pages never run a reconcile pass: verdicts come from the last pass the reconciler recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from fleetllm.adapters.state.passes import PassRecord
+from fleetllm.adapters.state.records import Approval, AttentionEntry, BoxReport, FetchRecord
+from fleetllm.server.revisions import Attempt, Invalid, RefreshStatus, Rendered
+from fleetllm.server.runtime import Runtime
+from fleetllm.settings import ApproveTarget, ControlPlaneConfig
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The parts of the control-plane config the pages show or act on (no secret among them)."""
+
+    repo_where: str  # the repository, credentials removed
+    repo_url: str | None
+    repo_dir: str  # where `fleetllm diff --repo` finds the fleet files on this machine
+    branch: str
+    reconciler_expected: bool  # a reconciler is configured: a missing or late pass needs attention
+    approve_target: ApproveTarget
+    secret_warnings: tuple[str, ...] = ()  # secrets that work but are weak (a short salt); never a value
+
+    @classmethod
+    def of(cls, rt: Runtime) -> Settings:
+        config: ControlPlaneConfig = rt.config
+        repo = config.repo
+        if repo.path is not None:
+            where = Path(repo.path) / repo.subdir if repo.subdir else Path(repo.path)
+        else:
+            where = rt.repo.clone_dir
+        return cls(repo_where=rt.repo.where, repo_url=repo.url, repo_dir=str(where), branch=repo.branch,
+                   reconciler_expected=config.reconcile.enabled and config.litellm is not None,
+                   approve_target=repo.approve_target, secret_warnings=secret_warnings(config))
+
+
+def secret_warnings(config: ControlPlaneConfig) -> tuple[str, ...]:
+    """Warnings about secrets that are accepted but weak. Names the config field, never a value."""
+    salt = config.secrets.vllm_api_salt.warning()
+    return (f"secrets.vllm_api_salt: {salt}",) if salt is not None else ()
+
+
+@dataclass(frozen=True)
+class Inputs:
+    now: float
+    settings: Settings
+    served: Rendered | None
+    applied_at: float | None
+    attempted: Attempt | None
+    skipped: tuple[Invalid, ...]
+    refresh: RefreshStatus
+    passes: tuple[PassRecord, ...]  # newest first
+    attention: tuple[AttentionEntry, ...]  # unknown boxes only (placed ones filtered out)
+    approvals: tuple[Approval, ...]  # newest first
+    fetches: Mapping[str, FetchRecord] = field(default_factory=lambda: MappingProxyType({}))
+    reports: Mapping[str, BoxReport] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def last_pass(self) -> PassRecord | None:
+        return self.passes[0] if self.passes else None
+
+
+def gather(rt: Runtime, *, boxes: bool = False, passes: int = 1) -> Inputs:
+    """`boxes`: also the per-box fetch and report records (the fleet view); `passes`: how many records."""
+    tracker = rt.tracker
+    served = tracker.served
+    placed = served.fleet.boxes if served is not None else {}
+    store = rt.store
+    return Inputs(
+        now=rt.clock(), settings=Settings.of(rt), served=served, applied_at=tracker.applied_at,
+        attempted=tracker.attempted, skipped=tracker.skipped, refresh=tracker.refresh_status,
+        passes=tuple(store.recent_passes(max(1, passes))),
+        attention=tuple(e for e in store.attention() if e.box not in placed),
+        approvals=tuple(store.approvals()),
+        fetches=MappingProxyType(store.last_config_served()) if boxes else MappingProxyType({}),
+        reports=MappingProxyType(store.latest_reports()) if boxes else MappingProxyType({}))

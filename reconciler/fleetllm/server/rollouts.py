@@ -1,0 +1,143 @@
+"""Staged rollouts on the control plane's side (issue 14): which revision GET /vllm/config serves a box,
+and the rollout as /health, the admin API and the pages show it.
+
+A box is agent-managed when its rollout mode is auto at the served revision and its latest report says
+`agent: true`: it is served the revision it is released (rendered from git by SHA, cached). Every other
+box (manual, or auto without the agent) gets the newest valid commit, exactly as before.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fleetllm.adapters.state.records import BoxReport
+from fleetllm.adapters.state.store import StateStore
+from fleetllm.core.fleet.model import RolloutMode
+from fleetllm.errors import StateError
+from fleetllm.server.revisions import Rendered
+from fleetllm.server.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class Unservable:
+    """The box is released a revision that cannot be rendered now: refuse, so it keeps what it runs."""
+
+    revision: str
+    why: str
+
+
+def is_agent_report(report: BoxReport | None) -> bool:
+    return report is not None and (report.agent or report.body.get("agent") is True)
+
+
+CACHE_TTL_S = 1.0  # how old the releases a config request uses may be
+RETRY_AFTER_S = 5.0  # after a failed read of the store, the last known releases are used this long
+
+
+@dataclass(frozen=True)
+class ReleaseView:
+    """What config requests need of the state store: each box's release, and the agent boxes' reported
+    revisions. Read at most once a CACHE_TTL_S for all requests, so a box request never waits on the
+    database, and kept while the database is unreachable (boxes are served all the same)."""
+
+    releases: Mapping[str, str]
+    agents: Mapping[str, str]  # agent box -> the revision its latest report names
+
+
+class ReleaseCache:
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.view: ReleaseView | None = None
+        self.next_read = 0.0
+        self.lock = threading.Lock()
+
+    def get(self) -> ReleaseView | None:
+        now = time.monotonic()
+        if now < self.next_read and self.view is not None:
+            return self.view
+        if not self.lock.acquire(blocking=self.view is None):
+            return self.view  # another request is reading it: use what we have
+        try:
+            if time.monotonic() >= self.next_read or self.view is None:
+                try:
+                    releases = {b: r.revision for b, r in self.store.box_releases().items()}
+                    agents = {b: r.revision for b, r in self.store.latest_reports().items() if is_agent_report(r)}
+                    self.view = ReleaseView(releases, agents)
+                    self.next_read = time.monotonic() + CACHE_TTL_S
+                except StateError:
+                    self.next_read = time.monotonic() + RETRY_AFTER_S  # keep serving the last known view
+            return self.view
+        finally:
+            self.lock.release()
+
+
+_CACHES: weakref.WeakKeyDictionary[StateStore, ReleaseCache] = weakref.WeakKeyDictionary()  # by store
+_CACHES_LOCK = threading.Lock()
+
+
+def release_cache(rt: Runtime) -> ReleaseCache:
+    with _CACHES_LOCK:
+        cache = _CACHES.get(rt.store)
+        if cache is None:
+            cache = _CACHES[rt.store] = ReleaseCache(rt.store)
+        return cache
+
+
+def served_for(rt: Runtime, served: Rendered, box: str) -> Rendered | Unservable:
+    """The rendering GET /vllm/config answers `box` with."""
+    if served.fleet.rollout_mode(box) is not RolloutMode.AUTO:
+        return served
+    view = release_cache(rt).get()
+    if view is None or box not in view.agents:
+        return served  # nothing known (the store never answered), or no agent: the head, as before
+    release = view.releases.get(box)
+    # No release yet (the reconciler has not run since the agent appeared): the box keeps what it runs, so
+    # a commit merged meanwhile still goes through the rollout. A box placed only later gets the head.
+    revision = release if release is not None else view.agents[box]
+    if revision == served.revision or not revision:
+        return served
+    found = rt.tracker.rendered_at(revision)
+    if release is None and (not isinstance(found, Rendered) or box not in found.fleet.boxes):
+        return served
+    if not isinstance(found, Rendered):
+        return Unservable(revision, "it cannot be read from the repository" if found is None else "it is not valid")
+    if box not in found.boxes:
+        return Unservable(revision, "the box is not in its placement or cannot be rendered")
+    return found
+
+
+def rollout_status(rt: Runtime) -> dict[str, object] | None:
+    """The rollout for /health and the admin API: target, state, waves, each box's release."""
+    rollout, request, actor = rt.store.current_rollout()
+    if rollout is None:
+        return None
+    releases = rt.store.box_releases()
+    reports = rt.store.latest_reports()
+    return {
+        "target": rollout.target, "state": str(rollout.state), "reason": rollout.reason, "waves": rollout.waves,
+        "started_at": rollout.started_at, "updated_at": rollout.updated_at,
+        "requested": None if request is None else {"request": str(request), "by": actor},
+        "boxes": {box: {"state": str(r.state), "released": r.revision, "last_good": r.last_good,
+                        "applied": reports[box].revision if box in reports else None, "wave": r.wave,
+                        "released_at": r.released_at, "why": r.reason}
+                  for box, r in sorted(releases.items())},
+    }
+
+
+def rollout_summary(rt: Runtime) -> dict[str, object] | None:
+    """The rollout for the public /health: its state and why, and boxes counted by state (the boxes
+    themselves are listed only to a token holder: GET /admin/rollout, the pages)."""
+    status = rollout_status(rt)
+    if status is None:
+        return None
+    boxes = status.pop("boxes")
+    assert isinstance(boxes, dict)
+    status.pop("requested", None)
+    counts: dict[str, int] = {}
+    for release in boxes.values():
+        counts[release["state"]] = counts.get(release["state"], 0) + 1
+    return {**status, "boxes": counts}

@@ -1,3 +1,0 @@
-from llmfleet.cli.main import main
-
-raise SystemExit(main())

@@ -1,1 +1,0 @@
-"""Subcommands of `llmfleet`: thin adapters between argparse and the pure core."""

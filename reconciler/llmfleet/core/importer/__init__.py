@@ -1,1 +1,0 @@
-"""Importing another system\x27s fleet files (llmao) into an llmfleet repository."""
