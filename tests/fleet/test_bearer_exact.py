@@ -29,7 +29,7 @@ def test_repr_and_str_say_redacted_exactly() -> None:
 
 def test_salt_fingerprint_golden() -> None:
     # printf 'fleetllm.salt.fingerprint\ntest-salt-0123456789abcdef' | sha256sum | cut -c1-12
-    assert Salt(SALT).fingerprint() == "f008408886bc"
+    assert Salt(SALT).fingerprint() == "ed0d83692bbf"
 
 
 def test_bearer_fingerprint_golden() -> None:
