@@ -153,6 +153,16 @@ def test_the_validator_catches_a_misspelt_field() -> None:
         kubernetes_validate.validate(deployment, KUBE_VERSIONS[-1], strict=True)
 
 
+def test_the_install_notes_name_the_secret_keys_to_create() -> None:
+    done = run_helm("install", RELEASE, str(CHART), "--dry-run=client", "--namespace", "fleetllm",
+                    "--values", str(SCENARIOS["everything"][0]))
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout[done.stdout.index("NOTES:"):]
+    assert "fleet-eu-boxes/boxes-key -> ${cred:fleet-key}" in notes
+    assert "fleet-eu-slack/url -> ${cred:slack-webhook-url}" in notes
+    assert "3 control-plane replica(s) on postgresql, the reconciler as a cronjob" in notes
+
+
 # --- the config and the credentials ---------------------------------------------------------------------
 
 def writable_config(text: str, tmp_path: Path) -> Path:
