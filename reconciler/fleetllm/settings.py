@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from fleetllm.adapters.oidc import OidcConfig
 from fleetllm.adapters.state.store import FetchRetention, is_postgres, sqlite_path
 from fleetllm.core.fleet import strictyaml
 from fleetllm.core.fleet.bearer import Salt, SaltError
@@ -43,15 +44,21 @@ SCHEMA = "control-plane"
 DEFAULTS: Mapping[str, Any] = schema_defaults(SCHEMA)  # by pointer: the schema's `default`s, the only ones
 HOW_TO_REFER = (
     "write it as one reference: ${env:NAME}, ${file:/absolute/path} or ${cred:NAME}, never the value")
-_SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/admin_tokens", "/viewer_tokens",
-                    "/litellm/master_key", "/providers/vast/api_key", "/providers/runpod/api_key",
+_SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/admin_tokens", "/operator_tokens",
+                    "/viewer_tokens", "/auth/oidc/client_secret", "/litellm/master_key", "/providers/vast/api_key",
+                    "/providers/runpod/api_key",
                     "/reconcile/pushgateway/username", "/reconcile/pushgateway/password")
 # The secrets only the reconcile job uses (its Pushgateway's credential): `fleetllm serve` leaves them
 # unresolved, so its unit or Deployment needs none of them.
 RECONCILE_ONLY = ("/reconcile/pushgateway/url", "/reconcile/pushgateway/username", "/reconcile/pushgateway/password")
 _NAMING_RULES = ("schema-unknown-key", "schema-required")  # these quote a key, never a value
+TOKEN_LISTS = ("admin_tokens", "operator_tokens", "viewer_tokens")  # the roles' tokens, highest first
+_HOW_TO_LIST = ("not a secret reference: write the token as one reference (${env:NAME}, ${file:/absolute/path} "
+                "or ${cred:NAME}), or as {name: NAME, token: REFERENCE} where NAME (letters, digits, _.@-) names it "
+                "in the audit trail")
 # Secrets inside lists of mappings (a pointer pattern, * for an index), with what to say instead.
 _SECRET_GLOBS = {
+    **{f"/{key}/*": _HOW_TO_LIST for key in TOKEN_LISTS},
     "/notifications/targets/*/url": "not a usable target url: a slack target's url is a secret reference "
                                     "(${env:NAME}, ${file:/absolute/path} or ${cred:NAME}); a webhook's is an "
                                     "http(s) URL or a secret reference",
@@ -62,7 +69,7 @@ _SECRET_GLOBS = {
 }
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-MIN_TOKEN_CHARS = 24  # admin and viewer tokens: refused when shorter
+MIN_TOKEN_CHARS = 24  # admin, operator and viewer tokens: refused when shorter
 MIN_FLEET_KEY_CHARS = 24  # the fleet key: a warning only (every box template holds it; see fleet_key_warning)
 HOW_TO_GENERATE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
@@ -127,6 +134,15 @@ class Listen:
         if not host or not port.isdigit() or not 0 <= int(port) < 65536:
             raise ValueError(f"{text!r} is not HOST:PORT with a port in 0..65535")
         return cls(host, int(port))
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """One of admin_tokens, operator_tokens or viewer_tokens: the secret, and the name the audit trail
+    gives it (None: it is named by its fingerprint)."""
+
+    secret: Secret
+    name: str | None
 
 
 @dataclass(frozen=True)
@@ -226,8 +242,10 @@ class ControlPlaneConfig:
     listen: Listen
     tls: TlsConfig | None
     trusted_proxies: tuple[IPNetwork, ...]
-    admin_tokens: tuple[Secret, ...]
-    viewer_tokens: tuple[Secret, ...]
+    admin_tokens: tuple[ApiToken, ...]
+    operator_tokens: tuple[ApiToken, ...]
+    viewer_tokens: tuple[ApiToken, ...]
+    oidc: OidcConfig | None  # auth.oidc: single sign-on for the status pages (and, if enabled, bearer JWTs)
     attention_max_entries: int
     threads: int
     timeout_s: int  # a response a client does not read is dropped after this
@@ -351,13 +369,63 @@ class _Builder:
             self.problem(["secrets", "previous_vllm_api_salt"], f"{secret.reference}: {exc}")
             return None
 
-    def tokens(self, key: str) -> tuple[Secret, ...]:
-        tokens = [self.secret([key, i]) for i in range(len(self.get(f"/{key}") or ()))]
-        for i, token in enumerate(tokens):
-            if token is not None and len(token.reveal()) < MIN_TOKEN_CHARS:
+    def tokens(self, key: str) -> tuple[ApiToken, ...]:
+        """One token list: each item a reference, or {name, token} (the schema allows nothing else)."""
+        tokens: list[ApiToken] = []
+        for i, item in enumerate(self.get(f"/{key}") or ()):
+            named = isinstance(item, dict)
+            token = self.secret([key, i, "token"] if named else [key, i])
+            if token is None:
+                continue
+            if len(token.reveal()) < MIN_TOKEN_CHARS:
                 self.problem([key, i], f"{key}[{i}] ({token.reference}) is {len(token.reveal())} characters; "
                              f"{key} need at least {MIN_TOKEN_CHARS}: generate one with {HOW_TO_GENERATE}")
-        return tuple(t for t in tokens if t is not None)
+            tokens.append(ApiToken(token, item["name"] if named else None))
+        return tuple(tokens)
+
+    def all_tokens(self) -> dict[str, tuple[ApiToken, ...]]:
+        lists = {key: self.tokens(key) for key in TOKEN_LISTS}
+        names = [t.name for tokens in lists.values() for t in tokens if t.name is not None]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            self.problem([TOKEN_LISTS[0]], f"two tokens are named {name!r}: give each its own name, so the audit "
+                         "trail tells them apart")
+        return lists
+
+    def oidc(self) -> OidcConfig | None:
+        if self.get("/auth/oidc") is None:
+            return None
+        at: list[str | int] = ["auth", "oidc"]
+        secret = self.secret([*at, "client_secret"])
+        urls = {}
+        for key in ("issuer", "redirect_base"):
+            text = str(self.get(f"/auth/oidc/{key}"))
+            try:
+                parts = urlsplit(text)
+                host = parts.hostname or ""
+                _ = parts.port  # a bad port raises here
+            except ValueError:
+                host = ""
+            if not host:
+                self.problem([*at, key], f"{text!r} is not an http(s) URL with a host")
+            elif parts.scheme != "https" and not is_loopback(host):
+                self.problem([*at, key], f"{key} must be https ({text} is plain http to {host}): sessions and "
+                             "codes would cross the network in clear text (http is for loopback only)")
+            if key == "redirect_base" and host and parts.path.strip("/"):
+                self.problem([*at, key], f"{text!r} has a path: give scheme://host[:port] only (the control plane "
+                             "serves /oidc/callback and /login at its root)")
+            urls[key] = text
+        if secret is None:
+            return None
+        scopes = tuple(self.get("/auth/oidc/scopes"))
+        if "openid" not in scopes:
+            scopes = ("openid", *scopes)
+        return OidcConfig(issuer=urls["issuer"], client_id=str(self.get("/auth/oidc/client_id")),
+                          client_secret=secret, redirect_base=urls["redirect_base"].rstrip("/"), scopes=scopes,
+                          groups_claim=tuple(str(self.get("/auth/oidc/groups_claim")).split(".")),
+                          roles=dict(self.get("/auth/oidc/roles")),
+                          accept_bearer_jwts=bool(self.get("/auth/oidc/accept_bearer_jwts")),
+                          leeway_s=int(self.get("/auth/oidc/leeway_s")),
+                          timeout_s=float(self.get("/auth/oidc/timeout_s")))
 
     def networks(self) -> tuple[IPNetwork, ...]:
         networks: list[IPNetwork] = []
@@ -496,10 +564,12 @@ class _Builder:
     def build(self) -> ControlPlaneConfig | None:
         repo = self.repo()
         secrets = self.secrets()
+        tokens = self.all_tokens()
         config = ControlPlaneConfig(
             source=self.source, repo=repo, secrets=secrets,  # type: ignore[arg-type]  # checked below
             state=self.state(), listen=self.listen(), tls=self.tls(), trusted_proxies=self.networks(),
-            admin_tokens=self.tokens("admin_tokens"), viewer_tokens=self.tokens("viewer_tokens"),
+            admin_tokens=tokens["admin_tokens"], operator_tokens=tokens["operator_tokens"],
+            viewer_tokens=tokens["viewer_tokens"], oidc=self.oidc(),
             attention_max_entries=self.get("/attention/max_entries"), threads=self.get("/server/threads"),
             timeout_s=self.get("/server/timeout_s"), limits=ServerLimits(
                 float(self.get("/server/header_timeout_s")), float(self.get("/server/body_timeout_s")),

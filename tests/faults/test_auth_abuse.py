@@ -62,7 +62,7 @@ def test_login_brute_force_is_rate_limited(tmp_path: Path, start_plane: Callable
     assert int(headers["retry-after"]) >= 1
     plane.stop()
     refused = plane.log_events("page login refused")
-    assert [e["reason"] for e in refused] == ["not a viewer or admin token"] * 10 + ["rate limited"]
+    assert [e["reason"] for e in refused] == ["not a viewer, operator or admin token"] * 10 + ["rate limited"]
     log = plane.log.read_text()
     assert "guess-" not in log
     assert VIEWER_TOKEN not in log

@@ -58,7 +58,7 @@ def test_a_wrong_token_or_a_missing_form_token_is_refused(world: World, logs: Lo
     csrf = csrf_of(client.get("/login").get_data(as_text=True))
     wrong = client.post("/login", data={"token": "not-a-token-0123456789", "csrf": csrf})
     assert wrong.status_code == 403
-    assert "not a viewer or admin token" in wrong.get_data(as_text=True)
+    assert "not a viewer, operator or admin token" in wrong.get_data(as_text=True)
     assert client.get("/").status_code == 302
     assert len(logs.events("page login refused")) == 1
     assert "not-a-token-0123456789" not in logs.text
@@ -117,13 +117,15 @@ def test_a_session_cannot_claim_another_role(world: World, viewer: FlaskClient) 
 
 
 def test_pages_are_off_without_tokens(tmp_path: Path, logs: LogCapture) -> None:
-    world = build_world(tmp_path, passes=0, config={"admin_tokens": None, "viewer_tokens": None})
+    world = build_world(tmp_path, passes=0, config={"admin_tokens": None, "operator_tokens": None,
+                                                    "viewer_tokens": None})
     try:
         client = world.app.test_client()
         for path in ("/", "/login", "/api/fleet", "/api/attention"):
             response = client.get(path)
             assert response.status_code == 404
-            assert "configure viewer_tokens or admin_tokens" in response.get_json()["error"]
+            assert "configure viewer_tokens, operator_tokens or admin_tokens, or single sign-on (auth.oidc)" in \
+                response.get_json()["error"]
         assert client.get("/api/openapi.yaml").status_code == 200
         assert client.get("/health").status_code == 200
     finally:
@@ -190,7 +192,7 @@ def test_login_is_rate_limited_per_peer_and_logged_without_the_token(world: Worl
     other_csrf = csrf_of(other.get("/login").get_data(as_text=True))
     assert other.post("/login", data={"token": VIEWER_TOKEN, "csrf": other_csrf}).status_code == 302
     refused = logs.events("page login refused")
-    assert [e["reason"] for e in refused] == ["not a viewer or admin token"] * 10 + ["rate limited"]
+    assert [e["reason"] for e in refused] == ["not a viewer, operator or admin token"] * 10 + ["rate limited"]
     assert all("guess-" not in json.dumps(e) for e in refused)
     assert VIEWER_TOKEN not in logs.text
     metrics = client.get("/metrics").get_data(as_text=True)

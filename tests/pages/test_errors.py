@@ -75,5 +75,5 @@ def test_a_refused_page_asks_to_log_in_and_the_api_says_so(world: World) -> None
     assert (approve.status_code, approve.headers["Location"]) == (302, "/login")
     api = stranger.get("/api/revision")
     assert api.status_code == 401 and api.headers["WWW-Authenticate"] == 'Bearer realm="fleetllm"'
-    assert api.get_json() == {"error": "a viewer or admin token is required: send Authorization: Bearer <token>, "
+    assert api.get_json() == {"error": "a viewer, operator or admin token is required: send Authorization: Bearer <token>, "
                                        "or log in at /login"}

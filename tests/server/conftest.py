@@ -21,11 +21,13 @@ from tests.conftest import TEST_LEGACY_KEY, TEST_SALT
 
 FLEET_KEY = "fleet-key-for-tests-0123456789"
 ADMIN_TOKEN = "admin-token-for-tests-0123"
+OPERATOR_TOKEN = "operator-token-for-tests-0123"
+OPERATOR_NAME = "deployer"  # operator_tokens names it: the audit trail says token:deployer
 VIEWER_TOKEN = "viewer-token-for-tests-0123"
 WEBHOOK_SECRET = "webhook-secret-for-tests"
 ENV = {"FLEET_KEY": FLEET_KEY, "SALT": TEST_SALT, "LEGACY": TEST_LEGACY_KEY, "ADMIN": ADMIN_TOKEN,
-       "VIEWER": VIEWER_TOKEN, "HOOK": WEBHOOK_SECRET}
-SECRETS = (FLEET_KEY, TEST_SALT, TEST_LEGACY_KEY, ADMIN_TOKEN, VIEWER_TOKEN, WEBHOOK_SECRET)
+       "OPERATOR": OPERATOR_TOKEN, "VIEWER": VIEWER_TOKEN, "HOOK": WEBHOOK_SECRET}
+SECRETS = (FLEET_KEY, TEST_SALT, TEST_LEGACY_KEY, ADMIN_TOKEN, OPERATOR_TOKEN, VIEWER_TOKEN, WEBHOOK_SECRET)
 KNOWN_BOX = "203.0.113.24"
 
 
@@ -37,6 +39,7 @@ def base_config(repo: Path, state: Path) -> dict[str, Any]:
                     "legacy_api_key": "${env:LEGACY}"},
         "state": {"url": f"sqlite:///{state}"},
         "admin_tokens": ["${env:ADMIN}"],
+        "operator_tokens": [{"name": OPERATOR_NAME, "token": "${env:OPERATOR}"}],
         "viewer_tokens": ["${env:VIEWER}"],
         "attention": {"max_entries": 5},
     }

@@ -16,15 +16,16 @@ from fleetllm.server.runtime import Runtime
 from tests.server.conftest import ADMIN_TOKEN, SECRETS, VIEWER_TOKEN, LogCapture, box_headers
 
 PUBLIC = {"health.health", "health.metrics", "admin.push_hook", "pages.login", "pages.logout", "pages.openapi",
-          "pages.static"}  # the webhook is signed; login and logout carry their own CSRF check
+          "pages.static", "pages.sso_login", "pages.sso_callback"}
+# the webhook is signed; login and logout carry their own CSRF check; single sign-on its state and nonce
 EXPECTED_ROLES = {
     "box.vllm_config": Role.FLEET, "box.vllm_report": Role.FLEET, "box.vllm_installer": Role.FLEET,
     "admin.attention": Role.VIEWER, "admin.reports": Role.VIEWER, "admin.fetches": Role.VIEWER,
     "admin.approvals": Role.VIEWER, "admin.approve_box": Role.ADMIN, "pages.approve": Role.ADMIN,
-    "control.get_control": Role.VIEWER, **{f"control.post_{a}": Role.ADMIN for a in
+    "control.get_control": Role.VIEWER, **{f"control.post_{a}": Role.OPERATOR for a in
                                            ("sync", "suspend", "resume", "pin", "unpin")},
-    **{f"pages.page_{a}": Role.ADMIN for a in ("sync", "suspend", "resume", "pin", "unpin")},
-    "rollout.rollout": Role.VIEWER, "rollout.control": Role.ADMIN,
+    **{f"pages.page_{a}": Role.OPERATOR for a in ("sync", "suspend", "resume", "pin", "unpin", "rollout")},
+    "rollout.rollout": Role.VIEWER, "rollout.control": Role.OPERATOR,
 }
 
 

@@ -70,6 +70,17 @@ TAKEN_IN_PUSHGATEWAY: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     else None,
 }
 
+# The defaults inside auth.oidc, an optional section: taken from a config that has one.
+OIDC = ('auth: {oidc: {issuer: "https://sso.example.com", client_id: fleetllm, client_secret: "${env:MK}", '
+        'redirect_base: "https://fleet.example.com", roles: {ops: operator}}}\n')
+TAKEN_IN_OIDC: dict[str, Callable[[ControlPlaneConfig], Any]] = {
+    "/auth/oidc/scopes": lambda c: list(c.oidc.scopes) if c.oidc else None,
+    "/auth/oidc/groups_claim": lambda c: ".".join(c.oidc.groups_claim) if c.oidc else None,
+    "/auth/oidc/accept_bearer_jwts": lambda c: c.oidc.accept_bearer_jwts if c.oidc else None,
+    "/auth/oidc/leeway_s": lambda c: c.oidc.leeway_s if c.oidc else None,
+    "/auth/oidc/timeout_s": lambda c: c.oidc.timeout_s if c.oidc else None,
+}
+
 
 def expected(where: str) -> Any:
     value = DEFAULTS[where]
@@ -86,7 +97,7 @@ def test_the_defaults_are_the_schemas() -> None:
     schema = load_schema("control-plane")
     assert DEFAULTS["/litellm/write_concurrency"] == schema["properties"]["litellm"]["properties"][
         "write_concurrency"]["default"] == 4
-    assert set(TAKEN) | set(TAKEN_IN_PUSHGATEWAY) == set(DEFAULTS), \
+    assert set(TAKEN) | set(TAKEN_IN_PUSHGATEWAY) | set(TAKEN_IN_OIDC) == set(DEFAULTS), \
         "a schema default this test does not check, or one it lost"
 
 
@@ -104,6 +115,15 @@ def test_the_pushgateway_defaults_are_the_schemas(tmp_path: Path) -> None:
     path.write_text(MINIMAL + PUSHGATEWAY)
     config = load_config(path, ENV)
     for where, taken in TAKEN_IN_PUSHGATEWAY.items():
+        assert taken(config) == expected(where), where
+        assert type(taken(config)) in (type(expected(where)), float), where
+
+
+def test_the_oidc_defaults_are_the_schemas(tmp_path: Path) -> None:
+    path = tmp_path / "cp.yaml"
+    path.write_text(MINIMAL + OIDC)
+    config = load_config(path, ENV)
+    for where, taken in TAKEN_IN_OIDC.items():
         assert taken(config) == expected(where), where
         assert type(taken(config)) in (type(expected(where)), float), where
 
@@ -170,7 +190,10 @@ REVEALED = {
     "adapters/litellm.py": 1, "adapters/providers.py": 1, "adapters/state/postgres.py": 1, "adapters/state/__init__.py": 1,
     "adapters/admin_client.py": 1,
     "settings.py": 12, "cli/serve.py": 1, "job/wiring.py": 1,
-    "server/auth.py": 2, "server/session.py": 2, "server/runtime.py": 1,
+    "server/auth.py": 2, "server/session.py": 3, "server/runtime.py": 1,
+    # single sign-on: the client's secret onto the wire (the token endpoint, adapters/oidc.py) and into the
+    # session cookies' signing key (server/session.py)
+    "adapters/oidc.py": 1,
     # notifications: the target's secrets onto the wire (adapters/notify.py), into the list of strings
     # scrubbed from error text (core/notify.py Target.secrets), the URL checked by the builder (settings.py)
     "core/notify.py": 3, "adapters/notify.py": 3,

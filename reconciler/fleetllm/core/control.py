@@ -25,11 +25,15 @@ class ControlAction(StrEnum):
     RESUME = "resume"
     PIN = "pin"
     UNPIN = "unpin"
+    # a person's request to the staged rollout (fleetllm.core.rollout.control), kept in the same trail
+    ROLLOUT_PAUSE = "rollout-pause"
+    ROLLOUT_RESUME = "rollout-resume"
+    ROLLOUT_ABORT = "rollout-abort"
 
 
 @dataclass(frozen=True)
 class Suspension:
-    actor: str  # "admin:<token fingerprint>", never a token
+    actor: str  # who: "<role>:<token fingerprint>", "token:<name>" or "<subject> <email>"; never a token
     at: float  # unix time
     reason: str
 
@@ -69,7 +73,7 @@ class ControlEvent:
     action: ControlAction
     actor: str
     reason: str
-    revision: str | None = None  # the pinned revision, for a pin
+    revision: str | None = None  # the pinned revision, for a pin; the rollout's target, for a rollout request
 
 
 def clean_reason(text: object) -> str:

@@ -36,9 +36,11 @@ from fleetllm.settings import (
 from fleetllm.settings import load_config as load_settings
 
 RECONCILER_CLONE = "fleet-repo-reconcile.git"  # not the control plane's clone: two processes, two fetches
-# The secrets only `fleetllm serve` uses (boxes' fleet key, the push webhook, page and API tokens): the
-# reconciler leaves them unresolved, so its unit or Job is given none of them (deploy/systemd, deploy/kubernetes).
-SERVE_ONLY = ("/repo/webhook_secret", "/secrets/fleet_key", "/admin_tokens", "/viewer_tokens")
+# The secrets only `fleetllm serve` uses (boxes' fleet key, the push webhook, page and API tokens, the single
+# sign-on client's secret): the reconciler leaves them unresolved, so its unit or Job is given none of them
+# (deploy/systemd, deploy/kubernetes).
+SERVE_ONLY = ("/repo/webhook_secret", "/secrets/fleet_key", "/admin_tokens", "/operator_tokens", "/viewer_tokens",
+              "/auth/oidc/client_secret")
 
 
 @dataclass(frozen=True)

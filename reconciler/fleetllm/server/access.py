@@ -1,24 +1,32 @@
 """Who may call what: one decorator, `requires(role)`, guards every view that needs a credential.
 
-    role          credential                                   views
-    Role.FLEET    the fleet key, Authorization: Bearer         the box contract: /vllm/config, /report, /installer
-    Role.VIEWER   a viewer or admin token                      the status pages, their /api/*, GET /admin/*
-    Role.ADMIN    an admin token                               POST /admin/approve, POST /approve
+    role            credential                                 views
+    Role.FLEET      the fleet key, Authorization: Bearer       the box contract: /vllm/config, /report, /installer
+    Role.VIEWER     a viewer, operator or admin                the status pages, their /api/*, GET /admin/*
+    Role.OPERATOR   an operator or admin                       sync, suspend, resume, pin, unpin; the rollout's
+                                                               pause, resume, abort (API and pages)
+    Role.ADMIN      an admin                                   POST /admin/approve, POST /approve
 
-Where a viewer or admin token may come from depends on the surface (`surface()`), as it always has:
+A viewer, operator or admin is a configured token (admin_tokens, operator_tokens, viewer_tokens), a
+person signed in through single sign-on (auth.oidc: the role their groups map to), or, with
+auth.oidc.accept_bearer_jwts, a JWT of the provider sent as a bearer. Where each may come from depends
+on the surface (`surface()`):
 
     admin API (/admin/*)    Authorization: Bearer only: a JSON action is never taken on a cookie's say-so
     pages API (/api/*)      Authorization: Bearer, else the login session cookie
     status pages (HTML)     the login session cookie (fleetllm.server.session)
 
-A refusal raises `Refused`: 401 nothing (usable) presented, 403 a wrong or too weak credential, 404 no
-such token is configured, 503 no fleet key is configured. How it is answered (JSON, a redirect to
+`requires` keeps the admitted `Caller` (role, and the actor the audit trail names) for the view:
+`current_caller()`. A refusal raises `Refused`: 401 nothing (usable) presented, 403 a wrong, forged or
+too weak credential, 404 no credential of the role can exist (none configured), 503 no fleet key is
+configured or the provider cannot be reached to verify a JWT. How it is answered (JSON, a redirect to
 /login, a recorded box answer) is decided per surface in fleetllm.server.errors and the box blueprint.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from enum import StrEnum
 from typing import ParamSpec, TypeVar, cast
@@ -26,13 +34,27 @@ from typing import ParamSpec, TypeVar, cast
 from flask import current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from fleetllm.adapters.oidc import ProviderError, TokenRefused
 from fleetllm.errors import RequestError
+from fleetllm.logs import get_logger, log_event
 from fleetllm.server.accesslog import ROLE_KEY
-from fleetllm.server.auth import Role, bearer_token, matches
-from fleetllm.server.runtime import current_runtime
-from fleetllm.server.session import role_of_token, session_role
+from fleetllm.server.auth import (
+    PEOPLE_ROLES,
+    Caller,
+    Role,
+    bearer_token,
+    covers,
+    matches,
+    person_actor,
+    role_for_groups,
+    token_caller,
+    tokens_of,
+)
+from fleetllm.server.runtime import Runtime, current_runtime
+from fleetllm.server.session import session_caller
 from fleetllm.settings import ControlPlaneConfig
 
+log = get_logger("access")
 P = ParamSpec("P")
 R = TypeVar("R")
 SESSION_BLUEPRINTS = frozenset({"pages"})  # the blueprints whose views take the login session cookie
@@ -91,13 +113,14 @@ def _blueprint_of_unrouted() -> str | None:
 
 
 def requires(role: Role, *, action: str = "This") -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Run the view only for a caller holding `role` (an admin holds viewer too); else raise Refused.
-    `action` names what was refused on a page ("Approving a box needs an admin token")."""
+    """Run the view only for a caller whose role covers `role` (an admin holds operator and viewer too);
+    else raise Refused. `action` names what was refused on a page ("Approving a box needs an admin token")."""
 
     def decorate(view: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(view)
         def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-            g.fleetllm_role = check(role, action)
+            g.fleetllm_caller = check(role, action)
+            g.fleetllm_role = g.fleetllm_caller.role
             request.environ[ROLE_KEY] = str(g.fleetllm_role)  # for the access log (fleetllm.server.accesslog)
             return view(*args, **kwargs)
 
@@ -118,25 +141,67 @@ def current_role() -> Role:
     return cast(Role, g.fleetllm_role)
 
 
-def check(role: Role, action: str = "This") -> Role:
-    """The role the caller holds, if it covers `role`; else raises Refused."""
+def current_caller() -> Caller:
+    """Who `requires` admitted for the current request (the role, and how the audit trail names them)."""
+    return cast(Caller, g.fleetllm_caller)
+
+
+def configured(config: ControlPlaneConfig, role: Role, where: Surface) -> bool:
+    """Whether a credential covering `role` can exist on this surface: a token of that role or above, or
+    single sign-on mapping a group to one (a session on the pages, a bearer JWT where accepted)."""
+    if any(tokens_of(config, held) for held in PEOPLE_ROLES if covers(held, role)):
+        return True
+    oidc = config.oidc
+    if oidc is None or not any(covers(Role(r), role) for r in oidc.roles.values()):
+        return False
+    return oidc.accept_bearer_jwts or request.blueprint in SESSION_BLUEPRINTS
+
+
+def check(role: Role, action: str = "This") -> Caller:
+    """Who the caller is, if their role covers `role`; else raises Refused."""
     rt = current_runtime()
     if role is Role.FLEET:
-        return _fleet_key(rt.config)
+        return Caller(_fleet_key(rt.config), "fleet")
     where = surface()
-    allowed = rt.config.admin_tokens if role is Role.ADMIN else (*rt.config.admin_tokens, *rt.config.viewer_tokens)
-    if not allowed:
+    if not configured(rt.config, role, where):
         raise Refused(404, _refusal(role, where, action, configured=False), role)
     token = bearer_token(request.headers.get("Authorization")) if where is not Surface.PAGE else None
     if token is not None:
-        held = role_of_token(rt.config, token)
+        caller = token_caller(rt.config, token) or _jwt_caller(rt, token, role)
     elif request.blueprint in SESSION_BLUEPRINTS:
-        held = session_role(current_app, rt.config, rt.clock(), rt.store)
+        caller = session_caller(current_app, rt.config, rt.clock(), rt.store)
     else:
-        held = None
-    if held is Role.ADMIN or (held is not None and held is role):
-        return held
-    raise Refused(403 if token is not None or held is not None else 401, _refusal(role, where, action), role)
+        caller = None
+    if caller is not None and covers(caller.role, role):
+        return caller
+    raise Refused(403 if token is not None or caller is not None else 401, _refusal(role, where, action), role)
+
+
+def _jwt_caller(rt: Runtime, token: str, role: Role) -> Caller | None:
+    """A bearer JWT of the single sign-on provider (auth.oidc.accept_bearer_jwts), verified and mapped to a
+    role; None when such tokens are not accepted or it is no JWT. A JWT that does not hold is refused
+    with what is wrong with it (never the token)."""
+    oidc = rt.config.oidc
+    if oidc is None or not oidc.accept_bearer_jwts or rt.oidc is None or token.count(".") != 2:
+        return None
+    try:
+        identity = rt.oidc.verify_bearer(token)
+    except TokenRefused as exc:
+        log_event(log, "bearer jwt refused", logging.WARNING, reason=str(exc), peer=request.remote_addr)
+        raise Refused(403, f"{exc}", role) from None
+    except ProviderError as exc:
+        log_event(log, "bearer jwt unverifiable", logging.ERROR, error=str(exc))
+        raise Refused(503, f"cannot verify the bearer token now: {exc}", role) from None
+    mapped = role_for_groups(identity.groups, oidc.roles)
+    if mapped is None:
+        raise Refused(403, f"the bearer token of {person_actor(identity.subject, identity.email)} is valid, but "
+                      f"none of its groups ({_groups(identity.groups)}) maps to a role in auth.oidc.roles", role)
+    return Caller(mapped, person_actor(identity.subject, identity.email))
+
+
+def _groups(groups: tuple[str, ...]) -> str:
+    shown = ", ".join(g[:64] for g in groups[:10])
+    return (shown + (f", +{len(groups) - 10} more" if len(groups) > 10 else "")) if groups else "none"
 
 
 def _fleet_key(config: ControlPlaneConfig) -> Role:
@@ -152,12 +217,20 @@ def _fleet_key(config: ControlPlaneConfig) -> Role:
     return Role.FLEET
 
 
+NEEDED = {Role.ADMIN: "an admin", Role.OPERATOR: "an operator or admin", Role.VIEWER: "a viewer, operator or admin"}
+
+
 def _refusal(role: Role, where: Surface, action: str, *, configured: bool = True) -> str:
+    sso = current_runtime().config.oidc is not None
     if where is Surface.PAGE:
-        return f"{action} needs an admin token: log in with one." if role is Role.ADMIN else \
-            "This page needs a viewer or admin token: log in with one."
+        what = f"{action} needs" if role is not Role.VIEWER else "This page needs"
+        how = f"sign in with an account of {NEEDED[role]} group, or log in with such a token" if sso else \
+            "log in with one"
+        return f"{what} {NEEDED[role]} token: {how}." if not sso else f"{what} {NEEDED[role]}: {how}."
     if not configured:
-        return "no admin_tokens configured" if role is Role.ADMIN else "no viewer or admin tokens configured"
-    needed = "an admin token" if role is Role.ADMIN else "a viewer or admin token"
+        lists = [name for held, name in (
+            (Role.ADMIN, "admin_tokens"), (Role.OPERATOR, "operator_tokens"), (Role.VIEWER, "viewer_tokens"))
+            if covers(held, role)]
+        return f"no {' or '.join(lists)} configured" + (" (and no auth.oidc group maps to such a role)" if sso else "")
     login = ", or log in at /login" if request.blueprint in SESSION_BLUEPRINTS else ""
-    return f"{needed} is required: send Authorization: Bearer <token>{login}"
+    return f"{NEEDED[role]} token is required: send Authorization: Bearer <token>{login}"

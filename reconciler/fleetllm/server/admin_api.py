@@ -1,13 +1,14 @@
 """Operator endpoints: the push webhook, and JSON views and actions for viewer and admin tokens.
 
     POST /hooks/push        GitHub-style webhook (X-Hub-Signature-256), refreshes the tracked branch
-    GET  /admin/attention   unknown boxes that presented the fleet key          (viewer or admin)
-    GET  /admin/reports     each box's latest report, and whether it is stale   (viewer or admin)
-    GET  /admin/fetches     the fetch log, newest first (?box=&limit=&before=)  (viewer or admin)
-    GET  /admin/approvals   approvals made through this control plane          (viewer or admin)
+    GET  /admin/attention   unknown boxes that presented the fleet key          (viewer and up)
+    GET  /admin/reports     each box's latest report, and whether it is stale   (viewer and up)
+    GET  /admin/fetches     the fetch log, newest first (?box=&limit=&before=)  (viewer and up)
+    GET  /admin/approvals   approvals made through this control plane          (viewer and up)
     POST /admin/approve     {"host": ..., "models": [...]}: commit the box      (admin)
 
-The tokens are checked by `requires(role)` (Authorization: Bearer only); refusals are JSON (errors.py).
+The credentials are checked by `requires(role)` (Authorization: Bearer only); refusals are JSON (errors.py).
+An approval records who made it (the token's name or fingerprint, or the person signed in).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from fleetllm.adapters.state.records import Approval
 from fleetllm.core.fleet.model import Provider
 from fleetllm.job.approve import Approved, ApproveError, approve
 from fleetllm.logs import get_logger, log_event
-from fleetllm.server.access import requires
-from fleetllm.server.auth import Role, bearer_token, token_fingerprint, webhook_signature_ok
+from fleetllm.server.access import current_caller, requires
+from fleetllm.server.auth import Role, webhook_signature_ok
 from fleetllm.server.errors import error
 from fleetllm.server.params import ParamError, int_param
 from fleetllm.server.reports import report_json, staleness
@@ -132,9 +133,9 @@ def approve_box() -> Response:
             or not all(isinstance(m, str) for m in models) or provider not in (None, *PROVIDERS):
         return error(400, 'send JSON {"host": "<box name>", "models": ["<model>", ...], '
                           '"provider": "vast" | "runpod" | "static" (optional)}')
-    actor = "admin:" + token_fingerprint(bearer_token(request.headers.get("Authorization")) or "")
     try:
-        done = approve_and_record(rt, host, models, actor, Provider(provider) if provider else None)
+        done = approve_and_record(rt, host, models, current_caller().actor,
+                                  Provider(provider) if provider else None)
     except ApproveError as exc:
         return error(409, str(exc))
     return jsonify({"host": done.host, "branch": done.branch, "commit": done.commit, "base": done.base,

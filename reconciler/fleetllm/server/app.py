@@ -3,9 +3,10 @@ blueprints, each defined at module level:
 
     health      GET /health, GET /metrics                               (public)
     box         GET /vllm/config, POST /vllm/report, GET /vllm/installer  (the fleet key: the box contract)
-    admin       POST /hooks/push, /admin/*                              (webhook signature; viewer/admin bearer)
-    control     /admin/control, sync, suspend, resume, pin, unpin       (viewer/admin bearer; control_api.py)
-    pages       the status pages, their /api/*, login                   (viewer/admin: session or bearer)
+    admin       POST /hooks/push, /admin/*                              (webhook signature; a bearer of a role)
+    control     /admin/control, sync, suspend, resume, pin, unpin       (viewer; operator; control_api.py)
+    rollout     /admin/rollout, pause, resume, abort                    (viewer; operator; rollout_api.py)
+    pages       the status pages, their /api/*, login, single sign-on   (a role: session or bearer)
     errors      every error answer, JSON or HTML by surface
 
 Views reach the runtime with `current_runtime()` and are guarded by `requires(role)` (access.py).
@@ -18,6 +19,7 @@ from flask import Flask
 from fleetllm.server import admin_api, box_api, control_api, errors, health, rollout_api
 from fleetllm.server.pages import control as page_controls  # noqa: F401 (adds the pages' control forms)
 from fleetllm.server.pages import routes as pages
+from fleetllm.server.pages import sso  # noqa: F401 (adds single sign-on's /login/oidc and /oidc/callback)
 from fleetllm.server.runtime import EXTENSION, Runtime
 
 

@@ -1,17 +1,18 @@
 """Operator controls of the whole fleet without a commit (issue 18): sync now, suspend, resume, pin, unpin.
 
-    GET  /admin/control   what is in force, and the audit trail                  (viewer or admin)
-    POST /admin/sync      {"reason"?}: ask the reconcile loop for a pass now     (admin)
-    POST /admin/suspend   {"reason"?}: passes observe and record, act on nothing  (admin)
-    POST /admin/resume    {"reason"?}                                              (admin)
-    POST /admin/pin       {"revision", "reason"?}: serve that valid revision      (admin)
-    POST /admin/unpin     {"reason"?}                                              (admin)
+    GET  /admin/control   what is in force, and the audit trail                  (viewer and up)
+    POST /admin/sync      {"reason"?}: ask the reconcile loop for a pass now     (operator, admin)
+    POST /admin/suspend   {"reason"?}: passes observe and record, act on nothing  (operator, admin)
+    POST /admin/resume    {"reason"?}                                              (operator, admin)
+    POST /admin/pin       {"revision", "reason"?}: serve that valid revision      (operator, admin)
+    POST /admin/unpin     {"reason"?}                                              (operator, admin)
 
 Everything goes through the state store (fleetllm.adapters.state.control), so it holds for every replica
 and for a reconcile loop in another process or on another machine: a sync request is a row the loop
 takes within a second or two; a pin is read by every replica within CONTROL_POLL_S (this one at once).
-Each action is audited (who: the token's fingerprint; when; why). The status pages' buttons call the
-same functions (fleetllm.server.pages.control); `fleetllm sync|suspend|resume|pin|unpin` call this API.
+Each action is audited (who: the token's name or fingerprint, or the person signed in; when; why). The
+status pages' buttons call the same functions (fleetllm.server.pages.control); `fleetllm sync|suspend|
+resume|pin|unpin` call this API.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from flask import Blueprint, Response, jsonify, request
 
 from fleetllm.core.control import ControlState, clean_reason
 from fleetllm.logs import get_logger, log_event
-from fleetllm.server.access import requires
-from fleetllm.server.auth import Role, bearer_token, token_fingerprint
+from fleetllm.server.access import current_caller, requires
+from fleetllm.server.auth import Role
 from fleetllm.server.errors import NO_STORE, error
 from fleetllm.server.revisions import PinError
 from fleetllm.server.runtime import Runtime, current_runtime
@@ -114,7 +115,7 @@ def _body() -> dict[str, Any] | Response:
 
 
 def _actor() -> str:
-    return "admin:" + token_fingerprint(bearer_token(request.headers.get("Authorization")) or "")
+    return current_caller().actor
 
 
 def _answer(status: str, code: int = 200, **extra: Any) -> Response:
@@ -133,7 +134,7 @@ def get_control() -> Response:
 
 
 @bp.post("/admin/sync")
-@requires(Role.ADMIN, action="Sync")
+@requires(Role.OPERATOR, action="Sync")
 def post_sync() -> Response:
     body = _body()
     if isinstance(body, Response):
@@ -145,7 +146,7 @@ def post_sync() -> Response:
 
 
 @bp.post("/admin/suspend")
-@requires(Role.ADMIN, action="Suspending the fleet")
+@requires(Role.OPERATOR, action="Suspending the fleet")
 def post_suspend() -> Response:
     body = _body()
     if isinstance(body, Response):
@@ -155,7 +156,7 @@ def post_suspend() -> Response:
 
 
 @bp.post("/admin/resume")
-@requires(Role.ADMIN, action="Resuming the fleet")
+@requires(Role.OPERATOR, action="Resuming the fleet")
 def post_resume() -> Response:
     body = _body()
     if isinstance(body, Response):
@@ -165,7 +166,7 @@ def post_resume() -> Response:
 
 
 @bp.post("/admin/pin")
-@requires(Role.ADMIN, action="Pinning the fleet")
+@requires(Role.OPERATOR, action="Pinning the fleet")
 def post_pin() -> Response:
     body = _body()
     if isinstance(body, Response):
@@ -181,7 +182,7 @@ def post_pin() -> Response:
 
 
 @bp.post("/admin/unpin")
-@requires(Role.ADMIN, action="Unpinning the fleet")
+@requires(Role.OPERATOR, action="Unpinning the fleet")
 def post_unpin() -> Response:
     body = _body()
     if isinstance(body, Response):

@@ -1,27 +1,30 @@
 """The staged rollout's admin API (issue 14), used by `fleetllm rollout`:
 
-    GET  /admin/rollout            the rollout: target, state, waves, each box's release   (viewer or admin)
-    POST /admin/rollout/pause      stop releasing boxes (draining boxes are routed again)  (admin)
-    POST /admin/rollout/resume     go on (a halted rollout retries its halted box)        (admin)
-    POST /admin/rollout/abort      stop, and roll released but unconverged boxes back     (admin)
+    GET  /admin/rollout            the rollout: target, state, waves, each box's release   (viewer and up)
+    POST /admin/rollout/pause      stop releasing boxes (draining boxes are routed again)  (operator, admin)
+    POST /admin/rollout/resume     go on (a halted rollout retries its halted box)        (operator, admin)
+    POST /admin/rollout/abort      stop, and roll released but unconverged boxes back     (operator, admin)
 
 A request is recorded in the state store and taken by the next reconcile pass (the pass holds the
-single-flight lock; the API never runs one), so it works the same with several replicas.
+single-flight lock; the API never runs one), so it works the same with several replicas. Each request
+also goes to the controls' audit trail (who, when, the target revision). The status pages' rollout
+buttons call `request_action` too (fleetllm.server.pages.control).
 """
 
 from __future__ import annotations
 
 import logging
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, jsonify
 
+from fleetllm.core.control import ControlAction
 from fleetllm.core.rollout.control import Request, apply_request, refusal
 from fleetllm.logs import get_logger, log_event
-from fleetllm.server.access import requires
-from fleetllm.server.auth import Role, bearer_token, token_fingerprint
+from fleetllm.server.access import current_caller, requires
+from fleetllm.server.auth import Role
 from fleetllm.server.errors import error
 from fleetllm.server.rollouts import rollout_status
-from fleetllm.server.runtime import current_runtime
+from fleetllm.server.runtime import Runtime, current_runtime
 
 log = get_logger("admin")
 bp = Blueprint("rollout", __name__)
@@ -37,22 +40,36 @@ def rollout() -> Response:
                                 for r in rt.store.recent_rollouts(10)]})
 
 
+AUDITED = {Request.PAUSE: ControlAction.ROLLOUT_PAUSE, Request.RESUME: ControlAction.ROLLOUT_RESUME,
+           Request.ABORT: ControlAction.ROLLOUT_ABORT}
+
+
+def request_action(rt: Runtime, wanted: Request, actor: str) -> str | None:
+    """Record `actor`'s request for the next pass, and in the audit trail; returns why it cannot apply to the
+    rollout as it stands (then nothing is recorded), else None."""
+    current, pending, _ = rt.store.current_rollout()
+    effective = apply_request(current, pending, actor, rt.clock()) if current and pending else current
+    why = refusal(effective, wanted)
+    if why is not None:
+        return why
+    rt.store.request_rollout(wanted, actor)
+    target = effective.target if effective else None
+    rt.store.record_control(AUDITED[wanted], actor, rt.clock(), revision=target)
+    log_event(log, "rollout request", logging.WARNING if wanted is Request.ABORT else logging.INFO,
+              request=str(wanted), actor=actor, target=target)
+    return None
+
+
 @bp.post("/admin/rollout/<action>")
-@requires(Role.ADMIN, action="Controlling the rollout")
+@requires(Role.OPERATOR, action="Controlling the rollout")
 def control(action: str) -> Response:
     if action not in {r.value for r in Request}:
         return error(404, f"no rollout action {action!r}: pause, resume or abort")
     rt = current_runtime()
-    wanted = Request(action)
-    current, pending, _ = rt.store.current_rollout()
-    actor = "admin:" + token_fingerprint(bearer_token(request.headers.get("Authorization")) or "")
-    effective = apply_request(current, pending, actor, rt.clock()) if current and pending else current
-    why = refusal(effective, wanted)
+    actor = current_caller().actor
+    why = request_action(rt, Request(action), actor)
     if why is not None:
         return error(409, f"cannot {action} the rollout: {why}")
-    rt.store.request_rollout(wanted, actor)
-    log_event(log, "rollout request", logging.WARNING if wanted is Request.ABORT else logging.INFO,
-              request=action, actor=actor, target=effective.target if effective else None)
     response = jsonify({"requested": action, "by": actor, "rollout": rollout_status(rt),
                         "note": "the next reconcile pass applies it"})
     response.status_code = 202

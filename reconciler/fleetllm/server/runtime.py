@@ -26,6 +26,7 @@ from flask import Flask, current_app
 
 from fleetllm.adapters.git import TrackedRepo
 from fleetllm.adapters.notify import Notifier, disabled
+from fleetllm.adapters.oidc import OidcClient
 from fleetllm.adapters.state import open_store
 from fleetllm.adapters.state.control import pin_of
 from fleetllm.adapters.state.notifications import SqlLedger
@@ -79,6 +80,7 @@ class Runtime:
     _thread: threading.Thread | None = None
     notifier: Notifier = field(default_factory=disabled)  # notifications.*: invalid commits, overdue passes
     control: ControlState = NOTHING  # the operator controls as last read from the store (refresh_control)
+    oidc: OidcClient | None = None  # auth.oidc: the single sign-on provider's client (reads nothing until used)
     _control_thread: threading.Thread | None = None
 
     def start_background(self) -> None:
@@ -189,7 +191,7 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
         metrics.weak_secrets.labels("vllm_api_salt").set(1 if config.secrets.vllm_api_salt.short else 0)
         metrics.watch_boxes(lambda: box_times(store, tracker))
         runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock,
-                          replica, notifier=notifier)
+                          replica, notifier=notifier, oidc=OidcClient(config.oidc, clock) if config.oidc else None)
         runtime.refresh_control()  # a pin in force is served from the first request
     except BaseException:
         notifier.close()

@@ -59,6 +59,11 @@ class ControlStore(ControlReader, Protocol):
         """Pin (or re-pin) the fleet to `revision` (checked by the caller: in the branch's history, valid)."""
         ...
 
+    def record_control(self, action: ControlAction, actor: str, at: float, reason: str = "",
+                       revision: str | None = None) -> None:
+        """Append to the audit trail an action kept elsewhere (a rollout request: the rollouts table)."""
+        ...
+
     def unpin(self, actor: str, at: float, reason: str = "") -> bool:
         """Remove the pin; False when there was none."""
         ...
@@ -136,6 +141,10 @@ class ControlTables:
 
     def unpin(self, actor: str, at: float, reason: str = "") -> bool:
         return self._act(ControlAction.UNPIN, actor, at, reason, remove=PIN)
+
+    def record_control(self, action: ControlAction, actor: str, at: float, reason: str = "",
+                       revision: str | None = None) -> None:
+        self._act(action, actor, at, reason, revision=revision)
 
     def control_audit(self, limit: int = 50) -> list[ControlEvent]:
         rows = self.db.read("SELECT at, action, actor, reason, revision FROM control_audit ORDER BY id DESC LIMIT ?",

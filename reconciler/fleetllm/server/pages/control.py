@@ -1,6 +1,7 @@
 """The operator controls on the status pages: the banner every page shows (suspended, pinned in red,
-a sync waiting) with its audit trail, and its admin forms (Sync now, Suspend, Resume, Pin, Unpin),
-which post here with the page's CSRF token and call what POST /admin/* calls (control_api.py).
+a sync waiting) with its audit trail, and its forms for operators and admins (Sync now, Suspend, Resume,
+Pin, Unpin; on the Revision page, the rollout's Pause, Resume and Abort), which post here with the
+page's CSRF token and call what POST /admin/* calls (control_api.py, rollout_api.py).
 
 Registered on the pages' blueprint (session login, CSRF, security headers); importing this module
 adds the routes (fleetllm.server.app imports it).
@@ -13,10 +14,11 @@ from typing import Any
 from flask import flash, g, redirect, request
 from werkzeug.wrappers.response import Response as BaseResponse
 
-from fleetllm.server import control_api
+from fleetllm.core.rollout.control import Request
+from fleetllm.server import control_api, rollout_api
 from fleetllm.server import session as auth
 from fleetllm.server.access import requires
-from fleetllm.server.auth import Role
+from fleetllm.server.auth import Role, covers
 from fleetllm.server.pages.routes import bp
 from fleetllm.server.revisions import PinError
 from fleetllm.server.runtime import current_runtime
@@ -31,7 +33,7 @@ def control_banner() -> dict[str, Any]:
     if getattr(g, "fleetllm_role", None) is None:  # login and error pages: no banner
         return {"control": None}
     return {"control": control_api.control_json(current_runtime(), audit=AUDIT_ON_PAGES),
-            "can_control": g.fleetllm_role is Role.ADMIN}
+            "can_control": covers(g.fleetllm_role, Role.OPERATOR)}
 
 
 def _form() -> tuple[str, str] | None:
@@ -48,7 +50,7 @@ def _back() -> str:
 
 
 @bp.post("/control/sync")
-@requires(Role.ADMIN, action="Sync")
+@requires(Role.OPERATOR, action="Sync")
 def page_sync() -> BaseResponse:
     form = _form()
     if form is None:
@@ -60,7 +62,7 @@ def page_sync() -> BaseResponse:
 
 
 @bp.post("/control/suspend")
-@requires(Role.ADMIN, action="Suspending the fleet")
+@requires(Role.OPERATOR, action="Suspending the fleet")
 def page_suspend() -> BaseResponse:
     form = _form()
     if form is None:
@@ -73,7 +75,7 @@ def page_suspend() -> BaseResponse:
 
 
 @bp.post("/control/resume")
-@requires(Role.ADMIN, action="Resuming the fleet")
+@requires(Role.OPERATOR, action="Resuming the fleet")
 def page_resume() -> BaseResponse:
     form = _form()
     if form is None:
@@ -85,7 +87,7 @@ def page_resume() -> BaseResponse:
 
 
 @bp.post("/control/pin")
-@requires(Role.ADMIN, action="Pinning the fleet")
+@requires(Role.OPERATOR, action="Pinning the fleet")
 def page_pin() -> BaseResponse:
     form = _form()
     if form is None:
@@ -101,7 +103,7 @@ def page_pin() -> BaseResponse:
 
 
 @bp.post("/control/unpin")
-@requires(Role.ADMIN, action="Unpinning the fleet")
+@requires(Role.OPERATOR, action="Unpinning the fleet")
 def page_unpin() -> BaseResponse:
     form = _form()
     if form is None:
@@ -110,4 +112,29 @@ def page_unpin() -> BaseResponse:
     done = control_api.unpin(current_runtime(), auth.actor(), reason)
     flash("The pin is removed: boxes get the newest valid revision again." if done else "The fleet was not pinned.",
           "ok")
+    return redirect(back)
+
+
+ROLLOUT_DONE = {Request.PAUSE: "Pause requested: the next reconcile pass stops releasing boxes.",
+                Request.RESUME: "Resume requested: the next reconcile pass goes on with the rollout.",
+                Request.ABORT: "Abort requested: the next reconcile pass stops the rollout and rolls released, "
+                               "unconverged boxes back."}
+
+
+@bp.post("/control/rollout/<action>")
+@requires(Role.OPERATOR, action="Controlling the rollout")
+def page_rollout(action: str) -> BaseResponse:
+    form = _form()
+    if form is None:
+        return redirect(_back())
+    back, _ = form
+    if action not in {r.value for r in Request}:
+        flash(f"No rollout action {action[:20]!r}: pause, resume or abort. Nothing was done.", "error")
+        return redirect(back)
+    wanted = Request(action)
+    why = rollout_api.request_action(current_runtime(), wanted, auth.actor())
+    if why is not None:
+        flash(f"Cannot {action} the rollout: {why}.", "error")
+    else:
+        flash(ROLLOUT_DONE[wanted], "ok")
     return redirect(back)

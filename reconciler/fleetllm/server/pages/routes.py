@@ -1,4 +1,5 @@
-"""The status pages' blueprint: HTML pages, the JSON API behind them, login and the Approve action.
+"""The status pages' blueprint: HTML pages, the JSON API behind them, login (a token here, single sign-on
+in fleetllm.server.pages.sso) and the Approve action.
 
 Each page and its API read the same view (`fleet_view(gather(rt))`, ...): the API is the view as JSON,
 the page renders it. `?fragment=1` renders a page's live region only, which pages.js fetches to
@@ -38,7 +39,7 @@ from fleetllm.logs import get_logger, log_event
 from fleetllm.server import session as auth
 from fleetllm.server.access import current_role, requires
 from fleetllm.server.admin_api import approve_and_record
-from fleetllm.server.auth import Role
+from fleetllm.server.auth import Role, covers, token_caller
 from fleetllm.server.errors import NO_STORE, SECURITY_HEADERS, error
 from fleetllm.server.guard import is_exempt, peer_key
 from fleetllm.server.openapi import served_document
@@ -108,14 +109,15 @@ def set_up(state: BlueprintSetupState) -> None:
 
 def enabled() -> bool:
     config = current_runtime().config
-    return bool(config.admin_tokens or config.viewer_tokens)
+    return bool(config.admin_tokens or config.operator_tokens or config.viewer_tokens or config.oidc)
 
 
 @bp.before_request
 def pages_enabled() -> Response | None:
     if enabled() or request.endpoint in PUBLIC:
         return None
-    return error(404, "the status pages are off: configure viewer_tokens or admin_tokens")
+    return error(404, "the status pages are off: configure viewer_tokens, operator_tokens or admin_tokens, or "
+                      "single sign-on (auth.oidc)")
 
 
 @bp.before_request
@@ -151,12 +153,14 @@ def _short(revision: str | None) -> str:
 def role_or_none() -> Role | None:
     """The logged-in role (the session cookie, alive in the state store), or None."""
     rt = current_runtime()
-    return auth.session_role(current_app, rt.config, rt.clock(), rt.store)
+    caller = auth.session_caller(current_app, rt.config, rt.clock(), rt.store)
+    return caller.role if caller is not None else None
 
 
 def page(name: str, template: str, view: Any, inputs: Inputs, role: Role, **extra: Any) -> str:
     return render_template(template, view=view, attention=attention_view(inputs), role=str(role), **extra,
-                           can_approve=role is Role.ADMIN, csrf=auth.csrf_token(), active=name, pages=PAGES,
+                           can_approve=role is Role.ADMIN, can_operate=covers(role, Role.OPERATOR),
+                           person=auth.signed_in(), csrf=auth.csrf_token(), active=name, pages=PAGES,
                            fragment=request.args.get("fragment") == "1", refresh_s=REFRESH_S,
                            looks=VERDICT_LOOK, not_judged=NOT_JUDGED_LOOK, messages=get_flashed_messages(True),
                            now=inputs.now, branch=inputs.settings.branch,
@@ -244,8 +248,10 @@ def openapi() -> Response:
 
 
 def login_page(target: str, problem: str | None = None, status: int = 200) -> tuple[str, int]:
+    config = current_runtime().config
     return render_template("login.html", csrf=auth.csrf_token(), next=target, hours=auth.SESSION_HOURS,
-                           problem=problem), status
+                           problem=problem, sso=config.oidc is not None,
+                           tokens=bool(config.admin_tokens or config.operator_tokens or config.viewer_tokens)), status
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -270,13 +276,14 @@ def login() -> BaseResponse | tuple[str, int]:
         response.headers["Retry-After"] = str(verdict.retry_after_s)
         return response
     token = request.form.get("token", "").strip()
-    role = auth.role_of_token(rt.config, token or None)
-    if role is None:
+    caller = token_caller(rt.config, token or None)
+    if caller is None:
         rt.metrics.login_refused.labels("wrong_token").inc()
-        log_event(log, "page login refused", logging.WARNING, reason="not a viewer or admin token", peer=client)
-        return login_page(target, "That is not a viewer or admin token of this control plane.", 403)
-    auth.log_in(current_app, role, token, rt.clock(), rt.store)
-    log_event(log, "page login", role=str(role), peer=client)
+        log_event(log, "page login refused", logging.WARNING, reason="not a viewer, operator or admin token",
+                  peer=client)
+        return login_page(target, "That is not a viewer, operator or admin token of this control plane.", 403)
+    auth.log_in_token(current_app, caller, token, rt.clock(), rt.store)
+    log_event(log, "page login", role=str(caller.role), actor=caller.actor, via="token", peer=client)
     return redirect(target)
 
 
@@ -291,9 +298,18 @@ def login_client(rt: Runtime) -> str:
 
 @bp.post("/logout")
 def logout() -> BaseResponse:
-    if auth.csrf_ok(request.form.get("csrf")):
-        auth.log_out(current_runtime().store)
-        log_event(log, "page logout", peer=request.remote_addr)
+    """End the session here (on every replica); after a single sign-on, also at the provider when it
+    advertises an end_session_endpoint (RP-initiated logout), which sends the browser back to /login."""
+    rt = current_runtime()
+    if not auth.csrf_ok(request.form.get("csrf")):
+        return redirect(url_for("pages.login"))
+    who = auth.signed_in()
+    kind = auth.log_out(rt.store)
+    log_event(log, "page logout", actor=who.actor if who else None, peer=request.remote_addr)
+    if kind == auth.SSO and rt.oidc is not None:
+        provider_logout = rt.oidc.logout_url(f"{rt.oidc.config.redirect_base}{url_for('pages.login')}")
+        if provider_logout is not None:  # a page that moves on: CSP's form-action forbids a form's redirect off-site
+            return current_app.make_response(render_template("signed_out.html", provider_logout=provider_logout))
     return redirect(url_for("pages.login"))
 
 
