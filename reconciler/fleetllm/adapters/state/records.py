@@ -144,4 +144,4 @@ class Approval:
     branch: str
     commit: str
     base_revision: str
-    actor: str  # who asked, never a token: "admin:<token fingerprint>" or "cli"
+    actor: str  # who asked, never a token: "admin:<fingerprint>", "token:<name>", "<subject> <email>" or "cli"
