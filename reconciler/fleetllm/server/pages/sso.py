@@ -107,6 +107,10 @@ def sso_callback() -> BaseResponse:
         return _refused(target, f"You signed in as {who}, but none of your groups ({shown}) gives a role in this "
                                 "control plane: ask its admins to map one of them (auth.oidc.roles).", 403,
                         "no group maps to a role", actor=who)
+    if identity.expires_at <= rt.clock():  # valid within the clock-skew leeway, but no session could last
+        return _refused(target, "Your sign-in expired before it reached this control plane (its ID token's exp "
+                                "is past): check the clocks of this machine and the provider, then sign in again.",
+                        403, "the ID token expired on arrival", actor=who)
     ends = auth.log_in_person(oidc, identity, role, rt.clock(), rt.store)
     log_event(log, "page login", role=str(role), actor=who, via="oidc", peer=login_client(rt),
               session_ends_in_s=int(ends - rt.clock()))
