@@ -26,7 +26,8 @@ TARGET = ROOT / "docs" / "configuration.md"
 
 # (schema, the file it describes, what to call the keys of its maps)
 FILES = [
-    ("control-plane", "the control plane's config file (`fleetllm serve --config FILE`)", {}),
+    ("control-plane", "the control plane's config file (`fleetllm serve --config FILE`)",
+     {"auth.oidc.roles": "<group>"}),
     ("fleet", "`fleet.yaml` in the fleet repository", {}),
     ("models", "`models.yaml` in the fleet repository", {"models": "<model>"}),
     ("placement", "`placement.yaml` in the fleet repository", {"hosts": "<box>"}),
@@ -155,6 +156,9 @@ class Walker:
             return f"list of {node.get('minItems', 0)} to {len(parts)}: " + ", ".join(parts)
         if "if" in node:  # placement's box: a list of rows, or the detailed mapping
             return f"{self.kind(node['then'])}, or a mapping (below)"
+        if "anyOf" in node:  # a token: a secret reference, or {name, token}
+            return " or ".join(self.kind(alt) if "properties" not in self.resolve(alt) else "a mapping (below)"
+                               for alt in node["anyOf"])
         types = node.get("type", "any")
         text = " or ".join(types) if isinstance(types, list) else str(types)
         if text == "array" and isinstance(node.get("items"), dict):
@@ -181,6 +185,11 @@ class Walker:
         items = node.get("items")
         if node.get("type") == "array" and isinstance(items, dict) and "properties" in self.resolve(items):
             yield from self.rows(items, f"{path}[]")
+        elif node.get("type") == "array" and isinstance(items, dict):
+            for alt in self.resolve(items).get("anyOf", []):  # a list item that may be a mapping
+                if "properties" in self.resolve(alt):
+                    for key, child in self.resolve(alt)["properties"].items():
+                        yield from self.rows(child, f"{path}[].{key}", key in self.resolve(alt).get("required", []))
 
 
 def cell(text: str) -> str:

@@ -98,7 +98,8 @@ LABELS: dict[tuple[str, str], str] = {
     ("fleetllm_box_reports", "outcome"): f"what the installer run ended with: {values(ReportOutcome)}",
     ("fleetllm_weak_secret", "secret"): "`vllm_api_salt`",
     ("fleetllm_http_connections_refused", "reason"): f"the cap: {values(Refusal)}",
-    ("fleetllm_login_refused", "reason"): "`wrong_token`, `rate_limited`",
+    ("fleetllm_login_refused", "reason"): "`wrong_token`, `rate_limited`, `sso_refused` (a single sign-on refused: "
+                                          "its answer, its ID token or the person's groups)",
     ("fleetllm_box_last_config_timestamp_seconds", "box"): "a box of the served revision (its placement name)",
     ("fleetllm_box_last_report_timestamp_seconds", "box"): "a box of the served revision (its placement name)",
     ("fleetllm_box_stale_servers", "box"): "the box's placement name",

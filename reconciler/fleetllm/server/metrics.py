@@ -118,8 +118,8 @@ class Metrics:
         self.connections_open = Gauge("fleetllm_http_connections_open", "Open client connections.", registry=r)
         self.connections_refused = Counter("fleetllm_http_connections_refused", "Connections or bodies refused "
                                            "at a cap (per_peer, total, body_budget).", ["reason"], registry=r)
-        self.login_refused = Counter("fleetllm_login_refused", "Login attempts refused (wrong token, or rate "
-                                     "limited).", ["reason"], registry=r)
+        self.login_refused = Counter("fleetllm_login_refused", "Login attempts refused (wrong token, rate "
+                                     "limited, or a single sign-on refused).", ["reason"], registry=r)
         self.box_freshness = BoxFreshness()
         r.register(self.box_freshness)
         self.suspended = Gauge("fleetllm_suspended", "1 while the fleet is suspended (fleetllm suspend): passes "
