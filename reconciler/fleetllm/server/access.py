@@ -231,6 +231,10 @@ def _refusal(role: Role, where: Surface, action: str, *, configured: bool = True
         lists = [name for held, name in (
             (Role.ADMIN, "admin_tokens"), (Role.OPERATOR, "operator_tokens"), (Role.VIEWER, "viewer_tokens"))
             if covers(held, role)]
+        oidc = current_runtime().config.oidc
+        if oidc is not None and request.blueprint not in SESSION_BLUEPRINTS and not oidc.accept_bearer_jwts:
+            return (f"no {' or '.join(lists)} configured: a single sign-on session does not reach this API; "
+                    "configure a token, or auth.oidc.accept_bearer_jwts for the provider's JWTs")
         return f"no {' or '.join(lists)} configured" + (" (and no auth.oidc group maps to such a role)" if sso else "")
     login = ", or log in at /login" if request.blueprint in SESSION_BLUEPRINTS else ""
     return f"{NEEDED[role]} token is required: send Authorization: Bearer <token>{login}"
