@@ -1,6 +1,7 @@
 """`fleetllm sync | suspend | resume | pin REV | unpin | control`: the operator controls of the whole
 fleet, without a commit, through the control plane's admin API (fleetllm.server.control_api) with an
-admin token (fleetllm.adapters.admin_client: --url / $FLEETLLM_URL, --token-file / $FLEETLLM_ADMIN_TOKEN).
+operator or admin token (fleetllm.adapters.admin_client: --url / $FLEETLLM_URL, --token-file /
+$FLEETLLM_ADMIN_TOKEN).
 
     sync              re-read the branch and have the reconcile loop run a pass within seconds
     suspend           passes keep observing and recording verdicts, and change nothing (no LiteLLM write)
@@ -36,7 +37,8 @@ COMMANDS = {
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", metavar="URL", help=f"the control plane, https://HOST:PORT (default: ${URL_ENV})")
     parser.add_argument("--token-file", metavar="FILE",
-                        help=f"file holding an admin token (default: ${TOKEN_ENV}; never the token itself)")
+                        help=f"file holding an operator or admin token (default: ${TOKEN_ENV}; never the token "
+                             "itself)")
     parser.add_argument("--ca-file", metavar="FILE", help="CA certificates to verify the control plane's TLS with")
     parser.add_argument("--format", choices=("text", "json"), default="text")
 

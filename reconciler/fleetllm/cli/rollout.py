@@ -36,8 +36,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("action", choices=ACTIONS)
     parser.add_argument("--url", metavar="URL", help="the control plane, e.g. https://fleet.example.org "
                         "(default: FLEETLLM_URL)")
-    parser.add_argument("--token-file", metavar="FILE", help="a file holding an admin token (a viewer token "
-                        "does for status); default: FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN")
+    parser.add_argument("--token-file", metavar="FILE", help="a file holding an operator or admin token (a viewer "
+                        "token does for status); default: FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS")
     parser.set_defaults(run=run)
