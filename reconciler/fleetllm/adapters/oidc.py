@@ -20,6 +20,7 @@ Nothing here logs or returns a code, a token or the client secret: errors say wh
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time
@@ -168,10 +169,9 @@ def _text(value: object, limit: int = 320) -> str | None:
 class OidcClient:
     """One provider, one client (auth.oidc). Thread-safe: request threads share it."""
 
-    def __init__(self, config: OidcConfig, clock: Any = time.time, http: requests.Session | None = None) -> None:
+    def __init__(self, config: OidcConfig, clock: Any = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.http = http or requests.Session()
         self._lock = threading.Lock()
         self._metadata: Metadata | None = None
         self._metadata_until = 0.0
@@ -181,9 +181,11 @@ class OidcClient:
 
     # the provider's documents
     def _get_json(self, url: str, what: str) -> dict[str, Any]:
-        try:
-            response = self.http.get(url, timeout=self.config.timeout_s, headers={"Accept": "application/json"})
-            body = response.content[:MAX_DOCUMENT_BYTES + 1]
+        try:  # a session per read (requests' sessions are not thread-safe); documents are read about hourly
+            with requests.Session() as http:
+                response = http.get(url, timeout=self.config.timeout_s, headers={"Accept": "application/json"},
+                                    stream=True)
+                body = response.raw.read(MAX_DOCUMENT_BYTES + 1, decode_content=True)
         except requests.RequestException as exc:
             raise ProviderError(f"cannot read the {what} of the single sign-on provider at {url}: "
                                 f"{type(exc).__name__}") from None
@@ -191,7 +193,7 @@ class OidcClient:
             raise ProviderError(f"the single sign-on provider answered {response.status_code} for its {what} at "
                                 f"{url}" + ("" if response.status_code != 200 else " (too large)"))
         try:
-            document = response.json()
+            document = json.loads(body)
         except ValueError:
             document = None
         if not isinstance(document, dict):
