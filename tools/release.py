@@ -1,4 +1,4 @@
-"""What a release is called, from the one version (installer/fleetllm_contract/version.py). Standard library
+"""What a release is called, from the one version (contract/fleetllm_contract/version.py). Standard library
 only: .github/workflows/release.yml runs it before anything is installed.
 
     python tools/release.py outputs --ref REF --repository OWNER/NAME [--tags TAG ...]
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSION_FILE = ROOT / "installer" / "fleetllm_contract" / "version.py"
+VERSION_FILE = ROOT / "contract" / "fleetllm_contract" / "version.py"
 REGISTRY = "ghcr.io"
 _RELEASE = re.compile(r"v(\d+)\.(\d+)\.(\d+)")
 
