@@ -12,9 +12,9 @@ around it the runner keeps, in this order:
 5. after a pass that ran: its log line, the metrics (and their hand-over: a file, a Pushgateway push),
    the notifications.
 
-`RunnerOptions` is what a caller chooses (the CLI builds it from its flags, the demo from its own
-set-up); nothing here knows argparse. Errors are the project's tree (fleetllm.errors); the CLI maps them
-to exit codes. Words for a person go to `say` (the CLI prints them on stderr).
+`RunnerOptions` is what a caller chooses, typed (the CLI builds it from its flags, the demo from its own
+set-up); nothing here knows the command line. Errors are the project's tree (fleetllm.errors); the CLI
+maps them to exit codes. Words for a person go to `say` (the CLI prints them on stderr).
 """
 
 from __future__ import annotations
