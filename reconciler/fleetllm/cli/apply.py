@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         args.adopt = saved.adopt_source  # the plan adopted that owner's deployments: apply it the same way
     runner = pass_runner(args, config)
     fleet = runner.read(walk=False)  # the revision as it is: apply does not walk back past an invalid head
-    if saved is None and not args.yes and not config.dry_run:
+    if saved is None and not args.yes and not runner.dry_run:
         if not sys.stdin.isatty():
             raise CommandError(NOT_A_TERMINAL, EXIT_USAGE)
         newest, controls = fleet, runner.controls(fleet)
