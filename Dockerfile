@@ -11,7 +11,7 @@
 # /tmp; mount a volume or a tmpfs (an emptyDir) on each. No secret is built in: the config and its
 # ${cred:NAME} files are mounted at run time (CREDENTIALS_DIRECTORY). The release (.github/workflows/
 # release.yml) publishes it as ghcr.io/<owner>/<repo>:<version>, the version of
-# installer/fleetllm_contract/version.py. Linted with hadolint (tests/release/test_image.py).
+# contract/fleetllm_contract/version.py. Linted with hadolint (tests/release/test_image.py).
 #
 # The base is pinned by tag (Python 3.11, Debian 12): no registry was reachable where this file was
 # written to read its digest. Pin it by digest where you build (docker buildx imagetools inspect
@@ -25,6 +25,7 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY schemas/ schemas/
 COPY fleet-repo-example/ fleet-repo-example/
+COPY contract/ contract/
 COPY installer/ installer/
 COPY gateway/ gateway/
 COPY reconciler/ reconciler/

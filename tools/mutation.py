@@ -71,7 +71,7 @@ COPIED = ("tests", "schemas", "fleet-repo-example", "bench", "pyproject.toml")
 # The import packages go under src/ in the scratch copy: mutmut 3 names a mutant by its file's path
 # relative to ./, src/ or source/, which must be the module's import name (fleetllm.core..., not
 # reconciler.fleetllm.core...), or no test is ever matched to a mutant.
-PACKAGES = {"reconciler/fleetllm": "src/fleetllm", "installer/fleetllm_contract": "src/fleetllm_contract",
+PACKAGES = {"reconciler/fleetllm": "src/fleetllm", "contract/fleetllm_contract": "src/fleetllm_contract",
             "installer/fleetllm_installer": "src/fleetllm_installer",
             "gateway/fleetllm_gateway": "src/fleetllm_gateway"}
 

@@ -1,5 +1,8 @@
 """Build the single-file box program: a zipapp of the box contract, the installer and the gateway.
 
+Each package is taken from where Python imports it (a wheel's site-packages, or a checkout's
+contract/, installer/ and gateway/ through the editable install), never from a path of the checkout.
+
 The control plane serves it at GET /vllm/installer with its sha256, so a box always runs the
 installer of the control plane it talks to. Standard library only; the build is reproducible (fixed
 timestamps and order), so the same sources always give the same sha256.
@@ -16,6 +19,8 @@ import importlib.util
 import io
 import zipfile
 from pathlib import Path
+
+from fleetllm_installer.errors import InstallerError
 
 PACKAGES = ("fleetllm_contract", "fleetllm_installer", "fleetllm_gateway")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
@@ -42,12 +47,14 @@ def package_dir(package: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _sources(root: Path | None) -> list[tuple[str, bytes]]:
+def _sources() -> list[tuple[str, bytes]]:
     files = [("__main__.py", MAIN.encode())]
     for package in PACKAGES:
-        base = root / package if root is not None else package_dir(package)
+        base = package_dir(package)
         if base is None or not base.is_dir():
-            continue
+            # A box program without one of them would fail on the box, far from the cause.
+            raise InstallerError(f"the box program needs the import package {package} and this Python cannot "
+                                 "find it: reinstall fleetllm (pip install fleetllm; in a checkout, make venv)")
         for path in sorted(base.rglob("*.py")):
             if "__pycache__" in path.parts:
                 continue
@@ -55,13 +62,12 @@ def _sources(root: Path | None) -> list[tuple[str, bytes]]:
     return files
 
 
-def build_zipapp_bytes(root: Path | None = None) -> bytes:
-    """The zipapp's bytes, built from the installed packages (or from the package folders under `root`)."""
-    source_root = root
+def build_zipapp_bytes() -> bytes:
+    """The zipapp's bytes, built from the installed packages."""
     buffer = io.BytesIO()
     buffer.write(b"#!/usr/bin/env python3\n")
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, data in _sources(source_root):
+        for name, data in _sources():
             info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
@@ -69,9 +75,9 @@ def build_zipapp_bytes(root: Path | None = None) -> bytes:
     return buffer.getvalue()
 
 
-def build_zipapp(target: Path, root: Path | None = None) -> str:
+def build_zipapp(target: Path) -> str:
     """Write the zipapp to `target` (mode 0755) and return its sha256 hex digest."""
-    data = build_zipapp_bytes(root)
+    data = build_zipapp_bytes()
     target.write_bytes(data)
     target.chmod(0o755)
     return hashlib.sha256(data).hexdigest()

@@ -16,8 +16,8 @@ import pytest
 from fleetllm.cli.main import build_parser
 from tests.conftest import ROOT
 
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "installer" / "README.md",
-               ROOT / "gateway" / "README.md"])
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "contract" / "README.md",
+               ROOT / "installer" / "README.md", ROOT / "gateway" / "README.md", ROOT / "CONTRIBUTING.md"])
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`([^`\n]+)`")

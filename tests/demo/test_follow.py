@@ -84,7 +84,8 @@ class _Stage:
 
         secrets = {"legacy-api-key": TEST_LEGACY_KEY, "vllm-api-salt": TEST_SALT}
         self.workspace = SimpleNamespace(secret=secrets.__getitem__)
-        self.passes = SimpleNamespace(fleet=fleet_, store=_Store(agents))
+        self.runner = SimpleNamespace(fleet=fleet_)
+        self.store = _Store(agents)
         self.boxes = {name: name for name in fleet_.boxes}
         self.owned: set[str] = set()
         self.provisioned: list[object] = []

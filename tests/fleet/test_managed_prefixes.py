@@ -2,7 +2,7 @@
 
 vLLM's FlexibleArgumentParser turns `_` into `-` in an option's name (up to the first `.`), splits
 `--flag=value` and `--flag.key`, and argparse's allow_abbrev takes any unambiguous prefix of a long option
-(installer/fleetllm_contract/vllmflags.py). The rule refuses any prefix of a managed flag, so it can only be stricter than
+(contract/fleetllm_contract/vllmflags.py). The rule refuses any prefix of a managed flag, so it can only be stricter than
 vLLM; the property test below checks that against argparse itself, driven the way vLLM drives it. (A
 test against the real vLLM parser lives with the vLLM harness.)
 """

@@ -87,7 +87,7 @@ def test_the_agent_logs_the_one_format_too(tmp_path: Path) -> None:
     import sys
 
     env = {"PATH": os.environ.get("PATH", ""), "FLEETLLM_DATA_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join(
-        str(Path(__file__).resolve().parents[2] / d) for d in ("installer", "reconciler", "gateway"))}
+        str(Path(__file__).resolve().parents[2] / d) for d in ("contract", "installer", "reconciler", "gateway"))}
     done = subprocess.run([sys.executable, "-m", "fleetllm_installer", "agent", "--once"], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr

@@ -213,11 +213,12 @@ def test_module_dry_run_from_the_installer_folder_with_the_standard_library_alon
                                                                                   box_json: dict[str, Any]) -> None:
     path = tmp_path / "box.json"
     path.write_text(json.dumps(box_json))
-    # -S: no site-packages at all, so only the standard library and installer/ (the installer and the box
-    # contract, nothing of the control plane) are importable.
+    # -S: no site-packages at all, so only the standard library, installer/ (the installer) and contract/
+    # (the box contract) are importable: nothing of the control plane or the gateway.
     done = subprocess.run([sys.executable, "-S", "-m", "fleetllm_installer", "--dry-run", "--config-file", str(path),
                            "--assume-gpus", "1x80"], cwd=ROOT / "installer", capture_output=True, text=True,
-                          env=stdlib_env(tmp_path), timeout=60, check=False)
+                          env={**stdlib_env(tmp_path), "PYTHONPATH": str(ROOT / "contract")}, timeout=60,
+                          check=False)
     assert done.returncode == 0, done.stderr
     assert "[program:fleetllm-small]" in done.stdout
     assert "--gpu-memory-utilization 0.325" in done.stdout

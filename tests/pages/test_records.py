@@ -81,7 +81,7 @@ def test_duplicates_are_one_model_at_one_address_not_all_ours() -> None:
     assert duplicate_records((ours, also_ours)) == ()
     assert duplicate_records((ours, other_model, nowhere)) == ()
     assert duplicate_records((ours, also_ours, by_hand, other_model)) == (
-        DuplicateRecord("http://b:1/v1", "m", ("hand", "fleetllm:b:8001", "fleetllm:b:8002")),)
+        DuplicateRecord("http://b:1/v1", "m", ("fleetllm:b:8001", "fleetllm:b:8002", "hand")),)
     assert duplicate_records(None) == ()
 
 

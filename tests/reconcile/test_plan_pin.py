@@ -1,7 +1,7 @@
-"""`fleetllm plan` resolves an operator's pin (`fleetllm pin`) the way the reconcile job does (PassRunner.pinned:
-pin_of on the state store, then follow_pin), and says so: a real git repository with two valid commits, the
-real state store (SQLite, and PostgreSQL where it is there) holding a pin of the older one, the CLI as a
-process. Without a state store, plan says it cannot know."""
+"""`fleetllm plan` resolves an operator's pin (`fleetllm pin`) the way the reconcile job does
+(fleetllm.job.runner.PassRunner.pinned: the controls' pin, then follow_pin), and says so: a real git
+repository with two valid commits, the real state store (SQLite, and PostgreSQL where it is there)
+holding a pin of the older one, the CLI as a process. Without a state store, plan says it cannot know."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_apply_on_a_terminal_shows_the_plan_of_the_pinned_revision(
 
 def test_plan_of_the_tracked_branch_runs_on_its_newest_valid_commit_as_the_job_does(fleet_git: Path,
                                                                                    tmp_path: Path) -> None:
-    """The branch head is not valid: the reconcile job runs on the last valid commit (load_tracked); plan
+    """The branch head is not valid: the reconcile job runs on the last valid commit (PassRunner.read); plan
     used to stop at the head ("not valid: nothing is planned")."""
     valid = git(fleet_git, "rev-parse", "HEAD")
     (fleet_git / "fleet.yaml").write_text((fleet_git / "fleet.yaml").read_text() + "nonsense_key: 1\n")

@@ -5,15 +5,15 @@ never its credentials."""
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 
 import pytest
 
-from fleetllm.cli.common import CommandError
-from fleetllm.cli.passes import load_fleet
-from fleetllm.job.configfile import load_config
+from fleetllm.core.fleet.model import Fleet
+from fleetllm.errors import SourceError
+from fleetllm.job.configfile import ReconcileConfig, load_config
+from fleetllm.job.source import FleetSource, InvalidFleetError
 from tests.conftest import git
 
 ENV = {"FK": "fleet-key-0123", "SALT": "salt-0123456789abcdef", "MK": "sk-master"}
@@ -29,8 +29,13 @@ def config_for(tmp_path: Path, url: str, repo_extra: str = "") -> Path:
     return path
 
 
-def args(**given: str | None) -> argparse.Namespace:
-    return argparse.Namespace(repo=given.get("repo"), rev=given.get("rev"))
+def load_fleet(source: dict[str, str | None], config: ReconcileConfig) -> Fleet:
+    """The fleet as `fleetllm apply` reads it (--repo, --rev as given), its words for a person dropped."""
+    return FleetSource(config, source.get("repo"), source.get("rev")).load(lambda _text: None)
+
+
+def args(**given: str | None) -> dict[str, str | None]:
+    return given
 
 
 def test_each_load_fetches_the_branch_into_the_reconcilers_own_clone(fleet_git: Path, tmp_path: Path) -> None:
@@ -56,7 +61,7 @@ def test_each_load_fetches_the_branch_into_the_reconcilers_own_clone(fleet_git: 
         fh.write("  203.0.113.98:\n    servers:\n      - [no-such-model, 8001]\n")
     git(fleet_git, "commit", "-qam", "broken")
     git(fleet_git, "push", "-q", str(remote), "main")
-    with pytest.raises(CommandError, match="is not valid: nothing is planned or applied"):
+    with pytest.raises(InvalidFleetError, match="is not valid: nothing is planned or applied"):
         load_fleet(args(), config)
 
 
@@ -66,12 +71,12 @@ def test_an_unreachable_remote_names_the_repository_not_its_credentials(fleet_gi
     config = load_config(config_for(tmp_path, str(remote)), ENV)
     load_fleet(args(), config)
     shutil.rmtree(remote)
-    with pytest.raises(CommandError, match=f"{remote}: git fetch"):
+    with pytest.raises(SourceError, match=f"{remote}: git fetch"):
         load_fleet(args(), config)
 
     secret = "ghp_not-for-any-log-0123"
     url = f"https://x-access-token:{secret}@127.0.0.1:9/acme/fleet.git"
-    with pytest.raises(CommandError) as caught:
+    with pytest.raises(SourceError) as caught:
         load_fleet(args(), load_config(config_for(tmp_path / "other", url), ENV))
     assert str(caught.value).startswith("https://***@127.0.0.1:9/acme/fleet.git: git clone: ")
     assert secret not in str(caught.value)

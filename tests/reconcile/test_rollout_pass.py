@@ -202,10 +202,8 @@ def test_a_failed_install_halts_the_rollout_and_rolls_the_box_back(tmp_path: Pat
 
 def test_the_cli_reads_released_revisions_from_git_objects(fleet_git: Path, tmp_path: Path) -> None:
     """`fleetllm apply/reconcile` give the rollout every commit's fleet (a box's released revision)."""
-    import argparse
-
-    from fleetllm.cli.passes import PassRunner
     from fleetllm.job.configfile import config_from_env
+    from fleetllm.job.runner import PassRunner, RunnerOptions
     from fleetllm.job.wiring import rollout_driver
     from tests.conftest import git
 
@@ -215,7 +213,7 @@ def test_the_cli_reads_released_revisions_from_git_objects(fleet_git: Path, tmp_
     git(fleet_git, "commit", "-qam", "a box")
     config = config_from_env({"FLEETLLM_VLLM_API_SALT": "cli-salt-0123456789abcdef", "LITELLM_URL": "http://127.0.0.1:9",
                               "LITELLM_MASTER_KEY": "sk-cli-test"})
-    runner = PassRunner(argparse.Namespace(repo=str(fleet_git), rev=None, state=None, lock_file=None), config)
+    runner = PassRunner(RunnerOptions("apply", repo=str(fleet_git)), config, say=print)
     old = runner.fleet_at(first)
     assert old is not None and old.revision == first and "203.0.113.99" not in old.boxes
     assert runner.fleet_at("f" * 40) is None  # not a commit of this repository: the box waits, nothing breaks

@@ -1,26 +1,24 @@
 """The release's sdist and wheel (python -m build, as .github/workflows/release.yml runs it): named by the
-one version, and both carry the Apache-2.0 LICENSE that the metadata declares."""
+one version, both carry the Apache-2.0 LICENSE that the metadata declares, the wheel is built from the
+sdist, and it carries every import package whole, the schemas and the example fleet, from the folders of
+the source tree (test_wheel_install.py installs and runs it)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 from fleetllm_contract import version
 from tests.conftest import ROOT
+from tests.release.conftest import Built
 
 VERSION = version.__version__
 
 
-def test_sdist_and_wheel_carry_the_license_and_the_version(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp_path), str(ROOT)], capture_output=True,
-                          text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    wheel, sdist = tmp_path / f"fleetllm-{VERSION}-py3-none-any.whl", tmp_path / f"fleetllm-{VERSION}.tar.gz"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([wheel.name, sdist.name])
+def test_sdist_and_wheel_carry_the_license_and_the_version(built: Built) -> None:
+    wheel, sdist = built.dist / f"fleetllm-{VERSION}-py3-none-any.whl", built.dist / f"fleetllm-{VERSION}.tar.gz"
+    assert sorted(p.name for p in built.dist.iterdir()) == sorted([wheel.name, sdist.name])
     license_text = (ROOT / "LICENSE").read_text()
     assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
     assert "END OF TERMS AND CONDITIONS" in license_text  # the whole text, not a pointer to it
@@ -34,3 +32,31 @@ def test_sdist_and_wheel_carry_the_license_and_the_version(tmp_path: Path) -> No
         assert member is not None and member.read().decode() == license_text
         info = archive.extractfile(f"fleetllm-{VERSION}/PKG-INFO")
         assert info is not None and f"\nVersion: {VERSION}\n" in info.read().decode()
+
+
+def test_the_wheel_is_built_from_the_sdist(built: Built) -> None:
+    """`python -m build` builds the sdist, then the wheel from it: a file the sdist lacks fails the wheel."""
+    assert "Building sdist..." in built.output and "Building wheel from sdist" in built.output, built.output[-3000:]
+
+
+def _tree(folder: Path, suffixes: tuple[str, ...] | None = None) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and (suffixes is None or p.suffix in suffixes)}
+
+
+def test_the_wheel_carries_the_packages_the_schemas_and_the_example(built: Built) -> None:
+    with zipfile.ZipFile(built.dist / f"fleetllm-{VERSION}-py3-none-any.whl") as archive:
+        names = set(archive.namelist())
+
+    def under(prefix: str) -> set[str]:
+        return {n.removeprefix(prefix) for n in names if n.startswith(prefix)}
+
+    sources = {"fleetllm_contract": ROOT / "contract" / "fleetllm_contract",
+               "fleetllm_installer": ROOT / "installer" / "fleetllm_installer",
+               "fleetllm_gateway": ROOT / "gateway" / "fleetllm_gateway"}
+    for package, folder in sources.items():
+        assert under(f"{package}/") == _tree(folder), package  # the box contract from contract/, whole
+    assert {"provision/vast.sh", "provision/runpod.sh"} <= under("fleetllm_installer/")
+    assert _tree(ROOT / "reconciler" / "fleetllm", (".py",)) <= under("fleetllm/")
+    assert under("fleetllm/_schemas/") == _tree(ROOT / "schemas")
+    assert under("fleetllm/_fleet_example/") == _tree(ROOT / "fleet-repo-example")

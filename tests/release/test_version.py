@@ -1,4 +1,4 @@
-"""One version, written once (installer/fleetllm_contract/version.py): every other place derives it, and
+"""One version, written once (contract/fleetllm_contract/version.py): every other place derives it, and
 any file of the repository that states another fleetllm version fails here."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 
 VERSION = version.__version__
 
-VERSION_FILE = ROOT / "installer" / "fleetllm_contract" / "version.py"
+VERSION_FILE = ROOT / "contract" / "fleetllm_contract" / "version.py"
 IMAGE = "ghcr.io/fleetllm/fleetllm"  # the repository's own name: tests/release/test_workflow.py ties it
 MAJOR_TAG = f"v{VERSION.split('.')[0]}"
 

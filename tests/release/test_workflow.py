@@ -1,5 +1,7 @@
 """The release workflow (.github/workflows/release.yml) and tools/release.py: what it publishes is what the
-manifests run and what the example fleet repository pins, all from the one version."""
+manifests run and what the example fleet repository pins, all from the one version; the sdist and wheel it
+checked go to PyPI by trusted publishing (docs/releasing.md), and CI (.github/workflows/ci.yml) checks the
+wheel the same way."""
 
 from __future__ import annotations
 
@@ -33,12 +35,14 @@ release = _load_release()
 
 VERSION = version.__version__
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
+CI = ROOT / ".github" / "workflows" / "ci.yml"
+RELEASING = ROOT / "docs" / "releasing.md"
 EXAMPLE_PR = ROOT / "fleet-repo-example" / ".github" / "workflows" / "fleet-pr.yml"
 VENV_BIN = Path(sys.executable).parent
 
 
-def workflow() -> dict[Any, Any]:
-    loaded = yaml.safe_load(WORKFLOW.read_text())
+def workflow(path: Path = WORKFLOW) -> dict[Any, Any]:
+    loaded = yaml.safe_load(path.read_text())
     assert isinstance(loaded, dict)
     return loaded
 
@@ -59,8 +63,8 @@ def test_actionlint_passes() -> None:
     found = shutil.which("actionlint", path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     shellcheck = shutil.which("shellcheck", path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     assert found and shellcheck, "actionlint and shellcheck are dev dependencies: run make venv"
-    done = subprocess.run([found, f"-shellcheck={shellcheck}", str(WORKFLOW)], capture_output=True, text=True,
-                          timeout=120, check=False)
+    done = subprocess.run([found, f"-shellcheck={shellcheck}", str(WORKFLOW), str(CI)], capture_output=True,
+                          text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -71,6 +75,7 @@ def test_it_runs_on_a_release_tag_or_by_hand_with_the_permissions_it_needs() -> 
     assert pattern == "v[0-9]+.[0-9]+.[0-9]+" and f"v{VERSION}"[0] == "v"
     assert workflow()["permissions"] == {"contents": "read"}
     assert workflow()["jobs"]["release"]["permissions"] == {"contents": "write", "packages": "write"}
+    assert set(workflow()["jobs"]) == {"release", "pypi"}
 
 
 def test_it_publishes_what_the_manifests_run_and_moves_what_the_examples_pin() -> None:
@@ -96,7 +101,10 @@ def test_it_publishes_what_the_manifests_run_and_moves_what_the_examples_pin() -
 def test_it_attaches_the_wheel_the_sdist_and_the_zipapp() -> None:
     build = next(s for s in steps() if s.get("name") == "Build the sdist, the wheel and the box zipapp")["run"]
     assert "python -m build --outdir dist" in build
-    assert '-m fleetllm_installer.zipapp "dist/fleetllm-box-$VERSION.pyz"' in build
+    # The wheel installed and run outside the checkout (tests/release/test_wheel_install.py runs the same
+    # tool), and the zipapp it built from the installed packages and ran with python -S is the one attached.
+    assert 'python tools/release.py check dist --box "dist/fleetllm-box-$VERSION.pyz"' in build
+    assert build.index("python -m build") < build.index("tools/release.py check") < build.index("SHA256SUMS")
     create = next(s for s in steps() if s.get("name") == "Create the GitHub release")["run"]
     assert 'gh release create "$TAG" dist/*' in create
 
@@ -131,3 +139,49 @@ def test_release_notes_are_the_changelog_section(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "release.py"), "outputs", "--ref", "refs/tags/v0.0.0",
                            "--repository", "a/b"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1 and done.stderr.startswith("release: ") and "Traceback" not in done.stderr
+
+
+def test_it_publishes_the_checked_sdist_and_wheel_to_pypi_by_trusted_publishing() -> None:
+    """issue 24, item 6: pypa/gh-action-pypi-publish, on a job of its own with `id-token: write` (and nothing
+    else) in the environment `pypi`, after the release job; it uploads exactly the sdist and the wheel the
+    release job built and checked, with no token or password (PyPI trusts the workflow, not a secret)."""
+    on = workflow()[True]
+    assert "workflow_call" not in on  # trusted publishing does not work from a reusable workflow
+    named = [s.get("name") for s in steps()]
+    kept = next(s for s in steps() if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert named.index("Build the sdist, the wheel and the box zipapp") < steps().index(kept)
+    assert kept["with"]["name"] == "python-distributions" and kept["with"]["if-no-files-found"] == "error"
+    assert kept["with"]["path"].splitlines() == ["dist/fleetllm-${{ steps.release.outputs.version }}.tar.gz",
+                                           "dist/fleetllm-${{ steps.release.outputs.version }}-py3-none-any.whl"]
+    assert workflow()["jobs"]["release"]["outputs"] == {"version": "${{ steps.release.outputs.version }}"}
+
+    job = workflow()["jobs"]["pypi"]
+    assert job["needs"] == "release"
+    assert job["permissions"] == {"id-token": "write"}
+    assert job["environment"] == {"name": "pypi",
+                                  "url": "https://pypi.org/project/fleetllm/${{ needs.release.outputs.version }}/"}
+    fetched, published = job["steps"]
+    assert fetched["uses"] == "actions/download-artifact@v4"
+    assert fetched["with"] == {"name": "python-distributions", "path": "dist"}
+    assert published["uses"] == "pypa/gh-action-pypi-publish@release/v1"
+    assert published["with"] == {"packages-dir": "dist/"}  # no user, password or repository-url: PyPI itself
+    assert "secrets." not in yaml.safe_dump(job)
+
+
+def test_the_docs_name_the_publisher_the_workflow_sets_up() -> None:
+    """What a maintainer registers on PyPI must match the workflow exactly (PyPI refuses the token
+    otherwise): the project, the repository, the workflow file and the environment."""
+    text = RELEASING.read_text()
+    repository, _ref = example_repository()
+    for needed in ("`fleetllm`", f"`{repository.split('/')[0]}`", f"`{repository.split('/')[1]}`",
+                   f"`{WORKFLOW.name}`", f"`{workflow()['jobs']['pypi']['environment']['name']}`",
+                   "trusted publisher", "cannot run here"):
+        assert needed in text, needed
+
+
+def test_ci_builds_the_wheel_and_checks_it_as_the_release_does() -> None:
+    job = workflow(CI)["jobs"]["wheel"]
+    runs = "\n".join(s.get("run", "") for s in job["steps"])
+    assert "python -m build --outdir dist" in runs
+    assert "python tools/release.py check dist" in runs
+    assert runs.index("python -m build") < runs.index("tools/release.py check")

@@ -19,18 +19,17 @@ from fleetllm.cli.common import EXIT_USAGE, CommandError
 from fleetllm.cli.passes import (
     EXIT_ERROR,
     EXIT_OK,
-    PassRunner,
     add_adopt_arguments,
     add_pass_arguments,
     apply_exit_code,
     control_note,
     load_config_arg,
-    load_fleet,
+    pass_runner,
     print_note,
     print_outcome,
-    require_writer,
 )
-from fleetllm.job.saved import PlanFileError, SavedPlan, signature
+from fleetllm.job.runner import require_writer
+from fleetllm.job.saved import SavedPlan, signature
 
 SHOWN = "the plan shown above"  # a SavedPlan's path when it is the plan apply just showed
 PROMPT = "Do you want to perform these actions? Only 'yes' will be accepted to approve.\n  Enter a value: "
@@ -55,20 +54,17 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
-    require_writer(config, "apply")
-    fleet = load_fleet(args, config)
-    try:
-        saved = SavedPlan.load(args.plan_file) if args.plan_file else None
-    except PlanFileError as exc:
-        raise CommandError(str(exc), EXIT_ERROR) from None
+    require_writer(config, args.command)
+    saved = SavedPlan.load(args.plan_file) if args.plan_file else None  # PlanFileError: exit 1
     if saved is not None and saved.adopt_source is not None and not args.adopt:
         args.adopt = saved.adopt_source  # the plan adopted that owner's deployments: apply it the same way
-    runner = PassRunner(args, config)
-    if saved is None and not args.yes and not config.dry_run:
+    runner = pass_runner(args, config)
+    fleet = runner.read(walk=False)  # the revision as it is: apply does not walk back past an invalid head
+    if saved is None and not args.yes and not runner.dry_run:
         if not sys.stdin.isatty():
             raise CommandError(NOT_A_TERMINAL, EXIT_USAGE)
         newest, controls = fleet, runner.controls(fleet)
-        fleet = runner.pinned(newest, controls)  # what locked_apply will work from: the plan shown is that one's
+        fleet = runner.pinned(newest, controls)  # what locked_pass will work from: the plan shown is that one's
         print_note(control_note(runner, newest, controls, fleet), args.format)
         shown = asyncio.run(runner.run(fleet, apply=False, record=False))
         print_outcome(shown, args.format)
@@ -80,10 +76,9 @@ def run(args: argparse.Namespace) -> int:
         if answer.strip() != "yes":
             print("\nApply cancelled: nothing was written.", file=ask)
             return EXIT_ERROR
-        saved = SavedPlan(SHOWN, shown.plan.revision, signature(shown.plan),
-                          args.adopt if getattr(args, "adopt", None) else None)
+        saved = SavedPlan(SHOWN, shown.plan.revision, signature(shown.plan), args.adopt or None)
     try:
-        outcome = asyncio.run(runner.locked_apply(fleet, saved))
+        outcome = asyncio.run(runner.locked_pass(fleet, saved))
     finally:
         runner.close()  # notifications still queued: sent, or given up after notifications.drain_timeout_s
     if outcome is None:

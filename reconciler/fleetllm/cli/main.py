@@ -2,8 +2,10 @@
 `register(subparsers)`, which adds its parser and sets `run(args) -> exit code`.
 
 Errors are mapped to exit codes here, once: a FleetllmError (fleetllm.errors) prints
-`fleetllm COMMAND: message` on stderr and exits with its `exit_code`; nothing else is caught, so a bug
-still shows its traceback. Options are never taken by an abbreviation (`--conf` is not `--config`)."""
+`fleetllm COMMAND: message` on stderr and exits with its `exit_code`, except that the pass commands
+(PASS_COMMANDS) exit 1 for any error of the tree that is not a usage error of their own (CommandError);
+nothing else is caught, so a bug still shows its traceback. Options are never taken by an abbreviation
+(`--conf` is not `--config`)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from fleetllm import __version__
-from fleetllm.cli.common import EXIT_OK, EXIT_USAGE, eprint
-from fleetllm.errors import FleetllmError
+from fleetllm.cli.common import EXIT_OK, EXIT_USAGE, CommandError, eprint
+from fleetllm.errors import EXIT_INVALID, FleetllmError
 from fleetllm.logs import resolve_level, setup_logging
 
 # Subcommand modules, in the order `fleetllm --help` lists them.
 COMMANDS = ("validate", "render", "api_key", "show", "diff", "gateway", "serve", "approve", "import_llmao", "plan",
             "apply", "reconcile", "control", "rollout", "demo")
+# A pass that could not run (the config, the repository, the state store, no valid commit, a stale or
+# unreadable plan file, a render error) exits 1, as these commands' help says; 2 is their usage only.
+PASS_COMMANDS = frozenset({"plan", "apply", "reconcile"})
 
 
 class Parser(argparse.ArgumentParser):
@@ -56,9 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(args)
     except FleetllmError as exc:
         eprint(f"fleetllm {args.command}: {exc}")
-        return exc.exit_code
+        return exit_code(args.command, exc)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `fleetllm render x | head`
         return EXIT_OK
     return code
+
+
+def exit_code(command: str, exc: FleetllmError) -> int:
+    """The exit status for an error of the tree: its own, or 1 from a pass command (PASS_COMMANDS)."""
+    if command in PASS_COMMANDS and not isinstance(exc, CommandError):
+        return EXIT_INVALID
+    return exc.exit_code

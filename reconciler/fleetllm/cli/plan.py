@@ -12,12 +12,11 @@ from fleetllm.cli.passes import (
     EXIT_CHANGES,
     EXIT_ERROR,
     EXIT_OK,
-    PassRunner,
     add_adopt_arguments,
     add_pass_arguments,
     control_note,
     load_config_arg,
-    load_tracked,
+    pass_runner,
     print_note,
     print_outcome,
 )
@@ -43,12 +42,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_arg(args)
-    newest, invalid_head = load_tracked(args, config)  # the job's newest valid commit (--against REV: REV)
-    runner = PassRunner(args, config)
+    runner = pass_runner(args, config)
+    newest = runner.read()  # the job's newest valid commit (--against REV: REV)
     controls = runner.controls(newest)
     fleet = runner.pinned(newest, controls, follow=args.rev is None)  # as the reconcile job does; --against is kept
     print_note(control_note(runner, newest, controls, fleet), args.format)
-    outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=invalid_head))
+    outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=runner.invalid_head))
     print_outcome(outcome, args.format)
     if args.out:
         try:

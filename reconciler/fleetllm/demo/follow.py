@@ -63,9 +63,9 @@ def changes(old: Fleet, new: Fleet, bearers: Bearers) -> Changes:
 
 def follow(demo: Stage, old: Fleet | None) -> Fleet | None:
     """A newly served revision plays out on the boxes it touches. Returns the fleet now followed."""
-    assert demo.passes is not None
+    assert demo.runner is not None
     assert demo.workspace is not None
-    new = demo.passes.fleet
+    new = demo.runner.fleet
     if old is None or new is None or new.revision == old.revision:
         return new
     legacy = demo.workspace.secret("legacy-api-key")
@@ -92,7 +92,7 @@ def follow(demo: Stage, old: Fleet | None) -> Fleet | None:
 
 def agent_boxes(demo: Stage) -> set[str]:
     """Boxes whose latest report says the box agent runs there: they apply released revisions themselves."""
-    store = demo.passes.store if demo.passes is not None else None
+    store = demo.store
     if store is None:
         return set()
     return {name for name, report in store.latest_reports().items() if report.agent}

@@ -41,6 +41,8 @@ def where_to_look(workspace: Workspace, plane_url: str, litellm: Litellm | None,
         "Where to look",
         f"  status page      {plane_url}/   (sign in with the token in {workspace.secret_file('admin-token')})",
         f"  control plane    {plane_url}/health   (log: {workspace.control_plane / 'serve.log'})",
+        f"  reconciler       the passes of `{fleetllm} reconcile`, run by the demo   "
+        f"(log: {workspace.control_plane / 'reconcile.log'})",
         f"  box reports      curl -sS -H @{workspace.secret_file('admin-auth.header')} {plane_url}/admin/reports",
         f"  fleet repository {workspace.fleet}   (edit placement.yaml, commit: the control plane serves it)",
         f"  what a commit does  {fleetllm} diff HEAD~1 HEAD --repo {workspace.fleet}",

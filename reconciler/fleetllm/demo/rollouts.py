@@ -156,16 +156,16 @@ def converged(demo: Stage, outcome: PassOutcome, head: str) -> list[str]:
     """What is still missing before `head` is everywhere: every box of the placement reports it applied
     `head`, the fleet is where it should be (servers Healthy, LiteLLM in step), and the rollout of `head`
     has recorded that it converged (the pass after the last box's report does)."""
-    passes = demo.passes
-    assert passes is not None
-    assert passes.store is not None
-    assert passes.fleet is not None
-    reports = passes.store.latest_reports()
+    runner, store = demo.runner, demo.store
+    assert runner is not None
+    assert store is not None
+    assert runner.fleet is not None
+    reports = store.latest_reports()
     missing = [f"{name} has not applied {head[:12]} (it reports "
                f"{reports[name].revision[:12] if name in reports else 'nothing'})"
-               for name in sorted(passes.fleet.boxes) if name in demo.boxes
+               for name in sorted(runner.fleet.boxes) if name in demo.boxes
                and (name not in reports or reports[name].revision != head)]
-    rollout, _, _ = passes.store.current_rollout()
+    rollout, _, _ = store.current_rollout()
     if rollout is not None and rollout.target == head and rollout.state is not RolloutState.CONVERGED:
         missing.append(f"the rollout of {head[:12]} is {rollout.state}")
     return missing + waiting_for(outcome, applying=demo.applying)

@@ -3,13 +3,16 @@ every process it started.
 
 Set-up: the example fleet rewritten for loopback boxes (fleet.py) in a scratch git repository;
 secrets generated for the run (workspace.py); LiteLLM given or built (litellm.py); `fleetllm serve`
-(controlplane.py); each box booted by its provisioning script (boxes.py). Then reconcile passes
-(passes.py) every few seconds, shown as a table (view.py), the scenario (scenario.py), and the final
-checks (check.py). Shutdown runs on every exit path, Ctrl-C included.
+(controlplane.py); each box booted by its provisioning script (boxes.py). Then reconcile passes every
+few seconds, each the one `fleetllm reconcile` runs (reconciler.py: the job's PassRunner, its log in
+<scratch>/control-plane/reconcile.log), shown as a table (view.py), the scenario (scenario.py), and the
+final checks (check.py). Shutdown runs on every exit path, Ctrl-C included.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import shutil
 import signal
 import sys
@@ -18,11 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 from rich.console import Console
 from rich.live import Live
 
 from fleetllm.adapters.git import read_directory
+from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state.sqlstore import SqlStateStore
 from fleetllm.demo import procs, realvllm
 from fleetllm.demo.boxes import SimulatedBox
 from fleetllm.demo.check import problems, waiting_for
@@ -32,11 +38,13 @@ from fleetllm.demo.follow import follow
 from fleetllm.demo.guide import banner, where_to_look
 from fleetllm.demo.litellm import Litellm, build, check_shared, remove_demo_deployments
 from fleetllm.demo.move import Move
-from fleetllm.demo.passes import MemoryLitellm, Passes
+from fleetllm.demo.reconciler import reconciler
 from fleetllm.demo.scenario import Results, run_scenarios
 from fleetllm.demo.view import BoxStates, screen
 from fleetllm.demo.workspace import Workspace, control_plane_config, create, init_fleet_repo
 from fleetllm.job.engine import PassOutcome
+from fleetllm.job.runner import PassRunner
+from fleetllm.logs import LOGGER, setup_logging
 
 
 @dataclass(frozen=True)
@@ -84,7 +92,10 @@ class Demo:
         self.litellm: Litellm | None = None
         self.control_plane: ControlPlane | None = None
         self.boxes: dict[str, SimulatedBox] = {}
-        self.passes: Passes | None = None
+        self.runner: PassRunner | None = None  # the shipped reconcile pass (reconciler.py)
+        self.store: SqlStateStore | None = None  # the control plane's state store, for the demo's own checks
+        self.last: PassOutcome | None = None  # the last pass that ran
+        self.log: IO[str] | None = None  # this process's log while the demo runs: <scratch>/control-plane/reconcile.log
         self.live: Live | None = None
         self.header: list[str] = []
         self.verdicts: dict[tuple[str, int], str] = {}
@@ -148,8 +159,12 @@ class Demo:
             self.owned.add(sim.name)
             box.prepare(fleet)
             self.provision(box, f"boots ({sim.template} template, was {sim.example_name})")
-        self.passes = Passes(workspace, self.litellm,
-                             memory=MemoryLitellm() if self.litellm is None and options.scenario else None)
+        self.store = open_store(workspace.state_url, application_name="fleetllm-demo")
+        # The reconciler runs in this process: its log (a line per pass) goes to a file beside serve.log, not
+        # across the live display.
+        self.log = (workspace.control_plane / "reconcile.log").open("a", encoding="utf-8")
+        setup_logging(self.log, level=logging.getLogger(LOGGER).level)
+        self.runner = reconciler(workspace, self.litellm, rollouts=options.scenario is not None)
 
     def _litellm(self, workspace: Workspace, boxes: list[str]) -> Litellm | None:
         options = self.options
@@ -183,17 +198,19 @@ class Demo:
 
     # -- passes --------------------------------------------------------------------------------------
     def tick(self, note: str = "") -> PassOutcome | None:
-        assert self.passes is not None
-        outcome = self.passes.run()
-        if self.passes.invalid is not None and self.passes.invalid[0] != self.reported_invalid:
-            revision, why = self.passes.invalid
-            self.say(f"commit {revision[:12]} on main is not valid, so nothing serves it: the control plane and the "
-                     f"reconciler keep {outcome.intended.revision[:12] if outcome else 'the last valid one'}. Fix it "
-                     f"with a new commit:\n{why}", "yellow")
-        self.reported_invalid = self.passes.invalid[0] if self.passes.invalid else None
+        """One pass of the reconcile job (PassRunner.scheduled_pass), then what it found, said."""
+        assert self.runner is not None
+        outcome = asyncio.run(self.runner.scheduled_pass())
+        invalid = self.runner.invalid_head
+        if invalid is not None and invalid.revision != self.reported_invalid:
+            self.say(f"commit {invalid.revision[:12]} on main is not valid, so nothing serves it: the control plane "
+                     f"and the reconciler keep {invalid.serving[:12]}. Fix it with a new commit:\n"
+                     + "\n".join(invalid.errors), "yellow")
+        self.reported_invalid = invalid.revision if invalid is not None else None
         if outcome is None:
             self.say("pass skipped: another reconcile pass holds the lock", "yellow")
-            return self.passes.last
+            return self.last
+        self.last = outcome
         for key, server in sorted(outcome.intended.servers.items()):
             verdict = str(outcome.plan.judgements[key].verdict)
             before = self.verdicts.get(key)
@@ -291,8 +308,8 @@ class Demo:
             self.live = live
             self.converge("waiting for every simulated server to serve (Ctrl-C stops the demo)")
             self.scenario()
-            assert self.passes is not None
-            followed = self.passes.fleet
+            assert self.runner is not None
+            followed = self.runner.fleet
             while True:
                 self.tick(note="Edit placement.yaml in the fleet repository and commit: the demo restarts the boxes "
                                "it touches. Ctrl-C stops the demo.")
@@ -306,8 +323,13 @@ class Demo:
         self._stop_all()
 
     def _stop_all(self) -> None:
-        if self.passes is not None:
-            self.passes.close()
+        if self.runner is not None:
+            self.runner.close()
+        if self.store is not None:
+            self.store.close()
+        if self.log is not None:  # this process logs on stderr again
+            setup_logging(level=logging.getLogger(LOGGER).level)
+            self.log.close()
         if self.litellm is not None and self.litellm.prefix is None:
             try:
                 removed = remove_demo_deployments(self.litellm, self.owned)

@@ -27,7 +27,6 @@ from fleetllm.demo.fleet import DemoError
 from fleetllm.demo.litellm import Litellm
 from fleetllm.demo.load import LoadGenerator
 from fleetllm.demo.move import Move
-from fleetllm.demo.passes import Passes
 from fleetllm.demo.rollouts import (
     Change,
     Played,
@@ -37,6 +36,7 @@ from fleetllm.demo.rollouts import (
     single_move_change,
 )
 from fleetllm.demo.stage import Stage
+from fleetllm.job.runner import PassRunner
 
 SCENARIOS = ("move-model", "move-single", "bad-boot", "rollouts")
 RATE_PER_MODEL = 2.0  # chat completions per second per model, the issue's floor
@@ -56,20 +56,20 @@ def _files(demo: Stage) -> dict[str, str]:
 
 def _probe(demo: Stage) -> tuple[str | None, int | None]:
     """The rollout of main's head: why it halted (None: it did not), and its waves so far."""
-    passes = demo.passes
-    assert passes is not None
-    if passes.store is None or passes.fleet is None:
+    runner, store = demo.runner, demo.store
+    assert runner is not None
+    if store is None or runner.fleet is None:
         return None, None
-    rollout, _, _ = passes.store.current_rollout()
-    if rollout is None or rollout.target != passes.fleet.revision:
+    rollout, _, _ = store.current_rollout()
+    if rollout is None or rollout.target != runner.fleet.revision:
         return None, None
     return (rollout.reason or "halted") if rollout.state is RolloutState.HALTED else None, rollout.waves
 
 
 def _load(demo: Stage, litellm: Litellm | None) -> LoadGenerator | None:
-    if litellm is None or demo.passes is None or demo.passes.fleet is None:
+    if litellm is None or demo.runner is None or demo.runner.fleet is None:
         return None
-    models = {row.model for box in demo.passes.fleet.boxes.values() for row in box.servers}
+    models = {row.model for box in demo.runner.fleet.boxes.values() for row in box.servers}
     return LoadGenerator(litellm.url, Secret(litellm.master_key, "the demo's LiteLLM master key"), models,
                          rate_per_model=RATE_PER_MODEL)
 
@@ -91,15 +91,15 @@ def _play(demo: Stage, results: Results, change: Change, message: str, litellm: 
 def _rollout_problems(demo: Stage, played: Played) -> list[str]:
     """What is wrong with the rollout's end state: a change converged (every agent box applied it), or a
     halting change halted after exactly one box, rolled back to its last good revision, the others kept."""
-    passes = demo.passes
-    assert passes is not None
-    assert passes.store is not None
-    rollout, _, _ = passes.store.current_rollout()
+    runner, store = demo.runner, demo.store
+    assert runner is not None
+    assert store is not None
+    rollout, _, _ = store.current_rollout()
     title = played.change.title
     if rollout is None or rollout.target != played.commit:
         return [f"{title}: no rollout of {played.commit[:12]}"]
-    releases = passes.store.box_releases()
-    reports = passes.store.latest_reports()
+    releases = store.box_releases()
+    reports = store.latest_reports()
     if not played.change.halts:
         if rollout.state is not RolloutState.CONVERGED:
             return [f"{title}: the rollout is {rollout.state}, not converged ({rollout.reason})"]
@@ -119,15 +119,15 @@ def _rollout_problems(demo: Stage, played: Played) -> list[str]:
             found.append(f"{title}: {box} is not back on its last good revision {release.last_good[:12]}")
     # A box the bad commit does not change may take it (nothing restarts there); one it changes must not.
     on_bad = sorted(box for box, r in releases.items() if r.revision == played.commit
-                    and _changes_servers(passes, box, r.last_good, played.commit))
+                    and _changes_servers(runner, box, r.last_good, played.commit))
     if on_bad:
         found.append(f"{title}: {', '.join(on_bad)} released {played.commit[:12]}, which changes their servers")
     return found
 
 
-def _changes_servers(passes: Passes, box: str, before: str, after: str) -> bool:
+def _changes_servers(runner: PassRunner, box: str, before: str, after: str) -> bool:
     """Whether commit `after` changes a server of `box` (its rows or their recipes) from `before`."""
-    old, new = passes.fleet_at(before), passes.fleet_at(after)
+    old, new = runner.fleet_at(before), runner.fleet_at(after)
     if old is None or new is None:
         return True
     if (box in old.boxes) != (box in new.boxes):
@@ -146,8 +146,8 @@ def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s:
     """Play scenario `name` (or all of them for `rollouts`) on the running demo."""
     if name not in SCENARIOS:
         raise DemoError(f"no scenario {name!r}: pick one of {', '.join(SCENARIOS)}")
-    passes = demo.passes
-    assert passes is not None
+    runner = demo.runner
+    assert runner is not None
     names = SCENARIOS[:-1] if name == "rollouts" else (name,)
     results = Results()
     if litellm is None:
@@ -155,7 +155,7 @@ def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s:
                  "table is kept in the demo's memory so that the rollouts run as they would", "yellow")
     timing = {"timeout_s": timeout_s, "interval_s": interval_s}
     for scenario in names:
-        fleet, files = passes.fleet, _files(demo)
+        fleet, files = runner.fleet, _files(demo)
         assert fleet is not None
         demo.say(f"\nScenario {scenario}", "bold")
         if scenario == "move-model":

@@ -6,17 +6,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from fleetllm.adapters.state.sqlstore import SqlStateStore
 from fleetllm.demo.boxes import SimulatedBox
 from fleetllm.demo.controlplane import ControlPlane
-from fleetllm.demo.passes import Passes
 from fleetllm.demo.workspace import Workspace
 from fleetllm.job.engine import PassOutcome
+from fleetllm.job.runner import PassRunner
 
 
 class Stage(Protocol):
     workspace: Workspace | None
     control_plane: ControlPlane | None
-    passes: Passes | None
+    runner: PassRunner | None  # the shipped reconcile pass: `fleet` is the newest valid commit it read
+    store: SqlStateStore | None  # the control plane's state store (rollouts, releases, box reports)
     boxes: dict[str, SimulatedBox]
     owned: set[str]
 

@@ -3,7 +3,7 @@ repository and the control plane's config.
 
     <scratch>/fleet/                    the fleet repository (git, branch main)
     <scratch>/secrets/                  0700; one file per secret, 0600, never on a command line
-    <scratch>/control-plane/            control-plane.yaml, state.sqlite3, serve.log
+    <scratch>/control-plane/            control-plane.yaml, state.sqlite3, serve.log, reconcile.log
     <scratch>/simulated-boxes/<addr>/   one simulated GPU box each (see boxes.py)
     <scratch>/litellm/                  the LiteLLM proxy and its PostgreSQL, when the demo builds one
     <scratch>/run/                      the boxes' Supervisor sockets (in /tmp when <scratch> is too long)

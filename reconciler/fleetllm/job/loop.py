@@ -72,7 +72,7 @@ async def wait_for_next(stop: asyncio.Event, delay_s: float, wake: Callable[[], 
             failing = True
 
 
-async def run_forever(one_pass: Callable[[], Awaitable[int]], interval_s: Callable[[], float],
+async def run_forever(one_pass: Callable[[], Awaitable[object]], interval_s: Callable[[], float],
                       metrics: PassMetrics | None = None, wake: Callable[[], bool] | None = None) -> int:
     """Run passes until SIGTERM/SIGINT; a failing pass is logged and the loop goes on. `wake`: asked
     while waiting whether to run the next pass now (fleetllm sync)."""

@@ -42,7 +42,7 @@ VLLM_DEFAULT_MAX_NUM_SEQS = 1024
 
 
 def max_num_seqs(args: Sequence[JSON]) -> int | None:
-    """The --max-num-seqs a server's vLLM argv sets (the last one wins, as in argparse), in any spelling vLLM
+    """The --max-num-seqs a server's vLLM argv sets (the last one wins, as in vLLM's parser), in any spelling vLLM
     reads: `--max-num-seqs N`, `--max_num_seqs N`, `--max-num-seqs=N`."""
     found: int | None = None
     tokens = [str(t) for t in args]

@@ -61,8 +61,8 @@ def flag_name(token: str) -> str | None:
 
 def managed_tokens(argv: Iterable[str]) -> list[tuple[int, str, str]]:
     """(index, token, managed flag) for every token vLLM could read as a managed flag: the flag itself,
-    its `--no-` twin, `_` for `-`, `--flag=value`, `--flag.key`, and any prefix of it (argparse's
-    allow_abbrev)."""
+    its `--no-` twin, `_` for `-`, `--flag=value`, `--flag.key`, and any prefix of it (vLLM's argument
+    parser allows abbreviations)."""
     found = []
     for index, token in enumerate(argv):
         flag = vllmflags.managed_flag(token)
