@@ -28,7 +28,7 @@ from fleetllm.core.fleet.model import (
 from fleetllm.core.fleet.render import Bearers, render_box
 from fleetllm.core.rollout.model import BoxState, RolloutState
 from fleetllm.core.secret import Secret
-from fleetllm.job.engine import Reconciler
+from fleetllm.job.engine import PassOutcome, Reconciler
 from fleetllm.job.observer import Observer
 from fleetllm.job.rollout import RolloutDriver
 from fleetllm_contract.report import ReportOutcome
@@ -57,6 +57,12 @@ def report(at: float, revision: str, target: Fleet) -> BoxReport:
                      freeze_mapping({"agent": True, "servers": servers}))
 
 
+def said(outcome: PassOutcome) -> list[tuple[str, str]]:
+    """The rollout's transitions the pass recorded (what it announces)."""
+    assert outcome.record.rollout is not None
+    return [(c.target, str(c.transition)) for c in outcome.record.rollout.changes]
+
+
 def test_a_boot_change_is_drained_on_purpose_then_released_then_routed_again(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'state.db'}"
     store = open_store(url)
@@ -77,6 +83,7 @@ def test_a_boot_change_is_drained_on_purpose_then_released_then_routed_again(tmp
             first = await reconciler.run_pass(fleets[R1], apply=True)
             assert [r.outcome for r in first.results] == ["created"]
             assert first.rollout is not None and first.rollout.rollout.state is RolloutState.CONVERGED
+            assert said(first) == [(R1, "started"), (R1, "converged")]  # the first rollout: nothing to move
             deployment = f"fleetllm:{BOX}:{port}"
 
             # A boot change is merged: the box is still served R1, so its server is judged by R1 (Healthy,
@@ -89,11 +96,13 @@ def test_a_boot_change_is_drained_on_purpose_then_released_then_routed_again(tmp
             assert deployment not in litellm.rows
             assert store.box_releases()[BOX].state is BoxState.DRAINING
             assert store.box_releases()[BOX].revision == R1
+            assert said(second) == [(R2, "started")]
 
             # Before drain_s has passed the box is not released, and nothing recreates the deployment.
             now[0] += 5
             third = await reconciler.run_pass(fleets[R2], apply=True)
             assert third.results == () and store.box_releases()[BOX].state is BoxState.DRAINING
+            assert said(third) == []
             now[0] += 6
             fourth = await reconciler.run_pass(fleets[R2], apply=True)
             release = store.box_releases()[BOX]
@@ -109,6 +118,9 @@ def test_a_boot_change_is_drained_on_purpose_then_released_then_routed_again(tmp
             now[0] += 30
             sixth = await reconciler.run_pass(fleets[R2], apply=True)
             assert sixth.rollout is not None and sixth.rollout.rollout.state is RolloutState.CONVERGED
+            assert said(sixth) == [(R2, "converged")] and said(fifth) == []
+            # A pass that does not record its step (a dry run, a suspension) says nothing: the next one will.
+            assert said(await reconciler.run_pass(fleets[R1], apply=False)) == []
             assert store.box_releases()[BOX] == replace(release, state=BoxState.APPLIED, last_good=R2)
 
     asyncio.run(scenario())
@@ -144,11 +156,16 @@ def test_metrics_show_a_halt_once_and_the_boxes_by_state() -> None:
 
 def test_a_pass_record_with_a_rollout_reads_back() -> None:
     from fleetllm.adapters.state.passes import PassRecord, RolloutPassRecord
+    from fleetllm.core.rollout.transitions import RolloutChange, Transition
 
     record = PassRecord(1.0, 0.1, R2, "apply", {"Healthy": 1}, rollout=RolloutPassRecord(
         R2, "running", waves=2, released={"a": R2}, drained=("fleetllm:b:8001",), boxes={"a": "released"},
-        out={"m": ("b:8001",)}))
+        out={"m": ("b:8001",)}, changes=(RolloutChange(R1, Transition.SUPERSEDED, 5.0, "superseded by 2222", 1, R2, 2.0),
+                                         RolloutChange(R2, Transition.STARTED, 5.0, started_at=5.0))))
     assert PassRecord.from_json(record.to_json()) == record
+    later = record.to_json()  # a record of a later version, naming a transition this one does not know
+    later["rollout"]["changes"].append({"target": R2, "transition": "teleported", "at": 6.0})
+    assert PassRecord.from_json(later) == record
     assert PassRecord.from_json({k: v for k, v in record.to_json().items() if k != "rollout"}).rollout is None
 
 
@@ -188,6 +205,8 @@ def test_a_failed_install_halts_the_rollout_and_rolls_the_box_back(tmp_path: Pat
             assert halted.record.rollout.rollbacks == {BOX: R1}
             release = store.box_releases()[BOX]
             assert (release.revision, release.state) == (R1, BoxState.HALTED)
+            assert said(halted) == [(R2, "halted")]
+            assert halted.record.rollout.changes[0].reason == halted.rollout.rollout.reason
             events = [r for r in caplog.records if r.getMessage() == "rollout halted"]
             assert len(events) == 1 and events[0].fields["box"] == BOX  # type: ignore[attr-defined]
             # Halted: the next pass releases nothing, and the box is served R1 again.
@@ -195,6 +214,7 @@ def test_a_failed_install_halts_the_rollout_and_rolls_the_box_back(tmp_path: Pat
             after = await reconciler.run_pass(fleets[R2], apply=True)
             assert after.rollout is not None and not after.rollout.released
             assert after.rollout.rollout.state is RolloutState.HALTED
+            assert said(after) == []
 
     asyncio.run(scenario())
     store.close()

@@ -13,6 +13,10 @@ replicas and one-off `reconcile --once` runs share it. `decide` says whether an 
 - resolved, open: sent once (resolved), and the condition is closed;
 - anything else: not sent.
 
+A notice (`NOTICES`: a rollout started, converged, rolled back) is news once: it is kept open in the
+ledger like a condition, so that the same notice is never sent twice (no reminder either), and closed
+without a word (no resolved notification) once its rollout is no longer the newest.
+
 `settle` turns a snapshot (every condition of one kind that holds now) into decisions, resolving the
 open conditions of that kind the snapshot no longer lists. The payload is documented in
 docs/notifications.md and schemas/notification.schema.json. No secret is ever put in an event.
@@ -39,13 +43,22 @@ class EventKind(StrEnum):
     PASS_FAILED = "pass_failed"  # noqa: S105 - an event name. The last reconcile pass failed, crashed or is overdue
     MODEL_WITHOUT_SERVERS = "model_without_servers"  # a model has no serving server
     ROLLOUT_HALTED = "rollout_halted"  # a rollout stopped before its end
+    ROLLOUT_STARTED = "rollout_started"  # a notice: the rollout of a new revision began
+    CONVERGED = "converged"  # a notice: every agent-managed box runs the revision
+    ROLLED_BACK = "rolled_back"  # a notice: a rollout halted or was aborted, its boxes rolled back
 
+
+# Notices: news once (never a reminder), and closed silently (never resolved) when their rollout is done.
+NOTICES = frozenset({EventKind.ROLLOUT_STARTED, EventKind.CONVERGED, EventKind.ROLLED_BACK})
 
 SEVERITY: Mapping[EventKind, str] = {
     EventKind.INVALID_COMMIT: "warning",  # boxes keep the last valid revision
     EventKind.PASS_FAILED: "critical",
     EventKind.MODEL_WITHOUT_SERVERS: "critical",
     EventKind.ROLLOUT_HALTED: "warning",
+    EventKind.ROLLOUT_STARTED: "info",
+    EventKind.CONVERGED: "info",
+    EventKind.ROLLED_BACK: "warning",
 }
 
 TITLE: Mapping[EventKind, str] = {
@@ -53,6 +66,9 @@ TITLE: Mapping[EventKind, str] = {
     EventKind.PASS_FAILED: "Reconcile pass failed",
     EventKind.MODEL_WITHOUT_SERVERS: "Model without servers",
     EventKind.ROLLOUT_HALTED: "Rollout halted",
+    EventKind.ROLLOUT_STARTED: "Rollout started",
+    EventKind.CONVERGED: "Rollout converged",
+    EventKind.ROLLED_BACK: "Rolled back",
 }
 
 RESOLVED_TEXT: Mapping[EventKind, str] = {
@@ -60,6 +76,10 @@ RESOLVED_TEXT: Mapping[EventKind, str] = {
     EventKind.PASS_FAILED: "reconcile passes succeed again ({subject} cleared)",
     EventKind.MODEL_WITHOUT_SERVERS: "model {subject} has a serving server again",
     EventKind.ROLLOUT_HALTED: "rollout {subject} is no longer halted",
+    # notices close without a notification; the text is what the ledger's last word would be
+    EventKind.ROLLOUT_STARTED: "a newer rollout replaced {subject}",
+    EventKind.CONVERGED: "a newer rollout replaced {subject}",
+    EventKind.ROLLED_BACK: "a newer rollout replaced {subject}",
 }
 
 
@@ -148,6 +168,8 @@ def decide(open_now: Condition | None, event: Event, now: float, renotify_s: flo
                                                            event.fingerprint, event.summary, now, now))
     if open_now.fingerprint != event.fingerprint:
         reason = Reason.CHANGED
+    elif event.kind in NOTICES:
+        return None  # a notice is news once
     elif now - open_now.sent_at >= renotify_s:
         reason = Reason.REMINDER
     else:
@@ -199,7 +221,8 @@ class Target:
     header: tuple[str, Secret] | None = None  # one more header carrying a secret (name, value)
 
     def wants(self, decision: Decision, send_resolved: bool) -> bool:
-        return decision.event.kind in self.events and (decision.event.firing or send_resolved)
+        kind = decision.event.kind
+        return kind in self.events and (decision.event.firing or (send_resolved and kind not in NOTICES))
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret string this target puts on the wire (scrubbed from any error message)."""
@@ -253,6 +276,7 @@ def payload(decision: Decision, *, now: float, component: str, instance: str) ->
 # 150 a header, 10 fields of 2000); &, < and > escaped (https://api.slack.com/reference/surfaces/formatting).
 
 _ICON = {("firing", "critical"): ":red_circle:", ("firing", "warning"): ":large_orange_circle:",
+         ("firing", "info"): ":large_blue_circle:",
          ("resolved", "critical"): ":large_green_circle:", ("resolved", "warning"): ":large_green_circle:"}
 
 

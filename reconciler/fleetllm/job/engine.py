@@ -29,6 +29,7 @@ from fleetllm.core.judge.intended import Intended, intended_state
 from fleetllm.core.judge.observed import Observation
 from fleetllm.core.judge.plan import Plan, make_plan
 from fleetllm.core.rollout.model import Step
+from fleetllm.core.rollout.transitions import RolloutChange
 from fleetllm.job.apply import ActionResult, apply_plan, next_pending
 from fleetllm.job.observer import Observer
 from fleetllm.job.record import pass_record
@@ -110,12 +111,13 @@ class Reconciler:
             self.store.save_histories(assessment.histories)
         if apply and observation.deployments is not None:
             self.store.save_pending_deletes(next_pending(pending, plan, results, self.clock()))
+        changes: tuple[RolloutChange, ...] = ()  # the rollout's transitions: only a pass that records its step
         if apply and self.rollout is not None and begun is not None and stepped is not None:
-            self.rollout.save(begun, stepped)
+            changes = self.rollout.save(begun, stepped)
         record_ = pass_record(started, round(self.clock() - started, 3), apply=apply, intended=intended,
                               observation=observation, plan=plan, results=results, suspended=suspended)
         if stepped is not None:
-            record_ = dataclasses.replace(record_, rollout=rollout_record(stepped))
+            record_ = dataclasses.replace(record_, rollout=rollout_record(stepped, changes))
         if invalid_head is not None:
             record_ = dataclasses.replace(record_, head=invalid_head[0], head_errors=invalid_head[1])
         outcome = PassOutcome(intended, plan, results, record_, observation, stepped)

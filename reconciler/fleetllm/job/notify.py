@@ -7,6 +7,10 @@ raised (subject `crashed`); both resolve at the next pass that completes without
 serves (Healthy or Stale); a model whose servers are all Unknown (our own observation failed) or still
 Loading (within the grace period) is left as it was; a model that serves again, or left the fleet,
 resolves.
+`rollout_halted`: the rollout is halted, until a new commit starts a new one or a person resumes it.
+The notices `rollout_started`, `converged` and `rolled_back` (a halt or an abort): from the rollout's
+transitions the pass recorded (fleetllm.core.rollout.transitions), each sent once per revision (the
+ledger keeps it; a second halt of one rollout, with another reason, is news again).
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from fleetllm.core.fleet.jsonvalue import JSON
 from fleetllm.core.judge.verdict import SERVING, Verdict
 from fleetllm.core.notify import Event, EventKind
 from fleetllm.core.rollout.model import RolloutState
+from fleetllm.core.rollout.transitions import Transition
 from fleetllm.settings import NotificationsConfig
 
 UNDECIDED = frozenset({str(Verdict.UNKNOWN), str(Verdict.LOADING)})
 SERVING_NAMES = frozenset(str(v) for v in SERVING)
 PASS_SUBJECTS = ("failed", "crashed")
 MAX_ERRORS = 10
+NOTICE_ORDER = (EventKind.ROLLOUT_STARTED, EventKind.ROLLED_BACK, EventKind.CONVERGED)  # as a rollout lives them
 
 
 def make_notifier(settings: NotificationsConfig, ledger: NotificationLedger, *, component: str, instance: str,
@@ -93,6 +99,10 @@ def notify_pass(notifier: Notifier, record: PassRecord) -> None:
     if record.rollout is not None:
         halted = rollout_event(record)
         notifier.settle(EventKind.ROLLOUT_HALTED, [halted] if halted else [])
+    if record.rollout is not None and record.rollout.changes:
+        notices = rollout_notices(record)
+        for kind in NOTICE_ORDER:  # the notices of older rollouts close (silently): they are done
+            notifier.settle(kind, [n for n in notices if n.kind is kind], keep={record.rollout.target})
 
 
 def rollout_event(record: PassRecord) -> Event | None:
@@ -108,8 +118,49 @@ def rollout_event(record: PassRecord) -> Event | None:
                           "rolled_back": dict(sorted(back.items()))})
 
 
+def _boxes(count: int) -> str:
+    return f"{count} agent-managed box" + ("" if count == 1 else "es")
+
+
+def rollout_notices(record: PassRecord) -> list[Event]:
+    """The notices of the rollout's transitions this pass recorded: started, converged, and rolled back
+    (halted or aborted; its fingerprint is the reason, so a second halt of the rollout is news)."""
+    rollout = record.rollout
+    if rollout is None:
+        return []
+    notices: list[Event] = []
+    boxes = len(rollout.boxes)
+    for change in rollout.changes:
+        short = change.target[:12]
+        facts: dict[str, JSON] = {"target": change.target, "waves": change.waves, "boxes": boxes,
+                                  "started_at": change.started_at}
+        if change.transition is Transition.STARTED:
+            notices.append(Event(EventKind.ROLLOUT_STARTED, change.target,
+                                 f"the rollout of {short} started: {_boxes(boxes)} move to it in waves "
+                                 "(boxes without the agent are served it at once)", details=facts))
+        elif change.transition is Transition.CONVERGED:
+            took = max(0.0, change.at - change.started_at)
+            notices.append(Event(EventKind.CONVERGED, change.target,
+                                 f"the rollout of {short} converged: every agent-managed box runs it "
+                                 f"({change.waves} wave(s), {took:.0f} s after it started)",
+                                 details={**facts, "seconds": round(took, 1)}))
+        elif change.transition in (Transition.HALTED, Transition.ABORTED):
+            back = dict(sorted(rollout.rollbacks.items()))
+            if change.transition is Transition.HALTED:  # the reason names the box and its last good revision
+                summary = f"the rollout of {short} halted: {change.reason}"
+            else:
+                shown = ", ".join(f"{box} to {revision[:12]}" for box, revision in back.items())
+                summary = (f"the rollout of {short} was aborted ({change.reason}): "
+                           + (f"rolled back {shown}" if shown else "no box was in flight, none rolled back"))
+            notices.append(Event(EventKind.ROLLED_BACK, change.target, summary,
+                                 fingerprint=change.reason,
+                                 details={**facts, "cause": str(change.transition), "reason": change.reason,
+                                          "rolled_back": dict(back)}))
+    return notices
+
+
 def notify_crash(notifier: Notifier, exc: BaseException) -> None:
     notifier.emit(crashed_pass_event(f"{type(exc).__name__}: {exc}"[:500]))
 
 
-__all__ = ["make_notifier", "model_events", "notify_crash", "notify_pass", "rollout_event"]
+__all__ = ["make_notifier", "model_events", "notify_crash", "notify_pass", "rollout_event", "rollout_notices"]

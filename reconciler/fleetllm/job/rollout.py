@@ -36,6 +36,7 @@ from fleetllm.core.rollout.model import (
     StepInput,
 )
 from fleetllm.core.rollout.step import step
+from fleetllm.core.rollout.transitions import RolloutChange, pass_transitions
 from fleetllm.logs import get_logger, log_event
 from fleetllm_contract.report import ReportOutcome
 
@@ -74,13 +75,14 @@ class Begun:
     """The rollout as a pass found it, before observing."""
 
     target: Fleet
-    rollout: Rollout | None
+    rollout: Rollout | None  # as the step sees it: the stored one with a person's request applied
     request: Request | None
     releases: dict[str, BoxRelease]
     reports: dict[str, BoxReport]
     managed: set[str]
     fleets: dict[str, Fleet | None] = field(default_factory=dict)  # revision -> fleet
     intended: Intended | None = None
+    stored: Rollout | None = None  # the rollout as the store held it (before the request)
 
 
 @dataclass
@@ -97,12 +99,14 @@ class RolloutDriver:
         return begun.fleets[revision]
 
     def begin(self, target: Fleet, now: float) -> Begun:
-        rollout, request, actor = self.store.current_rollout()
+        stored, request, actor = self.store.current_rollout()
+        rollout = stored
         if rollout is not None and request is not None:
             rollout = apply_request(rollout, request, actor or "someone", now)
         releases = self.store.box_releases()
         reports = self.store.latest_reports()
-        return Begun(target, rollout, request, releases, reports, managed_boxes(target, reports, releases))
+        return Begun(target, rollout, request, releases, reports, managed_boxes(target, reports, releases),
+                     stored=stored)
 
     def released_revision(self, begun: Begun, box: str) -> str:
         release = begun.releases.get(box)
@@ -171,8 +175,14 @@ class RolloutDriver:
     def step(self, begun: Begun, assessment: Assessment, observation: Observation, now: float) -> Step:
         return step(self.step_input(begun, assessment, observation, now))
 
-    def save(self, begun: Begun, result: Step) -> None:
+    def save(self, begun: Begun, result: Step) -> tuple[RolloutChange, ...]:
+        """Record the step; returns the rollout's transitions this pass made (announced by the runner:
+        fleetllm.job.notify, the forge's commit statuses). Only a pass that records its step has any."""
         self.store.save_rollout(result.rollout, result.releases, taken=begun.request)
+        changes = pass_transitions(begun.stored, begun.rollout, result.rollout)
+        for change in changes:
+            log_event(LOG, "rollout transition", transition=str(change.transition), target=change.target,
+                      reason=change.reason or None, waves=change.waves, by=change.by or None)
         if result.halt is not None:
             log_event(LOG, "rollout halted", logging.ERROR, box=result.halt.box, target=result.rollout.target,
                       reason=result.halt.reason, rolled_back_to=result.halt.rolled_back_to)
@@ -180,6 +190,7 @@ class RolloutDriver:
             if box not in result.rollbacks:
                 log_event(LOG, "box released", box=box, revision=revision, target=result.rollout.target,
                           wave=result.releases[box].wave)
+        return changes
 
 
 def _only(fleet: Fleet, box: str) -> Fleet:
@@ -214,11 +225,11 @@ def drain_actions(plan: Plan, observation: Observation, drains: frozenset[str], 
     return replace(plan, actions=tuple(actions))
 
 
-def rollout_record(stepped: Step) -> RolloutPassRecord:
+def rollout_record(stepped: Step, changes: tuple[RolloutChange, ...] = ()) -> RolloutPassRecord:
     r = stepped.rollout
     return RolloutPassRecord(
         target=r.target, state=str(r.state), reason=r.reason, waves=r.waves, released=dict(stepped.released),
         drained=tuple(sorted(stepped.drain)), held_out=tuple(sorted(stepped.held_out)),
         rollbacks=dict(stepped.rollbacks), boxes={b: str(s.state) for b, s in stepped.status.items()},
         out={m: tuple(f"{b}:{p}" for b, p in keys) for m, keys in stepped.out.items()},
-        halt=stepped.halt.reason if stepped.halt is not None else "")
+        halt=stepped.halt.reason if stepped.halt is not None else "", changes=changes)

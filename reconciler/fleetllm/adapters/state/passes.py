@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+from fleetllm.core.rollout.transitions import RolloutChange, Transition
+
 
 class PassMode(StrEnum):
     """What a pass did with its plan (`PassRecord.mode`, a free-text column of reconcile_pass)."""
@@ -76,6 +78,14 @@ class DuplicateRecord:
     ids: tuple[str, ...]
 
 
+TRANSITIONS = frozenset(str(t) for t in Transition)  # a record of a later version may name others: left out
+
+
+def _change(data: Mapping[str, Any]) -> RolloutChange:
+    return RolloutChange(data["target"], Transition(data["transition"]), data["at"], data.get("reason", ""),
+                         data.get("waves", 0), data.get("by", ""), data.get("started_at", 0.0))
+
+
 @dataclass(frozen=True)
 class RolloutPassRecord:
     """What the staged rollout did in the pass (issue 14)."""
@@ -91,13 +101,15 @@ class RolloutPassRecord:
     boxes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # box -> state
     out: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # model -> "box:port" out
     halt: str = ""  # the rollout halted in this pass: why
+    changes: tuple[RolloutChange, ...] = ()  # the rollout's transitions this pass recorded (started, converged...)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RolloutPassRecord:
         return cls(data["target"], data["state"], data.get("reason", ""), data.get("waves", 0),
                    dict(data.get("released", {})), tuple(data.get("drained", ())), tuple(data.get("held_out", ())),
                    dict(data.get("rollbacks", {})), dict(data.get("boxes", {})),
-                   {k: tuple(v) for k, v in data.get("out", {}).items()}, data.get("halt", ""))
+                   {k: tuple(v) for k, v in data.get("out", {}).items()}, data.get("halt", ""),
+                   tuple(_change(c) for c in data.get("changes", ()) if c.get("transition") in TRANSITIONS))
 
 
 @dataclass(frozen=True)
@@ -144,7 +156,8 @@ class PassRecord:
         data = asdict(self)
         data["verdicts"] = dict(self.verdicts)
         if self.rollout is not None:
-            data["rollout"] = {**asdict(self.rollout), "released": dict(self.rollout.released),
+            changes = [{**asdict(c), "transition": str(c.transition)} for c in self.rollout.changes]
+            data["rollout"] = {**asdict(self.rollout), "released": dict(self.rollout.released), "changes": changes,
                                "rollbacks": dict(self.rollout.rollbacks), "boxes": dict(self.rollout.boxes),
                                "out": {k: list(v) for k, v in self.rollout.out.items()}}
         return data

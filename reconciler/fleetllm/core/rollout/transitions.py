@@ -47,7 +47,8 @@ FINAL = frozenset({Transition.CONVERGED, Transition.HALTED, Transition.ABORTED, 
 @dataclass(frozen=True)
 class RolloutChange:
     """One transition of the rollout of `target`. `reason`: why it halted, who paused or aborted it;
-    `by`: the target that superseded it; `at`: when (the rollout's updated_at)."""
+    `by`: the target that superseded it; `at`: when (the rollout's updated_at); `started_at`: when the
+    rollout of `target` started."""
 
     target: str
     transition: Transition
@@ -55,6 +56,7 @@ class RolloutChange:
     reason: str = ""
     waves: int = 0
     by: str = ""
+    started_at: float = 0.0
 
     @property
     def final(self) -> bool:
@@ -69,8 +71,9 @@ def transitions(before: Rollout | None, after: Rollout) -> tuple[RolloutChange, 
         if before is not None and before.state in UNFINISHED:
             changes.append(RolloutChange(before.target, Transition.SUPERSEDED, after.updated_at,
                                          f"superseded by {after.target[:12]} before it finished", before.waves,
-                                         by=after.target))
-        changes.append(RolloutChange(after.target, Transition.STARTED, after.started_at, waves=after.waves))
+                                         by=after.target, started_at=before.started_at))
+        changes.append(RolloutChange(after.target, Transition.STARTED, after.started_at, waves=after.waves,
+                                     started_at=after.started_at))
         entered = ENTERED.get(after.state)
     elif before.state is after.state:
         entered = None
@@ -79,7 +82,8 @@ def transitions(before: Rollout | None, after: Rollout) -> tuple[RolloutChange, 
     else:
         entered = ENTERED.get(after.state)
     if entered is not None:
-        changes.append(RolloutChange(after.target, entered, after.updated_at, after.reason, after.waves))
+        changes.append(RolloutChange(after.target, entered, after.updated_at, after.reason, after.waves,
+                                     started_at=after.started_at))
     return tuple(changes)
 
 
