@@ -21,6 +21,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
+from fleetllm.adapters.forge import ForgeMetrics
 from fleetllm.adapters.notify import NotifyMetrics
 from fleetllm.adapters.state.records import Endpoint
 from fleetllm.core.judge.plan import ActionKind
@@ -81,6 +82,9 @@ SOURCES = (
     Source("notifications", "Notifications", "both: the control plane and the reconciler each register the "
            "outgoing notifier's metrics in their own registry (docs/notifications.md); a process without "
            "`notifications.targets` exports them at zero."),
+    Source("forge", "Commit statuses", "the reconciler, when the config has a `forge` section (the fleet "
+           "repository's commit statuses: docs/runbooks.md); in its registry beside the pass metrics, handed over "
+           "the same way."),
 )
 
 
@@ -114,6 +118,8 @@ LABELS: dict[tuple[str, str], str] = {
     **{(f"fleetllm_notifications_{name}", "target"): "the target's `name` in `notifications.targets`"
        for name in ("sent", "failed", "retries")},
     **{(f"fleetllm_notifications_{name}", "kind"): values(EventKind) for name in ("sent", "failed", "deduplicated")},
+    **{(f"fleetllm_commit_statuses_{name}", "state"): "`pending`, `success`, `failure`, `error`"
+       for name in ("sent", "failed")},
     # Agreed with the rollout engine (ROLLOUT-DESIGN.md), which defines it.
     ("fleetllm_rollout_boxes", "state"): "`released`, `applied`, `waiting`, `halted`",
 }
@@ -126,6 +132,8 @@ def registries() -> Iterator[tuple[Source, object, CollectorRegistry]]:
     yield SOURCES[1], job, job.registry
     registry = CollectorRegistry()
     yield SOURCES[2], NotifyMetrics(registry), registry
+    forge = CollectorRegistry()
+    yield SOURCES[3], ForgeMetrics(forge), forge
 
 
 def families_of(source: Source, holder: object, registry: CollectorRegistry) -> list[Family]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from fleetllm.adapters.forge import ForgeConfig
 from fleetllm.adapters.oidc import OidcConfig
 from fleetllm.adapters.state.store import FetchRetention, is_postgres, sqlite_path
 from fleetllm.core.fleet import strictyaml
@@ -47,10 +48,11 @@ HOW_TO_REFER = (
 _SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/admin_tokens", "/operator_tokens",
                     "/viewer_tokens", "/auth/oidc/client_secret", "/litellm/master_key", "/providers/vast/api_key",
                     "/providers/runpod/api_key",
-                    "/reconcile/pushgateway/username", "/reconcile/pushgateway/password")
-# The secrets only the reconcile job uses (its Pushgateway's credential): `fleetllm serve` leaves them
-# unresolved, so its unit or Deployment needs none of them.
-RECONCILE_ONLY = ("/reconcile/pushgateway/url", "/reconcile/pushgateway/username", "/reconcile/pushgateway/password")
+                    "/reconcile/pushgateway/username", "/reconcile/pushgateway/password", "/forge/token")
+# The secrets only the reconcile job uses (its Pushgateway's credential, the forge's token): `fleetllm serve`
+# leaves them unresolved, so its unit or Deployment needs none of them.
+RECONCILE_ONLY = ("/reconcile/pushgateway/url", "/reconcile/pushgateway/username", "/reconcile/pushgateway/password",
+                  "/forge/token")
 _NAMING_RULES = ("schema-unknown-key", "schema-required")  # these quote a key, never a value
 TOKEN_LISTS = ("admin_tokens", "operator_tokens", "viewer_tokens")  # the roles' tokens, highest first
 _HOW_TO_LIST = ("not a secret reference: write the token as one reference (${env:NAME}, ${file:/absolute/path} "
@@ -254,6 +256,7 @@ class ControlPlaneConfig:
     providers: ProvidersConfig
     reconcile: ReconcileConfig
     notifications: NotificationsConfig
+    forge: ForgeConfig | None  # forge.*: commit statuses on the fleet repository (None: not configured)
     log_level: str  # FLEETLLM_LOG_LEVEL, else the file's log_level; `--log-level` overrides it (fleetllm.logs)
 
     @property
@@ -561,6 +564,50 @@ class _Builder:
         return PushgatewayConfig(url, where, str(self.get("/reconcile/pushgateway/instance")), username, password,
                                  float(self.get("/reconcile/pushgateway/timeout_s")))
 
+    def http_url(self, at: list[str | int], text: str, carries: str) -> str | None:
+        """An http(s) URL with a host and no credential in it, without its trailing slash; plain http only
+        to a loopback host, as `carries` (what would go with it) must not cross the network in clear."""
+        key = str(at[-1])
+        try:
+            parts = urlsplit(text)
+            host = parts.hostname or ""
+            parts.port  # noqa: B018 (a port that is not a number raises here)
+        except ValueError:
+            self.problem(at, f"{text!r} is not an http(s) URL with a host")
+            return None
+        if parts.scheme not in ("http", "https") or not host:
+            self.problem(at, f"{text!r} is not an http(s) URL with a host")
+            return None
+        if parts.username is not None or parts.password is not None:
+            self.problem(at, f"{key} carries a credential (user:password@): take it out")
+            return None
+        if parts.query or parts.fragment:
+            self.problem(at, f"{key} has a query or a fragment: give scheme://host[:port][/path] only")
+            return None
+        if parts.scheme == "http" and not is_loopback(host):
+            self.problem(at, f"{key} must be https ({text} is plain http to {host}): {carries} would cross the "
+                         "network in clear text (http is for loopback only)")
+            return None
+        return text.rstrip("/")
+
+    def forge(self) -> ForgeConfig | None:
+        if self.get("/forge") is None:
+            return None
+        at: list[str | int] = ["forge"]
+        token = self.secret([*at, "token"])
+        if token is not None and not token.reveal().strip():
+            self.problem([*at, "token"], f"{token.reference} is empty: give a token that may write commit statuses")
+        api_url = self.http_url([*at, "api_url"], str(self.get("/forge/api_url")), "the forge's token")
+        link = self.get("/forge/control_plane_url")
+        control_plane_url = self.http_url([*at, "control_plane_url"], str(link), "nothing") if link else None
+        if api_url is None:
+            return None
+        return ForgeConfig(kind=str(self.get("/forge/kind")), api_url=api_url,
+                           repository=str(self.get("/forge/repository")), token=token,
+                           context=str(self.get("/forge/context")), control_plane_url=control_plane_url,
+                           timeout_s=float(self.get("/forge/timeout_s")), attempts=int(self.get("/forge/attempts")),
+                           drain_timeout_s=float(self.get("/forge/drain_timeout_s")))
+
     def build(self) -> ControlPlaneConfig | None:
         repo = self.repo()
         secrets = self.secrets()
@@ -578,7 +625,7 @@ class _Builder:
             litellm=self.litellm(), providers=self.providers(),
             reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run"),
                                       self.pushgateway(), self.path(self.get("/reconcile/metrics_file"))),
-            notifications=self.notifications(),
+            notifications=self.notifications(), forge=self.forge(),
             log_level=self.log_level())
         return None if self.problems or secrets is None else config
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-import jsonschema
 import pytest
-import yaml
 
 from fleetllm.adapters.http import RetryPolicy
 from fleetllm.adapters.providers import (
@@ -32,59 +29,19 @@ from fleetllm.adapters.providers import (
 )
 from fleetllm.core.judge.intended import Endpoint
 from fleetllm.core.secret import Secret
+from tests.contracts.openapi import load, problems, response_schema
 from tests.reconcile.fakes import FakeRunPod, FakeVast, runpod_pod, serve, vast_instance
-
-HERE = Path(__file__).resolve().parent
-T = TypeVar("T")
-FAST = RetryPolicy(attempts=2, base_delay_s=0.01)
-
-
-def load(name: str) -> dict[str, Any]:
-    text = (HERE / name).read_text()
-    return json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
-
 
 RUNPOD_V1 = load("runpod-rest-v1.openapi.json")
 RUNPOD_V2 = load("runpod-rest-v2.openapi.json")
 VAST = load("vast.openapi.yaml")
-
-
-def nullable_to_type(node: Any) -> Any:
-    """OpenAPI 3.0's `nullable: true` as JSON Schema's `"type": [T, "null"]` (3.1 documents already say so)."""
-    if isinstance(node, list):
-        return [nullable_to_type(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: nullable_to_type(v) for k, v in node.items() if k != "nullable"}
-    if node.get("nullable") is True:
-        if isinstance(out.get("type"), str):
-            out["type"] = [out["type"], "null"]
-        elif "$ref" in out or "allOf" in out:
-            out = {"anyOf": [dict(out), {"type": "null"}]}
-        if "enum" in out:
-            out["enum"] = [*out["enum"], None]
-    return out
-
-
-def response_schema(document: dict[str, Any], path: str, status: int, content_type: str) -> dict[str, Any]:
-    """The schema a document gives for GET `path` answering `status` with `content_type`."""
-    responses = document["paths"][path]["get"]["responses"]
-    response = responses.get(str(status)) or responses.get("default")
-    assert response is not None, f"the document defines no {status} answer for GET {path}"
-    while "$ref" in response:
-        response = document["components"]["responses"][response["$ref"].rsplit("/", 1)[1]]
-    media = response["content"]
-    assert content_type in media, f"GET {path} {status}: the document answers {sorted(media)}, the fake {content_type}"
-    schema = media[content_type]["schema"]
-    root = {**schema, "components": document.get("components", {})}
-    return nullable_to_type(root) if document["openapi"].startswith("3.0") else root
+T = TypeVar("T")
+FAST = RetryPolicy(attempts=2, base_delay_s=0.01)
 
 
 def validate(document: dict[str, Any], path: str, status: int, content_type: str, body: Any) -> None:
-    schema = response_schema(document, path, status, content_type)
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path))
-    assert not errors, "\n".join(f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors[:10])
+    found = problems(response_schema(document, path, status, content_type), body)
+    assert not found, "\n".join(found)
 
 
 def run(make: Callable[[], Awaitable[T]]) -> T:

@@ -115,9 +115,12 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
 async def request_json(session: aiohttp.ClientSession, method: str, url: str, *, what: str,
                        headers: Mapping[str, str] | None = None, params: Mapping[str, str] | None = None,
                        body: JSON = None, timeout_s: float = 10.0, retry: RetryPolicy = NO_RETRY,
-                       ok: frozenset[int] = frozenset({200}), secrets: tuple[str, ...] = ()) -> tuple[int, JSON]:
+                       ok: frozenset[int] = frozenset({200}), secrets: tuple[str, ...] = (),
+                       redirects: bool = True) -> tuple[int, JSON]:
     """(status, decoded body) for an answer whose status is in `ok`; HttpError otherwise. The error
-    message has every string of `secrets` (and the Authorization header's value) scrubbed."""
+    message has every string of `secrets` (and the Authorization header's value) scrubbed. Without
+    `redirects` a 3xx is an answer (an HttpError unless in `ok`), never followed: a credential in the
+    headers goes only where the caller sent it."""
     hidden = (*secrets, *(v.split(" ", 1)[-1] for k, v in (headers or {}).items() if k.lower() == "authorization"))
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     last: HttpError | None = None
@@ -125,7 +128,7 @@ async def request_json(session: aiohttp.ClientSession, method: str, url: str, *,
         retry_after: str | None = None
         try:
             kwargs: dict[str, Any] = {"headers": dict(headers or {}), "params": dict(params or {}),
-                                      "timeout": timeout}
+                                      "timeout": timeout, "allow_redirects": redirects}
             if body is not None:
                 kwargs["json"] = body
             async with session.request(method, url, **kwargs) as response:

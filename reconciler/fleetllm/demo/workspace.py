@@ -145,8 +145,26 @@ def commit_file(workspace: Workspace, name: str, content: str, message: str) -> 
         raise DemoError(f"{exc} (in {workspace.fleet})") from None
 
 
-def control_plane_config(workspace: Workspace, port: int, litellm_url: str | None) -> Path:
-    """The control plane's config: every secret a ${file:} reference into <scratch>/secrets."""
+@dataclass(frozen=True)
+class DemoForge:
+    """A forge the demo's rollouts set commit statuses on (`fleetllm demo --forge-api-url ...`)."""
+
+    api_url: str
+    repository: str  # OWNER/NAME
+    token_file: Path  # read by the reconciler through a ${file:} reference, never copied
+
+
+def forge_section(forge: DemoForge | None, port: int) -> str:
+    if forge is None:
+        return "# forge: none given, so no commit status is set (fleetllm demo --forge-api-url ...)\n"
+    return (f"forge:\n  api_url: {forge.api_url}\n  repository: {forge.repository}\n"
+            f"  token: ${{file:{forge.token_file.resolve()}}}\n  control_plane_url: http://127.0.0.1:{port}\n")
+
+
+def control_plane_config(workspace: Workspace, port: int, litellm_url: str | None,
+                         forge: DemoForge | None = None) -> Path:
+    """The control plane's config: every secret a ${file:} reference into <scratch>/secrets (the forge's
+    token: a reference to the file given)."""
     def ref(name: str) -> str:
         return "${file:" + str(workspace.secret_file(name)) + "}"
 
@@ -168,5 +186,5 @@ state:
 admin_tokens: ["{ref('admin-token')}"]
 {litellm}providers:
   static: {{}}
-""", encoding="utf-8")
+{forge_section(forge, port)}""", encoding="utf-8")
     return workspace.config

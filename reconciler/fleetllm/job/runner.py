@@ -10,7 +10,7 @@ around it the runner keeps, in this order:
 3. the dry run (`reconcile.dry_run`, or the options' `dry_run`): recorded, LiteLLM not written;
 4. the invalid head: the pass runs on the last valid commit and its record names the head;
 5. after a pass that ran: its log line, the metrics (and their hand-over: a file, a Pushgateway push),
-   the notifications.
+   the notifications, and the commit statuses of the rollout's transitions on the forge (`forge:`).
 
 `RunnerOptions` is what a caller chooses, typed (the CLI builds it from its flags, the demo from its own
 set-up); nothing here knows the command line. Errors are the project's tree (fleetllm.errors); the CLI
@@ -24,6 +24,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fleetllm.adapters.forge import CommitStatuses
 from fleetllm.adapters.notify import Notifier
 from fleetllm.adapters.state import is_memory_state, open_reconcile_state
 from fleetllm.adapters.state.notifications import ledger_for
@@ -34,6 +35,7 @@ from fleetllm.core.judge.adoption import AdoptSource
 from fleetllm.errors import ConfigurationError, LockHeld, SourceError, StateError
 from fleetllm.job.configfile import ReconcileConfig
 from fleetllm.job.engine import ApiFactory, PassOutcome, Reconciler
+from fleetllm.job.forge import make_statuses, post_statuses
 from fleetllm.job.loop import LOG, log_pass, run_forever
 from fleetllm.job.metrics import PassMetrics
 from fleetllm.job.notify import make_notifier, notify_crash, notify_pass
@@ -94,6 +96,7 @@ class PassRunner:
         self.metrics = PassMetrics()
         self.reconciler: Reconciler | None = None
         self.notifier: Notifier | None = None  # notifications.*: sent beside the passes, never holding one up
+        self.statuses: CommitStatuses | None = None  # forge.*: commit statuses, the same way
         self.fleet: Fleet | None = None
         self.invalid_head: InvalidHead | None = None
         self._seeded = False  # the last success read from the state store (once per process)
@@ -244,6 +247,8 @@ class PassRunner:
         self.metrics.observe(outcome.record)
         self.metrics.observe_litellm(outcome.observation.deployments is not None)
         notify_pass(self.notifications(store), outcome.record)
+        if (statuses := self.commit_statuses()) is not None:
+            post_statuses(statuses, outcome.record)
         self.hand_over()
         return outcome
 
@@ -302,16 +307,27 @@ class PassRunner:
                                           registry=self.metrics.registry)
         return self.notifier
 
+    def commit_statuses(self) -> CommitStatuses | None:
+        """The forge's commit statuses (forge.* in the config); None when no forge is configured."""
+        forge = self.config.settings.forge
+        if forge is None or forge.token is None:
+            return None
+        if self.statuses is None:
+            self.statuses = make_statuses(forge, self.metrics.registry)
+        return self.statuses
+
     def crashed(self, exc: BaseException) -> None:
         """A pass raised: notified as pass_failed (crashed), resolved by the next pass that completes."""
         if self.reconciler is not None:
             notify_crash(self.notifications(self.reconciler.store), exc)
 
     def close(self) -> None:
-        """Wait (notifications.drain_timeout_s at most) for the notifications still queued, then stop;
-        close the state store."""
+        """Wait (notifications.drain_timeout_s, forge.drain_timeout_s at most) for the notifications and
+        commit statuses still queued, then stop; close the state store."""
         if self.notifier is not None:
             self.notifier.close(self.config.settings.notifications.drain_timeout_s)
+        if self.statuses is not None:
+            self.statuses.close(self.statuses.config.drain_timeout_s)
         close: Callable[[], object] | None = getattr(self.reconciler.store, "close", None) if self.reconciler else None
         if close is not None:  # SQLite, PostgreSQL (the in-memory store has nothing to close)
             close()
