@@ -34,6 +34,14 @@ def test_the_token_comes_from_a_file_or_the_environment_never_the_command_line(t
     assert TOKEN not in repr(admin_token(None, {"FLEETLLM_ADMIN_TOKEN": TOKEN}))
     with pytest.raises(ConfigurationError, match="never the token itself"):
         admin_token(None, {})
+    reading = ("FLEETLLM_ADMIN_TOKEN", "FLEETLLM_VIEWER_TOKEN")  # `rollout status` and `wait` only read
+    assert admin_token(None, {"FLEETLLM_VIEWER_TOKEN": TOKEN}, reading).reference == "$FLEETLLM_VIEWER_TOKEN"
+    assert admin_token(None, {"FLEETLLM_ADMIN_TOKEN": "a" * 30, "FLEETLLM_VIEWER_TOKEN": TOKEN},
+                       reading).reveal() == "a" * 30
+    with pytest.raises(ConfigurationError, match="FLEETLLM_ADMIN_TOKEN or FLEETLLM_VIEWER_TOKEN"):
+        admin_token(None, {}, reading)
+    with pytest.raises(ConfigurationError, match="set FLEETLLM_ADMIN_TOKEN "):
+        admin_token(None, {"FLEETLLM_VIEWER_TOKEN": TOKEN})  # an operator's action: the viewer's is not looked at
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(ConfigurationError, match="is empty"):
         admin_token(str(tmp_path / "empty"), {})

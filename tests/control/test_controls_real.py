@@ -253,3 +253,22 @@ def test_sync_suspend_resume_pin_unpin_end_to_end(world: World) -> None:
         for secret in SECRETS:
             assert secret not in text
     print(f"figure: fleetllm sync -> the pass it asked for recorded after {sync_s:.2f} s (loop interval 3600 s)")
+
+
+def test_sync_wait_waits_for_the_rollout_of_the_revision_it_serves(world: World) -> None:
+    """`fleetllm sync --wait` after a merge, as CI runs it: the sync's pass rolls the new commit out (no box
+    has the agent, so it converges in that pass) and the command exits 0 once the rollout says so;
+    `rollout wait` of a commit that never comes times out with 2."""
+    p1, p2 = world.ports
+    start_loop(world)
+    world.wait_for_pass(0)
+    rev_b = write_fleet(world.repo, world.ports, [("tiny-a", p1), ("tiny-b", p2)])
+    done = world.cli("sync", "--wait", "--timeout", "120", "--interval", "0.5", "--reason", "CI after merge")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert f"waiting for the rollout of {rev_b[:12]}" in done.stdout
+    assert f"converged: every agent-managed box runs {rev_b[:12]}" in done.stdout
+    assert world.passes()[0].revision == rev_b
+    never = world.cli("rollout", "wait", "0123abcd", "--timeout", "1", "--interval", "0.5")
+    assert never.returncode == 2 and "has not started" in never.stdout and "timed out" in never.stdout
+    for output in (done.stdout + done.stderr, never.stdout + never.stderr):
+        assert ADMIN not in output

@@ -67,7 +67,8 @@ def test_rollout_commands_through_the_admin_api(server: tuple[str, Path], fleet_
     empty = rollout_cli(base, "status")
     assert empty.returncode == 0 and "no rollout yet" in empty.stdout
     refused = rollout_cli(base, "pause")
-    assert refused.returncode == 1 and "fleetllm rollout: POST /admin/rollout/pause: HTTP 409" in refused.stderr
+    assert refused.returncode == 1 and "fleetllm rollout: the control plane refused it (HTTP 409): cannot pause" \
+        in refused.stderr
     assert rollout_cli(base, "status", token="not-a-token").returncode == 1
     no_token = rollout_cli(base, "status", token=None)
     assert no_token.returncode == 2 and "FLEETLLM_ADMIN_TOKEN" in no_token.stderr
@@ -132,3 +133,73 @@ def test_the_server_process_serves_an_agent_box_its_released_revision(server: tu
         store.close()
     time.sleep(1.2)  # config requests read the releases at most once a second
     assert config()["revision"] == r1
+
+
+def wait_cli(base: str, *args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETLLM_")}
+    env.update({"FLEETLLM_URL": base, "FLEETLLM_VIEWER_TOKEN": VIEWER_TOKEN})  # waiting only reads
+    return subprocess.Popen([sys.executable, "-m", "fleetllm", "rollout", "wait", *args, "--interval", "0.3"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_rollout_wait_exits_0_when_converged_1_when_halted_2_at_the_timeout(server: tuple[str, Path],
+                                                                            fleet_git: Path) -> None:
+    """`fleetllm rollout wait` against the real control plane, while the state store moves as a reconcile
+    pass moves it: started, then converged (0); a later commit started, then halted (1); a finished
+    rollout waited for later keeps its outcome (0); a revision that never starts (2); not a commit id (2)."""
+    base, state = server
+    r1, r2 = git(fleet_git, "rev-parse", "HEAD"), "2" * 40
+    store = open_store(f"sqlite:///{state}")
+
+    def save(target: str, rollout_state: RolloutState, box_state: BoxState, reason: str = "") -> None:
+        store.save_rollout(Rollout(target, rollout_state, 1.0, time.time(), reason=reason, waves=1),
+                           {KNOWN_BOX: BoxRelease(KNOWN_BOX, target, r1, 2.0, box_state, reason=reason)})
+
+    def seen(process: subprocess.Popen[str], text: str) -> None:
+        """Until the waiting process has printed `text` (it prints a line each time the rollout changes)."""
+        assert process.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            lines.append(line)
+            if text in line:
+                return
+            if not line and process.poll() is not None:
+                break
+        raise AssertionError(f"never printed {text!r}: {lines}")
+
+    try:
+        converging = wait_cli(base, r1[:10], "--timeout", "120")
+        seen(converging, f"the rollout of {r1[:10]} has not started")
+        save(r1, RolloutState.RUNNING, BoxState.RELEASED)
+        seen(converging, f"rollout of {r1[:12]}: running, 1 wave(s); boxes: 1 released")
+        save(r1, RolloutState.CONVERGED, BoxState.APPLIED)
+        out, err = converging.communicate(timeout=60)
+        assert converging.returncode == 0, (out, err)
+        assert f"converged: every agent-managed box runs {r1[:12]}" in out
+
+        halting = wait_cli(base, "--timeout", "120")  # no revision: the one under way, r2
+        save(r2, RolloutState.RUNNING, BoxState.RELEASED)
+        seen(halting, f"rollout of {r2[:12]}: running")
+        save(r2, RolloutState.HALTED, BoxState.HALTED, reason=f"box {KNOWN_BOX}: install failed; rolled back to r1")
+        out, err = halting.communicate(timeout=60)
+        assert halting.returncode == 1, (out, err)
+        assert f"halted: box {KNOWN_BOX}: install failed; rolled back to r1" in out
+
+        still = subprocess.run([sys.executable, "-m", "fleetllm", "rollout", "wait", r1, "--timeout", "5"], cwd=ROOT,
+                               env={**os.environ, "FLEETLLM_URL": base, "FLEETLLM_VIEWER_TOKEN": VIEWER_TOKEN},
+                               capture_output=True, text=True, timeout=60)
+        assert still.returncode == 0 and "converged: every agent-managed box ran" in still.stdout  # history
+        never = subprocess.run([sys.executable, "-m", "fleetllm", "rollout", "wait", "abcdef0", "--timeout", "1",
+                                "--interval", "0.3"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "FLEETLLM_URL": base, "FLEETLLM_VIEWER_TOKEN": VIEWER_TOKEN})
+        assert never.returncode == 2 and "timed out after 1 s" in never.stdout
+        usage = subprocess.run([sys.executable, "-m", "fleetllm", "rollout", "wait", "main"], cwd=ROOT,
+                               env={**os.environ, "FLEETLLM_URL": base, "FLEETLLM_VIEWER_TOKEN": VIEWER_TOKEN},
+                               capture_output=True, text=True, timeout=60)
+        assert usage.returncode == 2 and "is not a commit id" in usage.stderr
+        for output in (out, err, still.stdout, never.stdout, usage.stderr):
+            assert VIEWER_TOKEN not in output and ADMIN_TOKEN not in output
+    finally:
+        store.close()

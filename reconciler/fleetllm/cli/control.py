@@ -3,7 +3,9 @@ fleet, without a commit, through the control plane's admin API (fleetllm.server.
 operator or admin token (fleetllm.adapters.admin_client: --url / $FLEETLLM_URL, --token-file /
 $FLEETLLM_ADMIN_TOKEN).
 
-    sync              re-read the branch and have the reconcile loop run a pass within seconds
+    sync              re-read the branch and have the reconcile loop run a pass within seconds; with
+                      --wait, then wait for the rollout of the revision served (fleetllm.cli.waiting:
+                      exit 0 converged, 1 halted, aborted or superseded, 2 at --timeout)
     suspend           passes keep observing and recording verdicts, and change nothing (no LiteLLM write)
     resume            end the suspension
     pin REV           serve that valid commit of the tracked branch to every box, until unpinned
@@ -22,7 +24,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetllm.adapters.admin_client import TOKEN_ENV, URL_ENV, AdminClient, admin_token, control_plane_url
-from fleetllm.cli.common import EXIT_OK
+from fleetllm.cli.common import EXIT_OK, CommandError
+from fleetllm.cli.waiting import DEFAULT_INTERVAL_S, DEFAULT_TIMEOUT_S, MIN_INTERVAL_S, wait_for_rollout
 
 COMMANDS = {
     "sync": ("ask for a reconcile pass now (and re-read the tracked branch)", "/admin/sync"),
@@ -51,6 +54,15 @@ def register(subparsers: Any) -> None:
                                 help="a commit of the tracked branch's history that validates (id, prefix, tag)")
         if name != "control":
             parser.add_argument("--reason", default="", metavar="TEXT", help="why (kept in the audit trail)")
+        if name == "sync":
+            parser.add_argument("--wait", action="store_true",
+                                help="then wait for the rollout of the revision the control plane serves, printing "
+                                     "its progress: exit 0 when it converged, 1 when it halted, was aborted or was "
+                                     "superseded, 2 at --timeout (for CI after a merge)")
+            parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                                help=f"with --wait: how long to wait (default {DEFAULT_TIMEOUT_S:g})")
+            parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                                help=f"with --wait: seconds between looks (default {DEFAULT_INTERVAL_S:g})")
         add_connection_arguments(parser)
         parser.set_defaults(run=run)
 
@@ -61,6 +73,9 @@ def client(args: argparse.Namespace) -> AdminClient:
 
 
 def run(args: argparse.Namespace) -> int:
+    waiting = args.command == "sync" and args.wait
+    if waiting and (args.timeout <= 0 or args.interval < MIN_INTERVAL_S):
+        raise CommandError(f"--timeout must be above 0 and --interval at least {MIN_INTERVAL_S:g} seconds")
     api = client(args)
     path = COMMANDS[args.command][1]
     if args.command == "control":
@@ -73,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
         answer = api.call("POST", path, body)
         state = answer.get("control", {}) if isinstance(answer, dict) else {}
     if args.format == "json":
-        print(json.dumps(answer, indent=2))
-        return EXIT_OK
+        print(json.dumps(answer, indent=2), flush=True)
+        return wait_after_sync(api, state, args) if waiting else EXIT_OK
     if args.command != "control" and isinstance(answer, dict):
         print(sentence(args.command, answer))
     print(describe(state))
@@ -83,7 +98,19 @@ def run(args: argparse.Namespace) -> int:
             revision = f" {event['revision'][:12]}" if event.get("revision") else ""
             reason = f": {event['reason']}" if event.get("reason") else ""
             print(f"  {when(event['at'])}  {event['action']}{revision} by {event['actor']}{reason}")
-    return EXIT_OK
+    return wait_after_sync(api, state, args) if waiting else EXIT_OK
+
+
+def wait_after_sync(api: AdminClient, state: Any, args: argparse.Namespace) -> int:
+    """`sync --wait`: the rollout of the revision the control plane serves after the sync's re-read (the
+    pinned one under a pin), which the pass the sync asked for rolls out."""
+    revision = state.get("served_revision") if isinstance(state, dict) else None
+    if not isinstance(revision, str) or not revision:
+        raise CommandError("the control plane serves no revision yet (its repository could not be read): nothing "
+                           "to wait for; see its /health")
+    print(f"waiting for the rollout of {revision[:12]} (--timeout {args.timeout:g} s)", flush=True)
+    return wait_for_rollout(api, revision, timeout_s=args.timeout, interval_s=args.interval,
+                            say=lambda line: print(line, flush=True))
 
 
 def when(ts: float | None) -> str:

@@ -1,91 +1,107 @@
-"""`fleetllm rollout status|pause|resume|abort`: the staged rollout through the control plane's admin
-API (GET /admin/rollout, POST /admin/rollout/ACTION).
+"""`fleetllm rollout status|pause|resume|abort|wait`: the staged rollout through the control plane's admin
+API (GET /admin/rollout, POST /admin/rollout/ACTION), with fleetllm.adapters.admin_client.
 
-The control plane is --url (or FLEETLLM_URL); the token is read from --token-file (or the environment:
-FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN for `status`), never taken on the command line. Exit 0
-when done, 1 when the control plane refused (e.g. nothing to pause), 2 when it could not be asked.
+The control plane is --url (or FLEETLLM_URL: https, or http on a loopback address); the token is read
+from --token-file (or the environment: FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN for `status`
+and `wait`), never taken on the command line. Exit 0 when done, 1 when the control plane refused (e.g.
+nothing to pause), 2 when it could not be asked. `wait [REVISION]` (fleetllm.cli.waiting) exits 0 when
+the rollout converged, 1 when it halted, was aborted or was superseded, 2 at --timeout.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from fleetllm.adapters.http import HttpError, request_json
+from fleetllm.adapters.admin_client import (
+    TOKEN_ENV,
+    URL_ENV,
+    VIEWER_TOKEN_ENV,
+    AdminClient,
+    AdminRefused,
+    admin_token,
+    control_plane_url,
+)
 from fleetllm.cli.common import EXIT_OK, CommandError
-from fleetllm.core.fleet.jsonvalue import JSON
+from fleetllm.cli.waiting import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_TIMEOUT_S,
+    MIN_INTERVAL_S,
+    revision_argument,
+    wait_for_rollout,
+)
 
-ACTIONS = ("status", "pause", "resume", "abort")
+ACTIONS = ("status", "pause", "resume", "abort", "wait")
+READING = ("status", "wait")  # a viewer token does
 EXIT_REFUSED, EXIT_UNREACHABLE = 1, 2
+REQUEST_TIMEOUT_S = 15.0
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "rollout", help="show, pause, resume or abort the staged rollout",
+        "rollout", help="show, pause, resume, abort or wait for the staged rollout",
         description="The staged rollout through the control plane's admin API: status shows the target, "
                     "the waves and each agent box's release and why it waits; pause stops releasing boxes; "
                     "resume goes on (a halted rollout retries its halted box); abort rolls released but "
                     "unconverged boxes back to their last good revision. The next reconcile pass applies a "
-                    "request.")
+                    "request. wait [REVISION] waits for the rollout of REVISION (default: the current one), "
+                    "printing its progress, and exits 0 when it converged, 1 when it halted, was aborted or "
+                    "was superseded by a newer revision, 2 at --timeout: for CI after a merge.")
     parser.add_argument("action", choices=ACTIONS)
-    parser.add_argument("--url", metavar="URL", help="the control plane, e.g. https://fleet.example.org "
-                        "(default: FLEETLLM_URL)")
-    parser.add_argument("--token-file", metavar="FILE", help="a file holding an operator or admin token (a viewer "
-                        "token does for status); default: FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN")
+    parser.add_argument("revision", nargs="?", metavar="REVISION",
+                        help="wait: the commit whose rollout to wait for (its SHA or a prefix, e.g. $GITHUB_SHA); "
+                             "default: the rollout under way")
+    parser.add_argument("--url", metavar="URL", help=f"the control plane, e.g. https://fleet.example.org "
+                        f"(default: ${URL_ENV}; http only on a loopback address)")
+    parser.add_argument("--token-file", metavar="FILE", help=f"a file holding an operator or admin token (a viewer "
+                        f"token does for status and wait); default: ${TOKEN_ENV}, else ${VIEWER_TOKEN_ENV}")
+    parser.add_argument("--ca-file", metavar="FILE", help="CA certificates to verify the control plane's TLS with")
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help=f"how long the command may take: wait's whole wait (default {DEFAULT_TIMEOUT_S:g}), "
+                             f"else the one request (default {REQUEST_TIMEOUT_S:g})")
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                        help=f"wait: seconds between looks at the rollout (default {DEFAULT_INTERVAL_S:g})")
     parser.set_defaults(run=run)
 
 
-def token(args: argparse.Namespace) -> str:
-    if args.token_file:
-        try:
-            value = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise CommandError(f"--token-file {args.token_file}: {exc.strerror}", EXIT_UNREACHABLE) from None
-        if not value:
-            raise CommandError(f"--token-file {args.token_file} is empty", EXIT_UNREACHABLE)
-        return value
-    names = ("FLEETLLM_ADMIN_TOKEN",) if args.action != "status" else ("FLEETLLM_ADMIN_TOKEN", "FLEETLLM_VIEWER_TOKEN")
-    for name in names:
-        if os.environ.get(name, "").strip():
-            return os.environ[name].strip()
-    raise CommandError("no token: pass --token-file FILE or set " + " or ".join(names), EXIT_UNREACHABLE)
+def client(args: argparse.Namespace, names: tuple[str, ...], timeout_s: float) -> AdminClient:
+    env = dict(os.environ)
+    return AdminClient(control_plane_url(args.url, env), admin_token(args.token_file, env, names), args.ca_file,
+                       timeout_s)
 
 
-def base_url(args: argparse.Namespace) -> str:
-    url = (args.url or os.environ.get("FLEETLLM_URL", "")).rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise CommandError("no control plane: pass --url https://HOST or set FLEETLLM_URL", EXIT_UNREACHABLE)
-    return url
-
-
-async def call(args: argparse.Namespace) -> JSON:
-    url, bearer = base_url(args), token(args)
-    method, path = ("GET", "/admin/rollout") if args.action == "status" else ("POST", f"/admin/rollout/{args.action}")
-    async with aiohttp.ClientSession() as session:
-        _, body = await request_json(session, method, url + path, what=f"{method} {path}",
-                                     headers={"Authorization": f"Bearer {bearer}"}, timeout_s=args.timeout,
-                                     ok=frozenset({200, 202}), secrets=(bearer,))
-    return body
+def check_timing(args: argparse.Namespace) -> None:
+    if args.timeout is not None and args.timeout <= 0:
+        raise CommandError(f"--timeout {args.timeout:g}: give a number of seconds above 0")
+    if args.interval < MIN_INTERVAL_S:
+        raise CommandError(f"--interval {args.interval:g}: give at least {MIN_INTERVAL_S:g} seconds")
 
 
 def run(args: argparse.Namespace) -> int:
+    check_timing(args)
+    if args.revision is not None and args.action != "wait":
+        raise CommandError(f"a REVISION goes with `fleetllm rollout wait` only, not {args.action}")
+    names = (TOKEN_ENV, VIEWER_TOKEN_ENV) if args.action in READING else (TOKEN_ENV,)
+    if args.action == "wait":
+        revision = revision_argument(args.revision, "REVISION") if args.revision is not None else None
+        api = client(args, names, REQUEST_TIMEOUT_S)
+        return wait_for_rollout(api, revision, timeout_s=args.timeout or DEFAULT_TIMEOUT_S,
+                                interval_s=args.interval, say=lambda line: print(line, flush=True))
+    api = client(args, names, args.timeout or REQUEST_TIMEOUT_S)
     try:
-        body = asyncio.run(call(args))
-    except HttpError as exc:
-        refused = exc.status in (403, 404, 409)
-        raise CommandError(str(exc), EXIT_REFUSED if refused else EXIT_UNREACHABLE) from None
+        body = (api.call("GET", "/admin/rollout") if args.action == "status"
+                else api.call("POST", f"/admin/rollout/{args.action}"))
+    except AdminRefused as exc:
+        raise CommandError(str(exc), EXIT_REFUSED) from None
     if args.format == "json":
         print(json.dumps(body, indent=2))
         return EXIT_OK
-    assert isinstance(body, dict)
+    if not isinstance(body, dict):
+        raise CommandError(f"GET /admin/rollout answered {type(body).__name__}, not the rollout view",
+                           EXIT_UNREACHABLE)
     if args.action != "status":
         print(f"{args.action} requested by {body.get('by')}: {body.get('note')}")
     rollout = body.get("rollout")
