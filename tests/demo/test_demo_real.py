@@ -19,6 +19,7 @@ import pytest
 from fleetllm.adapters.state import open_store
 from fleetllm.demo.fleet import addresses
 from fleetllm.demo.procs import can_bind, pids_mentioning
+from tests.support.fake_forge import fake_forge
 from tests.support.integration import missing
 from tests.support.litellm import SKIP_REASON, LitellmProxy, proxy_from_env
 
@@ -76,7 +77,8 @@ def test_rollouts_under_load_through_the_real_litellm(tmp_path: Path) -> None:
     """Issue 14's acceptance: a move to a free port, a move of a model's only server, and a bad boot change
     (halt after one box, rolled back; then the revert), each under 2 chat completions per second per model
     through the real LiteLLM, with no manual step and 0 failed requests for every model. One demo run
-    plays all of them (`--scenario rollouts`)."""
+    plays all of them (`--scenario rollouts`). Issue 29's too: each commit's status on the (fake) forge,
+    and the CI job after each merge."""
     proxy: LitellmProxy | None = proxy_from_env()
     if proxy is None:
         missing(SKIP_REASON)
@@ -86,14 +88,21 @@ def test_rollouts_under_load_through_the_real_litellm(tmp_path: Path) -> None:
     env = _clean_env()
     proxy.reset()
     env["LITELLM_MASTER_KEY"] = proxy.master_key
-    with subprocess.Popen(demo_command(workdir, first, "--scenario", "rollouts", "--once", "--litellm-url", proxy.url),
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as demo:
+    with fake_forge(tmp_path / "forge", git_dir=workdir / "fleet") as forge, subprocess.Popen(
+            demo_command(workdir, first, "--scenario", "rollouts", "--once", "--litellm-url", proxy.url,
+                         "--forge-api-url", forge.url, "--forge-repository", forge.repository,
+                         "--forge-token-file", str(forge.token_file)),
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as demo:
         try:
             stdout, stderr = demo.communicate(timeout=900)
         except subprocess.TimeoutExpired:
             demo.send_signal(signal.SIGINT)  # the demo stops every process it started (test_ctrl_c_...)
             stdout, stderr = demo.communicate(timeout=120)
             raise AssertionError(f"the demo did not end in 900 s:\n{stdout}\n{stderr}") from None
+        commits = subprocess.run(["git", "-C", str(workdir / "fleet"), "log", "--format=%H", "--reverse"],
+                                 capture_output=True, text=True, check=True).stdout.split()
+        statuses = {sha: [state for state, _ in forge.states(sha)] for sha in commits}
+        violations = forge.violations()
     out = stdout + stderr
     assert demo.returncode == 0, out
     assert "final state: as expected" in out
@@ -118,6 +127,12 @@ def test_rollouts_under_load_through_the_real_litellm(tmp_path: Path) -> None:
     assert len(halted) == 1, out
     assert halted[0][1] == halted[0][2] == halted[0][3], out
     assert "crash-loop" in out
+    # Each merge's commit status on the forge, and the CI job after it (`fleetllm rollout wait`): the bad
+    # boot change failed (1), every other converged (0).
+    assert len(commits) == 5 and violations == [], (commits, violations)
+    assert [statuses[sha] for sha in commits] == [["pending", "success"]] * 3 + [["pending", "failure"],
+                                                                                 ["pending", "success"]], statuses
+    assert [line.rsplit("CI wait exit ", 1)[1] for line in summary[:4]] == ["0", "0", "1", "0"], summary
 
     store = open_store(f"sqlite:///{workdir / 'control-plane' / 'state.sqlite3'}")
     try:

@@ -54,3 +54,25 @@ def test_a_dry_run_sets_nothing(tmp_path: Path) -> None:
             runner.close()
         assert outcome is not None and outcome.record.mode == "plan"
         assert forge.state()["requests"] == []
+
+
+def test_the_demo_takes_the_forge_flags_together(tmp_path: Path) -> None:
+    import argparse
+
+    import pytest
+
+    from fleetllm.cli.common import CommandError
+    from fleetllm.cli.demo import _forge
+
+    token = tmp_path / "token"
+    token.write_text("ghp_x")
+
+    def args(url: str | None, repository: str | None, token_file: Path | None) -> argparse.Namespace:
+        return argparse.Namespace(forge_api_url=url, forge_repository=repository, forge_token_file=token_file)
+
+    assert _forge(args(None, None, None)) is None
+    assert _forge(args("http://127.0.0.1:9/", "o/r", token)) == DemoForge("http://127.0.0.1:9", "o/r", token.resolve())
+    with pytest.raises(CommandError, match="go together"):
+        _forge(args("http://127.0.0.1:9", None, token))
+    with pytest.raises(CommandError, match="no such file"):
+        _forge(args("http://127.0.0.1:9", "o/r", tmp_path / "missing"))

@@ -69,7 +69,28 @@ def register(subparsers: Any) -> None:
                              "~/.cache/fleetllm/vllm-cpu)")
     parser.add_argument("--build-vllm-harness", action="store_true",
                         help="with --real-vllm: build the harness first if it is not there (3.5-5.5 min, 3.4 GB)")
+    parser.add_argument("--forge-api-url", metavar="URL",
+                        help="a GitHub REST API (https://api.github.com, or a fake on loopback) where each rollout "
+                             "sets its commit's status (pending, success, failure): the control plane's forge "
+                             "section; with --forge-repository and --forge-token-file")
+    parser.add_argument("--forge-repository", metavar="OWNER/NAME", help="the repository the statuses are set on")
+    parser.add_argument("--forge-token-file", metavar="FILE", type=Path,
+                        help="a file holding a token that may write its commit statuses (read by reference)")
     parser.set_defaults(run=run)
+
+
+def _forge(args: argparse.Namespace) -> Any:
+    given = [args.forge_api_url, args.forge_repository, args.forge_token_file]
+    if not any(given):
+        return None
+    if not all(given):
+        raise CommandError("--forge-api-url, --forge-repository and --forge-token-file go together")
+    token: Path = args.forge_token_file
+    if not token.is_file():
+        raise CommandError(f"--forge-token-file {token}: no such file")
+    from fleetllm.demo.workspace import DemoForge
+
+    return DemoForge(args.forge_api_url.rstrip("/"), args.forge_repository, token.resolve())
 
 
 def _master_key(args: argparse.Namespace) -> str | None:
@@ -123,5 +144,5 @@ def run(args: argparse.Namespace) -> int:
                       workdir=args.workdir, keep=args.keep, first_address=args.first_address,
                       litellm_url=args.litellm_url, litellm_master_key=_master_key(args), build_litellm=build,
                       litellm_harness=args.litellm_harness or find_harness(), timeout_s=timeout,
-                      real_vllm=harness)
+                      real_vllm=harness, forge=_forge(args))
     return Demo(options, console).run()

@@ -22,6 +22,7 @@ from fleetllm.core.fleet.files import MODELS_FILE, PLACEMENT_FILE
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.rollout.model import RolloutState
 from fleetllm.demo.check import waiting_for
+from fleetllm.demo.ciwait import CiWait, Waited
 from fleetllm.demo.fleet import DEFAULT_GPU_MEMORY_GB, DemoError
 from fleetllm.demo.load import LoadGenerator, LoadReport
 from fleetllm.demo.move import CEILING, Move, choose_move, move_row
@@ -51,6 +52,16 @@ class Played:
     halted: str | None  # why the rollout halted, when it did
     load: LoadReport | None
     notes: tuple[str, ...] = field(default=())
+    ci: Waited | None = None  # `fleetllm rollout wait COMMIT`, the CI job after the merge
+
+    @property
+    def ci_problem(self) -> str | None:
+        """What is wrong with the CI job's outcome: 1 for a halting change, 0 for one that converges."""
+        expected = 1 if self.change.halts else 0
+        if self.ci is None or self.ci.code == expected:
+            return None
+        return (f"{self.change.title}: `fleetllm rollout wait {self.commit[:12]}` "
+                + ("did not end" if self.ci.code is None else f"exited {self.ci.code}") + f", not {expected}")
 
     def lines(self) -> list[str]:
         waves = f", {self.waves} waves" if self.waves is not None else ""
@@ -58,6 +69,8 @@ class Played:
                f"{self.commit[:12]}, {self.passes} passes{waves}"]
         if self.halted:
             out.append(f"  halted: {self.halted}")
+        if self.ci is not None:
+            out.append(self.ci.line(self.commit))
         if self.load is not None:
             out.append(f"  callers: {self.load.rate_per_model:g} requests/s per model for "
                        f"{self.load.duration_s:.0f} s, {self.load.failed} failed")
@@ -184,6 +197,8 @@ def play(demo: Stage, change: Change, message: str, *, load: LoadGenerator | Non
         head = commit_file(workspace, name, text, message)
     started = time.monotonic()
     demo.say(f"committed {head[:12]}: {change.title}; no manual step from here", "bold")
+    assert demo.control_plane is not None
+    ci = CiWait(workspace, demo.control_plane.url, head, timeout_s)  # the CI job after the merge
     passes, halted, waves = 0, None, None
     try:
         while True:
@@ -200,6 +215,10 @@ def play(demo: Stage, change: Change, message: str, *, load: LoadGenerator | Non
                 state = "halted" if change.halts else "converged"
                 raise DemoError(f"{change.title}: not {state} after {timeout_s:g} s")
             time.sleep(interval_s)
+    except BaseException:
+        ci.stop()
+        raise
     finally:
         report = load.stop() if load is not None else None
-    return Played(change, head, round(time.monotonic() - started, 1), passes, waves, halted, report)
+    seconds = round(time.monotonic() - started, 1)
+    return Played(change, head, seconds, passes, waves, halted, report, ci=ci.collect())

@@ -41,7 +41,7 @@ from fleetllm.demo.move import Move
 from fleetllm.demo.reconciler import reconciler
 from fleetllm.demo.scenario import Results, run_scenarios
 from fleetllm.demo.view import BoxStates, screen
-from fleetllm.demo.workspace import Workspace, control_plane_config, create, init_fleet_repo
+from fleetllm.demo.workspace import DemoForge, Workspace, control_plane_config, create, init_fleet_repo
 from fleetllm.job.engine import PassOutcome
 from fleetllm.job.runner import PassRunner
 from fleetllm.logs import LOGGER, setup_logging
@@ -62,6 +62,7 @@ class Options:
     interval_s: float = 2.0
     timeout_s: float = 300.0
     real_vllm: realvllm.Harness | None = None  # one more box, of two real vLLM servers (--real-vllm)
+    forge: DemoForge | None = None  # where the rollouts set commit statuses (--forge-api-url ...)
 
 
 NO_HARNESS = (
@@ -148,7 +149,10 @@ class Demo:
             f"{b.example_name} -> {b.name}" for b in demo_fleet.boxes))
         self.litellm = self._litellm(workspace, [b.name for b in demo_fleet.boxes])
         port = procs.free_port()
-        control_plane_config(workspace, port, self.litellm.url if self.litellm else None)
+        control_plane_config(workspace, port, self.litellm.url if self.litellm else None, options.forge)
+        if options.forge is not None:
+            self.say(f"commit statuses: each rollout sets its commit's status on {options.forge.repository} at "
+                     f"{options.forge.api_url} (forge in the control plane's config)")
         self.control_plane = plane = ControlPlane(workspace, port)
         plane.start()
         self.say(f"control plane (fleetllm serve) on {plane.url}, serving {revision[:12]}")

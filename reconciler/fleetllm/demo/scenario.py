@@ -11,8 +11,11 @@ a box.
 
 With LiteLLM a load generator sends chat completions to every model through the proxy for the whole of
 each scenario; the scenario prints per model requests and failures, the seconds from commit to
-converged (or halted and rolled back) and the waves the rollout took. Without LiteLLM the demo keeps its
-routing table in memory (no proxy: nothing to send load through) and the rollouts run the same way.
+converged (or halted and rolled back) and the waves the rollout took. For each commit a CI job waits for
+its rollout (`fleetllm rollout wait COMMIT`, demo/ciwait.py): it must exit 0 for a change that converges
+and 1 for one that halts. With `--forge-api-url` each rollout also sets its commit's status there.
+Without LiteLLM the demo keeps its routing table in memory (no proxy: nothing to send load through) and
+the rollouts run the same way.
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ def _play(demo: Stage, results: Results, change: Change, message: str, litellm: 
         results.problems += [f"{change.title}: {tally.failed} of {tally.sent} requests to {model} failed"
                              for model, tally in sorted(played.load.tallies.items()) if tally.failed]
     results.problems += _rollout_problems(demo, played)
+    if played.ci_problem is not None:
+        results.problems.append(played.ci_problem)
     return played
 
 
@@ -174,6 +179,7 @@ def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s:
         waves = f"{played.waves} waves" if played.waves is not None else "waves unknown"
         failed = (f"{played.load.failed} failed of {sum(t.sent for t in played.load.tallies.values())} requests"
                   if played.load is not None else "no load")
+        ci = f", CI wait exit {played.ci.code}" if played.ci is not None else ""
         demo.say(f"  {played.change.title}: {'halted' if played.halted else 'converged'} in {played.seconds:.1f} s, "
-                 f"{waves}, {failed}")
+                 f"{waves}, {failed}{ci}")
     return results
