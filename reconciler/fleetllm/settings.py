@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fleetllm.adapters.forge import ForgeConfig
 from fleetllm.adapters.oidc import OidcConfig
 from fleetllm.adapters.state.store import FetchRetention, is_postgres, sqlite_path
 from fleetllm.core.fleet import strictyaml
 from fleetllm.core.fleet.bearer import Salt, SaltError
 from fleetllm.core.fleet.diagnostics import Diagnostic, pointer
 from fleetllm.core.fleet.schema import schema_defaults, validate_document
+from fleetllm.core.forge import ForgeConfig
 from fleetllm.core.notify import EventKind, Target, TargetKind
 from fleetllm.core.secret import Secret
 from fleetllm.errors import ConfigurationError
@@ -564,9 +564,9 @@ class _Builder:
         return PushgatewayConfig(url, where, str(self.get("/reconcile/pushgateway/instance")), username, password,
                                  float(self.get("/reconcile/pushgateway/timeout_s")))
 
-    def http_url(self, at: list[str | int], text: str, carries: str) -> str | None:
-        """An http(s) URL with a host and no credential in it, without its trailing slash; plain http only
-        to a loopback host, as `carries` (what would go with it) must not cross the network in clear."""
+    def http_url(self, at: list[str | int], text: str, carries: str | None) -> str | None:
+        """An http(s) URL with a host and no credential in it, without its trailing slash; when it `carries`
+        a secret (what would go with it), plain http only to a loopback host."""
         key = str(at[-1])
         try:
             parts = urlsplit(text)
@@ -584,7 +584,7 @@ class _Builder:
         if parts.query or parts.fragment:
             self.problem(at, f"{key} has a query or a fragment: give scheme://host[:port][/path] only")
             return None
-        if parts.scheme == "http" and not is_loopback(host):
+        if carries is not None and parts.scheme == "http" and not is_loopback(host):
             self.problem(at, f"{key} must be https ({text} is plain http to {host}): {carries} would cross the "
                          "network in clear text (http is for loopback only)")
             return None
@@ -599,7 +599,7 @@ class _Builder:
             self.problem([*at, "token"], f"{token.reference} is empty: give a token that may write commit statuses")
         api_url = self.http_url([*at, "api_url"], str(self.get("/forge/api_url")), "the forge's token")
         link = self.get("/forge/control_plane_url")
-        control_plane_url = self.http_url([*at, "control_plane_url"], str(link), "nothing") if link else None
+        control_plane_url = self.http_url([*at, "control_plane_url"], str(link), None) if link else None  # a link
         if api_url is None:
             return None
         return ForgeConfig(kind=str(self.get("/forge/kind")), api_url=api_url,

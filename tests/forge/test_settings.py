@@ -50,6 +50,8 @@ def test_github_enterprise_and_a_link_to_the_control_plane(tmp_path: Path) -> No
     assert (forge.api_url, forge.control_plane_url, forge.context) == (
         "https://ghe.example.com/api/v3", "https://fleet.example.org", "fleetllm/prod")
     assert config(tmp_path, api_url="http://127.0.0.1:8765").forge is not None  # a fake on loopback
+    plain = config(tmp_path, control_plane_url="http://fleet.lan:8080").forge  # a link carries no secret
+    assert plain is not None and plain.control_plane_url == "http://fleet.lan:8080"
     assert load_config_without(tmp_path).forge is None
 
 

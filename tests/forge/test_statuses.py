@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from fleetllm.adapters.forge import CommitStatuses, ForgeConfig
+from fleetllm.adapters.forge import CommitStatuses
 from fleetllm.adapters.http import RetryPolicy
 from fleetllm.adapters.state.passes import PassRecord, RolloutPassRecord
-from fleetllm.core.forge import MAX_DESCRIPTION, CommitStatus, StatusState, clip, commit_status
+from fleetllm.core.forge import MAX_DESCRIPTION, CommitStatus, ForgeConfig, StatusState, clip, commit_status
 from fleetllm.core.rollout.transitions import RolloutChange, Transition
 from fleetllm.core.secret import Secret
 from fleetllm.job.forge import pass_statuses, post_statuses

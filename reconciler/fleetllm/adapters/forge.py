@@ -21,13 +21,12 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from fleetllm.adapters.http import HttpError, RetryPolicy, connector, request_json, scrub
-from fleetllm.core.forge import CommitStatus
+from fleetllm.core.forge import CommitStatus, ForgeConfig
 from fleetllm.core.secret import Secret
 from fleetllm.logs import get_logger, log_event
 
@@ -36,24 +35,6 @@ QUEUE_SIZE = 256  # statuses waiting: a few per revision; beyond it the oldest g
 BACKOFF = RetryPolicy(attempts=1, base_delay_s=1.0, factor=2.0, max_delay_s=60.0)  # as the notifier's
 API_VERSION = "2022-11-28"  # GitHub's REST API version (the X-GitHub-Api-Version header)
 OK = frozenset({200, 201})
-
-
-@dataclass(frozen=True)
-class ForgeConfig:
-    """forge.* in the config (fleetllm.settings builds it; docs/configuration.md)."""
-
-    kind: str  # "github"
-    api_url: str  # without a trailing slash
-    repository: str  # OWNER/NAME
-    token: Secret | None = field(repr=False)  # None: this process does not read it (`fleetllm serve`)
-    context: str
-    control_plane_url: str | None  # the link of each status: its /revision page
-    timeout_s: float
-    attempts: int
-    drain_timeout_s: float
-
-    def statuses_url(self, sha: str) -> str:
-        return f"{self.api_url}/repos/{self.repository}/statuses/{sha}"
 
 
 class ForgeMetrics:

@@ -16,11 +16,12 @@ with a 422, so it is cut to 140 here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from fleetllm.core.fleet.jsonvalue import JSON
 from fleetllm.core.rollout.transitions import RolloutChange, Transition
+from fleetllm.core.secret import Secret
 
 MAX_DESCRIPTION = 140  # characters: GitHub answers 422 "description is too long (maximum is 140 characters)"
 REVISION_PAGE = "/revision#rollout"  # the control plane's revision page, at its rollout section
@@ -42,6 +43,25 @@ STATE: dict[Transition, StatusState] = {
     Transition.ABORTED: StatusState.FAILURE,
     Transition.SUPERSEDED: StatusState.ERROR,
 }
+
+
+@dataclass(frozen=True)
+class ForgeConfig:
+    """forge.* in the config (fleetllm.settings builds it; docs/configuration.md; fleetllm.adapters.forge
+    sends with it)."""
+
+    kind: str  # "github"
+    api_url: str  # without a trailing slash
+    repository: str  # OWNER/NAME
+    token: Secret | None = field(repr=False)  # None: this process does not read it (`fleetllm serve`)
+    context: str
+    control_plane_url: str | None  # the link of each status: its /revision page
+    timeout_s: float
+    attempts: int
+    drain_timeout_s: float
+
+    def statuses_url(self, sha: str) -> str:
+        return f"{self.api_url}/repos/{self.repository}/statuses/{sha}"
 
 
 @dataclass(frozen=True)
@@ -93,4 +113,5 @@ def commit_status(change: RolloutChange, context: str, control_plane_url: str | 
                         revision_link(control_plane_url))
 
 
-__all__ = ["MAX_DESCRIPTION", "CommitStatus", "StatusState", "clip", "commit_status", "describe", "revision_link"]
+__all__ = ["MAX_DESCRIPTION", "CommitStatus", "ForgeConfig", "StatusState", "clip", "commit_status", "describe",
+           "revision_link"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from fleetllm.adapters.forge import CommitStatuses, ForgeConfig
+from fleetllm.adapters.forge import CommitStatuses
 from fleetllm.adapters.state.passes import PassRecord
-from fleetllm.core.forge import CommitStatus, commit_status
+from fleetllm.core.forge import CommitStatus, ForgeConfig, commit_status
 
 
 def make_statuses(config: ForgeConfig, registry: CollectorRegistry | None = None) -> CommitStatuses:

@@ -136,7 +136,7 @@ def rollout_notices(record: PassRecord) -> list[Event]:
                                   "started_at": change.started_at}
         if change.transition is Transition.STARTED:
             notices.append(Event(EventKind.ROLLOUT_STARTED, change.target,
-                                 f"the rollout of {short} started: {_boxes(boxes)} move to it in waves "
+                                 f"the rollout of {short} started: {_boxes(boxes)} to move to it in waves "
                                  "(boxes without the agent are served it at once)", details=facts))
         elif change.transition is Transition.CONVERGED:
             took = max(0.0, change.at - change.started_at)
