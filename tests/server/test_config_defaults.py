@@ -81,6 +81,17 @@ TAKEN_IN_OIDC: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     "/auth/oidc/timeout_s": lambda c: c.oidc.timeout_s if c.oidc else None,
 }
 
+# The defaults inside forge, an optional section: taken from a config that has one.
+FORGE = 'forge: {repository: fleet-org/fleet, token: "${env:MK}"}\n'
+TAKEN_IN_FORGE: dict[str, Callable[[ControlPlaneConfig], Any]] = {
+    "/forge/kind": lambda c: c.forge.kind if c.forge else None,
+    "/forge/api_url": lambda c: c.forge.api_url if c.forge else None,
+    "/forge/context": lambda c: c.forge.context if c.forge else None,
+    "/forge/timeout_s": lambda c: c.forge.timeout_s if c.forge else None,
+    "/forge/attempts": lambda c: c.forge.attempts if c.forge else None,
+    "/forge/drain_timeout_s": lambda c: c.forge.drain_timeout_s if c.forge else None,
+}
+
 
 def expected(where: str) -> Any:
     value = DEFAULTS[where]
@@ -97,7 +108,7 @@ def test_the_defaults_are_the_schemas() -> None:
     schema = load_schema("control-plane")
     assert DEFAULTS["/litellm/write_concurrency"] == schema["properties"]["litellm"]["properties"][
         "write_concurrency"]["default"] == 4
-    assert set(TAKEN) | set(TAKEN_IN_PUSHGATEWAY) | set(TAKEN_IN_OIDC) == set(DEFAULTS), \
+    assert set(TAKEN) | set(TAKEN_IN_PUSHGATEWAY) | set(TAKEN_IN_OIDC) | set(TAKEN_IN_FORGE) == set(DEFAULTS), \
         "a schema default this test does not check, or one it lost"
 
 
@@ -115,6 +126,15 @@ def test_the_pushgateway_defaults_are_the_schemas(tmp_path: Path) -> None:
     path.write_text(MINIMAL + PUSHGATEWAY)
     config = load_config(path, ENV)
     for where, taken in TAKEN_IN_PUSHGATEWAY.items():
+        assert taken(config) == expected(where), where
+        assert type(taken(config)) in (type(expected(where)), float), where
+
+
+def test_the_forge_defaults_are_the_schemas(tmp_path: Path) -> None:
+    path = tmp_path / "cp.yaml"
+    path.write_text(MINIMAL + FORGE)
+    config = load_config(path, ENV)
+    for where, taken in TAKEN_IN_FORGE.items():
         assert taken(config) == expected(where), where
         assert type(taken(config)) in (type(expected(where)), float), where
 
@@ -189,7 +209,7 @@ def test_the_environment_only_settings_name_what_is_missing() -> None:
 REVEALED = {
     "adapters/litellm.py": 1, "adapters/providers.py": 1, "adapters/state/postgres.py": 1, "adapters/state/__init__.py": 1,
     "adapters/admin_client.py": 1,
-    "settings.py": 12, "cli/serve.py": 1, "job/wiring.py": 1,
+    "settings.py": 13, "cli/serve.py": 1, "job/wiring.py": 1,
     "server/auth.py": 2, "server/session.py": 3, "server/runtime.py": 1,
     # single sign-on: the client's secret onto the wire (the token endpoint, adapters/oidc.py) and into the
     # session cookies' signing key (server/session.py)
@@ -201,6 +221,8 @@ REVEALED = {
     # the Pushgateway's URL and basic auth onto the wire (prometheus_client's push handler), and the
     # URL checked by the builder (settings.py)
     "job/pushmetrics.py": 3,
+    # the forge's token onto the wire (adapters/forge.py), and checked not empty by the builder (settings.py)
+    "adapters/forge.py": 1,
 }
 
 
