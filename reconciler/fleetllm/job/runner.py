@@ -36,12 +36,13 @@ from fleetllm.job.configfile import ReconcileConfig
 from fleetllm.job.engine import ApiFactory, PassOutcome, Reconciler
 from fleetllm.job.loop import LOG, log_pass, run_forever
 from fleetllm.job.metrics import PassMetrics
-from fleetllm.job.notify import make_notifier, notify_crash, notify_pass
+from fleetllm.job.notify import notify_crash, notify_pass
 from fleetllm.job.pushmetrics import push_metrics, write_metrics_file
 from fleetllm.job.saved import SavedPlan
 from fleetllm.job.source import FleetSource, InvalidFleetError, InvalidHead, Say
 from fleetllm.job.wiring import build_reconciler, rollout_driver
 from fleetllm.logs import log_event
+from fleetllm.settings import make_notifier
 
 __all__ = ["InvalidFleetError", "InvalidHead", "PassRunner", "RunnerOptions", "require_writer"]
 
