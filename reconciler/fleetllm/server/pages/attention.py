@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from fleetllm.adapters.state.passes import ActionRecord, DriftRecord, DuplicateRecord
 from fleetllm.adapters.state.records import Approval
+from fleetllm.core.fleet.approve import ref_name
 from fleetllm.core.fleet.model import ReconcileSettings
 from fleetllm.core.judge.verdict import Verdict
 from fleetllm.core.schedule import overdue_after as pass_overdue_after
-from fleetllm.job.approve import ref_name
 from fleetllm.server.pages.inputs import Inputs
 
 ATTENTION_VERDICTS = (Verdict.FOREIGN, Verdict.STALE, Verdict.STALLED, Verdict.DOWN, Verdict.MISSING)
