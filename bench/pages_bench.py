@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.fleetgen import write_fleet
 from fleetllm.adapters.state.passes import PassRecord, ServerRecord
-from fleetllm.adapters.state.records import BoxReport, Endpoint, FetchRecord
+from fleetllm.adapters.state.records import Endpoint, FetchRecord
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.server.app import create_app
 from fleetllm.server.runtime import start_up
