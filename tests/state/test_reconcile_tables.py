@@ -11,7 +11,7 @@ import pytest
 from fleetllm.adapters.state import open_reconcile_state
 from fleetllm.adapters.state.passes import ActionRecord, PassRecord
 from fleetllm.adapters.state.reconcile import MemoryStore, ReconcileState
-from fleetllm.adapters.state.records import Endpoint, FetchRecord
+from fleetllm.adapters.state.records import BoxApi, FetchRecord
 from fleetllm.adapters.state.sqlstore import SqlStateStore
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
@@ -48,8 +48,8 @@ def record_box_facts(store: ReconcileState) -> None:
         return
     assert isinstance(store, SqlStateStore)  # the control plane's methods on the same object
     for at in (10.0, 20.0):
-        store.record_fetch(FetchRecord(at, Endpoint.CONFIG, 200, "127.0.0.1", "b", None, "b", "r" * 40))
-    store.record_fetch(FetchRecord(25.0, Endpoint.CONFIG, 404, "127.0.0.1", "b", None, "b", None))
+        store.record_fetch(FetchRecord(at, BoxApi.CONFIG, 200, "127.0.0.1", "b", None, "b", "r" * 40))
+    store.record_fetch(FetchRecord(25.0, BoxApi.CONFIG, 404, "127.0.0.1", "b", None, "b", None))
     store.record_report(REPORT, 20)
 
 

@@ -18,7 +18,7 @@ from fleetllm.adapters.state.reconcile import MemoryStore, ReconcileState
 from fleetllm.adapters.state.records import (
     Approval,
     AttentionEntry,
-    Endpoint,
+    BoxApi,
     FetchRecord,
     Sighting,
 )
@@ -40,8 +40,8 @@ from fleetllm_contract.report import ReportOutcome
 __all__ = [
     "Approval",
     "AttentionEntry",
+    "BoxApi",
     "BoxReport",
-    "Endpoint",
     "FetchRecord",
     "FetchRetention",
     "ReconcileState",

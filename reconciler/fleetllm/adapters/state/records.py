@@ -6,8 +6,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
-class Endpoint(StrEnum):
-    """The box-facing endpoints whose every request is recorded."""
+class BoxApi(StrEnum):
+    """Which box-facing endpoint of the box API a recorded request was for (a FetchRecord's `endpoint`).
+    Not fleetllm.core.judge.intended.Endpoint, the address and port a server is dialled at."""
 
     CONFIG = "config"
     REPORT = "report"
@@ -36,7 +37,7 @@ class FetchRecord:
     """One box-facing request, answered or not. `box` is the resolved name (None before resolution)."""
 
     at: float  # unix time
-    endpoint: Endpoint
+    endpoint: BoxApi
     status: int
     peer: str
     claimed_host: str | None = None  # X-LLMAO-Host as sent

@@ -31,7 +31,7 @@ from fleetllm.adapters.state.passes import PassRecord
 from fleetllm.adapters.state.records import (
     Approval,
     AttentionEntry,
-    Endpoint,
+    BoxApi,
     FetchRecord,
     Sighting,
 )
@@ -76,7 +76,7 @@ class Database(Protocol):
 
 
 def _fetch(row: Row) -> FetchRecord:
-    return FetchRecord(at=row["at"], endpoint=Endpoint(row["endpoint"]), status=row["status"], peer=row["peer"],
+    return FetchRecord(at=row["at"], endpoint=BoxApi(row["endpoint"]), status=row["status"], peer=row["peer"],
                        claimed_host=row["claimed_host"], forwarded_for=row["forwarded_for"], box=row["box"],
                        revision=row["revision"], replica=row["replica"], id=row["id"])
 
