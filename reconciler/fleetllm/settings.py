@@ -204,6 +204,9 @@ class PushgatewayConfig:
 
 @dataclass(frozen=True)
 class ReconcileConfig:
+    """reconcile.*: whether passes run and change LiteLLM, and where their metrics go (the reconcile job
+    reads the whole settings through fleetllm.job.configfile.JobConfig)."""
+
     enabled: bool
     dry_run: bool
     pushgateway: PushgatewayConfig | None

@@ -32,7 +32,7 @@ from fleetllm.core.control import ControlState, Pin
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.judge.adoption import AdoptSource
 from fleetllm.errors import ConfigurationError, LockHeld, SourceError, StateError
-from fleetllm.job.configfile import ReconcileConfig
+from fleetllm.job.configfile import JobConfig
 from fleetllm.job.engine import ApiFactory, PassOutcome, Reconciler
 from fleetllm.job.loop import LOG, log_pass, run_forever
 from fleetllm.job.metrics import PassMetrics
@@ -71,7 +71,7 @@ class RunnerOptions:
             raise ConfigurationError("--prune-adopted needs --adopt SOURCE")
 
 
-def require_writer(config: ReconcileConfig, command: str) -> None:
+def require_writer(config: JobConfig, command: str) -> None:
     """`apply` and `reconcile` write to LiteLLM: refuse, saying why, when this config cannot or must not."""
     if not config.enabled:
         raise ConfigurationError(f"reconcile.enabled is false in {config.source}: the reconciler is switched off "
@@ -87,7 +87,7 @@ class PassRunner:
     """Runs passes for one process: the reconciler and its state store are built at the first pass and
     kept; `fleet` and `invalid_head` are what the last read of the fleet found."""
 
-    def __init__(self, options: RunnerOptions, config: ReconcileConfig, *, say: Say) -> None:
+    def __init__(self, options: RunnerOptions, config: JobConfig, *, say: Say) -> None:
         self.options = options
         self.config = config
         self.say = say
