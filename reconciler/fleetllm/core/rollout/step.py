@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from fleetllm.core.fleet.model import DEFAULTS
 from fleetllm.core.rollout.change import box_change, disrupted_servers, over_budget, servers_named
 from fleetllm.core.rollout.model import (
     VERDICTS_UP,
@@ -38,7 +39,7 @@ from fleetllm.core.rollout.model import (
     StepInput,
 )
 
-DEFAULT_GRACE_S = 1800
+DEFAULT_GRACE_S: int = DEFAULTS["/reconcile/health_grace_s"]  # fleet.yaml's (schemas/fleet.schema.json)
 UNSETTLED = frozenset({BoxState.DRAINING, BoxState.RELEASED})
 
 
