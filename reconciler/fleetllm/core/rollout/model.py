@@ -123,7 +123,9 @@ class StepInput:
 
 
 @dataclass(frozen=True)
-class BoxStatus:
+class ReleaseStatus:
+    """A managed box's release as the rollout shows it (not the diff report's BoxStatus of a box)."""
+
     box: str
     state: BoxState
     released: str
@@ -147,7 +149,7 @@ class Step:
     held_out: frozenset[str]  # every deployment id kept out of LiteLLM (draining, released not yet applied)
     rollbacks: Mapping[str, str]  # box -> last good revision
     halt: Halt | None
-    status: Mapping[str, BoxStatus]
+    status: Mapping[str, ReleaseStatus]
     out: Mapping[str, tuple[ServerKey, ...]]  # per model: its servers out of service after this step
 
     @property
