@@ -280,7 +280,7 @@ def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, di
                                                         "id or an absolute path on the box); llmao's installer "
                                                         "did not use source either")
         elif key not in ("model", "args", *VLLM_FIELDS):
-            out.drop(f"{where} model_info.vllm.{key}", "not a field of an fleetllm recipe; left out")
+            out.drop(f"{where} model_info.vllm.{key}", "not a field of a fleetllm recipe; left out")
     recipe: dict[str, JSON] = {"vllm": recipe_vllm}
     params_in = entry.get("litellm_params")
     params: dict[str, JSON] = {}
