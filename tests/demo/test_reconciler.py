@@ -16,7 +16,7 @@ from fleetllm.adapters.git import read_directory
 from fleetllm.adapters.state import open_store
 from fleetllm.adapters.state.locks import default_lock_path, file_lock
 from fleetllm.demo.fleet import simulate
-from fleetllm.demo.reconciler import MemoryLitellm, EmptyLitellm, reconciler
+from fleetllm.demo.reconciler import EmptyLitellm, MemoryLitellm, reconciler
 from fleetllm.demo.workspace import Workspace, control_plane_config, create, init_fleet_repo
 from tests.conftest import EXAMPLE
 
