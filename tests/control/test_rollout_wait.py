@@ -138,7 +138,7 @@ def test_the_current_rollout_is_fixed_at_the_first_look() -> None:
 
 def test_a_refused_token_ends_the_wait_at_once() -> None:
     with pytest.raises(CommandError) as caught:
-        waited([AdminRefused("the control plane refused it (HTTP 401): no valid token", 401)])
+        waited([AdminRefused("GET /admin/rollout: HTTP 401: no valid token", 401)])
     assert caught.value.exit_code == 2 and "HTTP 401" in str(caught.value)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleetllm.adapters.state import open_store
-from fleetllm.adapters.state.records import BoxReport
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
 from fleetllm.demo.procs import free_port, stop
@@ -67,8 +67,7 @@ def test_rollout_commands_through_the_admin_api(server: tuple[str, Path], fleet_
     empty = rollout_cli(base, "status")
     assert empty.returncode == 0 and "no rollout yet" in empty.stdout
     refused = rollout_cli(base, "pause")
-    assert refused.returncode == 1 and "fleetllm rollout: the control plane refused it (HTTP 409): cannot pause" \
-        in refused.stderr
+    assert refused.returncode == 1 and "fleetllm rollout: POST /admin/rollout/pause: HTTP 409" in refused.stderr
     assert rollout_cli(base, "status", token="not-a-token").returncode == 1
     no_token = rollout_cli(base, "status", token=None)
     assert no_token.returncode == 2 and "FLEETLLM_ADMIN_TOKEN" in no_token.stderr

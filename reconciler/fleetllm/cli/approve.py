@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from fleetllm.adapters.approve import ApproveError, approve, open_repo
 from fleetllm.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from fleetllm.core.fleet.model import Provider
 from fleetllm.errors import ConfigurationError
-from fleetllm.job.approve import ApproveError, approve, open_repo
 from fleetllm.settings import ApproveTarget, load_config
 
 

@@ -15,7 +15,7 @@ from fleetllm.core.fleet.files import WORKTREE_REVISION
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.judge.adoption import AdoptSource
 from fleetllm.core.judge.plantext import render_json, render_text
-from fleetllm.job.configfile import ReconcileConfig, config_from_env, load_config
+from fleetllm.job.configfile import JobConfig, config_from_env, load_config
 from fleetllm.job.engine import PassOutcome
 from fleetllm.job.runner import PassRunner, RunnerOptions
 
@@ -51,7 +51,7 @@ def add_adopt_arguments(parser: argparse.ArgumentParser) -> None:
                              "not have (under the delete budget); without it they are reported and left")
 
 
-def load_config_arg(args: argparse.Namespace) -> ReconcileConfig:
+def load_config_arg(args: argparse.Namespace) -> JobConfig:
     """The config (--config FILE, else the environment); a ConfigurationError exits 1 (cli.main)."""
     config = load_config(args.config) if args.config else config_from_env(os.environ)
     if (warning := config.salt.warning()) is not None:
@@ -70,7 +70,7 @@ def runner_options(args: argparse.Namespace, *, push: bool = False) -> RunnerOpt
                          prune_adopted=bool(args.prune_adopted), push=push)
 
 
-def pass_runner(args: argparse.Namespace, config: ReconcileConfig, *, push: bool = False) -> PassRunner:
+def pass_runner(args: argparse.Namespace, config: JobConfig, *, push: bool = False) -> PassRunner:
     """The job's runner for this command: its words for a person on stderr."""
     return PassRunner(runner_options(args, push=push), config, say=eprint)
 

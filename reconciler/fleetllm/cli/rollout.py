@@ -1,5 +1,6 @@
 """`fleetllm rollout status|pause|resume|abort|wait`: the staged rollout through the control plane's admin
-API (GET /admin/rollout, POST /admin/rollout/ACTION), with fleetllm.adapters.admin_client.
+API (GET /admin/rollout, POST /admin/rollout/ACTION), with the one admin-API client
+(fleetllm.adapters.admin_client).
 
 The control plane is --url (or FLEETLLM_URL: https, or http on a loopback address); the token is read
 from --token-file (or the environment: FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN for `status`
@@ -35,7 +36,8 @@ from fleetllm.cli.waiting import (
 
 ACTIONS = ("status", "pause", "resume", "abort", "wait")
 READING = ("status", "wait")  # a viewer token does
-EXIT_REFUSED, EXIT_UNREACHABLE = 1, 2
+EXIT_REFUSED, EXIT_UNREACHABLE = 1, 2  # refused: the control plane said no to the request itself
+REFUSALS = frozenset({403, 404, 409})  # a viewer's action, nothing to pause; another 4xx: exit 2
 REQUEST_TIMEOUT_S = 15.0
 
 
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         body = (api.call("GET", "/admin/rollout") if args.action == "status"
                 else api.call("POST", f"/admin/rollout/{args.action}"))
     except AdminRefused as exc:
-        raise CommandError(str(exc), EXIT_REFUSED) from None
+        raise CommandError(str(exc), EXIT_REFUSED if exc.status in REFUSALS else exc.exit_code) from None
     if args.format == "json":
         print(json.dumps(body, indent=2))
         return EXIT_OK
