@@ -628,8 +628,10 @@ def settings_from_env(env: Mapping[str, str]) -> ControlPlaneConfig:
     probe history starts from LiteLLM each run). Raises ConfigurationError naming the variables."""
     missing = [name for name in ENV_REQUIRED if not env.get(name)]
     if missing:
-        raise ConfigurationError("no --config given and " + ", ".join(missing) + " not set: pass --config FILE, "
-                                 "or set LITELLM_URL, LITELLM_MASTER_KEY and FLEETLLM_VLLM_API_SALT")
+        raise ConfigurationError("no config file given or found (--config, $FLEETLLM_CONFIG, ./fleetllm.yaml, "
+                                 "~/.config/fleetllm/config.yaml, /etc/fleetllm/config.yaml) and " + ", ".join(missing)
+                                 + " not set: pass --config FILE, or set LITELLM_URL, LITELLM_MASTER_KEY and "
+                                 "FLEETLLM_VLLM_API_SALT")
     if not env["LITELLM_URL"].startswith(("http://", "https://")):
         raise ConfigurationError("LITELLM_URL must be the proxy's http(s) URL, e.g. http://127.0.0.1:4000")
     raw: dict[str, Any] = {}

@@ -15,9 +15,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from fleetllm.adapters.http import HttpError, request_json
 from fleetllm.cli.common import EXIT_OK, CommandError
 from fleetllm.core.fleet.jsonvalue import JSON
 
@@ -27,7 +24,7 @@ EXIT_REFUSED, EXIT_UNREACHABLE = 1, 2
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "rollout", help="show, pause, resume or abort the staged rollout",
+        "rollout",
         description="The staged rollout through the control plane's admin API: status shows the target, "
                     "the waves and each agent box's release and why it waits; pause stops releasing boxes; "
                     "resume goes on (a halted rollout retries its halted box); abort rolls released but "
@@ -67,6 +64,10 @@ def base_url(args: argparse.Namespace) -> str:
 
 
 async def call(args: argparse.Namespace) -> JSON:
+    import aiohttp
+
+    from fleetllm.adapters.http import request_json
+
     url, bearer = base_url(args), token(args)
     method, path = ("GET", "/admin/rollout") if args.action == "status" else ("POST", f"/admin/rollout/{args.action}")
     async with aiohttp.ClientSession() as session:
@@ -77,6 +78,8 @@ async def call(args: argparse.Namespace) -> JSON:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fleetllm.adapters.http import HttpError
+
     try:
         body = asyncio.run(call(args))
     except HttpError as exc:
