@@ -113,7 +113,7 @@ def test_an_unknown_command_is_refused_with_every_name(capsys: pytest.CaptureFix
         main(["valdate", str(EXAMPLE)])
     assert exited.value.code == 2
     err = capsys.readouterr().err
-    assert "invalid choice: 'valdate'" in err and "'demo'" in err and "'serve'" in err
+    assert "invalid choice: 'valdate'" in err and "'completion'" in err and "'serve'" in err
 
 
 def test_a_module_cannot_register_what_the_table_does_not_give_it() -> None:

@@ -59,6 +59,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("control", "control", "show the fleet's controls in force (suspension, pin, sync) and their audit trail"),
     Command("rollout", "rollout", "show, pause, resume or abort the staged rollout"),
     Command("demo", "demo", "run a whole simulated fleet on this machine"),
+    Command("completion", "completion", "print a shell completion script (bash, zsh, fish)"),
 )
 BY_NAME = {name: command for command in COMMANDS for name in (command.name, *command.aliases)}
 # A pass that could not run (the config, the repository, the state store, no valid commit, a stale or
