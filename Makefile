@@ -70,6 +70,7 @@ bench: $(STAMP)
 
 # GET /vllm/config under load: 1,000 boxes, 64 connections, cached path vs naive (docs/benchmarks.md).
 bench-config-server: $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python bench/config_server_load.py
 
 # One reconcile pass over 1,000 boxes / 3,000 servers against local fakes (docs/benchmarks.md).
@@ -99,6 +100,7 @@ bench-boot-storm: $(STAMP)
 # Both start a throwaway PostgreSQL (Debian's postgresql package) unless FLEETLLM_TEST_PG_URL is set.
 .PHONY: bench-state bench-scale
 bench-state: $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python bench/config_server_load.py --compare-state --rounds 20
 
 bench-scale: $(STAMP)
