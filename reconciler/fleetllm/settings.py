@@ -59,9 +59,9 @@ _HOW_TO_LIST = ("not a secret reference: write the token as one reference (${env
 # Secrets inside lists of mappings (a pointer pattern, * for an index), with what to say instead.
 _SECRET_GLOBS = {
     **{f"/{key}/*": _HOW_TO_LIST for key in TOKEN_LISTS},
-    "/notifications/targets/*/url": "not a usable target url: a slack target's url is a secret reference "
-                                    "(${env:NAME}, ${file:/absolute/path} or ${cred:NAME}); a webhook's is an "
-                                    "http(s) URL or a secret reference",
+    "/notifications/targets/*/url": "not a usable target url: a slack or apprise target's url is a secret "
+                                    "reference (${env:NAME}, ${file:/absolute/path} or ${cred:NAME}); a webhook's "
+                                    "is an http(s) URL or a secret reference",
     "/notifications/targets/*/bearer": f"not a secret reference: {HOW_TO_REFER}",
     "/notifications/targets/*/header/value": f"not a secret reference: {HOW_TO_REFER}",
     "/reconcile/pushgateway/url": "not a usable pushgateway url: an http(s) URL, or a secret reference "
@@ -507,11 +507,19 @@ class _Builder:
         url = Secret(raw["url"], f"the url of target {raw['name']!r}") if plain else self.secret([*at, "url"])
         bearer = self.secret([*at, "bearer"])
         header_value = self.secret([*at, "header", "value"])
-        if kind is TargetKind.SLACK and (bearer is not None or header_value is not None):
-            self.problem(at, f"target {raw['name']!r}: bearer and header are for webhook targets; a slack "
+        if kind is not TargetKind.WEBHOOK and (bearer is not None or header_value is not None):
+            self.problem(at, f"target {raw['name']!r}: bearer and header are for webhook targets; a {kind} "
                          "target's url is its only credential")
         if url is None:
             return None
+        events = frozenset(EventKind(e) for e in raw["events"])
+        if kind is TargetKind.APPRISE:
+            from fleetllm.adapters.notify import apprise_problem
+
+            if (problem := apprise_problem(url.reveal())) is not None:
+                self.problem([*at, "url"], f"target {raw['name']!r}: {url.reference} holds {problem}")
+                return None
+            return Target(raw["name"], kind, url, events)
         try:
             parts = urlsplit(url.reveal())
             usable = parts.scheme in ("http", "https") and bool(parts.hostname)
@@ -525,7 +533,7 @@ class _Builder:
             self.problem([*at, "url"], f"target {raw['name']!r} would send a secret in clear text over http to "
                          f"{parts.hostname}: use https (plain http is for loopback receivers only)")
         header = (raw["header"]["name"], header_value) if header_value is not None else None
-        return Target(raw["name"], kind, url, frozenset(EventKind(e) for e in raw["events"]), bearer, header)
+        return Target(raw["name"], kind, url, events, bearer, header)
 
     def pushgateway(self) -> PushgatewayConfig | None:
         if self.get("/reconcile/pushgateway") is None:
