@@ -68,6 +68,12 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/validate_bench.py
 
+# The command line as a user pays it (whole processes): fleetllm --version, fleetllm validate on 1,000 boxes,
+# and check-jsonschema on the same files, installed into a temporary venv (docs/benchmarks.md).
+.PHONY: bench-cli
+bench-cli: $(STAMP)
+	$(BIN)/python bench/cli_bench.py --install
+
 # GET /vllm/config under load: 1,000 boxes, 64 connections, cached path vs naive (docs/benchmarks.md).
 bench-config-server: $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[bench]'
