@@ -6,7 +6,10 @@ operator's own server) pointed at the receiver. No part of the URL reaches a log
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -100,6 +103,43 @@ def test_sending_holds_up_no_emit(logs: LogCapture) -> None:  # noqa: F811
         held.wait_for(20)
         assert sender.close(20)
     assert value(registry, "fleetllm_notifications_sent_total", target="team", kind="rollout_halted") == 20
+
+
+HELD_SENDER = """
+import sys
+from fleetllm.adapters.notify import Delivery, Notifier
+from fleetllm.adapters.state.notifications import MemoryLedger
+from fleetllm.core.notify import Event, EventKind, Target, TargetKind
+from fleetllm.core.secret import Secret
+
+target = Target("team", TargetKind.APPRISE, Secret(sys.argv[1], "${env:U}"), frozenset(EventKind))
+sender = Notifier([target], Delivery(3600.0, 120.0, 1, 10, True), MemoryLedger(), component="reconciler",
+                  instance="held")
+sender.emit(Event(EventKind.PASS_FAILED, "failed", "the pass failed"))
+sys.stdin.readline()  # the test says when the request is at the receiver
+print("sent" if sender.close(0.5) else "left", flush=True)
+"""
+
+
+def test_a_receiver_that_never_answers_does_not_hold_up_the_exit() -> None:
+    """`reconcile --once` ends with close(drain_timeout_s): a send still waiting on its receiver then is
+    left behind, and the process exits while the receiver still holds the request."""
+    gate = threading.Event()
+    with receiving(gate=gate) as held:
+        child = subprocess.Popen([sys.executable, "-c", HELD_SENDER, json_url(held)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while held.arrived == 0:
+                assert time.monotonic() < deadline and child.poll() is None, "the send never reached the receiver"
+                time.sleep(0.05)
+            out, err = child.communicate("go\n", timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        assert (child.returncode, out.strip()) == (0, "left"), err
+        assert held.received == []  # it exited with the request still held
+        gate.set()
 
 
 # The config.

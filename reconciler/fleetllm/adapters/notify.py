@@ -11,9 +11,11 @@ Each is sent through the HTTP adapter with a timeout. Connection errors, timeout
 retried with capped exponential backoff, or after what the answer's `Retry-After` asks (seconds or an
 HTTP-date, RFC 9110 section 10.2.3), capped by the same maximum so that a receiver cannot park a target's
 worker for longer (the wait holds up only that worker, never an emit); any other 4xx is final.
-An Apprise target (`kind: apprise`) is sent by Apprise, in a thread of the sender's pool (its calls
-block), as a title and a text (fleetllm.core.notify.text_message), with `timeout_s` for the whole call;
-Apprise says only whether it worked, so every failure is retried the same way. Apprise's own log
+An Apprise target (`kind: apprise`) is sent by Apprise as a title and a text
+(fleetllm.core.notify.text_message), each attempt in a daemon thread of its own (Apprise's calls block;
+a receiver that never answers holds neither the sender's loop nor the process's exit), its sockets
+bounded by `timeout_s` and the wait for it by twice that; Apprise says only whether it worked, so every
+failure is retried the same way. Apprise's own log
 records are kept out of the process's log and only a failure's, scrubbed of every part of the URL (its
 host may be a token: discord://ID/TOKEN), is logged.
 Each outcome is counted (sent, failed) and a failure is logged with the target's name, never its URL,
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import re
 import threading
@@ -283,11 +286,16 @@ class Notifier:
             notify_type = APPRISE_TYPES[(str(document["status"]), str(document["severity"]))]
 
             async def send() -> None:
-                failure = await asyncio.to_thread(send_apprise, url, title, text, notify_type,
-                                                  self.delivery.timeout_s)
+                timeout_s = self.delivery.timeout_s
+                try:
+                    failure = await asyncio.wait_for(
+                        in_daemon_thread(send_apprise, url, title, text, notify_type, timeout_s),
+                        2 * timeout_s + APPRISE_GRACE_S)
+                except TimeoutError:
+                    failure = f"no outcome within {2 * timeout_s + APPRISE_GRACE_S:g} s"
                 if failure is not None:
                     raise AppriseSendError(f"notification target {target.name}: Apprise could not send it: "
-                                        f"{scrub(failure, hidden)}")
+                                           f"{scrub(failure, hidden)}")
         else:
             body = slack_message(document) if target.kind is TargetKind.SLACK else document
             headers = {"User-Agent": "fleetllm-notify", "Content-Type": "application/json"}
@@ -343,6 +351,36 @@ class AppriseSendError(UpstreamError):
     retry_after: str | None = None
 
 
+APPRISE_GRACE_S = 5.0  # beyond 2 x timeout_s (connect, then read) before an Apprise attempt counts as failed
+
+
+async def in_daemon_thread(function: Callable[..., str | None], *args: Any) -> str | None:
+    """`function(*args)` in a daemon thread of its own: unlike asyncio.to_thread's pool, a call that never
+    returns is left behind when the awaiting task gives up, and never holds up the interpreter's exit."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[str | None] = loop.create_future()
+
+    def deliver(result: str | None, error: BaseException | None) -> None:  # on the loop
+        if done.done():  # the awaiting task gave up
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def work() -> None:
+        result, error = None, None
+        try:
+            result = function(*args)
+        except Exception as exc:  # handed to the awaiting task
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(deliver, result, error)
+
+    threading.Thread(target=work, name="fleetllm-apprise", daemon=True).start()
+    return await done
+
+
 # Apprise's notification types, by the payload's status and severity (its services' colours and icons).
 APPRISE_TYPES = {("firing", "critical"): "failure", ("firing", "warning"): "warning",
                  ("resolved", "critical"): "success", ("resolved", "warning"): "success"}
@@ -368,14 +406,17 @@ def send_apprise(url: str, title: str, body: str, notify_type: str, timeout_s: f
     import apprise
 
     _quiet_apprise()
-    sender = apprise.Apprise(asset=apprise.AppriseAsset(app_id="fleetllm", app_desc="fleetllm notifications",
-                                                        app_url="", secure_logging=True))
+    # No deadline and no async mode: Apprise then sends in this thread rather than in its own pools (whose
+    # threads would outlive a give-up and hold up the exit); the sockets' timeouts bound the attempt.
+    asset = apprise.AppriseAsset(app_id="fleetllm", app_desc="fleetllm notifications", app_url="",
+                                 secure_logging=True, async_mode=False, service_timeout=0)
+    sender = apprise.Apprise(asset=asset)
     if not sender.add(url):
         return "the url is not one Apprise can send to"
-    for service in sender:  # each socket wait within the attempt's timeout
+    for service in sender:
         service.socket_connect_timeout = service.socket_read_timeout = timeout_s
     result: Any = sender.notify(body=body, title=title, notify_type=apprise.NotifyType(notify_type),
-                                body_format=apprise.NotifyFormat.TEXT, timeout=timeout_s)
+                                body_format=apprise.NotifyFormat.TEXT)
     if result:
         return None
     said = [entry.message for entry in result.logs() if entry.level in ("WARNING", "ERROR", "CRITICAL")]
