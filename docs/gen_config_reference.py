@@ -72,6 +72,10 @@ the environment alone (`LITELLM_URL`, `LITELLM_MASTER_KEY`, `FLEETLLM_VLLM_API_S
 and says where it looked, and `approve` works in `--repo` (the current directory by default). `approve`
 leaves a found file alone when `--repo` is given, or when the file tracks a remote `repo.url`. The
 systemd units and the image pass `--config /etc/fleetllm/control-plane.yaml` explicitly.
+
+`./fleetllm.yaml` is whatever the current directory holds: do not run `plan`, `apply` or `reconcile`
+with credentials in the environment from a checkout of changes nobody has reviewed (such a file says
+where `${env:...}` values are sent). The GitHub Action runs `plan` from a directory of its own.
 """
 
 

@@ -6,10 +6,11 @@ stay wrapped until the constructor of the client that puts them on the wire.
 
 `load_config(path)` either returns a complete, typed `ControlPlaneConfig` (every secret resolved) or
 raises `ConfigurationError` listing every problem as `file:line:col: /pointer: message`.
-`settings_from_env(env)` builds the same object for a job without a config file (`fleetllm plan`
-without --config) from LITELLM_URL, LITELLM_MASTER_KEY, FLEETLLM_VLLM_API_SALT and the optional
-FLEETLLM_LEGACY_API_KEY, VAST_API_KEY, RUNPOD_API_KEY: the same builder, so the same checks, the same
-defaults and the same `Secret`s; its problems name the variable. No message ever contains a secret value.
+`settings_from_env(env)` builds the same object for a job without a config file (`fleetllm plan` with no
+--config and none found by fleetllm.cli.common.find_config) from LITELLM_URL, LITELLM_MASTER_KEY,
+FLEETLLM_VLLM_API_SALT and the optional FLEETLLM_LEGACY_API_KEY, VAST_API_KEY, RUNPOD_API_KEY: the same
+builder, so the same checks, the same defaults and the same `Secret`s; its problems name the variable. No
+message ever contains a secret value.
 
 Defaults are written once, as the schema's `default`s: the builder reads them (`DEFAULTS`), the
 reference docs/configuration.md is generated from them, and the dataclasses below declare none.
