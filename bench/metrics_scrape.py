@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetllm.adapters.state import open_store
-from fleetllm.adapters.state.records import Endpoint, FetchRecord
+from fleetllm.adapters.state.records import BoxApi, FetchRecord
 from fleetllm.adapters.state.store import FetchRetention
 
 
@@ -34,7 +34,7 @@ def main() -> None:
                            retention=FetchRetention(max_rows=args.rows, max_age_s=1e12))
         started = time.perf_counter()
         for i in range(args.rows):
-            store.record_fetch(FetchRecord(at=1e9 + i, endpoint=Endpoint.CONFIG, status=(200, 304, 403)[i % 3],
+            store.record_fetch(FetchRecord(at=1e9 + i, endpoint=BoxApi.CONFIG, status=(200, 304, 403)[i % 3],
                                            peer="192.0.2.1", box=f"box-{i % args.boxes}", revision="r", replica="a"))
         store.flush()
         print(f"{args.rows} fetch records over {args.boxes} boxes written in {time.perf_counter() - started:.1f} s")

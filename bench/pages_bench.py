@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.fleetgen import write_fleet
 from fleetllm.adapters.state.passes import PassRecord, ServerRecord
-from fleetllm.adapters.state.records import BoxReport, Endpoint, FetchRecord
+from fleetllm.adapters.state.records import BoxApi, FetchRecord
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.server.app import create_app
 from fleetllm.server.runtime import start_up
@@ -68,7 +69,7 @@ def main() -> int:
         now = time.time()
         servers = []
         for n, (name, box) in enumerate(sorted(served.fleet.boxes.items())):
-            runtime.store.record_fetch(FetchRecord(now - 60, Endpoint.CONFIG, 200, name, name, None, name,
+            runtime.store.record_fetch(FetchRecord(now - 60, BoxApi.CONFIG, 200, name, name, None, name,
                                                    served.revision))
             rendered = json.loads(served.boxes[name].body)["servers"]
             applied = [{"name": s["name"], "digest": s["digest"]} for s in rendered]

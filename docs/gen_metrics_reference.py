@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 from fleetllm.adapters.notify import NotifyMetrics
-from fleetllm.adapters.state.records import Endpoint
+from fleetllm.adapters.state.records import BoxApi
 from fleetllm.core.judge.plan import ActionKind
 from fleetllm.core.judge.verdict import Verdict
 from fleetllm.core.notify import EventKind
@@ -91,7 +91,7 @@ def values(enum: type[StrEnum]) -> str:
 # What each label holds, per family (the enums are the code's own, so their values stay current). A label
 # without an entry here stops the generator: every label is explained.
 LABELS: dict[tuple[str, str], str] = {
-    ("fleetllm_box_requests", "endpoint"): f"the box endpoint: {values(Endpoint)}",
+    ("fleetllm_box_requests", "endpoint"): f"the box endpoint: {values(BoxApi)}",
     ("fleetllm_box_requests", "status"): "the HTTP status answered: `200`, `304`, `400`, `403` (no or a wrong "
                                          "fleet key), `404` (a box the placement does not have), `413`, `503`",
     ("fleetllm_served_revision_info", "revision"): "the commit served",

@@ -6,6 +6,7 @@ reads. Standard library only (it ships in the box zipapp and runs with `python3 
 - `secretref`: `${env:NAME}`, `${file:PATH}` and `${cred:NAME}` secret references.
 - `addresses`: host and address helpers (IPv4-mapped IPv6, loopback).
 - `logfmt`: the one log format (JSON lines) of every fleetllm process.
+- `sdnotify`: systemd's readiness protocol, for `fleetllm serve` and the box gateway.
 - `version`: fleetllm's one version.
 """
 

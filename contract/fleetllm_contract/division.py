@@ -147,7 +147,8 @@ def rounded(fraction: float) -> float:
 
 @dataclass(frozen=True)
 class BoxChange:
-    """Server names (the box JSON's `name`) by what the box does with them when it applies a new JSON."""
+    """Server names (the box JSON's `name`) by what the box does with them when it applies a new JSON: the
+    one type for it (the rollout's fleetllm.core.rollout.change.box_change returns it too)."""
 
     started: frozenset[str]
     restarted: frozenset[str]  # a boot field or its share of the card changes
@@ -155,6 +156,16 @@ class BoxChange:
     unchanged: frozenset[str]
     redivided: bool = False  # the new set did not fit around the running shares: the card was divided afresh
     card_known: bool = True  # False: no card size, so neighbours were counted as restarting when a server came
+
+    @property
+    def disrupted(self) -> frozenset[str]:
+        """Servers that stop serving for a while: restarted or removed (added ones are not)."""
+        return self.restarted | self.stopped
+
+    @property
+    def boot(self) -> bool:
+        """The box has anything to do: a server starts, restarts or stops."""
+        return bool(self.started or self.restarted or self.stopped)
 
 
 def _servers(box: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:

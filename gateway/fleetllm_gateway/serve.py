@@ -16,10 +16,10 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import Response, StreamResponse
 
+from fleetllm_contract.sdnotify import sd_notify
 from fleetllm_gateway.app import Gateway
 from fleetllm_gateway.config import GatewayConfig
 from fleetllm_gateway.errors import GatewayError
-from fleetllm_gateway.notify import sd_notify
 
 log = logging.getLogger("gateway")
 

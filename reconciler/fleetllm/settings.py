@@ -28,7 +28,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from prometheus_client import CollectorRegistry
+
+from fleetllm.adapters.notify import Delivery, Notifier
 from fleetllm.adapters.oidc import OidcConfig
+from fleetllm.adapters.state.notifications import NotificationLedger
 from fleetllm.adapters.state.store import FetchRetention, is_postgres, sqlite_path
 from fleetllm.core.fleet import strictyaml
 from fleetllm.core.fleet.bearer import Salt, SaltError
@@ -201,6 +205,9 @@ class PushgatewayConfig:
 
 @dataclass(frozen=True)
 class ReconcileConfig:
+    """reconcile.*: whether passes run and change LiteLLM, and where their metrics go (the reconcile job
+    reads the whole settings through fleetllm.job.configfile.JobConfig)."""
+
     enabled: bool
     dry_run: bool
     pushgateway: PushgatewayConfig | None
@@ -230,6 +237,17 @@ class NotificationsConfig:
     attempts: int
     queue_size: int
     drain_timeout_s: float
+
+    @property
+    def delivery(self) -> Delivery:
+        return Delivery(self.renotify_interval_s, self.timeout_s, self.attempts, self.queue_size, self.send_resolved)
+
+
+def make_notifier(settings: NotificationsConfig, ledger: NotificationLedger, *, component: str, instance: str,
+                  registry: CollectorRegistry | None = None) -> Notifier:
+    """The notifier a process sends with (the control plane, a reconcile job), built from notifications.*."""
+    return Notifier(settings.targets, settings.delivery, ledger, component=component, instance=instance,
+                    registry=registry)
 
 
 @dataclass(frozen=True)

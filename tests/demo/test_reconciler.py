@@ -16,7 +16,7 @@ from fleetllm.adapters.git import read_directory
 from fleetllm.adapters.state import open_store
 from fleetllm.adapters.state.locks import default_lock_path, file_lock
 from fleetllm.demo.fleet import simulate
-from fleetllm.demo.reconciler import MemoryLitellm, NoLitellm, reconciler
+from fleetllm.demo.reconciler import EmptyLitellm, MemoryLitellm, reconciler
 from fleetllm.demo.workspace import Workspace, control_plane_config, create, init_fleet_repo
 from tests.conftest import EXAMPLE
 
@@ -49,7 +49,7 @@ def test_plan_only_is_a_dry_run_against_an_empty_litellm(workspace: Workspace) -
     runner = reconciler(workspace, None, rollouts=False)
     try:
         assert runner.options.dry_run is True
-        assert runner.options.litellm is not None and isinstance(runner.options.litellm(None), NoLitellm)  # type: ignore[arg-type]
+        assert runner.options.litellm is not None and isinstance(runner.options.litellm(None), EmptyLitellm)  # type: ignore[arg-type]
         outcome = asyncio.run(runner.scheduled_pass())
         assert outcome is not None and outcome.record.mode == "plan"
         assert runner.fleet is not None and outcome.intended.revision == runner.fleet.revision

@@ -19,7 +19,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from fleetllm.adapters.state.records import MAX_MARK, STORED_CHARS, Endpoint, FetchRecord, clip
+from fleetllm.adapters.state.records import MAX_MARK, STORED_CHARS, BoxApi, FetchRecord, clip
 from fleetllm.server.app import create_app
 from fleetllm.server.guard import ConnectionCaps
 from fleetllm.server.params import ParamError, int_param
@@ -73,7 +73,7 @@ def test_int_param_reads_ascii_digits_in_range_only(value: str, lo: int, hi: int
 @FEW
 @given(st.text(max_size=3000), st.text(max_size=3000), st.text(max_size=100))
 def test_stored_client_text_fits_its_cap(host: str, xff: str, peer: str) -> None:
-    record = FetchRecord(at=1.0, endpoint=Endpoint.CONFIG, status=403, peer=peer, claimed_host=host,
+    record = FetchRecord(at=1.0, endpoint=BoxApi.CONFIG, status=403, peer=peer, claimed_host=host,
                          forwarded_for=xff, box=host).bounded()
     for name, value in (("claimed_host", record.claimed_host), ("forwarded_for", record.forwarded_for),
                         ("box", record.box), ("peer", record.peer)):

@@ -3,10 +3,11 @@ and only then: a report about an older boot config says nothing about this one."
 
 from __future__ import annotations
 
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.judge.intended import Endpoint
-from fleetllm.core.judge.observed import BoxFacts, BoxReport, ProbeStatus, Resolution
+from fleetllm.core.judge.observed import BoxFacts, ProbeStatus, Resolution
 from fleetllm.core.judge.verdict import ServerHistory, Verdict, judge
-from tests.reconcile.builders import NOW, SETTINGS, failed, server
+from tests.reconcile.builders import NOW, SETTINGS, failed, reported, server
 
 S = server("127.0.0.2", 8001, "m")
 HERE = Resolution(Endpoint("127.0.0.2", 8001))
@@ -20,7 +21,7 @@ def reason(report: BoxReport | None, fetched_ago: float) -> tuple[Verdict, str]:
 
 
 def test_a_reported_give_up_is_in_the_reason() -> None:
-    given_up = BoxReport("a" * 40, {S.name: S.digest}, NOW - 30, failed=frozenset({S.name}))
+    given_up = reported("a" * 40, {S.name: S.digest}, NOW - 30, failed={S.name})
     assert reason(given_up, 3600) == (Verdict.STALLED, reason(None, 3600)[1]
                                       + "; the box reports supervisord gave up on it (it exits while loading: "
                                         "see its log on the box)")
@@ -29,7 +30,7 @@ def test_a_reported_give_up_is_in_the_reason() -> None:
 
 
 def test_a_report_for_another_boot_config_or_server_says_nothing() -> None:
-    older = BoxReport("b" * 40, {S.name: "sha256:older"}, NOW - 30, failed=frozenset({S.name}))
-    other = BoxReport("a" * 40, {S.name: S.digest}, NOW - 30, failed=frozenset({"other"}))
+    older = reported("b" * 40, {S.name: "sha256:older"}, NOW - 30, failed={S.name})
+    other = reported("a" * 40, {S.name: S.digest}, NOW - 30, failed={"other"})
     assert "gave up" not in reason(older, 3600)[1]
     assert "gave up" not in reason(other, 3600)[1]

@@ -24,8 +24,7 @@ import yaml
 from fleetllm.adapters.state import open_store
 from fleetllm.adapters.state.notifications import SqlLedger
 from fleetllm.core.notify import Event, EventKind
-from fleetllm.job.notify import make_notifier
-from fleetllm.settings import load_config
+from fleetllm.settings import load_config, make_notifier
 from tests.conftest import ROOT, git
 from tests.faults.conftest import FLEET_KEY, PLANE_ENV, SALT, box_headers, plane_document, push_hook
 from tests.installer.realprocs import wait_until

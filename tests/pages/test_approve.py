@@ -9,7 +9,7 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from fleetllm.job.approve import ref_name
+from fleetllm.core.fleet.approve import ref_name
 from fleetllm.server.auth import token_fingerprint
 from tests.conftest import git
 from tests.pages.conftest import LogCapture, World, build_world, csrf_of, login

@@ -31,9 +31,9 @@ import pytest
 
 from fleetllm.adapters.git import GitFleetRepo
 from fleetllm.adapters.state import open_store
+from fleetllm.core.fleet.approve import ref_name
 from fleetllm.core.fleet.validate import validate_snapshot
 from fleetllm.demo.procs import stop
-from fleetllm.job.approve import ref_name
 from tests.conftest import ROOT, git
 from tests.pages.conftest import PAGE_ENV, page_config
 from tests.pages.scenario import (

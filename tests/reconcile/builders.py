@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.bearer import Salt
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.core.fleet.model import LitellmRoute, Provider, ReconcileSettings
@@ -26,6 +27,7 @@ from fleetllm.core.judge.observed import (
     resolve_endpoint,
 )
 from fleetllm.core.judge.verdict import ServerHistory
+from fleetllm_contract.report import ReportOutcome
 
 SALT = Salt("test-salt-0123456789abcdef")
 NOW = 1_800_000_000.0
@@ -88,3 +90,14 @@ def assessed(plan_for: Intended, obs: Observation,
 
 def up_history(now: float = NOW - 60) -> ServerHistory:
     return ServerHistory(first_seen=now - 3600, up=True, ever_up=True, ok_streak=5, recent="11111", last_healthy=now)
+
+
+def reported(revision: str, digests: Mapping[str, str], at: float, *, failed: Iterable[str] = (),
+             outcome: ReportOutcome = ReportOutcome.INSTALLED, box: str = "127.0.0.2") -> BoxReport:
+    """A box's report (POST /vllm/report) of the servers in `digests` (name -> boot digest it applied);
+    `failed`: servers it says supervisord gave up on (one not in `digests` is reported without a digest)."""
+    gave_up = set(failed)
+    servers: list[dict[str, object]] = [{"name": name, "digest": digest, "state": "failed" if name in gave_up
+                                         else "started"} for name, digest in digests.items()]
+    servers += [{"name": name, "state": "failed"} for name in sorted(gave_up - set(digests))]
+    return BoxReport(box, at, box, revision, "test", outcome, freeze_mapping({"servers": servers}))

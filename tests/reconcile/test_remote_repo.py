@@ -12,7 +12,7 @@ import pytest
 
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.errors import SourceError
-from fleetllm.job.configfile import ReconcileConfig, load_config
+from fleetllm.job.configfile import JobConfig, load_config
 from fleetllm.job.source import FleetSource, InvalidFleetError
 from tests.conftest import git
 
@@ -29,7 +29,7 @@ def config_for(tmp_path: Path, url: str, repo_extra: str = "") -> Path:
     return path
 
 
-def load_fleet(source: dict[str, str | None], config: ReconcileConfig) -> Fleet:
+def load_fleet(source: dict[str, str | None], config: JobConfig) -> Fleet:
     """The fleet as `fleetllm apply` reads it (--repo, --rev as given), its words for a person dropped."""
     return FleetSource(config, source.get("repo"), source.get("rev")).load(lambda _text: None)
 

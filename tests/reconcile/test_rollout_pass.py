@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fleetllm.adapters.litellm import LitellmClient
 from fleetllm.adapters.state import open_store
-from fleetllm.adapters.state.records import BoxReport
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.bearer import Salt
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.core.fleet.model import (

@@ -14,9 +14,10 @@ import pytest
 from prometheus_client import generate_latest
 
 from fleetllm.adapters.state.passes import ActionRecord, PassRecord
+from fleetllm.core.schedule import next_delay
 from fleetllm.errors import ConfigurationError as ConfigError
 from fleetllm.job.configfile import load_config
-from fleetllm.job.loop import LockHeld, next_delay, pass_lock
+from fleetllm.job.loop import LockHeld, pass_lock
 from fleetllm.job.metrics import PassMetrics
 
 RECORD = PassRecord(100.0, 1.5, "a" * 40, "apply", {"Healthy": 2, "Down": 1},

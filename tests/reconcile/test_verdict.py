@@ -10,7 +10,6 @@ from fleetllm.core.fleet.model import Provider
 from fleetllm.core.judge.intended import Endpoint
 from fleetllm.core.judge.observed import (
     BoxFacts,
-    BoxReport,
     ProbeResult,
     ProbeStatus,
     ProviderBox,
@@ -27,7 +26,7 @@ from fleetllm.core.judge.verdict import (
     rollup,
 )
 
-from .builders import NOW, SETTINGS, failed, ok, server, up_history
+from .builders import NOW, SETTINGS, failed, ok, reported, server, up_history
 
 S = server("127.0.0.2", 8001, "m")
 HERE = Resolution(Endpoint("127.0.0.2", 8001))
@@ -73,9 +72,9 @@ CASES = [
     ("stale: weights differ", HERE, ok(S, root="org/old"), after(FRESH, G), FETCHED_LONG_AGO, Verdict.STALE,
      "weights org/old"),
     ("stale: reported digest differs", HERE, ok(S), after(FRESH, G),
-     BoxFacts(NOW - 60, BoxReport("b" * 40, {"m": "sha256:old"}, NOW - 50)), Verdict.STALE, "revision bbbb"),
+     BoxFacts(NOW - 60, reported("b" * 40, {"m": "sha256:old"}, NOW - 50)), Verdict.STALE, "revision bbbb"),
     ("healthy: reported digest matches", HERE, ok(S), after(FRESH, G),
-     BoxFacts(NOW - 60, BoxReport("a" * 40, {"m": S.digest}, NOW - 50)), Verdict.HEALTHY, "serves"),
+     BoxFacts(NOW - 60, reported("a" * 40, {"m": S.digest}, NOW - 50)), Verdict.HEALTHY, "serves"),
     ("gateway: routes fewer models than placed", HERE, ok(S, gateway_models=1), after(FRESH, G), FETCHED_LONG_AGO,
      Verdict.STALE, "routes 1 model(s), the placement puts 2"),
     ("gateway: routes what the placement puts behind it", HERE, ok(S, gateway_models=2), after(FRESH, G),

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from fleetllm.core.judge.intended import Endpoint
-from fleetllm.core.judge.observed import BoxFacts, BoxReport, ProbeResult, ProbeStatus, Resolution
+from fleetllm.core.judge.observed import BoxFacts, ProbeResult, ProbeStatus, Resolution
 from fleetllm.core.judge.verdict import (
     Availability,
     Judgement,
@@ -26,7 +26,7 @@ from fleetllm.core.judge.verdict import (
     seeded_history,
 )
 
-from .builders import NOW, SETTINGS, server
+from .builders import NOW, SETTINGS, reported, server
 
 S = server("127.0.0.2", 8001, "m")
 HERE = Resolution(Endpoint("127.0.0.2", 8001))
@@ -128,14 +128,14 @@ def test_grace_boundary_and_the_reported_failure() -> None:
     fresh = ServerHistory(first_seen=NOW - 1000)
     at_grace = BoxFacts(fetched_at=NOW - SETTINGS.health_grace_s)
     assert judged(fresh, ProbeResult(ProbeStatus.REFUSED, "refused"), at_grace).verdict is Verdict.STALLED
-    report = BoxReport("b" * 40, {"m": S.digest}, NOW, failed=frozenset({"m"}))
+    report = reported("b" * 40, {"m": S.digest}, NOW, failed={"m"})
     facts = BoxFacts(fetched_at=NOW - 30, report=report)
     reason = judged(fresh, ProbeResult(ProbeStatus.REFUSED, "refused"), facts).reason
     assert reason.endswith("refused; the box reports supervisord gave up on it (it exits while loading: see its log "
                            "on the box)")
-    other_digest = BoxFacts(fetched_at=NOW - 30, report=dataclasses.replace(report, digests={"m": "sha256:old"}))
+    other_digest = BoxFacts(fetched_at=NOW - 30, report=reported("b" * 40, {"m": "sha256:old"}, NOW, failed={"m"}))
     assert judged(fresh, ProbeResult(ProbeStatus.REFUSED, "refused"), other_digest).reason.endswith("refused")
-    not_failed = BoxFacts(fetched_at=NOW - 30, report=dataclasses.replace(report, failed=frozenset()))
+    not_failed = BoxFacts(fetched_at=NOW - 30, report=reported("b" * 40, {"m": S.digest}, NOW))
     assert judged(fresh, ProbeResult(ProbeStatus.REFUSED, "refused"), not_failed).reason.endswith("refused")
 
 
@@ -143,7 +143,7 @@ def test_stale_reasons_exactly() -> None:
     up = ServerHistory(first_seen=NOW - 900, up=True, ever_up=True)
     assert judged(up, ProbeResult(ProbeStatus.OK, max_model_len=2048)).reason == (
         "serves max_model_len 2048, the repo says 4096: the box must re-fetch and restart vLLM")
-    report = BoxReport("c" * 40, {"m": "sha256:old"}, NOW)
+    report = reported("c" * 40, {"m": "sha256:old"}, NOW)
     assert judged(up, ProbeResult(ProbeStatus.OK), BoxFacts(fetched_at=NOW, report=report)).reason == (
         f"the box applied revision {'c' * 12} whose boot config for m differs: it must re-fetch and restart vLLM")
 

@@ -450,7 +450,7 @@ def test_a_box_holding_every_server_of_a_model_waits_for_a_replica_the_change_ad
 def test_the_went_alone_note_counts_only_what_the_box_takes_out_per_model_budget() -> None:
     """twin restarts its two m servers; its two x servers stay; n's budget is 2 and twin restarts 2 of them:
     only m is past its budget, while the box drains and once released."""
-    from fleetllm.core.rollout.model import BoxStatus
+    from fleetllm.core.rollout.model import ReleaseStatus
 
     layout = {"a": [("m", 8001)], "b": [("n", 8001)],
               "twin": [("m", 8001), ("m", 8002), ("x", 8003), ("x", 8004), ("n", 8005), ("n", 8006)]}
@@ -468,7 +468,7 @@ def test_the_went_alone_note_counts_only_what_the_box_takes_out_per_model_budget
             seen.add(status.state)
             assert status.why.endswith(note) and status.why.count("went alone") == 1, status.why
             released = "r2" if status.state is BoxState.RELEASED else "r1"
-            assert status == BoxStatus("twin", status.state, released, applied, status.why)
+            assert status == ReleaseStatus("twin", status.state, released, applied, status.why)
     assert seen == {BoxState.DRAINING, BoxState.RELEASED}
     assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED and sim.failed_requests == []
 

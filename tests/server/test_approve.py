@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
+from fleetllm.adapters.approve import approve, open_repo
 from fleetllm.adapters.git import read_directory
 from fleetllm.cli.main import main
+from fleetllm.core.fleet.approve import ApproveError, Row, add_box, assign_rows, ref_name
 from fleetllm.core.fleet.validate import validate_snapshot
-from fleetllm.job.approve import ApproveError, Row, add_box, approve, assign_rows, open_repo, ref_name
 from fleetllm.server.app import create_app
 from fleetllm.server.runtime import Runtime
 from tests.conftest import EXAMPLE, git

@@ -9,7 +9,7 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from fleetllm.adapters.state.records import Endpoint
+from fleetllm.adapters.state.records import BoxApi
 from fleetllm.core.fleet.bearer import Salt
 from fleetllm.server.app import create_app
 from fleetllm.server.runtime import Runtime
@@ -195,7 +195,7 @@ def test_report_recorded(client: FlaskClient, runtime: Runtime) -> None:
     assert latest.revision == "abc123"
     assert latest.server_digests() == {"qwen3-8b": "sha256:x"}
     assert latest.peer == "192.0.2.50"
-    assert runtime.store.recent_fetches()[0].endpoint is Endpoint.REPORT
+    assert runtime.store.recent_fetches()[0].endpoint is BoxApi.REPORT
     minimal = {"revision": "r2", "installer_version": "0.1.0", "outcome": "fit_failed"}
     assert post_report(client, minimal).status_code == 200
     assert [r.revision for r in runtime.store.report_history(KNOWN_BOX)] == ["r2", "abc123"]

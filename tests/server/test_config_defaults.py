@@ -16,7 +16,7 @@ from fleetllm import settings
 from fleetllm.core.fleet.schema import load_schema
 from fleetllm.core.secret import Secret
 from fleetllm.errors import ConfigurationError
-from fleetllm.job.configfile import ReconcileConfig, config_from_env
+from fleetllm.job.configfile import JobConfig, config_from_env
 from fleetllm.job.configfile import load_config as reconcile_config
 from fleetllm.job.engine import Reconciler
 from fleetllm.settings import DEFAULTS, ControlPlaneConfig, Listen, load_config, settings_from_env
@@ -145,7 +145,7 @@ def test_no_code_declares_a_default_of_its_own() -> None:
         for f in dataclasses.fields(cls):
             assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, \
                 f"{cls.__name__}.{f.name} has a default of its own: give it to the schema"
-    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(ReconcileConfig))
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(JobConfig))
     (concurrency,) = [f for f in dataclasses.fields(Reconciler) if f.name == "write_concurrency"]
     assert concurrency.default == DEFAULTS["/litellm/write_concurrency"]
     source = (ROOT / "reconciler" / "fleetllm" / "settings.py").read_text()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleetllm.adapters.state import open_store
-from fleetllm.adapters.state.records import BoxReport
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
 from fleetllm.demo.procs import free_port, stop

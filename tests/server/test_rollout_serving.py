@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from fleetllm.adapters.state.records import BoxReport
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
 from fleetllm.server.runtime import Runtime

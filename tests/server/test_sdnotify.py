@@ -1,5 +1,5 @@
 """`fleetllm serve` under systemd's Type=notify: READY=1 over a real unix datagram socket once the port
-accepts connections, STOPPING=1 when SIGTERM starts the drain (fleetllm.adapters.sdnotify)."""
+accepts connections, STOPPING=1 when SIGTERM starts the drain (fleetllm_contract.sdnotify)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetllm.adapters.sdnotify import notify_address, sd_notify
 from fleetllm.demo.procs import free_port, stop
+from fleetllm_contract.sdnotify import notify_address, sd_notify
 from tests.server.conftest import ENV, base_config, write_config
 
 

@@ -11,11 +11,10 @@ import pytest
 from fleetllm.adapters.state import open_reconcile_state
 from fleetllm.adapters.state.passes import ActionRecord, PassRecord
 from fleetllm.adapters.state.reconcile import MemoryStore, ReconcileState
-from fleetllm.adapters.state.records import BoxReport as ControlPlaneReport
-from fleetllm.adapters.state.records import Endpoint, FetchRecord
+from fleetllm.adapters.state.records import BoxApi, FetchRecord
 from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
-from fleetllm.core.judge.observed import BoxReport
 from fleetllm.core.judge.plan import PendingDelete
 from fleetllm.core.judge.verdict import ServerHistory
 from fleetllm_contract.report import ReportOutcome
@@ -36,19 +35,22 @@ def reconcile_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
     store.close()
 
 
+REPORT = BoxReport("c", 30.0, "127.0.0.1", "r" * 40, "1", ReportOutcome.FIT_FAILED,
+                   freeze_mapping({"servers": [{"name": "m", "digest": "sha256:1"}]}))
+
+
 def record_box_facts(store: ReconcileState) -> None:
     """What the control plane records: two config fetches of b, a report of c."""
     if isinstance(store, MemoryStore):
         store.record_fetch("b", 10.0)
         store.record_fetch("b", 20.0)
-        store.record_report("c", BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False))
+        store.record_report("c", REPORT)
         return
     assert isinstance(store, SqlStateStore)  # the control plane's methods on the same object
     for at in (10.0, 20.0):
-        store.record_fetch(FetchRecord(at, Endpoint.CONFIG, 200, "127.0.0.1", "b", None, "b", "r" * 40))
-    store.record_fetch(FetchRecord(25.0, Endpoint.CONFIG, 404, "127.0.0.1", "b", None, "b", None))
-    store.record_report(ControlPlaneReport("c", 30.0, "127.0.0.1", "r" * 40, "1", ReportOutcome.FIT_FAILED,
-                                           freeze_mapping({"servers": [{"name": "m", "digest": "sha256:1"}]})), 20)
+        store.record_fetch(FetchRecord(at, BoxApi.CONFIG, 200, "127.0.0.1", "b", None, "b", "r" * 40))
+    store.record_fetch(FetchRecord(25.0, BoxApi.CONFIG, 404, "127.0.0.1", "b", None, "b", None))
+    store.record_report(REPORT, 20)
 
 
 def test_store_round_trips(reconcile_store: ReconcileState) -> None:
@@ -56,7 +58,8 @@ def test_store_round_trips(reconcile_store: ReconcileState) -> None:
     record_box_facts(store)
     facts = store.box_facts()
     assert facts["b"].fetched_at == 20.0
-    assert facts["c"].report == BoxReport("r" * 40, {"m": "sha256:1"}, 30.0, fit_ok=False)
+    assert facts["c"].report == REPORT
+    assert facts["c"].report.server_digests() == {"m": "sha256:1"}
     history = {("b", 8001): ServerHistory(1.0, up=True, ever_up=True, recent="101", last_healthy=2.0)}
     store.save_histories(history)
     assert store.histories() == history

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from fleetllm.adapters.state import open_store
-from fleetllm.adapters.state.records import Endpoint
+from fleetllm.adapters.state.records import BoxApi
 from tests.conftest import ROOT, TEST_LEGACY_KEY, TEST_SALT, git
 from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config
 from tests.state.postgres import free_port, split_password
@@ -122,7 +122,7 @@ def test_two_replicas_share_the_fetch_log_serve_by_commit_and_survive_each_other
         expected = sorted((replica_health["replica"], box, 200, head) for (replica, box), replica_health in
                           zip(answered, (health_a, health_b, health_b), strict=True))
         assert seen == expected  # each fetch once, by the replica that answered it
-        assert all(r.endpoint is Endpoint.CONFIG for r in records)
+        assert all(r.endpoint is BoxApi.CONFIG for r in records)
         assert set(store.box_facts()) == {KNOWN_BOX, "203.0.113.10"}  # what the reconciler reads from it
     finally:
         store.close()

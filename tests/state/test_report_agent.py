@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from fleetllm.adapters.state.records import BoxReport
 from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.server.reports import ReportError, parse_report, report_json
 
 BASE = {"revision": "abc123", "installer_version": "0.1.0", "outcome": "installed", "message": "ok"}

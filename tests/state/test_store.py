@@ -12,8 +12,8 @@ import pytest
 
 from fleetllm.adapters.state import (
     Approval,
+    BoxApi,
     BoxReport,
-    Endpoint,
     FetchRecord,
     Sighting,
     StateError,
@@ -160,7 +160,7 @@ def test_wrong_password_is_refused_without_echoing_it() -> None:
     assert "wrong-password-never-shown" not in str(caught.value)
 
 
-def fetch(at: float, box: str | None, status: int = 200, endpoint: Endpoint = Endpoint.CONFIG) -> FetchRecord:
+def fetch(at: float, box: str | None, status: int = 200, endpoint: BoxApi = BoxApi.CONFIG) -> FetchRecord:
     return FetchRecord(at=at, endpoint=endpoint, status=status, peer="192.0.2.1", box=box, revision="r",
                        replica="cp-1")
 
@@ -168,10 +168,10 @@ def fetch(at: float, box: str | None, status: int = 200, endpoint: Endpoint = En
 def test_fetch_log(store: SqlStateStore) -> None:
     for i, (box, status) in enumerate([("a", 200), ("b", 200), ("a", 404), ("a", 200), (None, 403)]):
         store.record_fetch(fetch(1000.0 + i, box, status))
-    store.record_fetch(fetch(1009.0, "b", 200, Endpoint.REPORT))
+    store.record_fetch(fetch(1009.0, "b", 200, BoxApi.REPORT))
     assert [r.at for r in store.recent_fetches(limit=3)] == [1009.0, 1004.0, 1003.0]
     assert [r.at for r in store.recent_fetches(box="a")] == [1003.0, 1002.0, 1000.0]
-    assert store.recent_fetches(limit=1)[0] == fetch(1009.0, "b", 200, Endpoint.REPORT)
+    assert store.recent_fetches(limit=1)[0] == fetch(1009.0, "b", 200, BoxApi.REPORT)
     served = store.last_config_served()
     assert {box: r.at for box, r in served.items()} == {"a": 1003.0, "b": 1001.0}
     store.record_fetch(fetch(1010.0, "b", 304))  # a poll that found its config current
@@ -340,7 +340,7 @@ def test_client_text_is_cut_and_marked_before_it_is_stored(store: SqlStateStore)
     is stored cut to its cap with a mark, so one request stores at most MAX_RECORD_CHARS of text."""
     huge_xff = ", ".join(["198.51.100.7" * 700] * 95)  # about 800 kB, as 95 headers of 8 kB joined
     huge_host = "h" * 8192
-    store.record_fetch(FetchRecord(at=1.0, endpoint=Endpoint.CONFIG, status=403, peer="192.0.2.1",
+    store.record_fetch(FetchRecord(at=1.0, endpoint=BoxApi.CONFIG, status=403, peer="192.0.2.1",
                                    claimed_host=huge_host, forwarded_for=huge_xff, box=huge_host))
     stored = store.recent_fetches(limit=1)[0]
     assert stored.forwarded_for == huge_xff[:STORED_CHARS["forwarded_for"]] + f"...[truncated: {len(huge_xff)} chars]"
@@ -355,7 +355,7 @@ def test_client_text_is_cut_and_marked_before_it_is_stored(store: SqlStateStore)
     assert len(entries) == 1
     assert entries[0].count == 3
     assert entries[0].forwarded_for is not None and len(entries[0].forwarded_for) <= 512 + 40
-    short = FetchRecord(at=3.0, endpoint=Endpoint.CONFIG, status=200, peer="192.0.2.1", box="a")
+    short = FetchRecord(at=3.0, endpoint=BoxApi.CONFIG, status=200, peer="192.0.2.1", box="a")
     store.record_fetch(short)
     assert store.recent_fetches(limit=1)[0] == short  # what fits is stored as it is
 

@@ -1,10 +1,11 @@
-"""A client of the control plane's admin API (POST /admin/*, GET /admin/control) for the CLI's operator
-commands (`fleetllm sync|suspend|resume|pin|unpin|control`).
+"""The one client of the control plane's admin API (POST /admin/*, GET /admin/control, /admin/rollout) for
+the CLI's operator commands (`fleetllm sync|suspend|resume|pin|unpin|control`, `fleetllm rollout`).
 
 Where: `--url` or $FLEETLLM_URL (https://..., or http:// on a loopback address). Who: an admin token,
-from `--token-file FILE` or $FLEETLLM_ADMIN_TOKEN, never from the command line (a process list shows
-it); it travels only in the Authorization header, and no message quotes it. TLS is verified, against
-`--ca-file` when given (the control plane's own CA).
+from `--token-file FILE` or $FLEETLLM_ADMIN_TOKEN (a command that only reads may take a viewer token,
+$FLEETLLM_VIEWER_TOKEN), never from the command line (a process list shows it); it travels only in the
+Authorization header, and no message quotes it. TLS is verified, against `--ca-file` when given (the
+control plane's own CA).
 
 Standard library HTTP (urllib): one short request per command, nothing to pool, no event loop.
 """
@@ -26,6 +27,7 @@ from fleetllm_contract.addresses import is_loopback
 
 URL_ENV = "FLEETLLM_URL"
 TOKEN_ENV = "FLEETLLM_ADMIN_TOKEN"  # noqa: S105 (the variable's name)
+VIEWER_TOKEN_ENV = "FLEETLLM_VIEWER_TOKEN"  # noqa: S105 (the variable's name)
 TIMEOUT_S = 30.0
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
@@ -55,7 +57,8 @@ def control_plane_url(given: str | None, env: dict[str, str]) -> str:
     return url
 
 
-def admin_token(token_file: str | None, env: dict[str, str]) -> Secret:
+def admin_token(token_file: str | None, env: dict[str, str], names: tuple[str, ...] = (TOKEN_ENV,)) -> Secret:
+    """The token from `token_file`, else the first of the variables `names` that is set."""
     if token_file:
         try:
             text = Path(token_file).read_text(encoding="utf-8").strip()
@@ -64,11 +67,13 @@ def admin_token(token_file: str | None, env: dict[str, str]) -> Secret:
         if not text:
             raise ConfigurationError(f"--token-file {token_file} is empty")
         return Secret(text, f"--token-file {token_file}")
-    value = env.get(TOKEN_ENV, "").strip()
-    if not value:
-        raise ConfigurationError(f"no admin token: give --token-file FILE or set {TOKEN_ENV} (never the token itself "
-                                 "on the command line)")
-    return Secret(value, f"${TOKEN_ENV}")
+    for name in names:
+        value = env.get(name, "").strip()
+        if value:
+            return Secret(value, f"${name}")
+    what = "admin token" if names == (TOKEN_ENV,) else "token"
+    raise ConfigurationError(f"no {what}: give --token-file FILE or set {' or '.join(names)} (never the token "
+                             "itself on the command line)")
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,8 @@ class AdminClient:
             answer = _decode(exc.read(MAX_ANSWER_BYTES), where, strict=False)
             message = answer.get("error") if isinstance(answer, dict) else None
             text = str(message) if message else f"HTTP {exc.code}"
-            if 400 <= exc.code < 500:
-                raise AdminRefused(f"the control plane refused it (HTTP {exc.code}): {text}", exc.code) from None
+            if 400 <= exc.code < 500:  # it was reached: the path is enough
+                raise AdminRefused(f"{method} {path}: HTTP {exc.code}: {text}", exc.code) from None
             raise AdminApiError(f"{where}: HTTP {exc.code}: {text}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)

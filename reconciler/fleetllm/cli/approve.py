@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetllm.job.approve import ApproveError, approve, open_repo
+    from fleetllm.adapters.approve import ApproveError, approve, open_repo
     from fleetllm.settings import ApproveTarget, load_config
 
     repo_path, base, onto = args.repo or ".", args.base, args.onto

@@ -17,7 +17,7 @@ from fleetllm.core.judge.adoption import AdoptSource
 if TYPE_CHECKING:  # the job (HTTP clients, the state store, metrics) is imported when a pass runs
     from fleetllm.core.control import ControlState
     from fleetllm.core.fleet.model import Fleet
-    from fleetllm.job.configfile import ReconcileConfig
+    from fleetllm.job.configfile import JobConfig
     from fleetllm.job.engine import PassOutcome
     from fleetllm.job.runner import PassRunner, RunnerOptions
 
@@ -53,7 +53,7 @@ def add_adopt_arguments(parser: argparse.ArgumentParser) -> None:
                              "not have (under the delete budget); without it they are reported and left")
 
 
-def load_config_arg(args: argparse.Namespace) -> ReconcileConfig:
+def load_config_arg(args: argparse.Namespace) -> JobConfig:
     """The config (--config FILE, else the file found by find_config, else the environment); a
     ConfigurationError exits 1 (cli.main)."""
     from fleetllm.job.configfile import config_from_env, load_config
@@ -78,7 +78,7 @@ def runner_options(args: argparse.Namespace, *, push: bool = False) -> RunnerOpt
                          prune_adopted=bool(args.prune_adopted), push=push)
 
 
-def pass_runner(args: argparse.Namespace, config: ReconcileConfig, *, push: bool = False) -> PassRunner:
+def pass_runner(args: argparse.Namespace, config: JobConfig, *, push: bool = False) -> PassRunner:
     """The job's runner for this command: its words for a person on stderr."""
     from fleetllm.job.runner import PassRunner
 

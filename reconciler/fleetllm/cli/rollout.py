@@ -2,24 +2,32 @@
 API (GET /admin/rollout, POST /admin/rollout/ACTION).
 
 The control plane is --url (or FLEETLLM_URL); the token is read from --token-file (or the environment:
-FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN for `status`), never taken on the command line. Exit 0
-when done, 1 when the control plane refused (e.g. nothing to pause), 2 when it could not be asked.
+FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN for `status`), never taken on the command line; both
+through the one admin-API client (fleetllm.adapters.admin_client). Exit 0 when done, 1 when the control
+plane refused (e.g. nothing to pause), 2 when it could not be asked.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-from pathlib import Path
 from typing import Any
 
+from fleetllm.adapters.admin_client import (
+    TOKEN_ENV,
+    URL_ENV,
+    VIEWER_TOKEN_ENV,
+    AdminClient,
+    AdminRefused,
+    admin_token,
+    control_plane_url,
+)
 from fleetllm.cli.common import EXIT_OK, CommandError
-from fleetllm.core.fleet.jsonvalue import JSON
 
 ACTIONS = ("status", "pause", "resume", "abort")
-EXIT_REFUSED, EXIT_UNREACHABLE = 1, 2
+EXIT_REFUSED = 1  # the control plane refused it (a viewer's pause, nothing to pause); else exit 2
+REFUSALS = frozenset({403, 404, 409})
 
 
 def register(subparsers: Any) -> None:
@@ -32,59 +40,35 @@ def register(subparsers: Any) -> None:
                     "request.")
     parser.add_argument("action", choices=ACTIONS)
     parser.add_argument("--url", metavar="URL", help="the control plane, e.g. https://fleet.example.org "
-                        "(default: FLEETLLM_URL)")
+                        f"(default: {URL_ENV})")
     parser.add_argument("--token-file", metavar="FILE", help="a file holding an operator or admin token (a viewer "
-                        "token does for status); default: FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN")
+                        f"token does for status); default: {TOKEN_ENV}, else {VIEWER_TOKEN_ENV}")
+    parser.add_argument("--ca-file", metavar="FILE", help="CA certificates to verify the control plane's TLS with")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS")
     parser.set_defaults(run=run)
 
 
-def token(args: argparse.Namespace) -> str:
-    if args.token_file:
-        try:
-            value = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise CommandError(f"--token-file {args.token_file}: {exc.strerror}", EXIT_UNREACHABLE) from None
-        if not value:
-            raise CommandError(f"--token-file {args.token_file} is empty", EXIT_UNREACHABLE)
-        return value
-    names = ("FLEETLLM_ADMIN_TOKEN",) if args.action != "status" else ("FLEETLLM_ADMIN_TOKEN", "FLEETLLM_VIEWER_TOKEN")
-    for name in names:
-        if os.environ.get(name, "").strip():
-            return os.environ[name].strip()
-    raise CommandError("no token: pass --token-file FILE or set " + " or ".join(names), EXIT_UNREACHABLE)
+def client(args: argparse.Namespace) -> AdminClient:
+    env = dict(os.environ)
+    names = (TOKEN_ENV,) if args.action != "status" else (TOKEN_ENV, VIEWER_TOKEN_ENV)
+    return AdminClient(control_plane_url(args.url, env), admin_token(args.token_file, env, names), args.ca_file,
+                       args.timeout)
 
 
-def base_url(args: argparse.Namespace) -> str:
-    url = (args.url or os.environ.get("FLEETLLM_URL", "")).rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise CommandError("no control plane: pass --url https://HOST or set FLEETLLM_URL", EXIT_UNREACHABLE)
-    return url
-
-
-async def call(args: argparse.Namespace) -> JSON:
-    import aiohttp
-
-    from fleetllm.adapters.http import request_json
-
-    url, bearer = base_url(args), token(args)
+def call(args: argparse.Namespace) -> Any:
+    """The control plane's answer; a refusal exits 1 when it says no to the request itself (a viewer's
+    action, nothing to pause), 2 when the request could not be made as asked."""
+    api = client(args)
     method, path = ("GET", "/admin/rollout") if args.action == "status" else ("POST", f"/admin/rollout/{args.action}")
-    async with aiohttp.ClientSession() as session:
-        _, body = await request_json(session, method, url + path, what=f"{method} {path}",
-                                     headers={"Authorization": f"Bearer {bearer}"}, timeout_s=args.timeout,
-                                     ok=frozenset({200, 202}), secrets=(bearer,))
-    return body
+    try:
+        return api.call(method, path)
+    except AdminRefused as exc:
+        raise CommandError(str(exc), EXIT_REFUSED if exc.status in REFUSALS else exc.exit_code) from None
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetllm.adapters.http import HttpError
-
-    try:
-        body = asyncio.run(call(args))
-    except HttpError as exc:
-        refused = exc.status in (403, 404, 409)
-        raise CommandError(str(exc), EXIT_REFUSED if refused else EXIT_UNREACHABLE) from None
+    body = call(args)
     if args.format == "json":
         print(json.dumps(body, indent=2))
         return EXIT_OK

@@ -4,7 +4,7 @@ branch's newest valid commit, the lock, then the operator controls, the pin, the
 the record, the metrics and the notifications). The demo has no pass of its own: only these seams.
 
 With a LiteLLM proxy a pass applies its plan. Without one the demo plans only, against an empty
-LiteLLM that takes no writes (`NoLitellm`), as a dry run: the plan then says what a fresh proxy would
+LiteLLM that takes no writes (`EmptyLitellm`), as a dry run: the plan then says what a fresh proxy would
 get, and the pass is recorded (mode "plan": the probe histories and the record with its planned
 actions), so the status page shows the verdicts and what a proxy would be sent.
 
@@ -30,7 +30,7 @@ PLAN_ONLY = "plan-only: no LiteLLM given, nothing is written"
 LOG = get_logger("demo")
 
 
-class NoLitellm:
+class EmptyLitellm:
     """An empty LiteLLM that refuses every write: what plan-only passes plan against."""
 
     async def list_deployments(self) -> tuple[Deployment, ...]:
@@ -77,7 +77,7 @@ def options(litellm: Litellm | None, *, rollouts: bool) -> RunnerOptions:
     if litellm is not None:
         return RunnerOptions(command="demo")
     if not rollouts:
-        empty: LitellmApi = NoLitellm()
+        empty: LitellmApi = EmptyLitellm()
         return RunnerOptions(command="demo", dry_run=True, litellm=lambda _session: empty)
     memory: LitellmApi = MemoryLitellm()
     return RunnerOptions(command="demo", litellm=lambda _session: memory)

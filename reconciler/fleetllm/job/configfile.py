@@ -44,15 +44,16 @@ SERVE_ONLY = ("/repo/webhook_secret", "/secrets/fleet_key", "/admin_tokens", "/o
 
 
 @dataclass(frozen=True)
-class ReconcileConfig:
-    """The settings as the reconciler reads them. `litellm` and `master_key` are the settings' own,
-    checked to be there (`of`); every other attribute is read from `settings` when asked."""
+class JobConfig:
+    """The settings as the reconcile job reads them (the whole ControlPlaneConfig, not only its
+    `reconcile:` section, fleetllm.settings.ReconcileConfig). `litellm` and `master_key` are the settings'
+    own, checked to be there (`of`); every other attribute is read from `settings` when asked."""
 
     settings: ControlPlaneConfig
     litellm: LitellmConfig | None  # None: no litellm section (or no master key): `plan` shows verdicts only
 
     @classmethod
-    def of(cls, settings: ControlPlaneConfig) -> ReconcileConfig:
+    def of(cls, settings: ControlPlaneConfig) -> JobConfig:
         """Without a litellm section (url and master_key) the settings still serve `fleetllm plan`, which
         judges every server and says it cannot show LiteLLM; `apply` and `reconcile` refuse."""
         usable = settings.litellm is not None and settings.litellm.master_key is not None
@@ -161,11 +162,11 @@ class ReconcileConfig:
         return self.settings.reconcile.metrics_file
 
 
-def config_from_env(env: Mapping[str, str]) -> ReconcileConfig:
+def config_from_env(env: Mapping[str, str]) -> JobConfig:
     """LITELLM_URL, LITELLM_MASTER_KEY, FLEETLLM_VLLM_API_SALT, optional FLEETLLM_LEGACY_API_KEY,
     VAST_API_KEY, RUNPOD_API_KEY (fleetllm.settings.settings_from_env)."""
-    return ReconcileConfig.of(settings_from_env(env))
+    return JobConfig.of(settings_from_env(env))
 
 
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> ReconcileConfig:
-    return ReconcileConfig.of(load_settings(path, env, unread=SERVE_ONLY))
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> JobConfig:
+    return JobConfig.of(load_settings(path, env, unread=SERVE_ONLY))

@@ -1,7 +1,8 @@
 """Running passes: the single-flight lock, structured pass logs, and the scheduled loop.
 
-Between passes the loop asks `wake()` every SYNC_POLL_S whether a pass is wanted now (a sync request
-taken from the state store: `fleetllm sync`, POST /admin/sync, the pages' Sync now), and if so runs it.
+Passes run every interval plus jitter (fleetllm.core.schedule.next_delay). Between passes the loop asks
+`wake()` every SYNC_POLL_S whether a pass is wanted now (a sync request taken from the state store:
+`fleetllm sync`, POST /admin/sync, the pages' Sync now), and if so runs it.
 
 The lock is the state store's (`store.pass_lock()`): with PostgreSQL an advisory lock, which holds
 across replicas and machines; with SQLite (or no store) an exclusive `flock` on a file, which holds
@@ -15,18 +16,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import signal
 from collections.abc import Awaitable, Callable
 
 from fleetllm.adapters.state.locks import file_lock as pass_lock
 from fleetllm.adapters.state.passes import PassRecord
+from fleetllm.core.schedule import next_delay
 from fleetllm.errors import LockHeld
 from fleetllm.job.metrics import PassMetrics
 from fleetllm.logs import get_logger, log_event
 from fleetllm_contract.logfmt import iso_utc
 
-__all__ = ["LOG", "LockHeld", "log_pass", "next_delay", "overdue_after", "pass_lock", "run_forever"]
+__all__ = ["LOG", "LockHeld", "log_pass", "pass_lock", "run_forever"]
 
 LOG = get_logger("reconcile")
 SYNC_POLL_S = 1.0  # how often the loop looks for a sync request while it waits
@@ -36,16 +37,6 @@ def log_pass(record: PassRecord) -> None:
     data = record.to_json()
     data["started_at"] = iso_utc(record.started_at)  # the log's own time format; the stored record keeps epoch
     log_event(LOG, "reconcile_pass", logging.INFO if record.ok else logging.ERROR, ok=record.ok, **data)
-
-
-def overdue_after(interval_s: float) -> float:
-    """A pass is overdue after two intervals and a minute (passes run every interval plus up to 10%)."""
-    return 2.0 * interval_s + 60.0
-
-
-def next_delay(interval_s: float, rng: random.Random | None = None) -> float:
-    """The interval plus up to 10% jitter, so many reconcilers never beat in step."""
-    return interval_s + (rng or random.Random()).uniform(0, interval_s * 0.1)  # noqa: S311 (jitter)
 
 
 async def wait_for_next(stop: asyncio.Event, delay_s: float, wake: Callable[[], bool] | None = None) -> None:

@@ -1,5 +1,5 @@
 """What a reconcile pass notifies (fleetllm.core.notify): a failed or crashed pass, and each model left
-without a serving server; and the notifier a job runs with, built from the settings.
+without a serving server (the notifier is built from the settings: fleetllm.settings.make_notifier).
 
 `pass_failed`: the pass recorded observation errors or failed LiteLLM writes (subject `failed`), or
 raised (subject `crashed`); both resolve at the next pass that completes without error.
@@ -13,28 +13,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from prometheus_client import CollectorRegistry
-
-from fleetllm.adapters.notify import Delivery, Notifier
-from fleetllm.adapters.state.notifications import NotificationLedger
+from fleetllm.adapters.notify import Notifier
 from fleetllm.adapters.state.passes import PassRecord, ServerRecord
 from fleetllm.core.fleet.jsonvalue import JSON
 from fleetllm.core.judge.verdict import SERVING, Verdict
 from fleetllm.core.notify import Event, EventKind
 from fleetllm.core.rollout.model import RolloutState
-from fleetllm.settings import NotificationsConfig
 
 UNDECIDED = frozenset({str(Verdict.UNKNOWN), str(Verdict.LOADING)})
 SERVING_NAMES = frozenset(str(v) for v in SERVING)
 PASS_SUBJECTS = ("failed", "crashed")
 MAX_ERRORS = 10
-
-
-def make_notifier(settings: NotificationsConfig, ledger: NotificationLedger, *, component: str, instance: str,
-                  registry: CollectorRegistry | None = None) -> Notifier:
-    delivery = Delivery(settings.renotify_interval_s, settings.timeout_s, settings.attempts, settings.queue_size,
-                        settings.send_resolved)
-    return Notifier(settings.targets, delivery, ledger, component=component, instance=instance, registry=registry)
 
 
 def failed_pass_event(record: PassRecord) -> Event | None:
@@ -112,4 +101,4 @@ def notify_crash(notifier: Notifier, exc: BaseException) -> None:
     notifier.emit(crashed_pass_event(f"{type(exc).__name__}: {exc}"[:500]))
 
 
-__all__ = ["make_notifier", "model_events", "notify_crash", "notify_pass", "rollout_event"]
+__all__ = ["model_events", "notify_crash", "notify_pass", "rollout_event"]

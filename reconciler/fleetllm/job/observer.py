@@ -16,7 +16,7 @@ from fleetllm.adapters.http import HttpError
 from fleetllm.adapters.litellm import LitellmApi, LitellmError
 from fleetllm.adapters.probe import probe
 from fleetllm.adapters.providers import ProviderClient
-from fleetllm.core.fleet.model import Provider
+from fleetllm.core.fleet.model import DEFAULTS, Provider
 from fleetllm.core.judge.intended import Endpoint, Intended, IntendedServer
 from fleetllm.core.judge.observed import (
     BoxFacts,
@@ -35,8 +35,8 @@ BearerFor = Callable[[str, int], str | None]  # (box, listen port) -> bearer, fo
 @dataclass
 class Observer:
     providers: Mapping[Provider, ProviderClient]
-    probe_timeout_s: float = 3.0
-    probe_concurrency: int = 64
+    probe_timeout_s: float = float(DEFAULTS["/reconcile/probe_timeout_s"])  # fleet.yaml's, as a pass passes them
+    probe_concurrency: int = DEFAULTS["/reconcile/probe_concurrency"]
     clock: Callable[[], float] = field(default=time.time)
 
     async def observe(self, session: aiohttp.ClientSession, intended: Intended, api: LitellmApi,

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from fleetllm.adapters.state.passes import RolloutPassRecord
-from fleetllm.adapters.state.records import BoxReport
 from fleetllm.adapters.state.store import ReportStore, RolloutStore
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.model import Fleet, RolloutMode
 from fleetllm.core.fleet.render import Bearers, RenderError
 from fleetllm.core.judge.assess import Assessment

@@ -32,16 +32,17 @@ from fleetllm.core.control import ControlState, Pin
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.judge.adoption import AdoptSource
 from fleetllm.errors import ConfigurationError, LockHeld, SourceError, StateError
-from fleetllm.job.configfile import ReconcileConfig
+from fleetllm.job.configfile import JobConfig
 from fleetllm.job.engine import ApiFactory, PassOutcome, Reconciler
 from fleetllm.job.loop import LOG, log_pass, run_forever
 from fleetllm.job.metrics import PassMetrics
-from fleetllm.job.notify import make_notifier, notify_crash, notify_pass
+from fleetllm.job.notify import notify_crash, notify_pass
 from fleetllm.job.pushmetrics import push_metrics, write_metrics_file
 from fleetllm.job.saved import SavedPlan
 from fleetllm.job.source import FleetSource, InvalidFleetError, InvalidHead, Say
 from fleetllm.job.wiring import build_reconciler, rollout_driver
 from fleetllm.logs import log_event
+from fleetllm.settings import make_notifier
 
 __all__ = ["InvalidFleetError", "InvalidHead", "PassRunner", "RunnerOptions", "require_writer"]
 
@@ -70,7 +71,7 @@ class RunnerOptions:
             raise ConfigurationError("--prune-adopted needs --adopt SOURCE")
 
 
-def require_writer(config: ReconcileConfig, command: str) -> None:
+def require_writer(config: JobConfig, command: str) -> None:
     """`apply` and `reconcile` write to LiteLLM: refuse, saying why, when this config cannot or must not."""
     if not config.enabled:
         raise ConfigurationError(f"reconcile.enabled is false in {config.source}: the reconciler is switched off "
@@ -86,7 +87,7 @@ class PassRunner:
     """Runs passes for one process: the reconciler and its state store are built at the first pass and
     kept; `fleet` and `invalid_head` are what the last read of the fleet found."""
 
-    def __init__(self, options: RunnerOptions, config: ReconcileConfig, *, say: Say) -> None:
+    def __init__(self, options: RunnerOptions, config: JobConfig, *, say: Say) -> None:
         self.options = options
         self.config = config
         self.say = say

@@ -21,7 +21,7 @@ from fleetllm.core.fleet.history import newest_valid
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.fleet.validate import Validation, validate_snapshot
 from fleetllm.errors import EXIT_INVALID, OperationError, SourceError
-from fleetllm.job.configfile import ReconcileConfig
+from fleetllm.job.configfile import JobConfig
 from fleetllm.job.loop import LOG
 from fleetllm.logs import log_event
 
@@ -49,7 +49,7 @@ class FleetSource:
     """`repo` (a directory or a bare repository named by the caller) at `rev`; without `repo`, the config's
     repository at `rev`, else at its tracked branch."""
 
-    config: ReconcileConfig
+    config: JobConfig
     repo: str | None = None
     rev: str | None = None
 

@@ -15,7 +15,7 @@ from fleetllm.core.fleet.model import Provider, ReconcileSettings
 from fleetllm.core.fleet.render import Bearers
 from fleetllm.core.judge.intended import DeploymentSpec
 from fleetllm.core.judge.observed import Deployment
-from fleetllm.job.configfile import ReconcileConfig
+from fleetllm.job.configfile import JobConfig
 from fleetllm.job.engine import Reconciler
 from fleetllm.job.observer import Observer
 from fleetllm.job.rollout import FleetAt, RolloutBackend, RolloutDriver
@@ -23,7 +23,7 @@ from fleetllm.job.rollout import FleetAt, RolloutBackend, RolloutDriver
 ROLLOUT_METHODS = ("current_rollout", "box_releases", "save_rollout", "latest_reports")
 
 
-def provider_clients(config: ReconcileConfig) -> dict[Provider, ProviderClient]:
+def provider_clients(config: JobConfig) -> dict[Provider, ProviderClient]:
     clients: dict[Provider, ProviderClient] = {}
     for provider, access in config.providers.items():
         clients[provider] = VastClient(access) if provider is Provider.VAST else RunPodClient(access)
@@ -52,7 +52,7 @@ class NoLitellm:
         raise LitellmError(self.why)
 
 
-def litellm_factory(config: ReconcileConfig) -> Callable[[aiohttp.ClientSession], LitellmApi]:
+def litellm_factory(config: JobConfig) -> Callable[[aiohttp.ClientSession], LitellmApi]:
     def make(session: aiohttp.ClientSession) -> LitellmApi:
         if config.litellm_url is None or config.litellm_master_key is None:
             return NoLitellm(config.source)
@@ -60,7 +60,7 @@ def litellm_factory(config: ReconcileConfig) -> Callable[[aiohttp.ClientSession]
     return make
 
 
-def build_reconciler(config: ReconcileConfig, settings: ReconcileSettings,
+def build_reconciler(config: JobConfig, settings: ReconcileSettings,
                      store: ReconcileState | None = None) -> Reconciler:
     observer = Observer(provider_clients(config), settings.probe_timeout_s, settings.probe_concurrency)
     legacy = config.legacy_key.reveal() if config.legacy_key is not None else None  # into rendered bearers

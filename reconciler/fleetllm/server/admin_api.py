@@ -20,9 +20,9 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request, url_for
 
+from fleetllm.adapters.approve import Approved, ApproveError, approve
 from fleetllm.adapters.state.records import Approval
 from fleetllm.core.fleet.model import Provider
-from fleetllm.job.approve import Approved, ApproveError, approve
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.access import current_caller, requires
 from fleetllm.server.auth import Role, webhook_signature_ok

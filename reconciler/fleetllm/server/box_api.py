@@ -14,7 +14,7 @@ from typing import cast
 from flask import Blueprint, Response, g, jsonify, request
 from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
-from fleetllm.adapters.state.records import Endpoint, FetchRecord, Sighting
+from fleetllm.adapters.state.records import BoxApi, FetchRecord, Sighting
 from fleetllm.core.hosts import ResolvedHost, resolve_host
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.access import Refused, requires
@@ -27,14 +27,14 @@ from fleetllm.server.runtime import Runtime, current_runtime
 
 access_log = get_logger("access")
 bp = Blueprint("box", __name__)
-ENDPOINTS = {"box.vllm_config": Endpoint.CONFIG, "box.vllm_report": Endpoint.REPORT,
-             "box.vllm_installer": Endpoint.INSTALLER}
+ENDPOINTS = {"box.vllm_config": BoxApi.CONFIG, "box.vllm_report": BoxApi.REPORT,
+             "box.vllm_installer": BoxApi.INSTALLER}
 
 
 class BoxRequest:
     """One box request: what it claimed, where it came from, and how it was answered."""
 
-    def __init__(self, rt: Runtime, endpoint: Endpoint) -> None:
+    def __init__(self, rt: Runtime, endpoint: BoxApi) -> None:
         self.rt = rt
         self.endpoint = endpoint
         self.started = time.perf_counter()

@@ -49,11 +49,11 @@ from tornado.ioloop import PeriodicCallback
 from tornado.iostream import IOStream
 from tornado.wsgi import WSGIContainer
 
-from fleetllm.adapters.sdnotify import sd_notify
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.accesslog import access_logged
 from fleetllm.server.guard import BodyBudget, ConnectionCaps, Refusal, body_share
 from fleetllm.settings import ControlPlaneConfig, Listen
+from fleetllm_contract.sdnotify import sd_notify
 
 log = get_logger("http")
 SMALL_BODY = 64 * 1024  # declared bodies up to this size need no share of the body budget
@@ -297,7 +297,7 @@ class InFlight:
 
 
 def _notify(state: str) -> None:
-    """Tell systemd (fleetllm.adapters.sdnotify); an unreachable $NOTIFY_SOCKET is logged, never fatal."""
+    """Tell systemd (fleetllm_contract.sdnotify); an unreachable $NOTIFY_SOCKET is logged, never fatal."""
     try:
         sd_notify(state)
     except OSError as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fleetllm.adapters.notify import Notifier
 from fleetllm.adapters.state.store import PassLog
 from fleetllm.core.notify import Event, EventKind
-from fleetllm.job.loop import overdue_after
+from fleetllm.core.schedule import overdue_after
 
 MAX_ERRORS = 10
 OVERDUE = "overdue"

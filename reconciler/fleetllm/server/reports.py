@@ -9,7 +9,7 @@ from typing import Any
 
 from jsonschema.exceptions import best_match
 
-from fleetllm.adapters.state.records import BoxReport
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.diagnostics import pointer
 from fleetllm.core.fleet.jsonvalue import freeze_mapping, thaw
 from fleetllm.core.fleet.schema import validator

@@ -64,12 +64,12 @@ class Invalid:
 
 @dataclass(frozen=True)
 class Attempt:
-    """The branch head as last examined (Flux's lastAttemptedRevision)."""
+    """The branch head as last examined (Flux's lastAttemptedRevision); the pages show it as it is."""
 
     revision: str
     valid: bool
-    errors: tuple[str, ...] = ()
     at: float = 0.0
+    errors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,7 @@ class RevisionTracker:
         known = {state.served.revision: state.served} if state.served is not None else {}
         valid = newest_valid(head, valid_at, self.repo.first_parent, known=known, max_walk=MAX_WALK).valid
         head_valid = valid is not None and valid.revision == head
-        state.attempted = Attempt(head, head_valid, () if head_valid else skipped[0].errors, self.clock())
+        state.attempted = Attempt(head, head_valid, at=self.clock(), errors=() if head_valid else skipped[0].errors)
         if self.notifier is not None:
             notify_head(self.notifier, self.repo.branch, head, None if head_valid else state.attempted.errors,
                         state.served.revision if state.served is not None else None)

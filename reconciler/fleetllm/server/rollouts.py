@@ -14,8 +14,8 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleetllm.adapters.state.records import BoxReport
 from fleetllm.adapters.state.store import StateStore
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.model import RolloutMode
 from fleetllm.errors import StateError
 from fleetllm.server.revisions import Rendered

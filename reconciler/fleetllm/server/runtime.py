@@ -35,12 +35,11 @@ from fleetllm.core.control import NOTHING, ControlState
 from fleetllm.core.fleet.model import ReconcileSettings
 from fleetllm.core.fleet.render import Bearers
 from fleetllm.errors import SourceError
-from fleetllm.job.notify import make_notifier
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.metrics import BoxTimes, Metrics
 from fleetllm.server.notifywatch import watch_passes
 from fleetllm.server.revisions import RevisionTracker
-from fleetllm.settings import ControlPlaneConfig, default_clone_dir
+from fleetllm.settings import ControlPlaneConfig, default_clone_dir, make_notifier
 from fleetllm_installer.zipapp import build_zipapp_bytes
 
 log = get_logger("runtime")

@@ -18,8 +18,7 @@ from fleetllm.adapters.state.reconcile import MemoryStore, ReconcileState
 from fleetllm.adapters.state.records import (
     Approval,
     AttentionEntry,
-    BoxReport,
-    Endpoint,
+    BoxApi,
     FetchRecord,
     Sighting,
 )
@@ -33,6 +32,7 @@ from fleetllm.adapters.state.store import (
     is_postgres,
     sqlite_path,
 )
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.secret import Secret
 from fleetllm.errors import StateError
 from fleetllm_contract.report import ReportOutcome
@@ -40,8 +40,8 @@ from fleetllm_contract.report import ReportOutcome
 __all__ = [
     "Approval",
     "AttentionEntry",
+    "BoxApi",
     "BoxReport",
-    "Endpoint",
     "FetchRecord",
     "FetchRetention",
     "ReconcileState",

@@ -22,9 +22,10 @@ from typing import Protocol
 from fleetllm.adapters.state.control import ControlReader
 from fleetllm.adapters.state.locks import default_lock_path, file_lock
 from fleetllm.adapters.state.passes import PassRecord
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.control import NOTHING, ControlState, SyncRequest
 from fleetllm.core.judge.intended import ServerKey
-from fleetllm.core.judge.observed import BoxFacts, BoxReport
+from fleetllm.core.judge.observed import BoxFacts
 from fleetllm.core.judge.plan import PendingDelete
 from fleetllm.core.judge.verdict import ServerHistory
 

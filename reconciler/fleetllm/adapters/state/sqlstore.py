@@ -31,16 +31,15 @@ from fleetllm.adapters.state.passes import PassRecord
 from fleetllm.adapters.state.records import (
     Approval,
     AttentionEntry,
-    BoxReport,
-    Endpoint,
+    BoxApi,
     FetchRecord,
     Sighting,
 )
 from fleetllm.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, KEEP_ROLLOUTS, MAX_SESSIONS, FetchRetention
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import canonical_json, freeze_mapping
 from fleetllm.core.judge.intended import ServerKey
 from fleetllm.core.judge.observed import BoxFacts
-from fleetllm.core.judge.observed import BoxReport as JudgedReport
 from fleetllm.core.judge.plan import PendingDelete
 from fleetllm.core.judge.verdict import ServerHistory
 from fleetllm.core.rollout.control import Request
@@ -77,7 +76,7 @@ class Database(Protocol):
 
 
 def _fetch(row: Row) -> FetchRecord:
-    return FetchRecord(at=row["at"], endpoint=Endpoint(row["endpoint"]), status=row["status"], peer=row["peer"],
+    return FetchRecord(at=row["at"], endpoint=BoxApi(row["endpoint"]), status=row["status"], peer=row["peer"],
                        claimed_host=row["claimed_host"], forwarded_for=row["forwarded_for"], box=row["box"],
                        revision=row["revision"], replica=row["replica"], id=row["id"])
 
@@ -293,7 +292,7 @@ class SqlStateStore(ControlTables):
     # The reconciler's state (fleetllm.adapters.state.reconcile.StateStore)
     def box_facts(self) -> dict[str, BoxFacts]:
         fetches = {box: f.at for box, f in self.last_config_served().items()}
-        reports = {box: box_report(r) for box, r in self.latest_reports().items()}
+        reports = self.latest_reports()
         return {box: BoxFacts(fetches.get(box), reports.get(box)) for box in set(fetches) | set(reports)}
 
     def histories(self) -> dict[ServerKey, ServerHistory]:
@@ -418,8 +417,3 @@ def _release(row: Row) -> BoxRelease:
                       released_at=row["released_at"], state=BoxState(row["state"]),
                       drain_started_at=row["drain_started_at"], wave=row["wave"], reason=row["reason"])
 
-
-def box_report(report: BoxReport) -> JudgedReport:
-    """A box report as the reconciler judges it."""
-    return JudgedReport(report.revision, report.server_digests(), report.received_at,
-                     fit_ok=report.outcome is not ReportOutcome.FIT_FAILED, failed=report.failed_servers())

@@ -16,7 +16,8 @@ from typing import Protocol
 
 from fleetllm.adapters.state.control import ControlStore
 from fleetllm.adapters.state.passes import PassRecord
-from fleetllm.adapters.state.records import Approval, AttentionEntry, BoxReport, FetchRecord, Sighting
+from fleetllm.adapters.state.records import Approval, AttentionEntry, FetchRecord, Sighting
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.rollout.control import Request
 from fleetllm.core.rollout.model import BoxRelease, Rollout
 from fleetllm.errors import StateError

@@ -9,7 +9,7 @@ from fleetllm.core.diff.fields import diff_fields
 from fleetllm.core.diff.report import (
     ASSUMED_LOAD_S,
     Alert,
-    BoxChange,
+    BoxImpact,
     BoxStatus,
     DeploymentAction,
     DeploymentChange,
@@ -32,7 +32,7 @@ from fleetllm_contract import division
 def diff_fleets(base: Fleet, head: Fleet) -> Report:
     servers = server_changes(base, head)
     deployments = deployment_changes(base, head)
-    boxes = box_changes(base, head, servers)
+    boxes = box_impacts(base, head, servers)
     return Report(
         base=base.revision,
         head=head.revision,
@@ -54,7 +54,7 @@ def redivision(base: Fleet, head: Fleet) -> dict[str, division.BoxChange]:
             for name in sorted(set(before) & set(after))}
 
 
-def division_alerts(boxes: tuple[BoxChange, ...]) -> Iterator[Alert]:
+def division_alerts(boxes: tuple[BoxImpact, ...]) -> Iterator[Alert]:
     for box in boxes:
         names, one = ", ".join(box.redivided), len(box.redivided) == 1
         if box.redivided and box.card_known:
@@ -68,7 +68,7 @@ def division_alerts(boxes: tuple[BoxChange, ...]) -> Iterator[Alert]:
                         box.name)
 
 
-def disruptions(head: Fleet, boxes: tuple[BoxChange, ...]) -> tuple[Disruption, ...]:
+def disruptions(head: Fleet, boxes: tuple[BoxImpact, ...]) -> tuple[Disruption, ...]:
     """Models that serve from fewer servers while restarted servers load (one at a time)."""
     refs = {(box.name, row.name): ServerRef(box.name, row.port, row.name, row.model)
             for box in head.boxes.values() for row in box.servers}
@@ -93,7 +93,7 @@ def _box_lifetime(path: tuple[str, ...]) -> Lifetime:
     return {"reconcile": Lifetime.LIVE, "gateway": Lifetime.BOOT, "rollout": Lifetime.LIVE}.get(path[0], Lifetime.NONE)
 
 
-def box_changes(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> tuple[BoxChange, ...]:
+def box_impacts(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> tuple[BoxImpact, ...]:
     plans = process_plans(servers)
     divided = redivision(base, head)
     changes = []
@@ -124,7 +124,7 @@ def box_changes(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> 
             details = ()  # the whole box is new or gone; its details are not news
         box = new if new is not None else old
         assert box is not None
-        changes.append(BoxChange(name, status, start, restart, stop, details,
+        changes.append(BoxImpact(name, status, start, restart, stop, details,
                                  box.reconcile is ReconcileMode.PAUSED, redivided,
                                  effect.card_known if effect is not None else True))
     return tuple(changes)

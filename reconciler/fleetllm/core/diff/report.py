@@ -109,7 +109,11 @@ class BoxStatus(StrEnum):
 
 
 @dataclass(frozen=True)
-class BoxChange:
+class BoxImpact:
+    """One box's line in the report: what the change does to it as a whole (its status, the processes it
+    starts, restarts and stops, its placement details). Which servers restart is the stable division's
+    fleetllm_contract.division.BoxChange."""
+
     name: str
     status: BoxStatus
     start: tuple[str, ...] = ()  # process names new on the box (added, moved in, renamed to)
@@ -199,7 +203,7 @@ class Disruption:
 class Report:
     base: str
     head: str
-    boxes: tuple[BoxChange, ...]
+    boxes: tuple[BoxImpact, ...]
     servers: tuple[ServerChange, ...]
     deployments: tuple[DeploymentChange, ...]
     alerts: tuple[Alert, ...]
@@ -219,7 +223,7 @@ class Report:
     def touched_servers(self) -> set[tuple[str, str]]:
         return {t for s in self.servers for t in s.touches()}
 
-    def boxes_with(self, status: BoxStatus) -> tuple[BoxChange, ...]:
+    def boxes_with(self, status: BoxStatus) -> tuple[BoxImpact, ...]:
         return tuple(b for b in self.boxes if b.status is status)
 
     def deployments_with(self, action: DeploymentAction) -> tuple[DeploymentChange, ...]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fleetllm.core.diff.fields import field_line
 from fleetllm.core.diff.report import (
     ASSUMED_LOAD_S,
-    BoxChange,
+    BoxImpact,
     BoxStatus,
     DeploymentAction,
     FieldChange,
@@ -41,7 +41,7 @@ def _fields(fields: Iterable[FieldChange], tagged: bool = False) -> list[str]:
     return [DETAIL + field_line(f) + (f" [{TAGS[f.lifetime]}]" if tagged else "") for f in fields]
 
 
-def box_verdict(box: BoxChange) -> str:
+def box_verdict(box: BoxImpact) -> str:
     """The box's one-line instruction: provision, restart (which servers), destroy."""
     if box.status is BoxStatus.NEW:
         starts = f"at first boot it starts {', '.join(box.start)}" if box.start else "it has no server yet"

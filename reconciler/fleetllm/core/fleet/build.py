@@ -92,7 +92,7 @@ def build_settings(value: JSON, errors: set[Path_]) -> FleetSettings:
         listen_ports=listen or defaults.listen_ports,
         max_servers_per_box=max_servers if isinstance(max_servers, int) and max_servers > 0
         else defaults.max_servers_per_box,
-        allow_empty_placement=allow_empty is True,
+        allow_empty_placement=allow_empty if isinstance(allow_empty, bool) else defaults.allow_empty_placement,
         legacy_servers=frozenset(legacy),
         reconcile=reconcile,
         rollout=rollout,

@@ -4,6 +4,10 @@ Lifetimes (the box contract's table) are explicit in the types:
 - `VllmRecipe` is boot lifetime: a change reaches a box only when it re-fetches and restarts vLLM;
 - `LitellmRoute` is live lifetime: the reconciler applies it to LiteLLM at its next pass;
 - placement (`Box`, `Placement`) is boot lifetime for the boxes it touches and live for LiteLLM.
+
+fleet.yaml's defaults are written once, as schemas/fleet.schema.json's `default`s: the dataclasses below
+read theirs from it (`DEFAULTS`, by pointer), as does every other part of the code that needs one
+(tests/fleet/test_defaults.py fails on a default written here, or anywhere in the core, that differs).
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fleetllm.core.fleet.jsonvalue import EMPTY, Frozen
+from fleetllm.core.fleet.schema import schema_defaults
 
-DEFAULT_LISTEN_PORTS = (8001, 8002, 8003)
-DEFAULT_MAX_SERVERS = 3
+DEFAULTS: Mapping[str, Any] = MappingProxyType(schema_defaults("fleet"))  # fleet.yaml's, by JSON pointer
+DEFAULT_LISTEN_PORTS: tuple[int, ...] = tuple(DEFAULTS["/listen_ports"])
+DEFAULT_MAX_SERVERS: int = DEFAULTS["/max_servers_per_box"]
 
 
 class ReconcileMode(StrEnum):
@@ -30,6 +36,9 @@ class RolloutMode(StrEnum):
     MANUAL = "manual"  # every box is served the newest valid commit; a person restarts it
 
 
+DEFAULT_ROLLOUT_MODE = RolloutMode(DEFAULTS["/rollout/mode"])
+
+
 class Provider(StrEnum):
     VAST = "vast"
     RUNPOD = "runpod"
@@ -38,32 +47,34 @@ class Provider(StrEnum):
 
 @dataclass(frozen=True)
 class ReconcileSettings:
-    interval_s: int = 60
-    health_grace_s: int = 1800
-    probe_timeout_s: float = 3.0
-    probe_concurrency: int = 64
-    down_after_failures: int = 3
-    up_after_successes: int = 2
-    prune: bool = True
-    max_deletes_per_pass: int = 10
-    max_delete_fraction: float = 0.34
+    """fleet.yaml `reconcile:`, every default the schema's."""
+
+    interval_s: int = DEFAULTS["/reconcile/interval_s"]
+    health_grace_s: int = DEFAULTS["/reconcile/health_grace_s"]
+    probe_timeout_s: float = float(DEFAULTS["/reconcile/probe_timeout_s"])
+    probe_concurrency: int = DEFAULTS["/reconcile/probe_concurrency"]
+    down_after_failures: int = DEFAULTS["/reconcile/down_after_failures"]
+    up_after_successes: int = DEFAULTS["/reconcile/up_after_successes"]
+    prune: bool = DEFAULTS["/reconcile/prune"]
+    max_deletes_per_pass: int = DEFAULTS["/reconcile/max_deletes_per_pass"]
+    max_delete_fraction: float = float(DEFAULTS["/reconcile/max_delete_fraction"])
 
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    """fleet.yaml `rollout:` (defaults mirror schemas/fleet.schema.json)."""
+    """fleet.yaml `rollout:`, every default the schema's."""
 
-    mode: RolloutMode = RolloutMode.AUTO
-    max_unavailable: int = 1
-    poll_s: int = 30
-    drain_s: int = 10
+    mode: RolloutMode = DEFAULT_ROLLOUT_MODE
+    max_unavailable: int = DEFAULTS["/rollout/max_unavailable"]
+    poll_s: int = DEFAULTS["/rollout/poll_s"]
+    drain_s: int = DEFAULTS["/rollout/drain_s"]
 
 
 @dataclass(frozen=True)
 class FleetSettings:
     listen_ports: tuple[int, ...] = DEFAULT_LISTEN_PORTS
     max_servers_per_box: int = DEFAULT_MAX_SERVERS
-    allow_empty_placement: bool = False
+    allow_empty_placement: bool = DEFAULTS["/allow_empty_placement"]
     legacy_servers: frozenset[tuple[str, int]] = frozenset()
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)

@@ -1,1 +1,1 @@
-"""Importing another system\x27s fleet files (llmao) into an fleetllm repository."""
+"""Importing another system\x27s fleet files (llmao) into a fleetllm repository."""

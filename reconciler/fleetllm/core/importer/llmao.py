@@ -280,7 +280,7 @@ def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, di
                                                         "id or an absolute path on the box); llmao's installer "
                                                         "did not use source either")
         elif key not in ("model", "args", *VLLM_FIELDS):
-            out.drop(f"{where} model_info.vllm.{key}", "not a field of an fleetllm recipe; left out")
+            out.drop(f"{where} model_info.vllm.{key}", "not a field of a fleetllm recipe; left out")
     recipe: dict[str, JSON] = {"vllm": recipe_vllm}
     params_in = entry.get("litellm_params")
     params: dict[str, JSON] = {}
@@ -334,24 +334,68 @@ def _float_or_str(value: str) -> JSON:
         return value
 
 
-def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
-                 legacy: frozenset[tuple[str, int]] = frozenset(), *, repo_path: str = ".",
-                 litellm_url: str | None = None) -> Imported:
-    """Map llmao's config.yaml (`config`, secrets replaced by SECRET) and models.yaml (`catalog`).
+Comments = dict[tuple[str | int, ...], str]  # a provenance comment per path of one output file
 
-    `legacy`: llmao's LEGACY_SERVERS pairs (host, listen port). Raises LlmaoImportError when there is nothing
-    to import (no `fleet.hosts`)."""
-    out = _Out()
+
+@dataclass(frozen=True)
+class _Catalog:
+    """models.yaml's recipes, by model name."""
+
+    recipes: dict[str, JSON]
+    comments: Comments
+    dropped: tuple[Dropped, ...]
+
+
+@dataclass(frozen=True)
+class _Boxes:
+    """fleet.hosts' rows that run an imported model, by box, and the legacy pairs among them."""
+
+    rows: dict[str, list[_Row]]
+    legacy: set[tuple[str, int]]  # the --legacy pairs given, as box names and listen ports
+    placed_legacy: set[tuple[str, int]]  # those a row runs
+    dropped: tuple[Dropped, ...]
+
+
+@dataclass(frozen=True)
+class _Placement:
+    hosts: dict[str, JSON]
+    comments: Comments
+    static: bool  # some box is provider static
+    runpod: tuple[str, ...]  # the boxes named by a RunPod pod id
+    dropped: tuple[Dropped, ...]
+
+
+@dataclass(frozen=True)
+class _File:
+    """One output file's data, its comments, and what making it left out or changed."""
+
+    data: dict[str, JSON]
+    comments: Comments
+    dropped: tuple[Dropped, ...]
+    env: tuple[EnvVar, ...] = ()
+
+
+def _sections(config: Mapping[str, Frozen]) -> tuple[Mapping[str, Frozen], Mapping[str, Frozen]]:
+    """config.yaml's `fleet:` and its `hosts:`; LlmaoImportError without them."""
     fleet_in = config.get("fleet")
     if not isinstance(fleet_in, Mapping):
         raise LlmaoImportError("config.yaml has no fleet: section (llmao keeps its placement there)")
     hosts = fleet_in.get("hosts")
     if not isinstance(hosts, Mapping):
         raise LlmaoImportError("config.yaml has no fleet.hosts mapping (box -> rows)")
+    return fleet_in, hosts
 
-    # --- models.yaml ---------------------------------------------------------------------------
-    models_out: dict[str, JSON] = {}
-    model_comments: dict[tuple[str | int, ...], str] = {}
+
+def _has_vast(fleet_in: Mapping[str, Frozen]) -> bool:
+    vast = fleet_in.get("vast")
+    return isinstance(vast, Mapping) and vast.get("api_key") == SECRET
+
+
+def _catalog(catalog: Mapping[str, Frozen]) -> _Catalog:
+    """models.yaml's self-hosted entries as recipes (the first of a repeated model_name)."""
+    out = _Out()
+    recipes: dict[str, JSON] = {}
+    comments: Comments = {}
     entries = catalog.get("models")
     if not isinstance(entries, tuple):
         raise LlmaoImportError("models.yaml has no models: list")
@@ -362,24 +406,27 @@ def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
         made = _recipe(i, entry, out)
         if made is None:
             continue
-        name, recipe, comments = made
-        if name in models_out:
+        name, recipe, recipe_comments = made
+        if name in recipes:
             out.drop(f"models.yaml models[{i}] ({name})", "a second entry with this model_name: llmao would "
                                                           "have used one of them; the first is kept")
             continue
-        models_out[name] = recipe
-        model_comments.update({("models", name, *path): text for path, text in comments.items()})
+        recipes[name] = recipe
+        comments.update({("models", name, *path): text for path, text in recipe_comments.items()})
     for key in catalog:
         if key != "models":
             out.drop(f"models.yaml {key}", "only models: is read; left out")
+    return _Catalog(recipes, comments, tuple(out.dropped))
 
-    # --- placement.yaml ------------------------------------------------------------------------
-    rows = _rows(hosts, out)
+
+def _boxes(hosts: Mapping[str, Frozen], recipes: Mapping[str, JSON], legacy: frozenset[tuple[str, int]]) -> _Boxes:
+    """The rows of fleet.hosts that run an imported model, by box name (::ffff: stripped)."""
+    out = _Out()
     legacy_boxes = {(normalise_host(h), p) for h, p in legacy}
     placed_legacy: set[tuple[str, int]] = set()
     boxes: dict[str, list[_Row]] = {}
-    for row in rows:
-        if row.model not in models_out:
+    for row in _rows(hosts, out):
+        if row.model not in recipes:
             out.drop(f"config.yaml fleet.hosts.{row.host}[{row.index}]", f"model {row.model} is not a self-hosted "
                      "model imported from models.yaml; left out")
             continue
@@ -388,13 +435,17 @@ def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
             placed_legacy.add((row.box, row.port))
     for pair in sorted(legacy_boxes - placed_legacy):
         out.drop(f"--legacy {pair[0]}:{pair[1]}", "no fleet.hosts row runs on this box and port; not declared")
-    vast = fleet_in.get("vast")
-    has_vast = isinstance(vast, Mapping) and vast.get("api_key") == SECRET
+    return _Boxes(boxes, legacy_boxes, placed_legacy, tuple(out.dropped))
+
+
+def _placement(hosts: Mapping[str, Frozen], boxes: _Boxes, has_vast: bool) -> _Placement:
+    """placement.yaml: each box with its provider (vast, runpod for a pod id, else static) and its rows."""
+    out = _Out()
     placement: dict[str, JSON] = {}
-    placement_comments: dict[tuple[str | int, ...], str] = {}
+    comments: Comments = {}
     static_boxes = False
     runpod_boxes: list[str] = []
-    for box, box_rows in boxes.items():
+    for box, box_rows in boxes.rows.items():
         pinned = [r for r in box_rows if r.public_port is not None]
         provider = "vast" if has_vast and len(pinned) < len(box_rows) else "static"
         if not _is_address(box):  # a RunPod pod id (RUNPOD_POD_ID): only RunPod's listing knows its address
@@ -417,44 +468,39 @@ def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
             if row.public_port is not None:
                 note += (f"; public port {row.public_port} written by hand, kept (llmao never overrides it; "
                          "fleetllm warns it is deprecated: drop it once the provider's listing has the box)")
-            if (row.box, row.port) in legacy_boxes:
+            if (row.box, row.port) in boxes.legacy:
                 note += "; a legacy pair: shared fleet.selfhost_api_key"
-            placement_comments[("hosts", box, "servers", len(servers) - 1)] = note
+            comments[("hosts", box, "servers", len(servers) - 1)] = note
         placement[box] = {"provider": provider, "servers": servers}
         why = ("fleet.vast is configured and the listing maps its listen ports" if provider == "vast" else
                "a pod id: RunPod's listing maps its listen ports" if provider == "runpod" else
                "every row pins its public port" if pinned and has_vast else
                "no fleet.vast in llmao: public port = listen port (or the pinned one)")
         written = hosts.get(box_rows[0].host)
-        placement_comments[("hosts", box)] = (f"from config.yaml fleet.hosts.{box_rows[0].host}; provider {provider}: "
-                                              f"{why}")
+        comments[("hosts", box)] = f"from config.yaml fleet.hosts.{box_rows[0].host}; provider {provider}: {why}"
         if not isinstance(written, tuple) or len(box_rows) != len(written):
-            placement_comments[("hosts", box)] += " (some rows left out: see the import report)"
+            comments[("hosts", box)] += " (some rows left out: see the import report)"
+    return _Placement(placement, comments, static_boxes, tuple(runpod_boxes), tuple(out.dropped))
 
-    # --- fleet.yaml ----------------------------------------------------------------------------
-    fleet_comments: dict[tuple[str | int, ...], str] = {}
+
+def _listen_ports(boxes: _Boxes) -> tuple[list[int], tuple[Dropped, ...]]:
+    """llmao's listen ports (8001-8003) and every other one its rows use, legacy pairs aside; 16 at most."""
+    out = _Out()
     ports = set(DEFAULT_LISTEN_PORTS)
-    ports.update(r.port for rs in boxes.values() for r in rs if (r.box, r.port) not in legacy_boxes)
+    ports.update(r.port for rs in boxes.rows.values() for r in rs if (r.box, r.port) not in boxes.legacy)
     listen = sorted(ports)
     if len(listen) > 16:
         out.drop("config.yaml fleet.hosts (listen ports)", f"{len(listen)} different listen ports; fleetllm takes "
                  "16 at most: the boxes using the others will not validate")
         listen = listen[:16]
-    fleet: dict[str, JSON] = {"version": 1, "listen_ports": list[JSON](listen)}
-    fleet_comments[("listen_ports",)] = ("llmao's VLLM_LISTEN_PORTS (8001-8003) and every other listen port its "
-                                         "rows use (legacy pairs aside)")
-    most = max((len(rs) for rs in boxes.values()), default=3)
-    fleet["max_servers_per_box"] = max(3, most)
-    fleet_comments[("max_servers_per_box",)] = "llmao: at most three per box (more only with legacy pairs)"
-    if not boxes:
-        fleet["allow_empty_placement"] = True
-        fleet_comments[("allow_empty_placement",)] = "llmao's fleet.hosts had no box to import"
-    if placed_legacy:
-        fleet["legacy_servers"] = [{"host": h, "port": p, "note": "llmao LEGACY_SERVERS: predates the salt"}
-                                   for h, p in sorted(placed_legacy)]
-        fleet_comments[("legacy_servers",)] = ("llmao's LEGACY_SERVERS (given with --legacy): they keep the shared "
-                                               "fleet.selfhost_api_key")
+    return listen, tuple(out.dropped)
+
+
+def _reconcile(fleet_in: Mapping[str, Frozen]) -> _File:
+    """fleet.yaml `reconcile:` from llmao's health knobs, each brought within what fleetllm allows."""
+    out = _Out()
     reconcile: dict[str, JSON] = {}
+    comments: Comments = {}
     for knob, (target, minimum, kind) in HEALTH_KNOBS.items():
         if knob not in fleet_in:
             continue
@@ -472,15 +518,45 @@ def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
             out.drop(f"config.yaml fleet.{knob}", f"{value:g} is below what fleetllm allows for {target}; "
                                                   f"{carried} is used", changed=True)
         reconcile[target] = carried
-        fleet_comments[("reconcile", target)] = f"from config.yaml fleet.{knob}"
+        comments[("reconcile", target)] = f"from config.yaml fleet.{knob}"
     if "health_fail_threshold" in fleet_in:
         reconcile["up_after_successes"] = 2
-        fleet_comments[("reconcile", "up_after_successes")] = ("llmao recovers on 1 good probe; fleetllm waits for 2 "
-                                                               "in a row so a flapping server does not flap routes")
+        comments[("reconcile", "up_after_successes")] = ("llmao recovers on 1 good probe; fleetllm waits for 2 "
+                                                         "in a row so a flapping server does not flap routes")
         out.drop("config.yaml fleet.health_fail_threshold (recovery)", "llmao recovers after one good probe; "
                  "fleetllm after up_after_successes: 2", changed=True)
-    if reconcile:
-        fleet["reconcile"] = reconcile
+    return _File(reconcile, comments, tuple(out.dropped))
+
+
+def _fleet_file(fleet_in: Mapping[str, Frozen], boxes: _Boxes) -> _File:
+    """fleet.yaml: the listen ports, the capacity per box, the legacy pairs and the reconcile knobs."""
+    comments: Comments = {}
+    listen, dropped = _listen_ports(boxes)
+    fleet: dict[str, JSON] = {"version": 1, "listen_ports": list[JSON](listen)}
+    comments[("listen_ports",)] = ("llmao's VLLM_LISTEN_PORTS (8001-8003) and every other listen port its "
+                                   "rows use (legacy pairs aside)")
+    most = max((len(rs) for rs in boxes.rows.values()), default=3)
+    fleet["max_servers_per_box"] = max(3, most)
+    comments[("max_servers_per_box",)] = "llmao: at most three per box (more only with legacy pairs)"
+    if not boxes.rows:
+        fleet["allow_empty_placement"] = True
+        comments[("allow_empty_placement",)] = "llmao's fleet.hosts had no box to import"
+    if boxes.placed_legacy:
+        fleet["legacy_servers"] = [{"host": h, "port": p, "note": "llmao LEGACY_SERVERS: predates the salt"}
+                                   for h, p in sorted(boxes.placed_legacy)]
+        comments[("legacy_servers",)] = ("llmao's LEGACY_SERVERS (given with --legacy): they keep the shared "
+                                         "fleet.selfhost_api_key")
+    reconcile = _reconcile(fleet_in)
+    comments.update(reconcile.comments)
+    if reconcile.data:
+        fleet["reconcile"] = reconcile.data
+    return _File(fleet, comments, (*dropped, *reconcile.dropped))
+
+
+def _left_out(config: Mapping[str, Frozen], fleet_in: Mapping[str, Frozen]) -> tuple[Dropped, ...]:
+    """The settings of config.yaml no output file carries: knobs fleetllm has no use for, unknown keys, and
+    llmao's own application settings."""
+    out = _Out()
     for knob, reason in NOT_CARRIED.items():
         if knob in fleet_in:
             out.drop(f"config.yaml fleet.{knob}", reason)
@@ -488,6 +564,7 @@ def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
     for key in fleet_in:
         if key not in known:
             out.drop(f"config.yaml fleet.{key}", "not a setting the importer knows; left out")
+    vast = fleet_in.get("vast")
     if isinstance(vast, Mapping):
         for key in vast:
             if key != "api_key":
@@ -498,20 +575,24 @@ def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
                      "master key is a reference to provide")
         elif key != "fleet":
             out.drop(f"config.yaml {key}", "llmao's own application settings, not the fleet; left out")
+    return tuple(out.dropped)
 
-    # --- control-plane.yaml and what to export ---------------------------------------------------
+
+def _secrets(fleet_in: Mapping[str, Frozen], placed_legacy: set[tuple[str, int]]) -> _File:
+    """control-plane.yaml `secrets:` as references, and the variables to export for them."""
+    out = _Out()
     env: list[EnvVar] = []
     secrets: dict[str, JSON] = {}
-    cp_comments: dict[tuple[str | int, ...], str] = {}
+    comments: Comments = {}
     if fleet_in.get("key") == SECRET:
         secrets["fleet_key"] = f"${{env:{ENV_FLEET_KEY}}}"
-        cp_comments[("secrets", "fleet_key")] = "llmao config.yaml fleet.key: the same value (baked into every box)"
+        comments[("secrets", "fleet_key")] = "llmao config.yaml fleet.key: the same value (baked into every box)"
         env.append(EnvVar(ENV_FLEET_KEY, "config.yaml fleet.key", "the fleet key baked into every box template: "
                           "the same value, so the boxes keep their template"))
     else:
         out.drop("config.yaml fleet.key", "absent: boxes would get 503 from fleetllm until secrets.fleet_key is set")
     secrets["vllm_api_salt"] = f"${{env:{ENV_SALT}}}"
-    cp_comments[("secrets", "vllm_api_salt")] = "llmao config.yaml fleet.vllm_api_salt: the same value, same bearers"
+    comments[("secrets", "vllm_api_salt")] = "llmao config.yaml fleet.vllm_api_salt: the same value, same bearers"
     env.append(EnvVar(ENV_SALT, "config.yaml fleet.vllm_api_salt", "the bearer salt: the same value (without "
                       "surrounding whitespace, as llmao strips it), so every bearer stays as it is"))
     if fleet_in.get("vllm_api_salt") != SECRET:
@@ -520,7 +601,7 @@ def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
     if fleet_in.get("selfhost_api_key") == SECRET:
         if placed_legacy:
             secrets["legacy_api_key"] = f"${{env:{ENV_LEGACY}}}"
-            cp_comments[("secrets", "legacy_api_key")] = "llmao config.yaml fleet.selfhost_api_key (legacy pairs)"
+            comments[("secrets", "legacy_api_key")] = "llmao config.yaml fleet.selfhost_api_key (legacy pairs)"
             env.append(EnvVar(ENV_LEGACY, "config.yaml fleet.selfhost_api_key", "the shared bearer of the legacy "
                               "pairs"))
         else:
@@ -528,53 +609,96 @@ def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
                      "of llmao's LEGACY_SERVERS), so nothing uses it")
     elif placed_legacy:
         out.drop("--legacy", "legacy pairs without fleet.selfhost_api_key: set secrets.legacy_api_key by hand")
+    return _File(secrets, comments, tuple(out.dropped), tuple(env))
+
+
+def _litellm(config: Mapping[str, Frozen], litellm_url: str | None) -> _File:
+    """control-plane.yaml `litellm:`: --litellm-url, else llmao's litellm.url; the master key a reference."""
     llmao_litellm = config.get("litellm")
     if litellm_url is None and isinstance(llmao_litellm, Mapping) and isinstance(llmao_litellm.get("url"), str):
         litellm_url = str(llmao_litellm["url"])
     litellm: dict[str, JSON] = {"url": litellm_url or "http://127.0.0.1:4000",
                                 "master_key": f"${{env:{ENV_LITELLM}}}"}
-    cp_comments[("litellm",)] = ("the LiteLLM proxy llmao writes to" if litellm_url else
-                                 "CHANGE: the URL of the LiteLLM proxy llmao writes to (--litellm-url)")
-    env.append(EnvVar(ENV_LITELLM, "llmao's LiteLLM master key (its deployment settings)", "the master key of "
-                      "the LiteLLM proxy llmao writes to"))
+    comments: Comments = {("litellm",): ("the LiteLLM proxy llmao writes to" if litellm_url else
+                                         "CHANGE: the URL of the LiteLLM proxy llmao writes to (--litellm-url)")}
+    env = (EnvVar(ENV_LITELLM, "llmao's LiteLLM master key (its deployment settings)", "the master key of "
+                  "the LiteLLM proxy llmao writes to"),)
+    return _File(litellm, comments, (), env)
+
+
+def _providers(fleet_in: Mapping[str, Frozen], placement: _Placement) -> _File:
+    """control-plane.yaml `providers:`: Vast when llmao had its key, RunPod for pod ids, static otherwise."""
+    out = _Out()
+    env: list[EnvVar] = []
     providers: dict[str, JSON] = {}
-    if has_vast:
+    comments: Comments = {}
+    if _has_vast(fleet_in):
         providers["vast"] = {"api_key": f"${{env:{ENV_VAST}}}"}
-        cp_comments[("providers", "vast")] = "llmao config.yaml fleet.vast.api_key"
+        comments[("providers", "vast")] = "llmao config.yaml fleet.vast.api_key"
         env.append(EnvVar(ENV_VAST, "config.yaml fleet.vast.api_key", "the Vast API key: fleetllm reads the "
                           "instance listing for the public ports, as llmao does"))
-    elif isinstance(vast, Mapping):
+    elif isinstance(fleet_in.get("vast"), Mapping):
         out.drop("config.yaml fleet.vast", "a vast block without api_key; no Vast provider configured")
-    if runpod_boxes:
+    if placement.runpod:
         providers["runpod"] = {"api_key": f"${{env:{ENV_RUNPOD}}}"}
-        cp_comments[("providers", "runpod")] = "boxes named by a pod id: " + ", ".join(runpod_boxes)
+        comments[("providers", "runpod")] = "boxes named by a pod id: " + ", ".join(placement.runpod)
         env.append(EnvVar(ENV_RUNPOD, "your RunPod account (llmao has no RunPod key)", "fleetllm reads the pod "
                           "listing for the address and ports of the boxes named by a pod id"))
-    if static_boxes or not providers:
+    if placement.static or not providers:
         providers["static"] = {}
-        cp_comments[("providers", "static")] = "boxes whose public port is the listen port or pinned by hand"
-    control_plane: dict[str, JSON] = {
+        comments[("providers", "static")] = "boxes whose public port is the listen port or pinned by hand"
+    return _File(providers, comments, tuple(out.dropped), tuple(env))
+
+
+def _control_plane(config: Mapping[str, Frozen], fleet_in: Mapping[str, Frozen], boxes: _Boxes,
+                   placement: _Placement, repo_path: str, litellm_url: str | None) -> _File:
+    """control-plane.yaml (secrets as references) and the variables to export."""
+    secrets = _secrets(fleet_in, boxes.placed_legacy)
+    litellm = _litellm(config, litellm_url)
+    providers = _providers(fleet_in, placement)
+    data: dict[str, JSON] = {
         "repo": {"path": repo_path, "branch": "main"},
-        "secrets": secrets,
+        "secrets": secrets.data,
         "listen": "127.0.0.1:8080",
         "state": {"url": "sqlite:///.fleetllm-state/control-plane.sqlite3"},
-        "litellm": litellm,
-        "providers": providers,
+        "litellm": litellm.data,
+        "providers": providers.data,
     }
-    cp_comments[("repo",)] = "the fleet repository this import wrote (commit changes to main)"
-    cp_comments[("listen",)] = "loopback: put TLS in front, or set tls: {cert, key} (boxes send the fleet key)"
+    comments: Comments = {**secrets.comments, **litellm.comments, **providers.comments}
+    comments[("repo",)] = "the fleet repository this import wrote (commit changes to main)"
+    comments[("listen",)] = "loopback: put TLS in front, or set tls: {cert, key} (boxes send the fleet key)"
+    parts = (secrets, litellm, providers)
+    return _File(data, comments, tuple(d for p in parts for d in p.dropped), tuple(e for p in parts for e in p.env))
 
-    def doc(data: dict[str, JSON], comments: dict[tuple[str | int, ...], str], header: tuple[str, ...]) -> Document:
-        return Document(freeze_mapping(data), MappingProxyType(comments), header)
 
+def _document(data: dict[str, JSON], comments: Comments, header: tuple[str, ...]) -> Document:
+    return Document(freeze_mapping(data), MappingProxyType(comments), header)
+
+
+def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
+                 legacy: frozenset[tuple[str, int]] = frozenset(), *, repo_path: str = ".",
+                 litellm_url: str | None = None) -> Imported:
+    """Map llmao's config.yaml (`config`, secrets replaced by SECRET) and models.yaml (`catalog`).
+
+    `legacy`: llmao's LEGACY_SERVERS pairs (host, listen port). Raises LlmaoImportError when there is nothing
+    to import (no `fleet.hosts`). Each file is one step; the report lists what each left out, in order."""
+    fleet_in, hosts = _sections(config)
+    catalog_out = _catalog(catalog)
+    boxes = _boxes(hosts, catalog_out.recipes, legacy)
+    placement = _placement(hosts, boxes, _has_vast(fleet_in))
+    fleet = _fleet_file(fleet_in, boxes)
+    left_out = _left_out(config, fleet_in)
+    control_plane = _control_plane(config, fleet_in, boxes, placement, repo_path, litellm_url)
     origin = ("Imported from llmao by `fleetllm import llmao`; the comments say where each value came from.",)
     return Imported(
-        fleet=doc(fleet, fleet_comments, origin),
-        models=doc({"models": models_out}, model_comments, origin),
-        placement=doc({"hosts": placement}, placement_comments,
-                      (*origin, "Box names are llmao's fleet.hosts keys (::ffff: stripped): the bearers stay "
-                                "the same.")),
-        control_plane=doc(control_plane, cp_comments,
-                          ("The control plane's config. Secrets are references, never values: export the",
-                           "variables `fleetllm import llmao` listed.")),
-        dropped=tuple(out.dropped), env=tuple(env), legacy=frozenset(placed_legacy))
+        fleet=_document(fleet.data, fleet.comments, origin),
+        models=_document({"models": catalog_out.recipes}, catalog_out.comments, origin),
+        placement=_document({"hosts": placement.hosts}, placement.comments,
+                            (*origin, "Box names are llmao's fleet.hosts keys (::ffff: stripped): the bearers stay "
+                                      "the same.")),
+        control_plane=_document(control_plane.data, control_plane.comments,
+                                ("The control plane's config. Secrets are references, never values: export the",
+                                 "variables `fleetllm import llmao` listed.")),
+        dropped=(*catalog_out.dropped, *boxes.dropped, *placement.dropped, *fleet.dropped, *left_out,
+                 *control_plane.dropped),
+        env=control_plane.env, legacy=frozenset(boxes.placed_legacy))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from fleetllm.core.fleet.bearer import bearer_fingerprint
 from fleetllm.core.fleet.jsonvalue import JSON, Frozen, canonical_json, freeze_mapping, thaw
-from fleetllm.core.fleet.model import Fleet, LitellmRoute, Provider, ReconcileMode, ReconcileSettings
+from fleetllm.core.fleet.model import DEFAULTS, Fleet, LitellmRoute, Provider, ReconcileMode, ReconcileSettings
 from fleetllm.core.fleet.render import Bearers, server_entry
 
 MANAGED_BY = "fleetllm"
@@ -64,7 +64,7 @@ class IntendedServer:
     provider: Provider = Provider.STATIC
     pinned_public_port: int | None = None  # deprecated hand-written public port
     paused: bool = False
-    health_grace_s: int = 1800
+    health_grace_s: int = DEFAULTS["/reconcile/health_grace_s"]
     route: LitellmRoute = field(default_factory=LitellmRoute)
     # On a box with a gateway, the gateway's listen port: LiteLLM and the probes reach this server
     # through it (`bearer` is then the gateway's), and `port` is the server's loopback port behind it.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import EMPTY, Frozen
 from fleetllm.core.fleet.model import Provider
 from fleetllm.core.judge.intended import (
@@ -132,20 +133,9 @@ class Deployment:
 
 
 @dataclass(frozen=True)
-class BoxReport:
-    """What a box reported back after installing (the control plane's `POST /vllm/report`)."""
-
-    revision: str
-    digests: Mapping[str, str]  # process name -> boot digest it applied
-    reported_at: float
-    fit_ok: bool = True
-    failed: frozenset[str] = frozenset()  # servers the box reports failed (supervisord gave up on them)
-
-
-@dataclass(frozen=True)
 class BoxFacts:
     fetched_at: float | None = None  # last time the box fetched its config
-    report: BoxReport | None = None
+    report: BoxReport | None = None  # its latest report (fleetllm.core.boxreport)
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,7 @@ def _staleness(server: IntendedServer, probe: ProbeResult, facts: BoxFacts) -> s
                 f"{server.gateway_models} behind it: the box must re-fetch its config and restart the gateway")
     report = facts.report
     if report is not None:
-        applied = report.digests.get(server.name)
+        applied = report.server_digests().get(server.name)
         if applied is not None and applied != server.digest:
             return (f"the box applied revision {report.revision[:12]} whose boot config for {server.name} differs: "
                     "it must re-fetch and restart vLLM")
@@ -202,7 +202,8 @@ def judge(server: IntendedServer, resolution: Resolution, probe: ProbeResult | N
 def _reported_failure(server: IntendedServer, facts: BoxFacts) -> str:
     """What the box said about this server, when it applied this server's boot config and it failed."""
     report = facts.report
-    if report is None or server.name not in report.failed or report.digests.get(server.name) != server.digest:
+    if (report is None or server.name not in report.failed_servers()
+            or report.server_digests().get(server.name) != server.digest):
         return ""
     return "; the box reports supervisord gave up on it (it exits while loading: see its log on the box)"
 

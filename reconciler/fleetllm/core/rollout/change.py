@@ -1,36 +1,20 @@
 """What a change of a box's config does to its servers.
 
-`box_change` is the one place that says which servers a change starts, restarts and stops: the stable
-card division's own prediction (`fleetllm_contract.division.box_change`, what the box's installer will
-do), so a neighbour whose share the card cannot keep counts as restarted (drained first, within the
-budget). Configs without their rendered documents (a test's) fall back to the boot digests.
+`box_change` is the one place that says which servers a change starts, restarts and stops (as a
+`fleetllm_contract.division.BoxChange`, the one type for it): the stable card division's own prediction
+(`fleetllm_contract.division.box_change`, what the box's installer will do), so a neighbour whose share
+the card cannot keep counts as restarted (drained first, within the budget). Configs without their
+rendered documents (a test's) fall back to the boot digests.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from fleetllm.core.rollout.model import BoxConfig, ServerSpec
 from fleetllm_contract import division
-
-
-@dataclass(frozen=True)
-class BoxChange:
-    started: frozenset[str]
-    restarted: frozenset[str]
-    stopped: frozenset[str]
-    unchanged: frozenset[str]
-
-    @property
-    def disrupted(self) -> frozenset[str]:
-        """Servers that stop serving for a while: restarted or removed (added ones are not)."""
-        return self.restarted | self.stopped
-
-    @property
-    def boot(self) -> bool:
-        return bool(self.started or self.restarted or self.stopped)
+from fleetllm_contract.division import BoxChange
 
 
 def box_change(old: BoxConfig | None, new: BoxConfig | None, card_gb: float | None = None) -> BoxChange:
@@ -39,13 +23,16 @@ def box_change(old: BoxConfig | None, new: BoxConfig | None, card_gb: float | No
     after = new.by_name() if new is not None else {}
     both = before.keys() & after.keys()
     restarted = frozenset(n for n in both if before[n].digest != after[n].digest)
+    predicted = None
     if old is not None and new is not None and old.document and new.document:
         predicted = division.box_change(old.document, new.document, card_gb)
         restarted |= predicted.restarted & both
     if old is not None and new is not None and old.boot != new.boot:
         restarted = frozenset(both)  # the gateway changed: its servers move between loopback and the host
     return BoxChange(started=frozenset(after.keys() - before.keys()), restarted=restarted,
-                     stopped=frozenset(before.keys() - after.keys()), unchanged=frozenset(both) - restarted)
+                     stopped=frozenset(before.keys() - after.keys()), unchanged=frozenset(both) - restarted,
+                     redivided=predicted.redivided if predicted is not None else False,
+                     card_known=predicted.card_known if predicted is not None else True)
 
 
 def servers_named(config: BoxConfig | None, names: frozenset[str]) -> tuple[ServerSpec, ...]:

@@ -8,6 +8,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from fleetllm.core.fleet.jsonvalue import EMPTY, Frozen
+from fleetllm.core.fleet.model import DEFAULTS
 
 ServerKey = tuple[str, int]  # (box, listen port), as the judge keys servers
 
@@ -66,7 +67,7 @@ class ServerSpec:
     port: int
     digest: str  # boot digest
     deployment: str  # its LiteLLM deployment id
-    grace_s: int = 1800  # health_grace_s (the model's override, else the fleet's)
+    grace_s: int = DEFAULTS["/reconcile/health_grace_s"]  # the model's override, else the fleet's
 
 
 @dataclass(frozen=True)
@@ -115,14 +116,16 @@ class StepInput:
     verdicts: Mapping[ServerKey, str]  # the judge's verdict per server (values of Verdict)
     routed: frozenset[str] | None  # deployment ids LiteLLM holds; None: LiteLLM was not listed
     max_unavailable: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    drain_s: int = 10
+    drain_s: int = DEFAULTS["/rollout/drain_s"]
 
     def budget(self, model: str) -> int:
-        return self.max_unavailable.get(model, 1)
+        return self.max_unavailable.get(model, DEFAULTS["/rollout/max_unavailable"])
 
 
 @dataclass(frozen=True)
-class BoxStatus:
+class ReleaseStatus:
+    """A managed box's release as the rollout shows it (not the diff report's BoxStatus of a box)."""
+
     box: str
     state: BoxState
     released: str
@@ -146,7 +149,7 @@ class Step:
     held_out: frozenset[str]  # every deployment id kept out of LiteLLM (draining, released not yet applied)
     rollbacks: Mapping[str, str]  # box -> last good revision
     halt: Halt | None
-    status: Mapping[str, BoxStatus]
+    status: Mapping[str, ReleaseStatus]
     out: Mapping[str, tuple[ServerKey, ...]]  # per model: its servers out of service after this step
 
     @property

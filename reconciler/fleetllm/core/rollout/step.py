@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from fleetllm.core.fleet.model import DEFAULTS
 from fleetllm.core.rollout.change import box_change, disrupted_servers, over_budget, servers_named
 from fleetllm.core.rollout.model import (
     VERDICTS_UP,
@@ -28,8 +29,8 @@ from fleetllm.core.rollout.model import (
     BoxInput,
     BoxRelease,
     BoxState,
-    BoxStatus,
     Halt,
+    ReleaseStatus,
     Rollout,
     RolloutState,
     ServerKey,
@@ -38,7 +39,7 @@ from fleetllm.core.rollout.model import (
     StepInput,
 )
 
-DEFAULT_GRACE_S = 1800
+DEFAULT_GRACE_S: int = DEFAULTS["/reconcile/health_grace_s"]  # fleet.yaml's (schemas/fleet.schema.json)
 UNSETTLED = frozenset({BoxState.DRAINING, BoxState.RELEASED})
 
 
@@ -505,7 +506,7 @@ def went_past_budget(work: Work, box: str, release: BoxRelease) -> str:
             f"when no other server of {' or '.join(over)} was out)")
 
 
-def status_of(work: Work, box: str) -> BoxStatus:
+def status_of(work: Work, box: str) -> ReleaseStatus:
     release = work.releases[box]
     report = work.inp.boxes[box].report
     why = work.why.get(box) or (release.reason if release.state is BoxState.HALTED else "")
@@ -513,4 +514,4 @@ def status_of(work: Work, box: str) -> BoxStatus:
         why = f"rollout {work.rollout.state}"
     note = went_past_budget(work, box, release)
     why = f"{why}; {note}" if why and note else why or note
-    return BoxStatus(box, release.state, release.revision, report.revision if report is not None else None, why)
+    return ReleaseStatus(box, release.state, release.revision, report.revision if report is not None else None, why)

@@ -16,17 +16,17 @@ from dataclasses import dataclass
 
 from fleetllm.adapters.state.passes import ActionRecord, DriftRecord, DuplicateRecord
 from fleetllm.adapters.state.records import Approval
+from fleetllm.core.fleet.approve import ref_name
 from fleetllm.core.fleet.model import ReconcileSettings
 from fleetllm.core.judge.verdict import Verdict
-from fleetllm.job.approve import ref_name
-from fleetllm.job.loop import overdue_after as pass_overdue_after
+from fleetllm.core.schedule import overdue_after as pass_overdue_after
 from fleetllm.server.pages.inputs import Inputs
 
 ATTENTION_VERDICTS = (Verdict.FOREIGN, Verdict.STALE, Verdict.STALLED, Verdict.DOWN, Verdict.MISSING)
 
 
 def overdue_after(settings: ReconcileSettings) -> float:
-    """A pass is overdue after two intervals and a minute (fleetllm.job.loop.overdue_after)."""
+    """A pass is overdue after two intervals and a minute (fleetllm.core.schedule.overdue_after)."""
     return pass_overdue_after(settings.interval_s)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fleetllm.adapters.state.passes import PassRecord, ServerRecord
-from fleetllm.adapters.state.records import BoxReport
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import thaw
 from fleetllm.core.fleet.model import Box, Fleet, Provider
 from fleetllm.core.judge.verdict import SERVING, Verdict, rollup

@@ -12,7 +12,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from fleetllm.adapters.state.passes import PassRecord
-from fleetllm.adapters.state.records import Approval, AttentionEntry, BoxReport, FetchRecord
+from fleetllm.adapters.state.records import Approval, AttentionEntry, FetchRecord
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.server.revisions import Attempt, Invalid, RefreshStatus, Rendered
 from fleetllm.server.runtime import Runtime
 from fleetllm.settings import ApproveTarget, ControlPlaneConfig

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from fleetllm.adapters.state.passes import ActionRecord, PassRecord
 from fleetllm.server.pages.fleetview import ordered
 from fleetllm.server.pages.inputs import Inputs
+from fleetllm.server.revisions import Attempt
 
 _SCP_LIKE = re.compile(r"^(?:[^@/\s]+@)?(?P<host>[A-Za-z0-9.-]+):(?!//)(?P<path>[^\s]+)$")
 
@@ -61,14 +62,6 @@ class Link:
 
 
 @dataclass(frozen=True)
-class Attempted:
-    revision: str
-    valid: bool
-    at: float
-    errors: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class Diff:
     what: str
     command: str
@@ -82,7 +75,7 @@ class RevisionView:
     branch: str
     served: str | None
     served_since: float | None
-    attempted: Attempted | None
+    attempted: Attempt | None  # the branch head as last examined
     last_refresh_ok_at: float | None
     refresh_error: str | None
     pass_revision: str | None  # the revision the last reconcile pass worked from
@@ -113,7 +106,7 @@ def revision_view(inputs: Inputs) -> RevisionView:
     return RevisionView(
         generated_at=inputs.now, repository=settings.repo_where, branch=settings.branch, served=served,
         served_since=inputs.applied_at,
-        attempted=Attempted(attempted.revision, attempted.valid, attempted.at, attempted.errors) if attempted else None,
+        attempted=attempted,
         last_refresh_ok_at=inputs.refresh.ok_at, refresh_error=inputs.refresh.error,
         pass_revision=last.revision if last else None, diffs=tuple(diffs), links=tuple(links))
 

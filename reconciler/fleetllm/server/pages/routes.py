@@ -32,9 +32,9 @@ from flask import (
 from flask.blueprints import BlueprintSetupState
 from werkzeug.wrappers.response import Response as BaseResponse
 
+from fleetllm.core.fleet.approve import ApproveError
 from fleetllm.core.fleet.model import Provider
 from fleetllm.core.hosts import resolve_host
-from fleetllm.job.approve import ApproveError
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server import session as auth
 from fleetllm.server.access import current_role, requires

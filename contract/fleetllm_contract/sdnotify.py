@@ -2,9 +2,10 @@
 
 `fleetllm serve` under `Type=notify` (deploy/systemd/fleetllm-serve.service) sends READY=1 once its port
 accepts connections and STOPPING=1 when SIGTERM starts its drain, so `systemctl start` returns, and units
-ordered after it start, only when it serves. Without $NOTIFY_SOCKET (any other supervisor, a container,
-a terminal) nothing is sent. No dependency: the protocol is one unix datagram (the gateway, on the box
-side, has its own copy in fleetllm_gateway.notify, as the box packages do not import the control plane).
+ordered after it start, only when it serves; the box gateway (fleetllm_gateway.serve) sends the same
+once it listens. Without $NOTIFY_SOCKET (any other supervisor, a container, a terminal) nothing is sent.
+No dependency: the protocol is one unix datagram. It lives in the box contract because both sides use
+it and the box packages do not import the control plane.
 """
 
 from __future__ import annotations
