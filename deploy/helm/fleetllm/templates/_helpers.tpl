@@ -92,7 +92,8 @@ the install notes ("" for the rest).
 {{- range $tokens := (include "fleetllm.tokenLists" . | fromJsonArray) -}}
 {{- $role := index $tokens 1 | trimSuffix "-token" -}}
 {{- range $i, $token := index $v (index $tokens 0) -}}
-{{- $note := printf "%s token%s" $role (ternary (printf " %s" ($token.name | default "")) "" (not (empty $token.name))) -}}
+{{- $note := printf "%s token" $role -}}
+{{- with $token.name }}{{ $note = printf "%s %s" $note . }}{{ end -}}
 {{- $refs = append $refs (list (include "fleetllm.tokenFile" (list (index $tokens 1) $i)) (dict "secret" $token.secret "key" $token.key) true $note) -}}
 {{- end -}}
 {{- end -}}
