@@ -66,7 +66,8 @@ MODULES: tuple[Module, ...] = (
     Module("diff", ("reconciler/fleetllm/core/diff/compute.py", "reconciler/fleetllm/core/diff/fields.py",
                     "reconciler/fleetllm/core/diff/routes.py", "reconciler/fleetllm/core/diff/servers.py",
                     "reconciler/fleetllm/core/diff/summary.py"),
-           ("tests/diff/test_report.py", "tests/diff/test_golden.py", "tests/diff/test_markdown.py"), in_ci=False),
+           ("tests/diff/test_report.py", "tests/diff/test_golden.py", "tests/diff/test_markdown.py",
+            "tests/diff/test_report_exact.py"), in_ci=False),
 )
 COPIED = ("tests", "schemas", "fleet-repo-example", "bench", "pyproject.toml")
 # The import packages go under src/ in the scratch copy: mutmut 3 names a mutant by its file's path
