@@ -249,7 +249,7 @@ def test_show(value: JSON, shown: str) -> None:
     (ABSENT, ABSENT, True), (ABSENT, None, False), (None, ABSENT, False), ([1, 2], [1.0, 2], True),
     ([1, 2], [1, 2, 3], False), ([1], [True], False), ({"a": 1}, {"a": 1.0}, True), ({"a": 1}, {"b": 1}, False),
     ({"a": 1}, {"a": 2}, False), ({"a": [1]}, {"a": [1], "b": 2}, False), ([], {}, False), ("a", "a", True),
-    ("a", "b", False), (0, False, False), (0.5, 0.25, False)])
+    ("a", "b", False), (0, False, False), (0.5, 0.25, False), ([], "", False), ({}, "", False)])
 def test_same_compares_as_json_readers_do(a: JSON, b: JSON, equal: bool) -> None:
     assert same(a, b) is equal and same(b, a) is equal
 
@@ -278,3 +278,36 @@ def test_a_box_detail_of_boot_lifetime_restarts_the_box() -> None:
     gateway = "hosts:\n  203.0.113.10:\n    gateway: 8001\n    servers:\n      - [m1, 9001]\n"
     (box,) = diff({"placement": gateway}, {"placement": gateway.replace("gateway: 8001", "gateway: 8002")}).boxes
     assert (box.status, box.details) == (BoxStatus.RESTART, (FieldChange(("gateway",), 8001, 8002, Lifetime.BOOT),))
+
+
+def test_a_model_losing_several_servers_names_them_all() -> None:
+    report = diff({"placement": TWO_BOXES}, {"placement": TWO_BOXES.replace("[m1, 8001]", "[m2, 8001, m2-b]")})
+    assert report.alerts[0] == Alert(Level.OUTAGE, "last-server", "model m1 loses its last server (203.0.113.10:8001, "
+                                     "203.0.113.11:8001): LiteLLM stops routing it at the next reconcile and its "
+                                     "callers get errors", "m1")
+
+
+def test_deployments_of_a_paused_box_or_model_say_so_whichever_side_pauses() -> None:
+    paused = "hosts:\n  203.0.113.10:\n    reconcile: paused\n    servers:\n      - [m1, 8001]\n"
+    created = diff({"placement": ONE_BOX.replace(".10", ".11")}, {"placement": paused + "  203.0.113.11:\n"
+                                                                               "    - [m1, 8001]\n"})
+    assert [(d.action, d.address, d.paused) for d in created.deployments] == [
+        (DeploymentAction.CREATE, "203.0.113.10:8001", True)]
+    deleted = diff({"placement": paused + "  203.0.113.11:\n    - [m1, 8001]\n"}, {"placement": ONE_BOX.replace(
+        ".10", ".11")})
+    assert [(d.action, d.address, d.paused) for d in deleted.deployments] == [
+        (DeploymentAction.DELETE, "203.0.113.10:8001", True)]
+    models = MODELS.replace("org/m1,", "org/m1, served_model_name: chat,")
+    for base, head in ((paused, ONE_BOX), (ONE_BOX, paused)):
+        (update,) = diff({"placement": base}, {"models": models, "placement": head}).deployments
+        assert (update.action, update.paused) == (DeploymentAction.UPDATE, True)
+    (steady,) = diff({"placement": ONE_BOX}, {"models": models, "placement": ONE_BOX}).deployments
+    assert not steady.paused
+
+
+def test_a_model_new_and_paused_at_head_has_no_paused_note() -> None:
+    """Its deployments are created paused and say so themselves; the note is for a model already there."""
+    models = MODELS + "  m3:\n    reconcile: paused\n    vllm: {model: org/m3}\n"
+    report = diff({}, {"models": models, "placement": PLACEMENT + "  203.0.113.11:\n    - [m3, 8001]\n"})
+    assert [(d.address, d.paused) for d in report.deployments] == [("203.0.113.11:8001", True)]
+    assert "model-paused" not in codes(report)
