@@ -100,3 +100,9 @@ def test_a_placement_that_is_not_a_mapping_is_a_schema_error() -> None:
         ("repo/fleet.yaml", 13, "legacy pair 198.51.100.23:8000 is declared but no placement row uses it",
          "legacy-unused", Severity.WARNING),
         ("repo/placement.yaml", 1, "a list is not a mapping", "schema-type", Severity.ERROR)]
+
+
+def test_a_file_that_is_not_a_regular_file_alone_stops_the_semantic_rules() -> None:
+    validation = validate_snapshot(snapshot(models_yaml=NotRegularFile("a directory")))
+    assert validation.fleet is None
+    assert [(d.file, d.rule) for d in validation.diagnostics] == [("repo/models.yaml", "not-a-regular-file")]
