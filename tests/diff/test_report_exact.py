@@ -119,11 +119,12 @@ def test_recipes_added_removed_and_changed_count_their_servers() -> None:
     head = MODELS.replace("  m2:\n    vllm: {model: org/m2, vram_gb: 30, disk_gb: 40}\n", "") + \
         "  m3:\n    vllm: {model: org/m3}\n"
     report = diff({}, {"models": head.replace("org/m1,", "org/m1-v2,"),
-                       "placement": "hosts:\n  203.0.113.10:\n    - [m1, 8001]\n    - [m1, 8002, m1-b]\n"})
+                       "placement": "hosts:\n  203.0.113.10:\n    - [m1, 8001]\n    - [m1, 8002, m1-b]\n"
+                                    "    - [m3, 8003]\n"})
     assert report.recipes == (
         RecipeChange("m1", "change", (FieldChange(("vllm", "model"), "org/m1", "org/m1-v2", Lifetime.BOOT),), 2),
         RecipeChange("m2", "remove", (), 1),
-        RecipeChange("m3", "add", (), 0))
+        RecipeChange("m3", "add", (), 1))
 
 
 def test_the_lifetime_of_each_setting() -> None:
