@@ -68,8 +68,15 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/validate_bench.py
 
+# The command line as a user pays it (whole processes): fleetllm --version, fleetllm validate on 1,000 boxes,
+# and check-jsonschema on the same files, installed into a temporary venv (docs/benchmarks.md).
+.PHONY: bench-cli
+bench-cli: $(STAMP)
+	$(BIN)/python bench/cli_bench.py --install
+
 # GET /vllm/config under load: 1,000 boxes, 64 connections, cached path vs naive (docs/benchmarks.md).
 bench-config-server: $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python bench/config_server_load.py
 
 # One reconcile pass over 1,000 boxes / 3,000 servers against local fakes (docs/benchmarks.md).
@@ -99,6 +106,7 @@ bench-boot-storm: $(STAMP)
 # Both start a throwaway PostgreSQL (Debian's postgresql package) unless FLEETLLM_TEST_PG_URL is set.
 .PHONY: bench-state bench-scale
 bench-state: $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python bench/config_server_load.py --compare-state --rounds 20
 
 bench-scale: $(STAMP)

@@ -151,7 +151,7 @@ def constant_app() -> Any:
 
 
 def serve_variant(variant: str, config_path: str, listen: str) -> None:
-    from fleetllm.server.gunicorn_app import ControlPlaneServer
+    from bench.gunicorn_app import ControlPlaneServer
     from fleetllm.settings import load_config
 
     load_app = (lambda: naive_app(config_path)) if variant == "naive" else constant_app

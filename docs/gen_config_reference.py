@@ -54,6 +54,28 @@ the files from the `# yaml-language-server: $schema=...` line at their top.
 A **secret** is never written in a file: it is one reference, `${env:NAME}` (an environment variable),
 `${file:/absolute/path}` (a file's content, one trailing newline dropped) or `${cred:NAME}` (a systemd
 credential, `$CREDENTIALS_DIRECTORY/NAME`). See [security.md](security.md) for what each one protects.
+
+### Where the commands find the control plane's config
+
+`fleetllm serve`, `plan`, `apply`, `reconcile` and `approve` read the file `--config FILE` names. Without
+`--config`, they take the first of these (`fleetllm.cli.common.find_config`, as each command's `--help` says):
+
+1. the file `$FLEETLLM_CONFIG` names: an error naming the variable when there is no such file;
+2. `./fleetllm.yaml` in the current directory;
+3. `$XDG_CONFIG_HOME/fleetllm/config.yaml`, or `~/.config/fleetllm/config.yaml` when `XDG_CONFIG_HOME` is
+   not set (or not an absolute path);
+4. `/etc/fleetllm/config.yaml`.
+
+The log says which file was taken and why (event `config file`, fields `path` and `found_by`: at info
+level when it was found, at debug for `--config`). When none is there, `plan`, `apply` and `reconcile` read
+the environment alone (`LITELLM_URL`, `LITELLM_MASTER_KEY`, `FLEETLLM_VLLM_API_SALT`, ...), `serve` stops
+and says where it looked, and `approve` works in `--repo` (the current directory by default). `approve`
+leaves a found file alone when `--repo` is given, or when the file tracks a remote `repo.url`. The
+systemd units and the image pass `--config /etc/fleetllm/control-plane.yaml` explicitly.
+
+`./fleetllm.yaml` is whatever the current directory holds: do not run `plan`, `apply` or `reconcile`
+with credentials in the environment from a checkout of changes nobody has reviewed (such a file says
+where `${env:...}` values are sent). The GitHub Action runs `plan` from a directory of its own.
 """
 
 

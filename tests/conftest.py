@@ -26,6 +26,17 @@ def git(repo: Path, *args: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.fixture(autouse=True)
+def no_found_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads a control-plane config it did not write: FLEETLLM_CONFIG unset, and the default places
+    (fleetllm.cli.common.find_config) moved where nothing is, but ./fleetllm.yaml (the tests' own)."""
+    from fleetllm.cli import common
+
+    monkeypatch.delenv(common.CONFIG_ENV, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent/fleetllm-tests/xdg")
+    monkeypatch.setattr(common, "SYSTEM_CONFIG", Path("/nonexistent/fleetllm-tests/etc/config.yaml"))
+
+
 @pytest.fixture
 def fleet_dir(tmp_path: Path) -> Path:
     """A writable copy of fleet-repo-example."""

@@ -49,7 +49,8 @@ MODULES: tuple[Module, ...] = (
                           "reconciler/fleetllm/core/fleet/build.py", "reconciler/fleetllm/core/fleet/flags.py"),
            ("tests/fleet/test_rules.py", "tests/fleet/test_flags.py", "tests/fleet/test_render.py",
             "tests/fleet/test_schema.py", "tests/boxgateway/test_rules.py", "tests/fleet/test_build_settings.py",
-            "tests/fleet/test_validate_files.py"), in_ci=False),
+            "tests/fleet/test_validate_files.py", "tests/fleet/test_rules_exact.py", "tests/fleet/test_build_exact.py"),
+           in_ci=False),
     Module("render", ("reconciler/fleetllm/core/fleet/render.py",),
            ("tests/fleet/test_render.py", "tests/fleet/test_render_exact.py", "tests/boxgateway/test_render.py")),
     Module("bearer", ("reconciler/fleetllm/core/fleet/bearer.py",),
@@ -65,7 +66,8 @@ MODULES: tuple[Module, ...] = (
     Module("diff", ("reconciler/fleetllm/core/diff/compute.py", "reconciler/fleetllm/core/diff/fields.py",
                     "reconciler/fleetllm/core/diff/routes.py", "reconciler/fleetllm/core/diff/servers.py",
                     "reconciler/fleetllm/core/diff/summary.py"),
-           ("tests/diff/test_report.py", "tests/diff/test_golden.py", "tests/diff/test_markdown.py"), in_ci=False),
+           ("tests/diff/test_report.py", "tests/diff/test_golden.py", "tests/diff/test_markdown.py",
+            "tests/diff/test_report_exact.py"), in_ci=False),
 )
 COPIED = ("tests", "schemas", "fleet-repo-example", "bench", "pyproject.toml")
 # The import packages go under src/ in the scratch copy: mutmut 3 names a mutant by its file's path

@@ -6,10 +6,11 @@ stay wrapped until the constructor of the client that puts them on the wire.
 
 `load_config(path)` either returns a complete, typed `ControlPlaneConfig` (every secret resolved) or
 raises `ConfigurationError` listing every problem as `file:line:col: /pointer: message`.
-`settings_from_env(env)` builds the same object for a job without a config file (`fleetllm plan`
-without --config) from LITELLM_URL, LITELLM_MASTER_KEY, FLEETLLM_VLLM_API_SALT and the optional
-FLEETLLM_LEGACY_API_KEY, VAST_API_KEY, RUNPOD_API_KEY: the same builder, so the same checks, the same
-defaults and the same `Secret`s; its problems name the variable. No message ever contains a secret value.
+`settings_from_env(env)` builds the same object for a job without a config file (`fleetllm plan` with no
+--config and none found by fleetllm.cli.common.find_config) from LITELLM_URL, LITELLM_MASTER_KEY,
+FLEETLLM_VLLM_API_SALT and the optional FLEETLLM_LEGACY_API_KEY, VAST_API_KEY, RUNPOD_API_KEY: the same
+builder, so the same checks, the same defaults and the same `Secret`s; its problems name the variable. No
+message ever contains a secret value.
 
 Defaults are written once, as the schema's `default`s: the builder reads them (`DEFAULTS`), the
 reference docs/configuration.md is generated from them, and the dataclasses below declare none.
@@ -65,9 +66,9 @@ _HOW_TO_LIST = ("not a secret reference: write the token as one reference (${env
 # Secrets inside lists of mappings (a pointer pattern, * for an index), with what to say instead.
 _SECRET_GLOBS = {
     **{f"/{key}/*": _HOW_TO_LIST for key in TOKEN_LISTS},
-    "/notifications/targets/*/url": "not a usable target url: a slack target's url is a secret reference "
-                                    "(${env:NAME}, ${file:/absolute/path} or ${cred:NAME}); a webhook's is an "
-                                    "http(s) URL or a secret reference",
+    "/notifications/targets/*/url": "not a usable target url: a slack or apprise target's url is a secret "
+                                    "reference (${env:NAME}, ${file:/absolute/path} or ${cred:NAME}); a webhook's "
+                                    "is an http(s) URL or a secret reference",
     "/notifications/targets/*/bearer": f"not a secret reference: {HOW_TO_REFER}",
     "/notifications/targets/*/header/value": f"not a secret reference: {HOW_TO_REFER}",
     "/reconcile/pushgateway/url": "not a usable pushgateway url: an http(s) URL, or a secret reference "
@@ -528,11 +529,19 @@ class _Builder:
         url = Secret(raw["url"], f"the url of target {raw['name']!r}") if plain else self.secret([*at, "url"])
         bearer = self.secret([*at, "bearer"])
         header_value = self.secret([*at, "header", "value"])
-        if kind is TargetKind.SLACK and (bearer is not None or header_value is not None):
-            self.problem(at, f"target {raw['name']!r}: bearer and header are for webhook targets; a slack "
+        if kind is not TargetKind.WEBHOOK and (bearer is not None or header_value is not None):
+            self.problem(at, f"target {raw['name']!r}: bearer and header are for webhook targets; a {kind} "
                          "target's url is its only credential")
         if url is None:
             return None
+        events = frozenset(EventKind(e) for e in raw["events"])
+        if kind is TargetKind.APPRISE:
+            from fleetllm.adapters.notify import apprise_problem
+
+            if (problem := apprise_problem(url.reveal())) is not None:
+                self.problem([*at, "url"], f"target {raw['name']!r}: {url.reference} holds {problem}")
+                return None
+            return Target(raw["name"], kind, url, events)
         try:
             parts = urlsplit(url.reveal())
             usable = parts.scheme in ("http", "https") and bool(parts.hostname)
@@ -546,7 +555,7 @@ class _Builder:
             self.problem([*at, "url"], f"target {raw['name']!r} would send a secret in clear text over http to "
                          f"{parts.hostname}: use https (plain http is for loopback receivers only)")
         header = (raw["header"]["name"], header_value) if header_value is not None else None
-        return Target(raw["name"], kind, url, frozenset(EventKind(e) for e in raw["events"]), bearer, header)
+        return Target(raw["name"], kind, url, events, bearer, header)
 
     def pushgateway(self) -> PushgatewayConfig | None:
         if self.get("/reconcile/pushgateway") is None:
@@ -693,8 +702,10 @@ def settings_from_env(env: Mapping[str, str]) -> ControlPlaneConfig:
     probe history starts from LiteLLM each run). Raises ConfigurationError naming the variables."""
     missing = [name for name in ENV_REQUIRED if not env.get(name)]
     if missing:
-        raise ConfigurationError("no --config given and " + ", ".join(missing) + " not set: pass --config FILE, "
-                                 "or set LITELLM_URL, LITELLM_MASTER_KEY and FLEETLLM_VLLM_API_SALT")
+        raise ConfigurationError("no config file given or found (--config, $FLEETLLM_CONFIG, ./fleetllm.yaml, "
+                                 "~/.config/fleetllm/config.yaml, /etc/fleetllm/config.yaml) and " + ", ".join(missing)
+                                 + " not set: pass --config FILE, or set LITELLM_URL, LITELLM_MASTER_KEY and "
+                                 "FLEETLLM_VLLM_API_SALT")
     if not env["LITELLM_URL"].startswith(("http://", "https://")):
         raise ConfigurationError("LITELLM_URL must be the proxy's http(s) URL, e.g. http://127.0.0.1:4000")
     raw: dict[str, Any] = {}

@@ -78,7 +78,7 @@ def commands(doc: Path) -> list[str]:
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
-    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    action = next(a for a in build_parser(full=True)._actions if isinstance(a, argparse._SubParsersAction))
     return dict(action.choices)
 
 

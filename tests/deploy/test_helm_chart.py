@@ -21,6 +21,7 @@ from fleetllm.job.configfile import SERVE_ONLY
 from fleetllm.job.configfile import load_config as reconcile_config
 from fleetllm.settings import load_config
 from fleetllm_contract import version
+from tests.conftest import ROOT
 from tests.deploy.chart import (
     CHART,
     CI_VALUES,
@@ -68,22 +69,98 @@ def test_values_schema_is_a_schema_and_holds_for_every_values_file() -> None:
         assert [e.message for e in validator.iter_errors(merged)] == [], path.name
 
 
-@pytest.mark.parametrize(("path", "value"), [
-    ("secrets.fleetKey", "s3cr3t-sentinel"),  # a value instead of a reference
-    ("state.postgresql.password", "s3cr3t-sentinel"),
-    ("adminTokens", ["s3cr3t-sentinel"]),
-    ("secrets.vllmApiSalt", {"key": "vllm-api-salt", "value": "s3cr3t-sentinel"}),
-    ("secrets.vllmApiSalt", {"key": ""}),  # the salt is required
-    ("controlPlane.replicaz", 3),  # a typo
-])
-def test_values_schema_refuses(path: str, value: Any) -> None:
-    values = copy.deepcopy(DEFAULTS)
+SSO = {"enabled": True, "issuer": "https://sso.example.com", "clientId": "fleetllm", "roles": {"ops": "operator"},
+       "redirectBase": "https://fleet.example.com"}  # the least auth.oidc that is on
+
+
+def with_values(path: str, value: Any, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    values = copy.deepcopy(DEFAULTS if base is None else base)
     *parents, last = path.split(".")
     node = values
     for key in parents:
         node = node[key]
     node[last] = value
-    assert list(jsonschema.Draft7Validator(SCHEMA).iter_errors(values)), path
+    return values
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("secrets.fleetKey", "s3cr3t-sentinel"),  # a value instead of a reference
+    ("state.postgresql.password", "s3cr3t-sentinel"),
+    ("adminTokens", ["s3cr3t-sentinel"]),
+    ("operatorTokens", ["s3cr3t-sentinel"]),
+    ("viewerTokens", [{"name": "grafana", "token": "s3cr3t-sentinel"}]),  # the config's form, with a value
+    ("operatorTokens", [{"name": "deploy-bot", "key": "k", "value": "s3cr3t-sentinel"}]),
+    ("operatorTokens", [{"name": "deploy bot", "key": "k"}]),  # not a name the audit trail takes
+    ("operatorTokens", [{"name": "deploy-bot"}]),  # no key
+    ("secrets.vllmApiSalt", {"key": "vllm-api-salt", "value": "s3cr3t-sentinel"}),
+    ("secrets.vllmApiSalt", {"key": ""}),  # the salt is required
+    ("controlPlane.replicaz", 3),  # a typo
+    ("auth.oidc.enabled", True),  # and nothing else: no issuer, client or roles
+    ("auth.oidc.clientSecret", "s3cr3t-sentinel"),
+    ("auth.oidc.clientSecret", {"key": "oidc-client-secret", "value": "s3cr3t-sentinel"}),
+    ("auth.oidc.clientSecretz", {"key": "oidc-client-secret"}),
+    ("auth.oidc.client_id", "fleetllm"),  # the config's spelling, not the values'
+    ("auth.saml", {}),
+    ("auth.oidc.roles", {"ops": "root"}),
+    ("auth.oidc.leewayS", 301),
+    ("auth.oidc.timeoutS", 0),
+    ("auth.oidc.redirectBase", "fleet.example.com"),
+    ("auth.oidc.groupsClaim", "realm_access..roles"),
+])
+def test_values_schema_refuses(path: str, value: Any) -> None:
+    assert list(jsonschema.Draft7Validator(SCHEMA).iter_errors(with_values(path, value))), path
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("issuer", ""), ("issuer", "sso.example.com"), ("clientId", ""), ("clientId", "fleet llm"),
+    ("clientSecret", {"key": ""}), ("roles", {}),
+])
+def test_values_schema_refuses_sso_on_without_what_it_needs(path: str, value: Any) -> None:
+    validator = jsonschema.Draft7Validator(SCHEMA)
+    on = with_values("auth.oidc", {**DEFAULTS["auth"]["oidc"], **SSO})
+    assert list(validator.iter_errors(on)) == []
+    assert list(validator.iter_errors(with_values(f"auth.oidc.{path}", value, on))), path
+    off = with_values("auth.oidc.enabled", False, on)
+    assert list(validator.iter_errors(with_values(f"auth.oidc.{path}", value, off))) == [], path  # off: unread
+
+
+# values key of auth.oidc -> the control plane's config key (schemas/control-plane.schema.json)
+OIDC_KEYS = {"issuer": "issuer", "clientId": "client_id", "redirectBase": "redirect_base", "scopes": "scopes",
+             "groupsClaim": "groups_claim", "roles": "roles", "leewayS": "leeway_s", "timeoutS": "timeout_s",
+             "acceptBearerJwts": "accept_bearer_jwts"}
+CONSTRAINTS = ("pattern", "minimum", "maximum", "exclusiveMinimum", "maxLength", "enum", "uniqueItems")
+
+
+def test_the_values_schema_checks_what_the_control_plane_does() -> None:
+    """Each SSO setting and token name is held to the control plane's own limits (a pattern without its
+    Python-only end anchor, which Go's regexp, helm's, cannot read): no value helm takes is refused at start,
+    but a setting "" or null that means the control plane's default."""
+    config = json.loads((ROOT / "schemas" / "control-plane.schema.json").read_text())
+    theirs = config["properties"]["auth"]["properties"]["oidc"]
+    oidc = SCHEMA["properties"]["auth"]["properties"]["oidc"]
+    when_on = oidc["then"]["properties"]
+
+    def limits(node: dict[str, Any]) -> dict[str, Any]:
+        out = {k: node[k] for k in CONSTRAINTS if k in node}
+        if "pattern" in out:
+            out["pattern"] = out["pattern"].removesuffix("(?![\\s\\S])")
+        for inner in ("items", "additionalProperties"):  # a list's items, a mapping's values
+            if isinstance(node.get(inner), dict):
+                out |= {f"{inner}.{k}": v for k, v in limits(node[inner]).items()}
+        return out
+
+    compared = 0
+    for mine, key in OIDC_KEYS.items():
+        expected = limits(theirs["properties"][key])
+        have = {**limits(oidc["properties"][mine]), **limits(when_on.get(mine, {}))}
+        if mine in {"redirectBase", "groupsClaim"}:  # "" is the default (the Ingress's host, the schema's)
+            have["pattern"] = re.sub(r"^\^\((.*)\)\?\$$", r"^\1$", have["pattern"])
+        assert have == expected, mine
+        compared += len(expected)
+    assert compared >= 10
+    token = config["$defs"]["api_token"]["anyOf"][1]["properties"]["name"]["pattern"]
+    assert SCHEMA["definitions"]["token"]["properties"]["name"]["pattern"] + "(?![\\s\\S])" == token
+    assert set(theirs["properties"]) == {*OIDC_KEYS.values(), "client_secret"}  # every key has a value
 
 
 @pytest.mark.parametrize("scenario", scenario_ids())
@@ -160,7 +237,14 @@ def test_the_install_notes_name_the_secret_keys_to_create() -> None:
     notes = done.stdout[done.stdout.index("NOTES:"):]
     assert "fleet-eu-boxes/boxes-key -> ${cred:fleet-key}" in notes
     assert "fleet-eu-slack/url -> ${cred:slack-webhook-url}" in notes
+    assert "fleet-eu-ci/deploy-bot -> ${cred:operator-token}  (operator token deploy-bot)" in notes
+    assert "fleet-eu-credentials/operator-oncall -> ${cred:operator-token-1}  (operator token)\n" in notes
+    assert "fleet-eu-sso/client-secret -> ${cred:oidc-client-secret}  (the single sign-on client's secret)" in notes
+    assert "redirect URI https://fleet-eu.example.com/oidc/callback" in notes
     assert "3 control-plane replica(s) on postgresql, the reconciler as a cronjob" in notes
+    done = run_helm("install", RELEASE, str(CHART), "--dry-run=client", "--namespace", "fleetllm")
+    assert done.returncode == 0, done.stderr
+    assert "oidc" not in done.stdout[done.stdout.index("NOTES:"):]  # single sign-on is off by default
 
 
 # --- the config and the credentials ---------------------------------------------------------------------
@@ -204,11 +288,14 @@ def test_each_pod_mounts_exactly_the_credentials_its_process_reads(scenario: str
                 config = load_config(path, env)
                 assert config.secrets.fleet_key is not None
                 assert config.secrets.fleet_key.reveal() == "value-of-fleet-key-0123456789abcdef"
+                assert (config.oidc is not None) == (scenario == "everything")
             else:
                 assert container["args"][0] == "reconcile"
-                assert set(files) == passes, where  # never the fleet key, webhook secret, admin/viewer tokens
+                assert set(files) == passes, where  # never the fleet key, webhook secret, tokens, SSO secret
                 reconcile = reconcile_config(path, env)
                 assert reconcile.settings.secrets.fleet_key is None and reconcile.settings.admin_tokens == ()
+                assert reconcile.settings.operator_tokens == () and reconcile.settings.oidc is None
+                assert not {"oidc-client-secret", "operator-token"} & set(files), where
                 if every - passes:
                     with pytest.raises(ConfigurationError):  # while serve needs every one
                         load_config(path, env)
@@ -224,20 +311,69 @@ def test_the_everything_config_reads_what_its_values_say(tmp_path: Path) -> None
     path = writable_config(config_text(documents), tmp_path)
     names = cred_names(path.read_text())
     assert names == {"webhook-secret", "fleet-key", "vllm-api-salt", "previous-vllm-api-salt", "admin-token",
-                     "admin-token-1", "viewer-token", "pg-password", "litellm-master-key", "runpod-api-key",
-                     "slack-webhook-url"}
+                     "admin-token-1", "operator-token", "operator-token-1", "viewer-token", "oidc-client-secret",
+                     "pg-password", "litellm-master-key", "runpod-api-key", "slack-webhook-url"}
     config = load_config(path, {"CREDENTIALS_DIRECTORY": str(credentials(tmp_path, names))})
     assert config.repo.branch == "production" and config.repo.refresh_interval_s == 30
     assert config.state.url.startswith("postgresql://fleet_eu@db.example.com:5432/fleet?")
     assert config.tls is not None and config.trusted_proxies
-    assert len(config.admin_tokens) == 2 and len(config.viewer_tokens) == 1
+    tokens = {role: [(t.name, t.secret.reference) for t in getattr(config, f"{role}_tokens")]
+              for role in ("admin", "operator", "viewer")}
+    assert tokens == {"admin": [("alice", "${cred:admin-token}"), (None, "${cred:admin-token-1}")],
+                      "operator": [("deploy-bot", "${cred:operator-token}"), (None, "${cred:operator-token-1}")],
+                      "viewer": [("dashboard@grafana", "${cred:viewer-token}")]}
+    oidc = config.oidc
+    assert oidc is not None
+    assert (oidc.issuer, oidc.client_id, oidc.redirect_base) == (
+        "https://keycloak.example.com/realms/fleet", "fleet-eu", "https://fleet-eu.example.com")
+    assert oidc.client_secret.reference == "${cred:oidc-client-secret}"
+    assert oidc.client_secret.reveal() == "value-of-oidc-client-secret-0123456789abcdef"
+    assert oidc.scopes == ("openid", "email", "profile", "groups")
+    assert oidc.groups_claim == ("realm_access", "roles")
+    assert oidc.roles == {"fleet-eu-viewers": "viewer", "org:fleet-eu-operators": "operator",
+                          "/platform/fleet-admins": "admin"}
+    assert (oidc.accept_bearer_jwts, oidc.leeway_s, oidc.timeout_s) == (True, 30, 2.5)
     assert config.reconcile.dry_run is True and config.threads == 16 and config.log_level == "warning"
     pod = one(documents, "Deployment", "fleet-eu-control-plane")["spec"]["template"]["spec"]
     files = mounted_credentials(pod, pod["containers"][0])
     assert files["fleet-key"] == ("fleet-eu-boxes", "boxes-key")  # its own Secret
     assert files["vllm-api-salt"] == ("fleet-eu-credentials", "salt-2026")  # existingSecret
     assert files["admin-token-1"] == ("fleet-eu-oncall", "token")
+    assert files["operator-token"] == ("fleet-eu-ci", "deploy-bot")
+    assert files["oidc-client-secret"] == ("fleet-eu-sso", "client-secret")
     assert files["slack-webhook-url"] == ("fleet-eu-slack", "url")
+
+
+def test_single_sign_on_takes_the_control_planes_defaults_and_the_ingress_host(tmp_path: Path) -> None:
+    """SSO with only what it needs: the optional settings are left to the control plane's schema defaults
+    (the chart writes none of its own), and redirect_base is the Ingress's host; a token's file follows its
+    place in its list, one with key "" is dropped, and its name goes with it."""
+    values = tmp_path / "sso-values.yaml"
+    values.write_text(yaml.safe_dump({
+        "auth": {"oidc": {**SSO, "redirectBase": "", "clientSecret": {"secret": "sso", "key": "secret"}}},
+        "ingress": {"enabled": True, "host": "fleet.example.org"},
+        "operatorTokens": [{"name": "unused", "key": ""}, {"name": "deploy-bot", "key": "bot"}]}))
+    documents = render((values,))
+    text = config_text(documents)
+    written = yaml.safe_load(text)
+    assert written["auth"] == {"oidc": {"issuer": "https://sso.example.com", "client_id": "fleetllm",
+                                        "client_secret": "${cred:oidc-client-secret}",
+                                        "redirect_base": "https://fleet.example.org", "roles": {"ops": "operator"}}}
+    assert written["operator_tokens"] == [{"name": "deploy-bot", "token": "${cred:operator-token-1}"}]
+    path = writable_config(text, tmp_path)
+    config = load_config(path, {"CREDENTIALS_DIRECTORY": str(credentials(tmp_path, cred_names(text)))})
+    oidc = config.oidc
+    assert oidc is not None and oidc.redirect_base == "https://fleet.example.org"
+    defaults = json.loads((ROOT / "schemas" / "control-plane.schema.json").read_text())
+    theirs = defaults["properties"]["auth"]["properties"]["oidc"]["properties"]
+    assert [list(oidc.scopes), ".".join(oidc.groups_claim), oidc.accept_bearer_jwts, oidc.leeway_s,
+            oidc.timeout_s] == [theirs[k]["default"] for k in ("scopes", "groups_claim", "accept_bearer_jwts",
+                                                                "leeway_s", "timeout_s")]
+    pod = one(documents, "Deployment")["spec"]["template"]["spec"]
+    files = mounted_credentials(pod, pod["containers"][0])
+    assert files["oidc-client-secret"] == ("sso", "secret") and files["operator-token-1"] == (
+        "fleetllm-credentials", "bot")
+    assert "operator-token" not in files
 
 
 def test_sqlite_keeps_the_state_on_the_claim_beside_the_loop(tmp_path: Path) -> None:
@@ -323,6 +459,35 @@ def test_every_option_changes_what_renders(tmp_path: Path) -> None:
     assert ignored == []
 
 
+def test_every_option_of_a_list_entry_changes_what_renders(tmp_path: Path) -> None:
+    """The same for each key of each entry of a list option (a token's name, its Secret; a toleration's
+    fields): taking it out of its entry in a ci/ values file changes the rendered manifests, or is refused."""
+    ignored, seen = [], set()
+    for name, paths in SCENARIOS.items():
+        if not paths:
+            continue
+        values = merge(DEFAULTS, yaml.safe_load(paths[0].read_text()))
+        full = tmp_path / f"{name}.yaml"
+        full.write_text(yaml.safe_dump(values))
+        for path in leaves(DEFAULTS):
+            entries = get(values, path)
+            if not isinstance(entries, list):
+                continue
+            for i, entry in enumerate(entries):
+                for key in entry if isinstance(entry, dict) else ():
+                    changed = copy.deepcopy(values)
+                    del get(changed, path)[i][key]
+                    target = tmp_path / f"{name}-{'.'.join(path)}-{i}-{key}.yaml"
+                    target.write_text(yaml.safe_dump(changed))
+                    done = run_helm("template", RELEASE, str(CHART), "--values", str(target))
+                    seen.add(f"{'.'.join(path)}[].{key}")
+                    if done.returncode == 0 and done.stdout == template_text((full,)):
+                        ignored.append(f"{name}: {'.'.join(path)}[{i}].{key}")
+    assert ignored == []
+    assert {f"{tokens}[].{key}" for tokens in ("adminTokens", "operatorTokens", "viewerTokens")
+            for key in ("name", "secret", "key")} - {"viewerTokens[].secret"} <= seen
+
+
 def test_the_check_sees_an_ignored_option(tmp_path: Path) -> None:
     """The comparison above, on an option that is read (the output changes) and on one that is not in that
     setting (a loop never reads the CronJob's schedule: nothing changes)."""
@@ -350,6 +515,12 @@ def test_the_check_sees_an_ignored_option(tmp_path: Path) -> None:
     (("reconcile.pushgateway.url=https://s3cr3t-sentinel@push.example.com",),
      "reconcile.pushgateway.url carries a credential"),
     (("secrets.fleetKey=s3cr3t-sentinel",), "/secrets/fleetKey"),
+    (("auth.oidc.clientSecret=s3cr3t-sentinel",), "/auth/oidc/clientSecret"),
+    (("operatorTokens[0]=s3cr3t-sentinel",), "/operatorTokens/0"),
+    (("adminTokens[0].name=oncall", "adminTokens[0].key=k", "operatorTokens[0].name=oncall", "operatorTokens[0].key=k"),
+     "adminTokens[0].name and operatorTokens[0].name are both \"oncall\": give each token its own name"),
+    (("auth.oidc.enabled=true", "auth.oidc.issuer=https://sso.example.com", "auth.oidc.clientId=fleetllm",
+      "auth.oidc.roles.ops=operator"), "auth.oidc.redirectBase is empty and ingress.enabled is false"),
 ])
 def test_helm_refuses(sets: tuple[str, ...], says: str) -> None:
     error = template_error(sets=sets)

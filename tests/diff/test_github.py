@@ -218,10 +218,14 @@ def test_plan_step_attaches_its_result_or_its_failure(checkout: Path, tmp_path: 
     plan fails and its message (not a secret, not a crash) is attached to the report the diff step writes."""
     env = {"FLEET_DIR": ".", "LITELLM_URL": "http://127.0.0.1:9", "LITELLM_MASTER_KEY": "sk-test-master",
            "FLEETLLM_VLLM_API_SALT": "test-salt-0123456789abcdef"}
+    # The pull request adds a fleetllm.yaml: plan must not take it as its config (it would say where the
+    # environment's credentials go); this one would fail on its unknown key if it were read.
+    (checkout / "fleetllm.yaml").write_text("from_the_pull_request: {litellm: {master_key: ${env:LITELLM_MASTER_KEY}}}\n")
     result, out = run_step("Plan against the live fleet", env, checkout, tmp_path)
     assert result.returncode == 0, result.stderr
     attached = Path(out["file"]).read_text()
     assert attached.strip() and "sk-test-master" not in attached
+    assert "fleetllm.yaml" not in attached and "from_the_pull_request" not in attached
     result, out = run_step("Compare with the base branch", {"FLEET_DIR": ".", "BASE_INPUT": "", "PR_BASE": "main",
                                                             "PLAN_FILE": str(tmp_path / "fleetllm-plan.json")},
                            checkout, tmp_path)

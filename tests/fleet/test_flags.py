@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetllm.core.fleet.flags import MANAGED_FLAGS, managed_flags_in, render_settings, split_args
+from fleetllm.core.fleet.flags import MANAGED_FLAGS, flag_name, managed_flags_in, render_settings, split_args
 from fleetllm.core.fleet.jsonvalue import JSON, freeze, freeze_mapping
 
 
@@ -28,6 +29,22 @@ def test_true_false_and_negated_keys() -> None:
 def test_strings_are_verbatim_and_numbers_json() -> None:
     assert render_settings(freeze_mapping({"p": "a b $x", "n": 10, "f": 1e-05})) == (
         "--f", "1e-05", "--n", "10", "--p", "a b $x")
+
+
+def test_non_ascii_stays_readable_and_nan_is_refused() -> None:
+    """Numbers and mappings render as strict JSON: non-ASCII text as itself (not \\u escapes), and never
+    NaN, which is not JSON (strictyaml never reads one: render_settings refuses it rather than emit it)."""
+    assert render_settings(freeze_mapping({"chat-template-kwargs": {"greeting": "h\u00e9 \u4f60\u597d"}})) == (
+        "--chat-template-kwargs", '{"greeting":"h\u00e9 \u4f60\u597d"}')
+    assert render_settings(freeze_mapping({"stop": ["\u00e9", 1.5]})) == ("--stop", "\u00e9", "1.5")
+    for value in (float("nan"), [float("inf")]):
+        with pytest.raises(ValueError, match="JSON compliant"):
+            render_settings(freeze_mapping({"temperature": value}))  # type: ignore[dict-item]
+
+
+def test_flag_name_normalises_a_long_flag() -> None:
+    assert flag_name("--Max_Model_Len=4") == "max-model-len"
+    assert flag_name("--no-enable-prefix-caching") == "no-enable-prefix-caching"
 
 
 def test_split_args() -> None:

@@ -36,9 +36,12 @@ class Receiver:
     received: list[Received] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
+    arrived: int = 0  # requests read, answered or not (a held one counts here before `received`)
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
+        with self._lock:
+            self.arrived += 1
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.gate is not None:

@@ -60,3 +60,23 @@ def test_the_wheel_carries_the_packages_the_schemas_and_the_example(built: Built
     assert _tree(ROOT / "reconciler" / "fleetllm", (".py",)) <= under("fleetllm/")
     assert under("fleetllm/_schemas/") == _tree(ROOT / "schemas")
     assert under("fleetllm/_fleet_example/") == _tree(ROOT / "fleet-repo-example")
+
+
+def test_a_plain_install_pulls_neither_gunicorn_nor_uvloop(built: Built) -> None:
+    """`pip install fleetllm` installs what its Requires-Dist asks for without an extra: gunicorn (the
+    benchmarks') and uvloop (the gateway's faster loop) only come with `[bench]` and `[gateway]`."""
+    from email.parser import Parser
+
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(built.dist / f"fleetllm-{VERSION}-py3-none-any.whl") as archive:
+        metadata = Parser().parsestr(archive.read(f"fleetllm-{VERSION}.dist-info/METADATA").decode())
+    requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
+
+    def pulled(extra: str = "") -> set[str]:
+        return {r.name.lower() for r in requirements if r.marker is None or r.marker.evaluate({"extra": extra})}
+
+    assert {"aiohttp", "flask", "shtab", "apprise"} <= pulled()  # the parse sees the plain dependencies
+    assert not {"gunicorn", "uvloop"} & pulled(), sorted(pulled())
+    assert "gunicorn" in pulled("bench") and "uvloop" in pulled("gateway")
+    assert "gateway" in (metadata.get_all("Provides-Extra") or [])

@@ -23,7 +23,7 @@ def _port(text: str) -> int:
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "api-key", help="print the vLLM bearer of one server",
+        "api-key",
         description="Print the bearer a vLLM server on HOST:PORT requires: derived from the salt (HMAC; the salt "
                     "is never printed), or for a legacy pair of the fleet repository the shared legacy key.")
     parser.add_argument("--host", required=True, help="the box name (public IP or provider id)")

@@ -28,8 +28,6 @@ from fleetllm.cli.passes import (
     print_note,
     print_outcome,
 )
-from fleetllm.job.runner import require_writer
-from fleetllm.job.saved import SavedPlan, signature
 
 SHOWN = "the plan shown above"  # a SavedPlan's path when it is the plan apply just showed
 PROMPT = "Do you want to perform these actions? Only 'yes' will be accepted to approve.\n  Enter a value: "
@@ -40,8 +38,7 @@ NOT_A_TERMINAL = ("refusing to apply without confirmation: stdin is not a termin
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "apply", help="run one reconcile pass: converge LiteLLM's deployments",
-        description="Observe, judge, plan, and execute the plan (creates and updates first, deletes last).")
+        "apply", description="Observe, judge, plan, and execute the plan (creates and updates first, deletes last).")
     parser.add_argument("plan_file", nargs="?", metavar="PLANFILE",
                         help="a plan saved by `fleetllm plan --out`: applied only if the fleet still plans exactly it")
     add_pass_arguments(parser)
@@ -53,6 +50,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fleetllm.job.runner import require_writer
+    from fleetllm.job.saved import SavedPlan, signature
+
     config = load_config_arg(args)
     require_writer(config, args.command)
     saved = SavedPlan.load(args.plan_file) if args.plan_file else None  # PlanFileError: exit 1

@@ -48,7 +48,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     for name, (summary, _) in COMMANDS.items():
-        parser: argparse.ArgumentParser = subparsers.add_parser(name, help=summary, description=summary + ".")
+        parser: argparse.ArgumentParser = subparsers.add_parser(name, description=summary + ".")
         if name == "pin":
             parser.add_argument("revision", metavar="REV",
                                 help="a commit of the tracked branch's history that validates (id, prefix, tag)")

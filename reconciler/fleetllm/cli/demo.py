@@ -35,7 +35,7 @@ def _example() -> Path:
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "demo", help="run a whole simulated fleet on this machine", description=DESCRIPTION, epilog=EPILOG,
+        "demo", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", choices=SCENARIOS,
                         help="once the fleet serves, commit a change and let the rollout play it out (no manual "

@@ -45,8 +45,7 @@ with --detailed-exitcode (Terraform's convention):
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "diff", help="report what a fleet change will do (for reviews and PR comments)",
-        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "diff", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", nargs="?", metavar="BASE",
                         help="the commit to compare against (default: merge base of HEAD with --base-branch)")
     parser.add_argument("head", nargs="?", default="HEAD", metavar="HEAD", help="the proposed commit (default: HEAD)")

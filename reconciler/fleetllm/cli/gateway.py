@@ -11,7 +11,7 @@ from fleetllm_gateway import cli
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "gateway", help="run the box gateway (one port, many models; LLMhop-compatible)",
+        "gateway",
         description="Route OpenAI-style requests to one backend per model by the body's `model` or a "
                     "/route/{model}/ prefix. --check validates the config without binding (exit 0 valid, 1 invalid).")
     cli.add_arguments(parser)

@@ -46,7 +46,7 @@ def _pair(text: str) -> tuple[str, int]:
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "import", help="import another control plane's fleet (llmao) into a fleet repository",
+        "import",
         description="Map llmao's placement, catalog, legacy pairs, health knobs and Vast key to a fleet repository "
                     "and a control-plane config whose secrets are references. Every field not carried over is "
                     "listed with the reason. No secret value is written or printed.")

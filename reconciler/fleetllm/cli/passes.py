@@ -8,16 +8,18 @@ import argparse
 import os
 import sys
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from fleetllm.cli.common import EXIT_USAGE, CommandError, add_repo_arguments, eprint
-from fleetllm.core.control import ControlState
+from fleetllm.cli.common import CONFIG_SEARCH, EXIT_USAGE, CommandError, add_repo_arguments, eprint, find_config
 from fleetllm.core.fleet.files import WORKTREE_REVISION
-from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.judge.adoption import AdoptSource
-from fleetllm.core.judge.plantext import render_json, render_text
-from fleetllm.job.configfile import JobConfig, config_from_env, load_config
-from fleetllm.job.engine import PassOutcome
-from fleetllm.job.runner import PassRunner, RunnerOptions
+
+if TYPE_CHECKING:  # the job (HTTP clients, the state store, metrics) is imported when a pass runs
+    from fleetllm.core.control import ControlState
+    from fleetllm.core.fleet.model import Fleet
+    from fleetllm.job.configfile import JobConfig
+    from fleetllm.job.engine import PassOutcome
+    from fleetllm.job.runner import PassRunner, RunnerOptions
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 EXIT_INVALID_HEAD = 3  # `reconcile --once`: the pass ran without errors on the last valid commit; the head is invalid
@@ -25,9 +27,9 @@ EXIT_INVALID_HEAD = 3  # `reconcile --once`: the pass ran without errors on the 
 
 def add_pass_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
-                        help="the control-plane config file (LiteLLM, providers, salt, state); without it: "
-                             "LITELLM_URL, LITELLM_MASTER_KEY, FLEETLLM_VLLM_API_SALT, VAST_API_KEY, RUNPOD_API_KEY "
-                             "from the environment")
+                        help="the control-plane config file (LiteLLM, providers, salt, state); default: "
+                             f"{CONFIG_SEARCH}; without any: LITELLM_URL, LITELLM_MASTER_KEY, FLEETLLM_VLLM_API_SALT, "
+                             "VAST_API_KEY, RUNPOD_API_KEY from the environment")
     add_repo_arguments(parser)
     parser.set_defaults(repo=None)
     parser.add_argument("--state", metavar="URL", help="state store (default: state.url of the config), "
@@ -52,8 +54,12 @@ def add_adopt_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_config_arg(args: argparse.Namespace) -> JobConfig:
-    """The config (--config FILE, else the environment); a ConfigurationError exits 1 (cli.main)."""
-    config = load_config(args.config) if args.config else config_from_env(os.environ)
+    """The config (--config FILE, else the file found by find_config, else the environment); a
+    ConfigurationError exits 1 (cli.main)."""
+    from fleetllm.job.configfile import config_from_env, load_config
+
+    path = find_config(args.config)
+    config = load_config(path) if path is not None else config_from_env(os.environ)
     if (warning := config.salt.warning()) is not None:
         eprint(f"fleetllm {args.command}: warning: {warning}")
     return config
@@ -61,6 +67,8 @@ def load_config_arg(args: argparse.Namespace) -> JobConfig:
 
 def runner_options(args: argparse.Namespace, *, push: bool = False) -> RunnerOptions:
     """The pass flags as the runner's options. A --repo that is not a directory is a usage error (exit 2)."""
+    from fleetllm.job.runner import RunnerOptions
+
     if args.repo and not os.path.isdir(args.repo):
         raise CommandError(f"--repo {args.repo}: no such directory; give the fleet repository's directory "
                            "(or leave --repo out to read the config's repository)", EXIT_USAGE)
@@ -72,6 +80,8 @@ def runner_options(args: argparse.Namespace, *, push: bool = False) -> RunnerOpt
 
 def pass_runner(args: argparse.Namespace, config: JobConfig, *, push: bool = False) -> PassRunner:
     """The job's runner for this command: its words for a person on stderr."""
+    from fleetllm.job.runner import PassRunner
+
     return PassRunner(runner_options(args, push=push), config, say=eprint)
 
 
@@ -117,6 +127,8 @@ def print_note(note: str | None, fmt: str = "text") -> None:
 
 def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True) -> None:
     """The plan (unless `plan` is false: `apply` showed it before asking), then each write's result."""
+    from fleetllm.core.judge.plantext import render_json, render_text
+
     if plan:
         print(render_json(outcome.plan, outcome.intended) if fmt == "json" else
               render_text(outcome.plan, outcome.intended))

@@ -20,12 +20,11 @@ from fleetllm.cli.passes import (
     print_note,
     print_outcome,
 )
-from fleetllm.core.judge.plantext import render_json
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "plan", help="show what the reconciler would change in LiteLLM",
+        "plan",
         description="Observe providers, servers and LiteLLM; judge every server; print the plan. Writes nothing.")
     add_pass_arguments(parser)
     add_adopt_arguments(parser)
@@ -50,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=runner.invalid_head))
     print_outcome(outcome, args.format)
     if args.out:
+        from fleetllm.core.judge.plantext import render_json
+
         try:
             Path(args.out).write_text(render_json(outcome.plan, outcome.intended) + "\n", encoding="utf-8")
         except OSError as exc:

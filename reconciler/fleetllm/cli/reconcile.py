@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetllm.cli.passes import (
     EXIT_INVALID_HEAD,
@@ -20,14 +20,16 @@ from fleetllm.cli.passes import (
     pass_runner,
     print_outcome,
 )
-from fleetllm.job.runner import PassRunner, require_writer
 from fleetllm.logs import resolve_level, set_level
 from fleetllm_contract.logfmt import add_level_argument
+
+if TYPE_CHECKING:
+    from fleetllm.job.runner import PassRunner
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "reconcile", help="run reconcile passes on a schedule (or --once)",
+        "reconcile",
         description="Converge LiteLLM with the fleet: one pass per interval, with jitter, one at a time. Each "
                     "pass runs on the newest valid commit of the tracked branch: when the head is not valid, the "
                     "pass goes on with the last valid commit and says so.",
@@ -59,6 +61,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fleetllm.job.runner import require_writer
+
     config = load_config_arg(args)
     set_level(resolve_level(args.log_level, default=config.settings.log_level))  # the flag, else the env or the file
     require_writer(config, args.command)

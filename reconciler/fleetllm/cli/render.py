@@ -34,8 +34,7 @@ def bearers_from(args: argparse.Namespace) -> Bearers:
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "render", help="print the box JSON for one box",
-        description="Print the JSON that GET /vllm/config serves to HOST, bearers included.")
+        "render", description="Print the JSON that GET /vllm/config serves to HOST, bearers included.")
     parser.add_argument("host", metavar="HOST", help="the box name, as in placement.yaml")
     add_repo_arguments(parser)
     add_secret_arguments(parser)

@@ -43,7 +43,7 @@ REQUEST_TIMEOUT_S = 15.0
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "rollout", help="show, pause, resume, abort or wait for the staged rollout",
+        "rollout",
         description="The staged rollout through the control plane's admin API: status shows the target, "
                     "the waves and each agent box's release and why it waits; pause stops releasing boxes; "
                     "resume goes on (a halted rollout retries its halted box); abort rolls released but "

@@ -15,30 +15,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import ssl
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fleetllm.adapters.state import look_at_store
-from fleetllm.cli.common import EXIT_INVALID, EXIT_OK, CommandError
+from fleetllm.cli.common import CONFIG_SEARCH, EXIT_INVALID, EXIT_OK, EXIT_USAGE, CommandError, find_config
 from fleetllm.errors import ConfigurationError, SourceError, StateError
 from fleetllm.logs import get_logger, log_event, resolve_level
-from fleetllm.settings import (
-    MIN_FLEET_KEY_CHARS,
-    RECONCILE_ONLY,
-    ControlPlaneConfig,
-    Listen,
-    fleet_key_warning,
-    load_config,
-)
 from fleetllm_contract.logfmt import add_level_argument
+
+if TYPE_CHECKING:  # the settings (and the state store, the web server) are imported when the command runs
+    from fleetllm.settings import ControlPlaneConfig, Listen
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "serve", help="run the control plane (GET /vllm/config and friends)",
-        description="Serve every box its JSON from the last valid commit of the tracked branch.")
-    parser.add_argument("--config", required=True, metavar="FILE", help="the control plane's config file")
+        "serve", description="Serve every box its JSON from the last valid commit of the tracked branch.")
+    parser.add_argument("--config", metavar="FILE",
+                        help=f"the control plane's config file (default: {CONFIG_SEARCH})")
     parser.add_argument("--listen", metavar="HOST:PORT", help="override the config's listen address")
     parser.add_argument("--insecure-http", action="store_true",
                         help="allow plain HTTP on a non-loopback address (boxes would send the fleet key in clear)")
@@ -49,6 +42,10 @@ def register(subparsers: Any) -> None:
 
 
 def _listen(args: argparse.Namespace, config: ControlPlaneConfig) -> Listen:
+    import ssl
+
+    from fleetllm.settings import Listen
+
     listen = config.listen
     if args.listen:
         try:
@@ -70,6 +67,8 @@ def _listen(args: argparse.Namespace, config: ControlPlaneConfig) -> Listen:
 
 def look_at_state(config: ControlPlaneConfig) -> str:
     """Whether the state store can be used, without writing to it: what `serve` would open."""
+    from fleetllm.adapters.state import look_at_store
+
     try:
         return look_at_store(config.state.url, config.state.base, config.state.password)
     except StateError as exc:
@@ -81,6 +80,7 @@ def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> t
     warnings; raises CommandError on failure. `dry` (serve --check): the real store is only looked at,
     the start-up path runs on a memory store."""
     from fleetllm.server.runtime import start_up
+    from fleetllm.settings import MIN_FLEET_KEY_CHARS, fleet_key_warning
 
     state = look_at_state(config) if dry else None
     trial = dataclasses.replace(config, state=dataclasses.replace(config.state, url="sqlite:///:memory:")) if dry \
@@ -149,8 +149,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _config_and_listen(args: argparse.Namespace) -> tuple[ControlPlaneConfig, Listen]:
+    from fleetllm.settings import RECONCILE_ONLY, load_config
+
     try:
-        config = load_config(args.config, unread=RECONCILE_ONLY)  # its unit or Deployment has no push credential
+        path = find_config(args.config)
+    except ConfigurationError as exc:
+        raise CommandError(str(exc), EXIT_INVALID) from None
+    if path is None:
+        raise CommandError(f"no config file: pass --config FILE, or put it where serve looks: {CONFIG_SEARCH}",
+                           EXIT_USAGE)
+    try:
+        config = load_config(path, unread=RECONCILE_ONLY)  # its unit or Deployment has no push credential
     except ConfigurationError as exc:
         raise CommandError(f"invalid config:\n{exc}", EXIT_INVALID) from None
     return config, _listen(args, config)

@@ -19,9 +19,6 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from fleetllm.cli.common import EXIT_OK, add_repo_arguments, load_validation, require_valid
 from fleetllm.core.fleet.model import Fleet
 
@@ -31,8 +28,7 @@ UNBOUNDED_WIDTH = 100_000  # off a terminal: as wide as the table needs
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "show", help="print the placement as a table (or JSON)",
-        description="Print every box and its servers." + __doc__.split("for scripts.")[1],
+        "show", description="Print every box and its servers." + __doc__.split("for scripts.")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_repo_arguments(parser, positional=True)
     parser.add_argument("--format", choices=("table", "json"), default="table",
@@ -48,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(as_json(fleet), indent=2))
         return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=f"fleet at {fleet.revision}")
     for column in ("box", "provider", "server", "model", "weights", "port", "max_model_len", "vram_gb"):
         table.add_column(column)

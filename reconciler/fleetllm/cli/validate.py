@@ -12,7 +12,7 @@ from fleetllm.core.fleet.diagnostics import format_github, format_json, format_t
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "validate", help="check a fleet repository (YAML, schema and semantic rules)",
+        "validate",
         description="Validate a fleet repository's working tree, or one of its commits with --rev. "
                     "Every problem is reported at once as file:line:col: message [rule]. "
                     "Exit 0 valid, 1 invalid, 2 usage or I/O error.")

@@ -209,13 +209,14 @@ def settle(kind: EventKind, open_now: Mapping[str, Condition], firing: Sequence[
 class TargetKind(StrEnum):
     WEBHOOK = "webhook"  # the JSON payload, POSTed as is
     SLACK = "slack"  # a Slack-compatible incoming webhook: the payload rendered as text blocks
+    APPRISE = "apprise"  # any service Apprise speaks to by URL (Teams, Discord, email, ...): a title and a text
 
 
 @dataclass(frozen=True)
 class Target:
     name: str
     kind: TargetKind
-    url: Secret  # a Slack webhook URL is a secret; a plain webhook URL is wrapped too, never logged
+    url: Secret  # a Slack webhook or Apprise URL is a secret; a plain webhook URL is wrapped too, never logged
     events: frozenset[EventKind]
     bearer: Secret | None = None  # Authorization: Bearer ...
     header: tuple[str, Secret] | None = None  # one more header carrying a secret (name, value)
@@ -318,3 +319,20 @@ def slack_message(document: Mapping[str, Any]) -> dict[str, Any]:
         blocks.append({"type": "section", "fields": fields})
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _clip(context, 3000)}]})
     return {"text": _clip(f"{head}: {summary}", 3000), "blocks": blocks}
+
+
+# Apprise (https://github.com/caronc/apprise): a title and a plain-text body, which every service it speaks
+# to can show; the service's own limits are Apprise's to keep.
+
+
+def text_message(document: Mapping[str, Any]) -> tuple[str, str]:
+    """The payload as a title (`[CRITICAL] Reconcile pass failed: failed`; RESOLVED when it cleared) and a
+    plain-text body: the summary, one line per detail, and where it comes from."""
+    status, severity = str(document["status"]), str(document["severity"])
+    word = "RESOLVED" if status == "resolved" else severity.upper()
+    title = _clip(f"[{word}] {document['title']}: {document['subject']}", 250)
+    details = "\n".join(f"{k}: {_clip(_detail_text(v), 500)}" for k, v in list(document["details"].items())[:10])
+    source = document["source"]
+    context = (f"fleetllm {source['component']} on {source['instance']} · {document['reason']} · since "
+               f"{document['started_at']} · {document['key']}")
+    return title, "\n\n".join(part for part in (str(document["summary"]), details, context) if part)

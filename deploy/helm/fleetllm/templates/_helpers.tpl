@@ -53,11 +53,32 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "fleetllm.port" -}}8080{{- end -}}
 {{- define "fleetllm.portName" -}}{{ if .Values.tls.existingSecret }}https{{ else }}http{{ end }}{{- end -}}
 {{- define "fleetllm.sqlite" -}}{{ if eq .Values.state.backend "sqlite" }}true{{ end }}{{- end -}}
+{{- define "fleetllm.oidc" -}}{{ if .Values.auth.oidc.enabled }}true{{ end }}{{- end -}}
+
+{{/* The roles' token lists: [values key, file name of the first (then -1, -2, ...), config key]. */}}
+{{- define "fleetllm.tokenLists" -}}
+{{- toJson (list (list "adminTokens" "admin-token" "admin_tokens") (list "operatorTokens" "operator-token" "operator_tokens") (list "viewerTokens" "viewer-token" "viewer_tokens")) -}}
+{{- end -}}
+
+{{/* The file name of token $i of a list: (list FIRST i). */}}
+{{- define "fleetllm.tokenFile" -}}
+{{- $first := index . 0 -}}{{- $i := index . 1 -}}
+{{- ternary $first (printf "%s-%d" $first $i) (eq $i 0) -}}
+{{- end -}}
+
+{{/* auth.oidc.redirect_base: the value, or https://<ingress.host> ("" when neither; fleetllm.check fails). */}}
+{{- define "fleetllm.redirectBase" -}}
+{{- if .Values.auth.oidc.redirectBase -}}{{ .Values.auth.oidc.redirectBase }}
+{{- else if .Values.ingress.enabled -}}{{ printf "https://%s" .Values.ingress.host }}
+{{- end -}}
+{{- end -}}
 
 {{/*
-Every credential the config uses, as JSON: [{name, secret, key, serveOnly}]. `name` is the file in
+Every credential the config uses, as JSON: [{name, secret, key, serveOnly, note}]. `name` is the file in
 $CREDENTIALS_DIRECTORY and the config's ${cred:NAME}; serveOnly ones (the fleet key, the webhook secret,
-admin and viewer tokens: fleetllm.job.configfile.SERVE_ONLY) are never mounted into a reconciler's pod.
+the admin, operator and viewer tokens, the single sign-on client's secret:
+fleetllm.job.configfile.SERVE_ONLY) are never mounted into a reconciler's pod. `note` says what it is in
+the install notes ("" for the rest).
 */}}
 {{- define "fleetllm.credentials" -}}
 {{- $v := .Values -}}
@@ -68,11 +89,16 @@ admin and viewer tokens: fleetllm.job.configfile.SERVE_ONLY) are never mounted i
   (list "previous-vllm-api-salt" $v.secrets.previousVllmApiSalt false)
   (list "legacy-api-key" $v.secrets.legacyApiKey false)
 -}}
-{{- range $i, $token := $v.adminTokens -}}
-{{- $refs = append $refs (list (ternary "admin-token" (printf "admin-token-%d" $i) (eq $i 0)) $token true) -}}
+{{- range $tokens := (include "fleetllm.tokenLists" . | fromJsonArray) -}}
+{{- $role := index $tokens 1 | trimSuffix "-token" -}}
+{{- range $i, $token := index $v (index $tokens 0) -}}
+{{- $note := printf "%s token" $role -}}
+{{- with $token.name }}{{ $note = printf "%s %s" $note . }}{{ end -}}
+{{- $refs = append $refs (list (include "fleetllm.tokenFile" (list (index $tokens 1) $i)) (dict "secret" $token.secret "key" $token.key) true $note) -}}
 {{- end -}}
-{{- range $i, $token := $v.viewerTokens -}}
-{{- $refs = append $refs (list (ternary "viewer-token" (printf "viewer-token-%d" $i) (eq $i 0)) $token true) -}}
+{{- end -}}
+{{- if include "fleetllm.oidc" . -}}
+{{- $refs = append $refs (list "oidc-client-secret" $v.auth.oidc.clientSecret true "the single sign-on client's secret") -}}
 {{- end -}}
 {{- if eq $v.state.backend "postgresql" -}}
 {{- $refs = append $refs (list "pg-password" $v.state.postgresql.password false) -}}
@@ -99,7 +125,9 @@ admin and viewer tokens: fleetllm.job.configfile.SERVE_ONLY) are never mounted i
 {{- if not $secret -}}
 {{- fail (printf "credential %s (key %q): no Secret to read it from: set existingSecret, or `secret` in its entry" $name $ref.key) -}}
 {{- end -}}
-{{- $out = append $out (dict "name" $name "secret" $secret "key" $ref.key "serveOnly" (index . 2)) -}}
+{{- $note := "" -}}
+{{- if gt (len .) 3 }}{{ $note = index . 3 }}{{ end -}}
+{{- $out = append $out (dict "name" $name "secret" $secret "key" $ref.key "serveOnly" (index . 2) "note" $note) -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $out -}}
@@ -132,12 +160,26 @@ admin and viewer tokens: fleetllm.job.configfile.SERVE_ONLY) are never mounted i
 {{- with (get $names "pg-password") }}{{ $_ := set $state "password" . }}{{ end -}}
 {{- end -}}
 {{- $_ := set $config "state" $state -}}
-{{- $admins := list -}}
-{{- $viewers := list -}}
-{{- range $i, $_ := $v.adminTokens }}{{ with (get $names (ternary "admin-token" (printf "admin-token-%d" $i) (eq $i 0))) }}{{ $admins = append $admins . }}{{ end }}{{ end -}}
-{{- range $i, $_ := $v.viewerTokens }}{{ with (get $names (ternary "viewer-token" (printf "viewer-token-%d" $i) (eq $i 0))) }}{{ $viewers = append $viewers . }}{{ end }}{{ end -}}
-{{- with $admins }}{{ $_ := set $config "admin_tokens" . }}{{ end -}}
-{{- with $viewers }}{{ $_ := set $config "viewer_tokens" . }}{{ end -}}
+{{- range $lists := (include "fleetllm.tokenLists" . | fromJsonArray) -}}
+{{- $tokens := list -}}
+{{- range $i, $token := index $v (index $lists 0) -}}
+{{- with (get $names (include "fleetllm.tokenFile" (list (index $lists 1) $i))) -}}
+{{- $tokens = append $tokens (ternary (dict "name" $token.name "token" .) . (not (empty $token.name))) -}}
+{{- end -}}
+{{- end -}}
+{{- with $tokens }}{{ $_ := set $config (index $lists 2) . }}{{ end -}}
+{{- end -}}
+{{- if include "fleetllm.oidc" . -}}
+{{- $o := $v.auth.oidc -}}
+{{- $oidc := dict "issuer" $o.issuer "client_id" $o.clientId "redirect_base" (include "fleetllm.redirectBase" .) "roles" $o.roles -}}
+{{- with (get $names "oidc-client-secret") }}{{ $_ := set $oidc "client_secret" . }}{{ end -}}
+{{- with $o.scopes }}{{ $_ := set $oidc "scopes" . }}{{ end -}}
+{{- with $o.groupsClaim }}{{ $_ := set $oidc "groups_claim" . }}{{ end -}}
+{{- if $o.acceptBearerJwts }}{{ $_ := set $oidc "accept_bearer_jwts" true }}{{ end -}}
+{{- if not (kindIs "invalid" $o.leewayS) }}{{ $_ := set $oidc "leeway_s" (int $o.leewayS) }}{{ end -}}
+{{- if not (kindIs "invalid" $o.timeoutS) }}{{ $_ := set $oidc "timeout_s" $o.timeoutS }}{{ end -}}
+{{- $_ := set $config "auth" (dict "oidc" $oidc) -}}
+{{- end -}}
 {{- if $v.litellm.url -}}
 {{- $litellm := dict "url" $v.litellm.url -}}
 {{- with (get $names "litellm-master-key") }}{{ $_ := set $litellm "master_key" . }}{{ end -}}
@@ -168,6 +210,21 @@ admin and viewer tokens: fleetllm.job.configfile.SERVE_ONLY) are never mounted i
 {{- if regexMatch "^[a-z]+://[^/@]*@" $url -}}
 {{- fail (printf "%s carries a credential (user info before @): write the URL without it (reconcile.pushgateway.url may instead be ${cred:NAME}, NAME an extraCredentials entry holding the whole URL)" $where) -}}
 {{- end -}}
+{{- end -}}
+{{- $tokenNames := dict -}}
+{{- range $lists := (include "fleetllm.tokenLists" . | fromJsonArray) -}}
+{{- range $i, $token := index $.Values (index $lists 0) -}}
+{{- if and $token.name $token.key -}}
+{{- $at := printf "%s[%d].name" (index $lists 0) $i -}}
+{{- if hasKey $tokenNames $token.name -}}
+{{- fail (printf "%s and %s are both %q: give each token its own name, so the audit trail tells them apart" (get $tokenNames $token.name) $at $token.name) -}}
+{{- end -}}
+{{- $_ := set $tokenNames $token.name $at -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (include "fleetllm.oidc" .) (not (include "fleetllm.redirectBase" .)) -}}
+{{- fail "auth.oidc.redirectBase is empty and ingress.enabled is false: set auth.oidc.redirectBase to the control plane's URL as browsers reach it (scheme://host[:port]), or enable the Ingress, whose host then gives https://<ingress.host>" -}}
 {{- end -}}
 {{- if include "fleetllm.sqlite" . -}}
 {{- if ne (int .Values.controlPlane.replicas) 1 -}}

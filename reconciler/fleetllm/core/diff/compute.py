@@ -22,7 +22,7 @@ from fleetllm.core.diff.report import (
     ServerRef,
 )
 from fleetllm.core.diff.routes import deployment_changes
-from fleetllm.core.diff.servers import ProcessPlan, box_documents, process_plans, server_changes
+from fleetllm.core.diff.servers import box_documents, process_plans, server_changes
 from fleetllm.core.diff.summary import plural
 from fleetllm.core.fleet.jsonvalue import JSON, thaw
 from fleetllm.core.fleet.model import Box, Fleet, FleetSettings, Recipe, ReconcileMode
@@ -105,9 +105,7 @@ def box_impacts(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...]) -> 
         redivided: tuple[str, ...] = ()
         if (effect := divided.get(name)) is not None:
             redivided = tuple(sorted(effect.restarted - set(restart) - set(start) - set(stop)))
-            restart = tuple(sorted({*restart, *redivided}))
-            if redivided and plan is None:
-                plan = ProcessPlan(set(), set(redivided), set())
+            restart = tuple(sorted({*restart, *redivided}))  # only beside a server change here: `plan` is set
         details = diff_fields(box_json(old) if old else {}, box_json(new) if new else {}, _box_lifetime)
         if old is None:
             assert new is not None

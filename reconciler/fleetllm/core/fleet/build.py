@@ -116,7 +116,7 @@ def build_recipe(name: str, value: dict[str, JSON], findings: list[Finding]) -> 
     vllm = value.get("vllm")
     if not isinstance(vllm, dict) or not isinstance(model := vllm.get("model"), str):
         return None
-    raw_args = vllm.get("args", [])
+    raw_args = vllm.get("args")
     args: tuple[str, ...] = ()
     if isinstance(raw_args, str):
         try:
@@ -142,8 +142,8 @@ def build_recipe(name: str, value: dict[str, JSON], findings: list[Finding]) -> 
             settings=freeze_mapping(settings if isinstance(settings, dict) else {}),
             max_model_len=_int(vllm.get("max_model_len")),
             gpu_memory_utilization=_num(vllm.get("gpu_memory_utilization")),
-            vram_gb=_num(vllm.get("vram_gb")) if "vram_gb" in vllm else None,
-            disk_gb=_num(vllm.get("disk_gb")) if "disk_gb" in vllm else None,
+            vram_gb=_num(vllm.get("vram_gb")),
+            disk_gb=_num(vllm.get("disk_gb")),
             kv_bytes_per_token=_int(vllm.get("kv_bytes_per_token")),
         ),
         litellm=LitellmRoute(
@@ -215,7 +215,7 @@ def build_boxes(value: JSON, errors: set[Path_], built: Built) -> None:
             disk_gb=_num(details.get("disk_gb")),
             notes=notes if isinstance(notes := details.get("notes"), str) else None,
             reconcile=ReconcileMode.PAUSED if details.get("reconcile") == "paused" else ReconcileMode.ACTIVE,
-            gateway_port=None if _tainted(errors, (*base, "gateway")) else _int(details.get("gateway")),
+            gateway_port=_int(details.get("gateway")),  # an error there skipped the whole box above
             rollout=RolloutMode(mode) if (mode := details.get("rollout")) in {m.value for m in RolloutMode}
             else None,
         )

@@ -73,9 +73,9 @@ def box_name_problem(name: str, provider: Provider | None) -> str | None:
     return None
 
 
-def _row_at(built: Built, box: str, index: int, element: int | None = None) -> tuple[str | int, ...]:
-    path = built.row_paths[(box, index)]
-    return (*path, element) if element is not None else path
+def _row_at(built: Built, box: str, index: int, element: int) -> tuple[str | int, ...]:
+    """The path of one element of a box's index-th built row (rows a schema error skipped do not count)."""
+    return (*built.row_paths[(box, index)], element)
 
 
 def check_boxes(built: Built) -> Iterator[Finding]:

@@ -87,7 +87,6 @@ def _validate(snapshot: Snapshot) -> Validation:
     diagnostics: list[Diagnostic] = []
     docs: dict[str, Document] = {}
     unusable = False  # a file missing or unreadable: semantic rules would only produce noise
-    placement_empty = False
     for name in FLEET_FILES:
         display = snapshot.display[name]
         content = snapshot.files.get(name)
@@ -118,8 +117,7 @@ def _validate(snapshot: Snapshot) -> Validation:
                                                  "empty-file"))
                 unusable = True
                 continue
-            placement_empty = placement_empty or name == PLACEMENT_FILE
-            doc = dataclasses.replace(doc, value=EMPTY_VALUES[name])
+            doc = dataclasses.replace(doc, value=EMPTY_VALUES[name])  # placement: `hosts: {}`, found empty below
         docs[name] = doc
 
     error_paths: dict[str, set[tuple[str | int, ...]]] = {}
@@ -132,7 +130,7 @@ def _validate(snapshot: Snapshot) -> Validation:
     if not unusable:
         placement = docs[PLACEMENT_FILE].value
         hosts = placement.get("hosts") if isinstance(placement, dict) else None
-        placement_empty = placement_empty or hosts == {}
+        placement_empty = hosts == {}
         built = build(docs[FLEET_FILE].value, docs[MODELS_FILE].value, placement, error_paths)
         findings = [*built.findings, *rules.check(built, placement_empty)]
         diagnostics.extend(_diagnostic(docs[f.file], f) for f in findings)

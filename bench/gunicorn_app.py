@@ -2,7 +2,8 @@
 
 No longer how `fleetllm serve` runs (since issue 16 that is reconciler/fleetllm/server/httpserver.py: slow
 clients held gunicorn's request threads); kept for bench/config_server_load.py's naive and constant
-variants, which compare handlers under one fixed WSGI server.
+variants, which compare handlers under one fixed WSGI server. A benchmark's, so it lives in bench/ and
+gunicorn is in the `bench` extra only (`pip install -e '.[bench]'`), not a dependency of fleetllm.
 
 One worker process with `threads` request threads (gthread): the served revision, the commit cache
 and the refresh loop live in that one process, so a webhook refresh is seen by every request at
