@@ -82,7 +82,8 @@ def test_validate_imports_only_what_validation_runs(fleet_dir: Path) -> None:
 def test_each_commands_help_imports_its_module_only_and_no_server_side_library(name: str) -> None:
     code, modules, out = imported(name, "--help")
     assert code == 0 and f"usage: fleetllm {name}" in out
-    assert command_modules(modules) <= {BY_NAME[name].module, "passes"}  # plan, apply, reconcile share passes
+    # plan, apply and reconcile share passes; sync (with --wait) and rollout (wait) share waiting
+    assert command_modules(modules) <= {BY_NAME[name].module, "passes", "waiting"}
     assert BY_NAME[name].module in command_modules(modules)
     assert loaded(modules, *SERVER_SIDE) == [], name
 
