@@ -10,7 +10,7 @@ or a message saying so) are retried up to `attempts` times with capped exponenti
 what Retry-After asks (capped the same); any other answer is final (a 404: the repository or the token's
 access is wrong; a 422: the commit is not on the forge). A redirect is never followed: the token goes
 only to `api_url`. The token travels in the Authorization header only; no log line or error names it.
-`close(drain_s)` waits up to `drain_s` for what is queued (the end of `reconcile --once`), then stops.
+`close(wait_s)` waits up to `wait_s` for what is queued (the end of `reconcile --once`), then stops.
 """
 
 from __future__ import annotations
@@ -106,13 +106,13 @@ class CommitStatuses:
         """Wait up to `timeout_s` until everything posted was sent (or given up on)."""
         return self._idle.wait(timeout_s) if timeout_s > 0 else self._idle.is_set()
 
-    def close(self, drain_s: float = 0.0) -> bool:
-        """Wait up to `drain_s` for what is queued, then stop. True when all was sent or given up on."""
-        drained = self.drain(drain_s)
+    def close(self, wait_s: float = 0.0) -> bool:
+        """Wait up to `wait_s` for what is queued, then stop. True when all was sent or given up on."""
+        drained = self.drain(wait_s)
         if not drained:
             with self._lock:
                 left = len(self._queue)
-            log_event(log, "commit statuses not sent before exit", logging.WARNING, queued=left, waited_s=drain_s)
+            log_event(log, "commit statuses not sent before exit", logging.WARNING, queued=left, waited_s=wait_s)
         self._closed.set()
         self._wake.set()
         if self._thread is not None:
