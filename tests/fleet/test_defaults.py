@@ -24,7 +24,6 @@ from tests.conftest import ROOT
 CODE = ROOT / "reconciler" / "fleetllm"
 # A name of a fleet.yaml setting given to something else (file: what), with what it is instead.
 OTHER_MEANINGS = {
-    "adapters/notify.py: close(drain_s=...)": "the notifier's wait for its queue at shutdown",
     "demo/procs.py: wait_until(interval_s=...)": "how often the demo polls for a condition",
     "demo/run.py: Options.interval_s": "the demo's own pause between passes",
 }

@@ -35,6 +35,7 @@ def test_without_uvloop_the_gateway_serves_on_asyncio(upstreams: Upstreams, tmp_
     assert proxies(upstreams, {"PYTHONPATH": f"{hidden.parent}:{ROOT}"}) is False
 
 
+@pytest.mark.integration  # uvloop is in the dev extra: CI has it, so this may not skip there
 @pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop is not installed (the gateway extra)")
 def test_with_uvloop_the_gateway_runs_on_it(upstreams: Upstreams) -> None:
     assert proxies(upstreams) is True  # what the test above would see if the fallback did not hold

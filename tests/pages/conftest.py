@@ -18,6 +18,7 @@ from fleetllm.server.app import create_app
 from fleetllm.server.runtime import Runtime, start_up
 from fleetllm.settings import load_config
 from tests.conftest import git
+from tests.pages.chromium import CHROMIUM, CHROMIUM_ARGS
 from tests.pages.scenario import (
     FOREIGN_BOX,
     HEALTHY_BOX,
@@ -148,3 +149,17 @@ def admin(world: World) -> FlaskClient:
     client = world.app.test_client()
     assert login(client, ADMIN_TOKEN).status_code == 302
     return client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium for a browser test module. Not session-scoped: Playwright's sync API keeps an event
+    loop running in this thread while open, which other tests' asyncio.run() refuse."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()

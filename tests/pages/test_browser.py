@@ -35,6 +35,7 @@ from fleetllm.core.fleet.approve import ref_name
 from fleetllm.core.fleet.validate import validate_snapshot
 from fleetllm.demo.procs import stop
 from tests.conftest import ROOT, git
+from tests.pages.chromium import NEEDS_CHROMIUM, wait_for
 from tests.pages.conftest import PAGE_ENV, page_config
 from tests.pages.scenario import (
     FOREIGN_BOX,
@@ -51,28 +52,9 @@ from tests.pages.scenario import (
 from tests.reconcile.fakes import free_port
 from tests.server.conftest import ADMIN_TOKEN, FLEET_KEY, VIEWER_TOKEN, WEBHOOK_SECRET, write_config
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not CHROMIUM.is_file(), reason=f"no browser at {CHROMIUM}: apt-get install -y "
-                                 "chromium (.ci/run installs it; Playwright must not download one)")]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One Chromium for all the browser tests (this module). Not session-scoped: Playwright's sync API
-    keeps an event loop running in this thread while open, which other tests' asyncio.run() refuse."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
+pytestmark = NEEDS_CHROMIUM
 
 
 def http(method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
@@ -103,14 +85,6 @@ class Plane:
         status, answer = http("POST", f"{self.url}/hooks/push", body, {"X-Hub-Signature-256": signature,
                                                                        "Content-Type": "application/json"})
         assert status == 200, answer
-
-
-def wait_for(what: str, check: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

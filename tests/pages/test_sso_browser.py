@@ -41,14 +41,12 @@ from fleetllm.adapters.state import open_store
 from fleetllm.core.rollout.model import Rollout, RolloutState
 from fleetllm.demo.procs import stop
 from tests.conftest import git
+from tests.pages.chromium import NEEDS_CHROMIUM, wait_for
 from tests.pages.scenario import make_repo
-from tests.pages.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.server.conftest import ADMIN_TOKEN, ENV, SECRETS, VIEWER_TOKEN, base_config, write_config
 from tests.support.ports import free_ports
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not CHROMIUM.is_file(), reason=f"no browser at {CHROMIUM}: apt-get install -y "
-                                 "chromium (.ci/run installs it; Playwright must not download one)")]
+pytestmark = NEEDS_CHROMIUM
 
 PROVIDER_HOST = "127.0.0.2"  # another site than the control plane's 127.0.0.1
 CLIENT_ID = "fleetllm-e2e"
@@ -77,14 +75,6 @@ def http(method: str, url: str, body: bytes | None = None, headers: dict[str, st
 class NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None
-
-
-def wait_for(what: str, check: Any, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def answers(url: str) -> bool:
@@ -130,7 +120,7 @@ def start_provider(root: Path, name: str, *extra: str) -> tuple[subprocess.Popen
                                    stderr=subprocess.STDOUT, start_new_session=True)
     provider = Provider(f"http://{PROVIDER_HOST}:{port}", log_path)
     try:
-        wait_for("the OIDC provider", lambda: process.poll() is not None
+        wait_for("the OIDC provider", timeout=60, check=lambda: process.poll() is not None
                  or answers(f"{provider.url}/.well-known/openid-configuration"))
         assert process.poll() is None, log_path.read_text()
         for sub, claims in USERS.items():
@@ -169,7 +159,7 @@ def start_plane(root: Path, repo: Path, provider: Provider, name: str) -> tuple[
                                     f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
                                    env={**os.environ, **ENV, "OIDC": CLIENT_SECRET}, start_new_session=True)
     try:
-        wait_for("fleetllm serve", lambda: process.poll() is not None or answers(f"{url}/health"))
+        wait_for("fleetllm serve", lambda: process.poll() is not None or answers(f"{url}/health"), timeout=60)
         assert process.poll() is None, log_path.read_text()
     except BaseException:
         stop(process, timeout_s=15)
@@ -208,18 +198,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     finally:
         for process in reversed(processes):
             stop(process, timeout_s=15)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture

@@ -16,15 +16,14 @@ only to `api_url`. The token travels in the Authorization header only; no log li
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from fleetllm.adapters.background import BackgroundSender
 from fleetllm.adapters.http import HttpError, RetryPolicy, connector, request_json, scrub
 from fleetllm.core.forge import CommitStatus, ForgeConfig
 from fleetllm.core.secret import Secret
@@ -60,7 +59,7 @@ def rate_limited(exc: HttpError) -> bool:
     return exc.retry_after is not None or "rate limit" in str(message or "").lower()
 
 
-class CommitStatuses:
+class CommitStatuses(BackgroundSender[CommitStatus]):
     """Sets commit statuses on the forge for one process (the reconcile job), beside its passes."""
 
     def __init__(self, config: ForgeConfig, *, registry: CollectorRegistry | None = None,
@@ -76,74 +75,26 @@ class CommitStatuses:
         self.backoff = backoff
         self.queue_size = queue_size
         self.metrics = ForgeMetrics(registry or CollectorRegistry())
-        self._queue: collections.deque[CommitStatus] = collections.deque()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(queue_size=queue_size, queued=self.metrics.queued, dropped=self.metrics.dropped, log=log,
+                         thread_name="fleetllm-forge", items="commit statuses", sender="commit status sender")
 
     def post(self, status: CommitStatus) -> None:
         """Set `status` on the forge, in the background (never blocks)."""
-        if self._closed.is_set():
-            return
-        with self._lock:
-            if len(self._queue) >= self.queue_size:
-                dropped = self._queue.popleft()
-                self.metrics.dropped.inc()
-                log_event(log, "commit status dropped", logging.WARNING, sha=dropped.sha, state=str(dropped.state),
-                          reason="the queue is full")
-            self._queue.append(status)
-            self.metrics.queued.set(len(self._queue))
-            self._idle.clear()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="fleetllm-forge", daemon=True)
-                self._thread.start()
-        self._wake.set()
+        self._put(status)
 
-    def drain(self, timeout_s: float) -> bool:
-        """Wait up to `timeout_s` until everything posted was sent (or given up on)."""
-        return self._idle.wait(timeout_s) if timeout_s > 0 else self._idle.is_set()
-
-    def close(self, wait_s: float = 0.0) -> bool:
-        """Wait up to `wait_s` for what is queued, then stop. True when all was sent or given up on."""
-        drained = self.drain(wait_s)
-        if not drained:
-            with self._lock:
-                left = len(self._queue)
-            log_event(log, "commit statuses not sent before exit", logging.WARNING, queued=left, waited_s=wait_s)
-        self._closed.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        return drained
+    def _dropped(self, item: CommitStatus) -> None:
+        log_event(log, "commit status dropped", logging.WARNING, sha=item.sha, state=str(item.state),
+                  reason="the queue is full")
 
     # The sender thread.
-
-    def _take(self) -> CommitStatus | None:
-        with self._lock:
-            status = self._queue.popleft() if self._queue else None
-            if status is None:
-                self._idle.set()
-            self.metrics.queued.set(len(self._queue))
-            return status
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except Exception as exc:  # the sender must never take the process down
-            log_event(log, "commit status sender stopped", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
-        finally:
-            self._idle.set()
 
     async def _main(self) -> None:
         async with aiohttp.ClientSession(connector=connector(limit=2)) as session:
             while not self._closed.is_set():
                 status = self._take()
-                if status is None:
-                    await asyncio.to_thread(self._wake.wait, 0.5)
-                    self._wake.clear()
+                if status is None:  # one at a time: nothing is in flight between two takes
+                    self._mark_idle()
+                    await self._wait_for_work()
                     continue
                 await self.send(session, status)
 

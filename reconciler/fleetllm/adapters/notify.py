@@ -19,14 +19,13 @@ failure is retried the same way. Apprise's own log
 records are kept out of the process's log and only a failure's, scrubbed of every part of the URL (its
 host may be a token: discord://ID/TOKEN), is logged.
 Each outcome is counted (sent, failed) and a failure is logged with the target's name, never its URL,
-bearer or header (they are secrets, scrubbed from any error text as well). `close(drain_s)` waits up
-to `drain_s` for what is queued (the end of `reconcile --once`), then stops.
+bearer or header (they are secrets, scrubbed from any error text as well). `close(wait_s)` waits up
+to `wait_s` for what is queued (the end of `reconcile --once`), then stops.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import re
@@ -40,6 +39,7 @@ from urllib.parse import unquote, urlsplit
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from fleetllm.adapters.background import BackgroundSender
 from fleetllm.adapters.http import HttpError, RetryPolicy, connector, request_json, scrub
 from fleetllm.adapters.state.notifications import MemoryLedger, NotificationLedger
 from fleetllm.core.notify import (
@@ -109,7 +109,7 @@ class _Settle:
 _Item = _Emit | _Settle
 
 
-class Notifier:
+class Notifier(BackgroundSender[_Item]):
     """Sends notifications for one process (the control plane, or a reconcile job)."""
 
     def __init__(self, targets: Sequence[Target], delivery: Delivery, ledger: NotificationLedger, *,
@@ -124,13 +124,8 @@ class Notifier:
         self.instance = instance
         self.clock = clock
         self.metrics = NotifyMetrics(registry or CollectorRegistry())
-        self._queue: collections.deque[_Item] = collections.deque()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(queue_size=delivery.queue_size, queued=self.metrics.queued, dropped=self.metrics.dropped,
+                         log=log, thread_name="fleetllm-notify", items="notifications", sender="notification sender")
         self._busy = 0  # deliveries in progress (the sender thread's loop only)
 
     @property
@@ -150,46 +145,10 @@ class Notifier:
         self._put(_Settle(kind, tuple(firing), frozenset(among) if among is not None else None, frozenset(keep)))
 
     def _put(self, item: _Item) -> None:
-        if not self.enabled or self._closed.is_set():
-            return
-        with self._lock:
-            if len(self._queue) >= self.delivery.queue_size:
-                self._queue.popleft()
-                self.metrics.dropped.inc()
-            self._queue.append(item)
-            self.metrics.queued.set(len(self._queue))
-            self._idle.clear()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="fleetllm-notify", daemon=True)
-                self._thread.start()
-        self._wake.set()
-
-    def drain(self, timeout_s: float) -> bool:
-        """Wait up to `timeout_s` until everything queued has been decided and sent (or given up on)."""
-        return self._idle.wait(timeout_s) if timeout_s > 0 else self._idle.is_set()
-
-    def close(self, drain_s: float = 0.0) -> bool:
-        """Wait up to `drain_s` for the queue and the deliveries in flight, then stop. True when all was sent."""
-        drained = self.drain(drain_s)
-        if not drained:
-            with self._lock:
-                left = len(self._queue)
-            log_event(log, "notifications not sent before exit", logging.WARNING, queued=left, waited_s=drain_s)
-        self._closed.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        return drained
+        if self.enabled:
+            super()._put(item)
 
     # The sender thread.
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except Exception as exc:  # the sender must never take the process down
-            log_event(log, "notification sender stopped", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
-        finally:
-            self._idle.set()
 
     async def _main(self) -> None:
         queues: dict[str, asyncio.Queue[Decision]] = {
@@ -211,12 +170,8 @@ class Notifier:
             item = self._take()
             if item is None:
                 if self._busy == 0 and all(q.empty() for q in queues.values()):
-                    self._idle.set()
-                    if self._queue:  # put between the take and the flag
-                        self._idle.clear()
-                        continue
-                await asyncio.to_thread(self._wake.wait, 0.5)
-                self._wake.clear()
+                    self._mark_idle()
+                await self._wait_for_work()
                 continue
             try:
                 decisions = await asyncio.to_thread(self._claimed, item)
@@ -243,12 +198,6 @@ class Notifier:
                 self._busy -= 1
                 queue.task_done()
                 self._wake.set()
-
-    def _take(self) -> _Item | None:
-        with self._lock:
-            item = self._queue.popleft() if self._queue else None
-            self.metrics.queued.set(len(self._queue))
-            return item
 
     def _claimed(self, item: _Item) -> list[Decision]:
         """The decisions of `item` this process won in the ledger (so it sends them)."""
