@@ -85,6 +85,12 @@ class Supervisor:
                               capture_output=True, text=True, timeout=60, check=False)
         return done.stdout
 
+    def pid(self, program: str) -> int:
+        """The program's pid, 0 while it is stopped or absent (between the remove and the add of an
+        `update`, `supervisorctl pid` prints "No such process")."""
+        out = self.ctl("pid", program).strip()
+        return int(out) if out.isdigit() else 0
+
     def states(self) -> dict[str, str]:
         return {line.split()[0]: line.split()[1] for line in self.ctl("status").splitlines() if line.strip()}
 

@@ -208,7 +208,7 @@ def stored_report(plane: str) -> dict[str, Any]:
 
 
 def program_pid(supervisor: Supervisor, program: str) -> int:
-    return int(supervisor.ctl("pid", program).strip() or 0)
+    return supervisor.pid(program)
 
 
 def healthy(port: int) -> bool:

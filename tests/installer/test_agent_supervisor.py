@@ -50,7 +50,7 @@ def test_installer_installs_then_removes_the_agent(supervisor: Supervisor, plane
     assert stat.S_IMODE(settings.agent_credentials_dir.stat().st_mode) == 0o700
     assert settings.agent_program_path.is_file()
     assert settings.agent_state_path.is_file()
-    agent_pid = int(supervisor.ctl("pid", "fleetllm-agent").strip())
+    agent_pid = supervisor.pid("fleetllm-agent")
     # Its first poll finds the config the installer applied: nothing applied, nothing reported.
     wait_until("the agent's first poll", lambda: len([r for r in plane.requests
                                                       if r["headers"].get("user-agent") == USER_AGENT]) >= 1, 60)
@@ -58,7 +58,7 @@ def test_installer_installs_then_removes_the_agent(supervisor: Supervisor, plane
 
     # The same JSON again (a re-provisioned box): the agent keeps running, not restarted.
     assert main(["--handover", "update"]) == 0
-    assert int(supervisor.ctl("pid", "fleetllm-agent").strip()) == agent_pid
+    assert supervisor.pid("fleetllm-agent") == agent_pid
 
     # The JSON drops the agent: it is stopped and removed, and reported without `agent`. Either the
     # installer run removes it, or the agent itself does when its poll comes first (its first poll may
@@ -109,7 +109,8 @@ def test_the_agent_leaves_its_own_restart_to_a_detached_update(supervisor: Super
     stopped in the middle of its own `supervisorctl update`."""
     assert main(["--handover", "update"]) == 0
     wait_until("the agent RUNNING", lambda: supervisor.states().get("fleetllm-agent") == "RUNNING", 60)
-    agent_pid = int(supervisor.ctl("pid", "fleetllm-agent").strip())
+    agent_pid = supervisor.pid("fleetllm-agent")
+    assert agent_pid, "the agent has a pid (SIGSTOP to 0 would stop this test's own process group)"
     # The agent under supervisord is a second agent on this box. Its first poll found main()'s install
     # lock held and looks again about 5 s later: after the JSON below changes it would apply it itself,
     # and this test's agent find the lock held ("busy") or the config applied ("same"). So it is frozen
@@ -123,7 +124,7 @@ def test_the_agent_leaves_its_own_restart_to_a_detached_update(supervisor: Super
         os.kill(agent_pid, signal.SIGCONT)
     update_later(load(), "fleetllm-agent")  # what the agent started, in its own session
     wait_until("the agent restarted by supervisord", lambda: supervisor.states().get("fleetllm-agent") == "RUNNING"
-               and int(supervisor.ctl("pid", "fleetllm-agent").strip() or 0) not in (0, agent_pid), 60)
+               and supervisor.pid("fleetllm-agent") not in (0, agent_pid), 60)
     assert not pid_alive(agent_pid)
 
 
@@ -142,5 +143,5 @@ def applied_by_this_agent(supervisor: Supervisor, plane: FakeControlPlane, agent
     assert plane.reports[-1]["revision"] == "a-new-revision"
     assert plane.reports[-1]["agent"] is True
     assert later == ["fleetllm-agent"]
-    assert int(supervisor.ctl("pid", "fleetllm-agent").strip()) == agent_pid  # its own update left it alone
+    assert supervisor.pid("fleetllm-agent") == agent_pid  # its own update left it alone
     assert "fleetllm-agent: changed" in supervisor.ctl("reread")

@@ -125,7 +125,7 @@ def test_the_gateway_serves_every_model_of_the_box_with_one_bearer(supervisor: S
 
 
 def gateway_pid(supervisor: Supervisor) -> int:
-    return int(supervisor.ctl("pid", "fleetllm-gateway").strip() or 0)
+    return supervisor.pid("fleetllm-gateway")
 
 
 def test_moving_the_gateway_keeps_the_servers_and_removing_it_publishes_them(
