@@ -37,10 +37,11 @@ DEMO_ARGS ?=
 demo: $(STAMP)
 	$(BIN)/fleetllm demo $(DEMO_ARGS)
 
-# The same with a real LiteLLM proxy built for the run by the offline harness (shared/litellm-offline, not
-# part of this repository: looked for in ../shared/litellm-offline and further up; elsewhere pass
-# DEMO_ARGS="--litellm-harness DIR", or DEMO_ARGS="--litellm-url URL" with LITELLM_MASTER_KEY for your own
-# proxy). Needs root; the build adds a few minutes.
+# The same with a real LiteLLM proxy built for the run by an offline harness (a folder with setup.sh, not
+# part of this repository: DEMO_ARGS="--litellm-harness DIR"; as an optional fallback the demo looks for
+# the project's own in ../shared/litellm-offline and further up). With your own proxy (e.g. the registry's
+# litellm[proxy] and your PostgreSQL, README.md): DEMO_ARGS="--litellm-url URL" and LITELLM_MASTER_KEY.
+# Building needs root; the build adds a few minutes.
 demo-litellm: $(STAMP)
 	FLEETLLM_DEMO_LITELLM=1 $(BIN)/fleetllm demo $(DEMO_ARGS)
 
@@ -50,9 +51,9 @@ VLLM_PREFIX ?= $(HOME)/.cache/fleetllm/vllm-cpu
 demo-real-vllm: $(STAMP)
 	FLEETLLM_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/fleetllm demo --real-vllm --build-vllm-harness $(DEMO_ARGS)
 
-# The real vLLM harness alone (../shared/vllm-cpu/setup.sh; idempotent).
+# The real vLLM harness alone (the repository's tools/vllm-cpu/setup.sh; idempotent).
 vllm-harness:
-	../shared/vllm-cpu/setup.sh $(VLLM_PREFIX)
+	tools/vllm-cpu/setup.sh $(VLLM_PREFIX)
 
 # The real-vLLM suite (tests/realvllm, a few minutes): needs the harness and a LiteLLM proxy
 # (FLEETLLM_TEST_LITELLM_URL / _MASTER_KEY, as .ci/run starts one).

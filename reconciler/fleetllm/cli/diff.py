@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from fleetllm.cli.common import EXIT_INVALID, EXIT_OK, CommandError
 from fleetllm.core.diff import DEFAULT_MAX_CHARS, diff_fleets, render_json, render_markdown, render_text
 from fleetllm.core.diff.invalid import render_invalid_json, render_invalid_markdown, render_invalid_text
 from fleetllm.core.diff.sections import Section
-from fleetllm.core.diff.waves import waves_json, waves_section, with_waves_alerts
+from fleetllm.core.diff.waves import waves_json, waves_section, with_waves
 from fleetllm.core.fleet.files import Snapshot
 from fleetllm.core.fleet.jsonvalue import JSON
 from fleetllm.core.fleet.model import Fleet, FleetSettings, frozen_map
@@ -32,7 +33,11 @@ create, update, replace or delete (live lifetime); new bearers; models losing th
 Needs no salt and no network: bearers are named by where they derive from, never printed.
 
 BASE defaults to the merge base of HEAD with --base-branch, which is what a pull request against
-that branch changes (the comparison GitHub shows). Given explicitly, BASE is used as it is."""
+that branch changes (the comparison GitHub shows). Given explicitly, BASE is used as it is.
+
+Commits only, by default: a fleet file edited but not committed is not in the comparison, and diff
+says so on stderr (and refuses to say "No changes" while one is). --worktree compares the working
+tree instead of HEAD: what your uncommitted edit will do once committed and merged."""
 
 EPILOG = """\
 exit status:
@@ -52,6 +57,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--repo", default=".", metavar="DIR",
                         help="the fleet repository, or the directory of the fleet files inside a git repository "
                              "(default: the current directory)")
+    parser.add_argument("--worktree", action="store_true",
+                        help="compare the working tree's fleet files (uncommitted edits included) instead of "
+                             "a HEAD commit")
     parser.add_argument("--base-branch", metavar="REF",
                         help="the branch changes merge into, for the default BASE "
                              f"(default: {' if it exists, else '.join(DEFAULT_BASE_BRANCHES)})")
@@ -104,14 +112,24 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
+UNCOMMITTED = ("{files} in {where} {have} uncommitted changes, which this diff leaves out (it compares commits): "
+               "commit them, or pass --worktree to compare the working tree")
+
+
 def compare(args: argparse.Namespace) -> int:
+    if args.worktree and args.head != "HEAD":
+        raise CommandError(f"--worktree compares the working tree: give BASE only, not HEAD {args.head}")
     try:
         repo = GitFleetRepo(args.repo)
         head = repo.resolve(args.head)
         base = repo.resolve(args.base) if args.base else base_revision(repo, head, args.base_branch)
-        sides = [("BASE", validate_base(repo.snapshot(base))), ("HEAD", validate_snapshot(repo.snapshot(head)))]
+        proposed = repo.worktree_snapshot() if args.worktree else repo.snapshot(head)
+        uncommitted = () if args.worktree or args.head != "HEAD" else repo.uncommitted()
+        sides = [("BASE", validate_base(repo.snapshot(base))), ("HEAD", validate_snapshot(proposed))]
     except SourceError as exc:
         raise CommandError(str(exc)) from None
+    dirty = UNCOMMITTED.format(files=", ".join(uncommitted), where=repo.fleet_files_dir(),
+                               have="has" if len(uncommitted) == 1 else "have") if uncommitted else None
     (_, old), (_, new) = sides
     if old.fleet is None or new.fleet is None:
         if args.format == "text":
@@ -120,9 +138,13 @@ def compare(args: argparse.Namespace) -> int:
               else render_invalid_json(sides), end="")
         return EXIT_INVALID
     report = diff_fleets(old.fleet, new.fleet)
+    if dirty is not None:
+        if not report.changed:  # "No changes" would be wrong about what the user is looking at
+            raise CommandError(f"no changes between the commits, but {dirty}")
+        print(f"fleetllm diff: warning: {dirty}", file=sys.stderr)
     plan = attached_plan(args.attach_plan) if args.attach_plan else None
     waves = plan_waves(old.fleet, new.fleet)  # the staged rollout's waves (issue 14)
-    report = replace(report, alerts=with_waves_alerts(report.alerts, waves, new.fleet))
+    report = with_waves(report, waves, new.fleet)
     rollout = waves_section(old.fleet, new.fleet, waves)
     extra = (*((rollout,) if rollout else ()), *((plan[0],) if plan else ()))
     if args.format == "markdown":
