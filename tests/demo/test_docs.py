@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "contract" / "README.md",
                ROOT / "installer" / "README.md", ROOT / "gateway" / "README.md", ROOT / "CONTRIBUTING.md"])
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.S | re.M)  # indented too: the runbooks' steps
 INLINE = re.compile(r"`([^`\n]+)`")
 
 
