@@ -112,3 +112,19 @@ def test_every_make_target_shown_exists(doc: Path) -> None:
             for word in words[1:]:
                 if "=" not in word:
                     assert word in targets, f"{doc.name}: `{line}`: no make target {word}"
+
+
+# A sentence's left-over tail: a lone lowercase word and a full stop at the start of a line, right after a
+# sentence ended (docs/runbooks.md had "... read access to pods.\n   listing. Without the key ...").
+FRAGMENT = re.compile(r"\.\n[ >]*([a-z][\w-]*)\. ")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_sentence_fragment_is_left_between_sentences(doc: Path) -> None:
+    text = FENCE.sub("", doc.read_text())
+    assert [m.group(1) for m in FRAGMENT.finditer(text)] == []
+
+
+def test_a_fragment_is_found() -> None:
+    assert FRAGMENT.search("The key needs read access to pods.\n   listing. Without the key a pod")
+    assert not FRAGMENT.search("The key needs read access to pods.\n   Without the key a pod")

@@ -4,11 +4,12 @@ glance), or as JSON for scripts.
 The JSON shape is stable (a change that breaks a reader bumps `format`):
 
     {"format": 1, "revision": "<sha>",
-     "boxes": [{"name": str, "provider": str|null, "gateway_port": int|null,
+     "boxes": [{"name": str, "provider": str|null (null: the short form), "gateway_port": int|null,
                 "servers": [{"name": str, "model": str, "weights": str, "port": int,
                              "max_model_len": int|null, "vram_gb": float|null}]}]}
 
-Boxes and servers in the order of placement.yaml. The table is as wide as its content when stdout is
+Boxes and servers in the order of placement.yaml. The table's provider column says `static` for a box
+in the short form (`- [model, port]` rows), which is what it means. The table is as wide as its content when stdout is
 not a terminal (a pipe or a file): names are never cut to 80 columns there.
 """
 
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     for box in fleet.boxes.values():
         for i, row in enumerate(box.servers):
             vllm = fleet.recipes[row.model].vllm
-            table.add_row(box.name if i == 0 else "", (box.provider or "") if i == 0 else "", row.name,
+            table.add_row(box.name if i == 0 else "", str(box.rented_from) if i == 0 else "", row.name,
                           row.model, vllm.model,
                           str(row.port) if box.gateway_port is None else f"{row.port} (gateway :{box.gateway_port})",
                           str(vllm.max_model_len or ""), f"{vllm.vram_gb:g}" if vllm.vram_gb else "")

@@ -143,6 +143,11 @@ class Box:
     rollout: RolloutMode | None = None  # None: fleet.yaml rollout.mode
 
     @property
+    def rented_from(self) -> Provider:
+        """Where the box is rented: `provider:`, else static (the short form, `- [model, port]` rows)."""
+        return self.provider or Provider.STATIC
+
+    @property
     def card_gb(self) -> float | None:
         """One card's memory: placement.yaml's gpu_memory_gb is the box's total over its GPUs (what the
         stable division predicts a card's restarts from)."""

@@ -207,7 +207,7 @@ def _availability(servers: tuple[ServerView, ...]) -> str:
 def box_view(inputs: Inputs, fleet: Fleet, box: Box, judged: Mapping[tuple[str, int], ServerRecord]) -> BoxView:
     servers = server_views(fleet, box, judged)
     hosts = sorted({s.public.rsplit(":", 1)[0] for s in servers if s.public})
-    provider = box.provider or Provider.STATIC
+    provider = box.rented_from
     address = ", ".join(hosts) if hosts else (box.name if provider is Provider.STATIC else None)
     fetch = inputs.fetches.get(box.name)
     report = inputs.reports.get(box.name)
