@@ -14,6 +14,7 @@ from rich.text import Text
 from fleetllm.core.judge.plan import ActionKind
 from fleetllm.core.judge.plantext import SYMBOL, summary_line
 from fleetllm.core.judge.verdict import Verdict
+from fleetllm.job.apply import ActionOutcome, ActionResult
 from fleetllm.job.engine import PassOutcome
 
 COLOURS = {Verdict.HEALTHY: "green", Verdict.STALE: "yellow", Verdict.LOADING: "yellow", Verdict.PENDING: "yellow",
@@ -75,8 +76,27 @@ def rows(outcome: PassOutcome, states: BoxStates, *, applying: bool) -> list[Row
     return found
 
 
-def table(found: Sequence[Row]) -> Table:
-    grid = Table(title="Simulated boxes (no GPU: every vLLM is the stub)", title_justify="left", expand=False)
+def written(results: Sequence[ActionResult]) -> list[tuple[str, str]]:
+    """What the demo says of a pass's LiteLLM writes, (line, style): only writes that were tried. A pass that
+    only plans records every action as planned, not applied; the table shows those (`+ would create`)."""
+    return [(f"  LiteLLM {r.action.kind} {r.action.id} ({r.action.model_name})"
+             + ("" if r.ok else " FAILED: " + (r.error or "")), "cyan" if r.ok else "red")
+            for r in results if r.outcome is not ActionOutcome.PLANNED]
+
+
+STUB_TITLE = "Simulated boxes (no GPU: every vLLM is the stub)"
+
+
+def title(real: Sequence[str] = ()) -> str:
+    """The table's title: with --real-vllm, which box runs the real vLLM."""
+    if not real:
+        return STUB_TITLE
+    return (f"Boxes (no GPU: every vLLM is the stub but on {', '.join(real)}, which runs the real vLLM's "
+            "CPU build)")
+
+
+def table(found: Sequence[Row], real: Sequence[str] = ()) -> Table:
+    grid = Table(title=title(real), title_justify="left", expand=False)
     for column in ("box", "port", "server", "model", "supervisor", "verdict", "LiteLLM", "why"):
         grid.add_column(column, no_wrap=column != "why", overflow="fold")
     for row in found:
