@@ -205,5 +205,8 @@ def test_ctrl_c_stops_every_process(tmp_path: Path, stop: signal.Signals) -> Non
             process.kill()
     text = output.read_text()
     assert "stopping the demo (Ctrl-C or a stop signal)" in text
+    # The demo's own JSON-lines log goes to its file, never across its set-up lines or its live display.
+    assert [line for line in text.splitlines() if line.lstrip().startswith('{"')] == []
+    assert '"event":' in (workdir / "control-plane" / "reconcile.log").read_text()
     assert pids_mentioning(str(workdir)) == []
     assert "outlived their shutdown" not in text
