@@ -128,3 +128,28 @@ def test_no_sentence_fragment_is_left_between_sentences(doc: Path) -> None:
 def test_a_fragment_is_found() -> None:
     assert FRAGMENT.search("The key needs read access to pods.\n   listing. Without the key a pod")
     assert not FRAGMENT.search("The key needs read access to pods.\n   Without the key a pod")
+
+
+def sentences(doc: Path) -> list[str]:
+    text = " ".join(FENCE.sub("", doc.read_text()).split())
+    return re.split(r"(?<=[.:;])\s+(?=[A-Z`(])", text)
+
+
+def test_the_docs_do_not_deny_what_the_default_rollout_does() -> None:
+    """With rollout.mode auto (the default), a merge restarts agent boxes by itself and a box that does not
+    come up is rolled back: a doc may say the opposite only of `manual` boxes (docs/concepts.md said both
+    outright, issue 26)."""
+    from fleetllm.core.fleet.model import FleetSettings, RolloutMode
+
+    assert FleetSettings().rollout.mode is RolloutMode.AUTO
+    denials = re.compile(r"no automatic rollback|never restarts a box by itself|nothing restarts a box", re.I)
+    for doc in DOCS:
+        for sentence in sentences(doc):
+            if denials.search(sentence):
+                assert "manual" in sentence, f"{doc.name}: {sentence!r}"
+
+
+def test_a_denial_is_found() -> None:
+    probe = ROOT / "docs" / "concepts.md"
+    assert any("manual" in s and "never restarts a box by itself" in s for s in sentences(probe))
+    assert re.search(r"no automatic rollback", "There is no automatic rollback; the fix is a new commit", re.I)
