@@ -35,7 +35,7 @@ from fleetllm.core.rollout.model import (
     Step,
     StepInput,
 )
-from fleetllm.core.rollout.retire import EmptyReport, RetireInput, RetireState, Retirement, RetireStep, retire_step
+from fleetllm.core.rollout.retire import EmptyReport, RetireInput, Retirement, RetireState, RetireStep, retire_step
 from fleetllm.core.rollout.step import step
 from fleetllm.core.rollout.transitions import RolloutChange, pass_transitions
 from fleetllm.logs import get_logger, log_event

@@ -16,12 +16,12 @@ from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
 from fleetllm.adapters.state.records import BoxApi, FetchRecord, Sighting
 from fleetllm.core.hosts import ResolvedHost, resolve_host
+from fleetllm.core.rollout.retire import RetireState
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.access import Refused, requires
 from fleetllm.server.auth import Role
 from fleetllm.server.errors import NO_STORE, error
 from fleetllm.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
-from fleetllm.core.rollout.retire import RetireState
 from fleetllm.server.revisions import Rendered, RenderedBox, rendered_box
 from fleetllm.server.rollouts import Leaving, Unservable, leaving, served_for
 from fleetllm.server.runtime import Runtime, current_runtime

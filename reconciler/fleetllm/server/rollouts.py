@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from fleetllm.adapters.state.store import StateStore
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.model import RolloutMode
-from fleetllm.core.rollout.retire import RetireState, Retirement, retiring_document
+from fleetllm.core.rollout.retire import Retirement, RetireState, retiring_document
 from fleetllm.errors import StateError
 from fleetllm.server.revisions import Rendered
 from fleetllm.server.runtime import Runtime

@@ -37,15 +37,15 @@ from fleetllm.adapters.state.records import (
 )
 from fleetllm.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, KEEP_ROLLOUTS, MAX_SESSIONS, FetchRetention
 from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.control import ControlAction
 from fleetllm.core.fleet.jsonvalue import canonical_json, freeze_mapping
 from fleetllm.core.judge.intended import ServerKey
 from fleetllm.core.judge.observed import BoxFacts
 from fleetllm.core.judge.plan import PendingDelete
 from fleetllm.core.judge.verdict import ServerHistory
 from fleetllm.core.rollout.control import Request
-from fleetllm.core.control import ControlAction
 from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
-from fleetllm.core.rollout.retire import RetireState, Retirement
+from fleetllm.core.rollout.retire import Retirement, RetireState
 from fleetllm.errors import StateError
 from fleetllm_contract.report import ReportOutcome
 
