@@ -99,31 +99,36 @@ def choose_single_move(fleet: Fleet) -> Move:
             if (counts[row.model] != 1 or source.gateway_port is not None
                     or fleet.settings.is_legacy(source.name, row.port)):
                 continue
-            move = _move_to_room(fleet, source.name, row.model, row.name, row.port)
+            move = _move_to_room(fleet, source.name, row.model, row.name, row.port, {})
             if move is not None:
                 return move
     raise DemoError("move-single found no model with one server that another box has room for")
 
 
-def _move_to_room(fleet: Fleet, source: str, model: str, name: str, port: int) -> Move | None:
-    """A move of the server to a free listen port of another box with room for it (None: no box has room)."""
+def _move_to_room(fleet: Fleet, source: str, model: str, name: str, port: int,
+                  added: Mapping[str, list[Move]]) -> Move | None:
+    """A move of the server to a free listen port of another box with room for it, besides the servers
+    `added` there by earlier moves (None: no box has room)."""
     for target in fleet.boxes.values():
         if target.name == source or target.gateway_port is not None:
             continue
         if any(fleet.settings.is_legacy(target.name, r.port) for r in target.servers):
             continue
-        used = {r.port for r in target.servers}
+        extra = added.get(target.name, [])
+        used = {r.port for r in target.servers} | {m.target_port for m in extra}
+        names = {r.name for r in target.servers} | {m.name for m in extra}
         free = [p for p in fleet.settings.listen_ports if p not in used]
-        if not free or len(target.servers) >= fleet.settings.max_servers_per_box:
+        if not free or name in names or len(target.servers) + len(extra) >= fleet.settings.max_servers_per_box:
             continue
-        if _fits(fleet, target.name, model):
+        if _fits(fleet, target.name, model, [m.model for m in extra]):
             return Move(model, name, source, port, target.name, free[0])
     return None
 
 
-def _fits(fleet: Fleet, box: str, model: str) -> bool:
+def _fits(fleet: Fleet, box: str, model: str, added: list[str] | None = None) -> bool:
     target = fleet.boxes[box]
     vram = (sum(fleet.recipes[r.model].vllm.vram_gb or 0 for r in target.servers)
+            + sum(fleet.recipes[m].vllm.vram_gb or 0 for m in added or ())
             + (fleet.recipes[model].vllm.vram_gb or 0))
     return vram <= CEILING * (target.gpu_memory_gb or DEFAULT_GPU_MEMORY_GB)
 
@@ -150,18 +155,27 @@ def retire_box_change(fleet: Fleet, files: Mapping[str, str]) -> tuple[Change, s
 
 
 def empty_box_change(fleet: Fleet, files: Mapping[str, str]) -> tuple[Change, str, Move]:
-    """Move the only server of a one-server box to another box with room, which empties (removes) the box."""
-    for source in fleet.boxes.values():
-        if len(source.servers) != 1 or source.gateway_port is not None or \
-                fleet.settings.is_legacy(source.name, source.servers[0].port):
+    """Move every server of a box to other boxes with room (a box with fewer servers first), which empties
+    the box: its key goes too."""
+    for source in sorted(fleet.boxes.values(), key=lambda b: (len(b.servers), b.name)):
+        if not source.servers or source.gateway_port is not None or \
+                any(fleet.settings.is_legacy(source.name, r.port) for r in source.servers):
             continue
-        move = _move_to_room(fleet, source.name, source.servers[0].model, source.servers[0].name,
-                             source.servers[0].port)
-        if move is not None:
-            moved = move_row(files[PLACEMENT_FILE], move)
-            return (Change(f"move {move}, emptying {source.name}", {PLACEMENT_FILE: remove_box(moved, source.name)}),
-                    source.name, move)
-    raise DemoError("empty-box found no one-server box whose server another box has room for")
+        moves: list[Move] = []
+        added: dict[str, list[Move]] = {}
+        for row in source.servers:
+            move = _move_to_room(fleet, source.name, row.model, row.name, row.port, added)
+            if move is None:
+                break
+            moves.append(move)
+            added.setdefault(move.target, []).append(move)
+        else:
+            text = files[PLACEMENT_FILE]
+            for move in moves:
+                text = move_row(text, move)
+            title = f"move {', '.join(str(m) for m in moves)}, emptying {source.name}"
+            return Change(title, {PLACEMENT_FILE: remove_box(text, source.name)}), source.name, moves[-1]
+    raise DemoError("empty-box found no box whose every server other boxes have room for")
 
 
 def recipe_change(fleet: Fleet, files: Mapping[str, str]) -> Change:
