@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fleetllm.adapters.litellm import LitellmClient
-from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state import StateStore, open_store
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.bearer import Salt
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
@@ -56,6 +56,14 @@ def report(at: float, revision: str, target: Fleet) -> BoxReport:
                for s in doc["servers"]]  # type: ignore[union-attr]
     return BoxReport(BOX, at, BOX, revision, "test", ReportOutcome.INSTALLED,
                      freeze_mapping({"agent": True, "servers": servers}))
+
+
+def reconciler_for(store: StateStore, litellm: FakeLitellmHttp, lport: int, fleets: dict[str, Fleet],
+                   now: list[float]) -> Reconciler:
+    """The real engine with the staged rollout over the LiteLLM fake at `lport`, its clock `now[0]`."""
+    return Reconciler(Bearers(SALT), Observer({}, 2, 8),
+                      lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}", Secret(litellm.master_key, "test")),
+                      store, clock=lambda: now[0], rollout=RolloutDriver(store, fleets.get, Bearers(SALT)))
 
 
 def said(outcome: PassOutcome) -> list[tuple[str, str]]:
@@ -185,10 +193,7 @@ def test_a_failed_install_halts_the_rollout_and_rolls_the_box_back(tmp_path: Pat
             fleets = {R1: fleet(R1, port, "--a"), R2: fleet(R2, port, "--b")}
             fleets[R2] = replace(fleets[R2], settings=replace(fleets[R2].settings,
                                                               rollout=RolloutSettings(drain_s=0)))
-            reconciler = Reconciler(Bearers(SALT), Observer({}, 2, 8),
-                                    lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}",
-                                                            Secret(litellm.master_key, "test")),
-                                    store, clock=lambda: now[0], rollout=RolloutDriver(store, fleets.get, Bearers(SALT)))
+            reconciler = reconciler_for(store, litellm, lport, fleets, now)
             store.record_report(report(now[0], R1, fleets[R1]), keep=5)
             await reconciler.run_pass(fleets[R1], apply=True)
             now[0] += 60
@@ -285,10 +290,7 @@ def test_a_removed_box_is_drained_retired_and_forgotten_so_the_next_rollout_conv
             placed = fleet(R1, port, "--a")
             fleets = {R1: placed, R2: replace(placed, revision=R2, boxes=frozen_map({})),
                       r3: replace(placed, revision=r3, boxes=frozen_map({}))}
-            reconciler = Reconciler(Bearers(SALT), Observer({}, 2, 8),
-                                    lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}",
-                                                            Secret(litellm.master_key, "test")),
-                                    store, clock=lambda: now[0], rollout=RolloutDriver(store, fleets.get, Bearers(SALT)))
+            reconciler = reconciler_for(store, litellm, lport, fleets, now)
             store.record_report(report(now[0], R1, fleets[R1]), keep=5)
             await reconciler.run_pass(fleets[R1], apply=True)
 
