@@ -15,6 +15,7 @@ from fleetllm.demo.rollouts import (
     choose_single_move,
     empty_box_change,
     most_replicated,
+    recipe_change,
     retire_box_change,
     single_move_change,
     with_setting,
@@ -96,3 +97,14 @@ def test_remove_box_keeps_every_other_line() -> None:
     text = "hosts:\n  # a\n  one:\n    - [m, 8001]\n\n  # b\n  two:\n    servers:\n      - [m, 8001]\n\n  three: []\n"
     assert remove_box(text, "two") == "hosts:\n  # a\n  one:\n    - [m, 8001]\n\n  three: []\n"
     assert remove_box(text, "one") == "hosts:\n\n  # b\n  two:\n    servers:\n      - [m, 8001]\n\n  three: []\n"
+
+
+def test_the_recipe_change_after_a_removal_restarts_a_model_that_keeps_a_server() -> None:
+    files, fleet = _demo()
+    change, box = retire_box_change(fleet, files)  # type: ignore[arg-type]
+    after = _valid({**files, **change.files})
+    recipe = recipe_change(after, {**files, **change.files})
+    assert _changed(files["models.yaml"], recipe.files["models.yaml"]) == ["+      settings: {max-num-seqs: 64}"]
+    changed = _valid({**files, **change.files, **recipe.files})
+    model = next(m for m in changed.recipes if changed.recipes[m] != after.recipes[m])
+    assert sum(r.model == model for b in after.boxes.values() for r in b.servers) >= 2

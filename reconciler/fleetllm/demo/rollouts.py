@@ -179,8 +179,15 @@ def empty_box_change(fleet: Fleet, files: Mapping[str, str]) -> tuple[Change, st
 
 
 def recipe_change(fleet: Fleet, files: Mapping[str, str]) -> Change:
-    """A boot change of the most replicated model's recipe (every box that runs it restarts it)."""
-    model = most_replicated(fleet)
+    """A boot change of the recipe of the model with the most servers, legacy pairs counted (they restart it
+    too): the rollout restarts them one at a time, so the model keeps serving."""
+    counts: dict[str, int] = {}
+    for box in fleet.boxes.values():
+        for row in box.servers:
+            counts[row.model] = counts.get(row.model, 0) + 1
+    if not counts:
+        raise DemoError("no model to change")
+    model = max(sorted(counts), key=lambda m: counts[m])
     return Change(f"a recipe change: {model} gets `max-num-seqs: 64`",
                   {MODELS_FILE: with_setting(files[MODELS_FILE], model, "max-num-seqs", "64")})
 
