@@ -101,7 +101,7 @@ def test_remove_box_keeps_every_other_line() -> None:
 
 def test_the_recipe_change_after_a_removal_restarts_a_model_that_keeps_a_server() -> None:
     files, fleet = _demo()
-    change, box = retire_box_change(fleet, files)  # type: ignore[arg-type]
+    change, _ = retire_box_change(fleet, files)  # type: ignore[arg-type]
     after = _valid({**files, **change.files})
     recipe = recipe_change(after, {**files, **change.files})
     assert _changed(files["models.yaml"], recipe.files["models.yaml"]) == ["+      settings: {max-num-seqs: 64}"]
