@@ -80,12 +80,23 @@ def _probe(demo: Stage) -> tuple[str | None, int | None]:
     return (rollout.reason or "halted") if rollout.state is RolloutState.HALTED else None, rollout.waves
 
 
-def _load(demo: Stage, litellm: Litellm | None) -> LoadGenerator | None:
+def _load(demo: Stage, litellm: Litellm | None, unloaded: frozenset[str] = frozenset()) -> LoadGenerator | None:
+    """Callers of every model but `unloaded` (models a change leaves with no server for a while, as
+    `fleetllm diff` warns: their callers fail whatever the rollout does)."""
     if litellm is None or demo.runner is None or demo.runner.fleet is None:
         return None
-    models = {row.model for box in demo.runner.fleet.boxes.values() for row in box.servers}
+    models = {row.model for box in demo.runner.fleet.boxes.values() for row in box.servers} - unloaded
     return LoadGenerator(litellm.url, Secret(litellm.master_key, "the demo's LiteLLM master key"), models,
                          rate_per_model=RATE_PER_MODEL)
+
+
+def alone_on(fleet: Fleet, box: str) -> frozenset[str]:
+    """The models whose only server runs on `box` (a server moved there divides its card afresh: they restart)."""
+    counts: dict[str, int] = {}
+    for other in fleet.boxes.values():
+        for row in other.servers:
+            counts[row.model] = counts.get(row.model, 0) + 1
+    return frozenset(r.model for r in fleet.boxes[box].servers if counts[r.model] == 1)
 
 
 def retired_missing(demo: Stage, box: str) -> list[str]:
@@ -109,8 +120,12 @@ def retired_missing(demo: Stage, box: str) -> list[str]:
 
 
 def _play(demo: Stage, results: Results, change: Change, message: str, litellm: Litellm | None, *,
-          timeout_s: float, interval_s: float, until: Callable[[], list[str]] | None = None) -> Played:
-    played = play(demo, change, message, load=_load(demo, litellm), rollout=lambda: _probe(demo),
+          timeout_s: float, interval_s: float, until: Callable[[], list[str]] | None = None,
+          unloaded: frozenset[str] = frozenset()) -> Played:
+    if unloaded and litellm is not None:
+        demo.say(f"no load for {', '.join(sorted(unloaded))}: the change restarts its only server (the card it "
+                 "shares is divided afresh), as fleetllm diff warns", "yellow")
+    played = play(demo, change, message, load=_load(demo, litellm, unloaded), rollout=lambda: _probe(demo),
                   timeout_s=timeout_s, interval_s=interval_s, until=until)
     for line in played.lines():
         demo.say(line, "bold" if not line.startswith(" ") else "")
@@ -198,12 +213,14 @@ def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s:
             change, results.move = move_change(fleet, files)
             _play(demo, results, change, f"Move {results.move}", litellm, **timing)
         elif scenario in ("retire-box", "empty-box"):
+            alone: frozenset[str] = frozenset()
             if scenario == "retire-box":
                 change, box = retire_box_change(fleet, files)
             else:
                 change, box, results.move = empty_box_change(fleet, files)
+                alone = alone_on(fleet, results.move.target)
             until = functools.partial(retired_missing, demo, box)
-            _play(demo, results, change, f"Remove box {box}", litellm, until=until, **timing)
+            _play(demo, results, change, f"Remove box {box}", litellm, until=until, unloaded=alone, **timing)
             fleet, files = runner.fleet, _files(demo)
             assert fleet is not None
             _play(demo, results, recipe_change(fleet, files), "Change a recipe after the box left", litellm,
