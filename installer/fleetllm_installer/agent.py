@@ -8,6 +8,9 @@ check, fit check, programs written, `supervisorctl reread` + `update` so only pr
 changed restart and programs that left are stopped and removed, supervisord's verdict, POST
 /vllm/report with `"agent": true`).
 
+A retiring box (it left the placement) is served a box JSON with no servers and no agent: applied as any
+other, it removes every fleetllm program, this agent's own included (issue 25).
+
 Safety: a failed fetch (connection, timeout, 5xx, 404, 401/403), invalid JSON or a config that does
 not fit changes nothing on the box: the running servers keep serving. A refused config is reported
 once (as the installer would) and not tried again until the control plane serves another; a failure

@@ -104,7 +104,7 @@ def build_rollout(value: JSON, errors: set[Path_]) -> RolloutSettings:
     if not isinstance(value, dict):
         return RolloutSettings()
     kwargs: dict[str, object] = {k: v for k, v in value.items()
-                                 if k in ("max_unavailable", "poll_s", "drain_s") and _int(v) is not None
+                                 if k in ("max_unavailable", "poll_s", "drain_s", "retire_s") and _int(v) is not None
                                  and not _tainted(errors, ("rollout", k))}
     mode = value.get("mode")
     if mode in {m.value for m in RolloutMode} and not _tainted(errors, ("rollout", "mode")):

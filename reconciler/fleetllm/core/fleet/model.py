@@ -68,6 +68,7 @@ class RolloutSettings:
     max_unavailable: int = DEFAULTS["/rollout/max_unavailable"]
     poll_s: int = DEFAULTS["/rollout/poll_s"]
     drain_s: int = DEFAULTS["/rollout/drain_s"]
+    retire_s: int = DEFAULTS["/rollout/retire_s"]
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,9 @@ class BoxInput:
     report: ReportFacts | None = None
     card_gb: float | None = None
     new: bool = False  # no release yet and not placed at the revision it reported: it runs nothing of ours
+    # Placed neither at the target nor at its released revision (read): it left the placement and was drained
+    # and released, so a later target has nothing of its to disrupt (it retires: core.rollout.retire).
+    left: bool = False
 
 
 @dataclass(frozen=True)

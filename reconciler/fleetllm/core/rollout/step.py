@@ -357,6 +357,10 @@ def start_releases(work: Work) -> None:
         release = work.releases.get(box)
         if release is None or release.revision == target or release.state in UNSETTLED:
             continue
+        if b.left:  # placed neither at its release nor at the target: nothing to disrupt (it retires)
+            release_box(work, box, target, BoxState.APPLIED)
+            work.releases[box] = replace(work.releases[box], last_good=target)
+            continue
         if work.served[box] is None and release.revision:
             work.why[box] = f"waits: its released revision {release.revision[:12]} cannot be read or rendered"
             continue

@@ -19,6 +19,7 @@ from fleetllm.adapters.state.records import Approval
 from fleetllm.core.fleet.approve import ref_name
 from fleetllm.core.fleet.model import ReconcileSettings
 from fleetllm.core.judge.verdict import Verdict
+from fleetllm.core.rollout.retire import shown
 from fleetllm.core.schedule import overdue_after as pass_overdue_after
 from fleetllm.server.pages.inputs import Inputs
 
@@ -49,6 +50,19 @@ class UnknownBox:
     claimed_host: str | None
     forwarded_for: str | None
     approval: ApprovalView | None  # the approval committed for it (not merged or not served yet)
+
+
+@dataclass(frozen=True)
+class RetiredBox:
+    """A box that left the placement (core.rollout.retire): shown as retired, never as an unknown box, and not
+    counted as needing attention (it leaves by itself)."""
+
+    box: str
+    state: str  # draining | retiring | retired
+    revision: str  # the commit at which it left the placement
+    left_at: float
+    retired_at: float | None
+    text: str
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,7 @@ class AttentionView:
     approve_models: tuple[str, ...]  # the catalog an approval may choose from
     approve_slots: int  # at most this many servers on one box
     secrets: tuple[str, ...] = ()  # weak but working secrets (a short salt): what to do, never a value
+    retired: tuple[RetiredBox, ...] = ()  # boxes that left the placement: informational, not counted
 
 
 def _approval_for(box: str, approvals: tuple[Approval, ...]) -> ApprovalView | None:
@@ -134,7 +149,10 @@ def reconcile_issues(inputs: Inputs) -> tuple[ReconcileIssue, ...]:
 def attention_view(inputs: Inputs) -> AttentionView:
     last = inputs.last_pass
     unknown = tuple(UnknownBox(e.box, e.first_seen, e.last_seen, e.count, e.peer, e.claimed_host, e.forwarded_for,
-                               _approval_for(e.box, inputs.approvals)) for e in inputs.attention)
+                               _approval_for(e.box, inputs.approvals)) for e in inputs.attention
+                    if e.box not in inputs.retirements)
+    retired = tuple(RetiredBox(r.box, str(r.state), r.revision, r.left_at, r.retired_at, shown(r))
+                    for r in sorted(inputs.retirements.values(), key=lambda r: (-r.left_at, r.box)))
     wanted = {str(v) for v in ATTENTION_VERDICTS}
     servers = tuple(ServerIssue(s.box, s.port, s.name, s.model, s.verdict, s.reason)
                     for s in (last.servers if last else ()) if s.verdict in wanted)
@@ -152,4 +170,4 @@ def attention_view(inputs: Inputs) -> AttentionView:
         refresh_error=inputs.refresh.error, render_errors=render_errors, drift=drift, duplicates=duplicates,
         reconcile=reconcile, approve_models=tuple(sorted(fleet.recipes)) if fleet else (),
         approve_slots=min(len(fleet.settings.listen_ports), fleet.settings.max_servers_per_box) if fleet else 0,
-        secrets=inputs.settings.secret_warnings)
+        secrets=inputs.settings.secret_warnings, retired=retired)

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from fleetllm.adapters.state.passes import PassRecord
 from fleetllm.adapters.state.records import Approval, AttentionEntry, FetchRecord
 from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.rollout.retire import Retirement
 from fleetllm.server.revisions import Attempt, Invalid, RefreshStatus, Rendered
 from fleetllm.server.runtime import Runtime
 from fleetllm.settings import ApproveTarget, ControlPlaneConfig
@@ -63,6 +64,7 @@ class Inputs:
     attention: tuple[AttentionEntry, ...]  # unknown boxes only (placed ones filtered out)
     approvals: tuple[Approval, ...]  # newest first
     fetches: Mapping[str, FetchRecord] = field(default_factory=lambda: MappingProxyType({}))
+    retirements: Mapping[str, Retirement] = field(default_factory=lambda: MappingProxyType({}))  # left the placement
     reports: Mapping[str, BoxReport] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
@@ -82,5 +84,6 @@ def gather(rt: Runtime, *, boxes: bool = False, passes: int = 1) -> Inputs:
         passes=tuple(store.recent_passes(max(1, passes))),
         attention=tuple(e for e in store.attention() if e.box not in placed),
         approvals=tuple(store.approvals()),
+        retirements=MappingProxyType({b: r for b, r in store.retirements().items() if b not in placed}),
         fetches=MappingProxyType(store.last_config_served()) if boxes else MappingProxyType({}),
         reports=MappingProxyType(store.latest_reports()) if boxes else MappingProxyType({}))
