@@ -74,15 +74,18 @@ class RunnerOptions:
 
 
 def require_writer(config: JobConfig, command: str) -> None:
-    """`apply` and `reconcile` write to LiteLLM: refuse, saying why, when this config cannot or must not."""
+    """`apply` writes to LiteLLM, `reconcile` runs the rollouts (and writes LiteLLM when there is one):
+    refuse, saying why, when this config cannot or must not. Without a litellm section `reconcile` runs:
+    the boxes route (their gateway, or a balancer in front of them), and the rollouts restart them."""
     if not config.enabled:
         raise ConfigurationError(f"reconcile.enabled is false in {config.source}: the reconciler is switched off "
                                  f"for this fleet, so `fleetllm {command}` runs no pass and writes nothing. Set it to "
                                  "true to run passes; `fleetllm plan` (which writes nothing) still works")
-    if config.litellm_url is None:
+    if config.litellm_url is None and command == "apply":
         raise ConfigurationError(f"`fleetllm {command}` writes to LiteLLM, and {config.source} has no litellm section "
                                  "(url, master_key): add one. `fleetllm plan` works without it and shows every "
-                                 "server's verdict")
+                                 "server's verdict; `fleetllm reconcile` runs the rollouts without it (the boxes "
+                                 "route)")
 
 
 class PassRunner:
@@ -148,8 +151,9 @@ class PassRunner:
         if self.reconciler is None:
             self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, self.store())
             self.reconciler.rollout = rollout_driver(self.reconciler.store, self.fleet_at, self.reconciler.bearers)
-            if self.options.litellm is not None:
+            if self.options.litellm is not None:  # a LiteLLM of the caller's (the demo's table in memory)
                 self.reconciler.api_factory = self.options.litellm
+                self.reconciler.observer.boxes_route = False
         return self.reconciler
 
     def state_known(self) -> bool:
