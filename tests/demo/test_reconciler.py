@@ -58,6 +58,30 @@ def test_without_a_proxy_the_demo_runs_real_passes_in_which_the_boxes_route(work
     finally:
         runner.close()
     assert modes(workspace) == ["apply"]  # recorded in the control plane's store, for its status page
+    store = open_store(workspace.state_url)
+    try:
+        assert store.current_rollout()[0] is not None  # the rollout is kept: `fleetllm rollout pause` has one
+    finally:
+        store.close()
+
+
+def test_a_dry_run_releases_nothing_and_writes_nothing(workspace: Workspace) -> None:
+    from fleetllm.job.configfile import load_config
+    from fleetllm.job.runner import PassRunner, RunnerOptions
+
+    runner = PassRunner(RunnerOptions(command="demo", dry_run=True), load_config(workspace.config),
+                        say=lambda _text: None)
+    try:
+        outcome = asyncio.run(runner.scheduled_pass())
+        assert outcome is not None and outcome.record.mode == "plan"
+        assert outcome.record.rollout is not None  # what the step would do is recorded ...
+    finally:
+        runner.close()
+    store = open_store(workspace.state_url)
+    try:
+        assert store.current_rollout()[0] is None and store.box_releases() == {}  # ... and nothing is saved
+    finally:
+        store.close()
 
 
 def test_a_rollout_scenario_without_a_proxy_applies_to_the_table_in_memory(workspace: Workspace) -> None:

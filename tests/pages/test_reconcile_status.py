@@ -169,3 +169,23 @@ def test_a_running_rollout_is_shown_on_every_page_and_a_converged_one_holds_noth
     _with_rollout(world, "plan", "converged", {"127.0.0.2": "applied"})
     attention = viewer.get("/api/attention").get_json()
     assert attention["held"] == [] and attention["rolling"] == ""
+
+
+def test_without_litellm_the_fleet_page_says_the_boxes_route(tmp_path: Path, logs: LogCapture) -> None:
+    from fleetllm.adapters.state.passes import ServerRecord
+
+    world = build_world(tmp_path, config={"litellm": None}, passes=0)
+    try:
+        served = world.runtime.tracker.served
+        assert served is not None
+        box = next(iter(served.fleet.boxes.values()))
+        row = box.servers[0]
+        world.runtime.store.record_pass(PassRecord(
+            world.clock.now, 0.2, served.revision, "apply", {"Healthy": 1},
+            servers=(ServerRecord(box.name, row.port, row.name, row.model, "Healthy", "serves", deployment=None),)))
+        client = world.app.test_client()
+        login(client, VIEWER_TOKEN)
+        page = client.get("/").get_data(as_text=True)
+        assert "none: the boxes route" in page and ">unknown<" not in page
+    finally:
+        world.runtime.stop()

@@ -7,7 +7,8 @@ around it the runner keeps, in this order:
 2. then, under the lock, the operator controls (fleetllm.core.control) read once: a pending sync
    request is taken (this pass is the one it asked for), a pin makes the pass work from the pinned
    revision, a suspension makes it observe and record but write nothing to LiteLLM;
-3. the dry run (`reconcile.dry_run`, or the options' `dry_run`): recorded, LiteLLM not written;
+3. the dry run (`reconcile.dry_run`, or the options' `dry_run`): recorded, LiteLLM not written, no box
+   released (the rollout's step is computed and recorded, never saved);
 4. the invalid head: the pass runs on the last valid commit and its record names the head;
 5. after a pass that ran: its log line, the metrics (and their hand-over: a file, a Pushgateway push),
    the notifications, and the commit statuses of the rollout's transitions on the forge (`forge:`).
@@ -225,7 +226,8 @@ class PassRunner:
                 if self.dry_run:
                     log_event(LOG, "reconcile_dry_run", reason=(
                         "reconcile.dry_run is true in the config" if self.options.dry_run is None else
-                        f"fleetllm {self.options.command} runs dry") + ": the pass is recorded, LiteLLM is not written")
+                        f"fleetllm {self.options.command} runs dry") + ": the pass is recorded; LiteLLM is not written and "
+                              "nothing is released to the boxes")
                 if controls.suspended is not None:
                     log_event(LOG, "reconcile_suspended", reason="the fleet is suspended (fleetllm resume ends "
                                                                "it): the pass observes and records, LiteLLM is "
