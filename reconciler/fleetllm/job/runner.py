@@ -226,8 +226,8 @@ class PassRunner:
                 if self.dry_run:
                     log_event(LOG, "reconcile_dry_run", reason=(
                         "reconcile.dry_run is true in the config" if self.options.dry_run is None else
-                        f"fleetllm {self.options.command} runs dry") + ": the pass is recorded; LiteLLM is not written and "
-                              "nothing is released to the boxes")
+                        f"fleetllm {self.options.command} runs dry")
+                              + ": the pass is recorded; LiteLLM is not written and nothing is released to the boxes")
                 if controls.suspended is not None:
                     log_event(LOG, "reconcile_suspended", reason="the fleet is suspended (fleetllm resume ends "
                                                                "it): the pass observes and records, LiteLLM is "
