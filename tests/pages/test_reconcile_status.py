@@ -75,6 +75,9 @@ def test_a_dry_run_is_judged_and_shows_what_it_would_write(tmp_path: Path, logs:
         assert "dry run: nothing written" in history and "planned, not applied" in history
         assert reconcile_issues(client) == {}
         attention = client.get("/api/attention").get_json()
+        # The servers the dry run would create deployments for: callers cannot reach them, so not "Nothing".
+        assert [h for h in attention["held"] if "Healthy server(s) have no LiteLLM deployment" in h], attention
+        assert attention["held"][0].endswith("and the reconciler runs dry: callers cannot reach them")
         assert attention["dry_run"].startswith("Dry run: the reconciler writes nothing to LiteLLM and releases nothing")
         for page in ("/", "/models", "/history"):  # said on every page
             assert "Dry run: the reconciler writes nothing" in client.get(page).get_data(as_text=True)

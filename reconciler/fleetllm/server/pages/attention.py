@@ -158,6 +158,11 @@ def held_commits(inputs: Inputs) -> tuple[str, ...]:
             and last.started_at >= inputs.applied_at):
         found.append(f"commit {served[:12]} is served, but the reconciler's passes work from {last.revision[:12]} "
                      "(a pin: `fleetllm unpin` ends it): the boxes are not released the served commit")
+    unrouted = sorted(f"{s.box}:{s.port}" for s in last.servers if s.deployment is False and s.verdict == "Healthy")
+    if last.mode != PassMode.APPLY and unrouted:  # a pass that applies creates them; a dry run never does
+        found.append(f"{len(unrouted)} Healthy server(s) have no LiteLLM deployment ({', '.join(unrouted[:4])}"
+                     f"{', ...' if len(unrouted) > 4 else ''}), and the reconciler "
+                     + ("runs dry" if last.mode == PassMode.PLAN else "is suspended") + ": callers cannot reach them")
     if rollout is None or rollout.state == "converged":
         return tuple(found)
     target = rollout.target[:12]
