@@ -127,10 +127,13 @@ def test_the_gateway_reports_each_model_s_requests_in_flight_for_a_drain_without
         async with aiohttp.ClientSession() as session:
             return [await in_flight(session, endpoint, gateway_box.bearer, "tiny-a", 5, via_gateway=True),
                     await in_flight(session, endpoint, gateway_box.bearer, "tiny-c", 5, via_gateway=True),
-                    await in_flight(session, endpoint, "sk-vllm-nope", "tiny-a", 5, via_gateway=True)]
+                    await in_flight(session, endpoint, "sk-vllm-nope", "tiny-a", 5, via_gateway=True),
+                    # a server no gateway fronts: vLLM's own /metrics (the simulated vLLM's, here)
+                    await in_flight(session, Endpoint(BOX, gateway_box.ports["tiny-b"]),
+                                    SALT.derive(BOX, gateway_box.ports["tiny-b"]), "tiny-b", 5)]
 
     # idle: 0 (known); a model the gateway does not route, or a bearer it refuses: unknown
-    assert asyncio.run(go()) == [0, None, None]
+    assert asyncio.run(go()) == [0, None, None, 0]
 
 
 def test_requests_in_flight_are_read_from_the_gateway_s_or_vllm_s_metrics() -> None:
