@@ -41,7 +41,7 @@ class Settings:
         else:
             where = rt.repo.clone_dir
         return cls(repo_where=rt.repo.where, repo_url=repo.url, repo_dir=str(where), branch=repo.branch,
-                   reconciler_expected=config.reconcile.enabled and config.litellm is not None,
+                   reconciler_expected=config.reconcile.enabled,  # rollouts need it, with or without LiteLLM
                    approve_target=repo.approve_target, secret_warnings=secret_warnings(config),
                    boxes_route=config.litellm is None)
 
