@@ -235,7 +235,16 @@ def test_no_pass_yet_and_no_reconciler(tmp_path: Any, logs: Any) -> None:
         assert "Not judged" in text
     finally:
         world.runtime.stop()
-    unconfigured = build_world(tmp_path / "b", passes=0, config={"litellm": None})
+    # Without LiteLLM the reconciler still runs the rollouts (the boxes route): a missing pass is an alarm ...
+    unrouted = build_world(tmp_path / "b", passes=0, config={"litellm": None})
+    try:
+        client = unrouted.app.test_client()
+        login(client, VIEWER_TOKEN)
+        assert [r["state"] for r in client.get("/api/attention").get_json()["reconcile"]] == ["missing"]
+    finally:
+        unrouted.runtime.stop()
+    # ... unless the reconciler is switched off.
+    unconfigured = build_world(tmp_path / "c", passes=0, config={"reconcile": {"enabled": False}})
     try:
         client = unconfigured.app.test_client()
         login(client, VIEWER_TOKEN)

@@ -71,7 +71,7 @@ NO_HARNESS = (
     "litellm-offline beside its checkouts, where it is looked for in ../shared/litellm-offline and further up). "
     "Pass its folder with --litellm-harness DIR (make demo-litellm DEMO_ARGS=\"--litellm-harness DIR\"), or run "
     "a LiteLLM proxy of your own and pass --litellm-url URL with LITELLM_MASTER_KEY set; without either, "
-    "`make demo` plans only")
+    "`make demo` runs without LiteLLM (the boxes route)")
 
 
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -186,7 +186,8 @@ class Demo:
                 raise DemoError(NO_HARNESS)
             litellm = build(workspace, options.litellm_harness, workspace.secret("litellm-master-key"), self.say)
         else:
-            self.say("no LiteLLM: the reconciler plans only (pass --litellm-url, or set FLEETLLM_DEMO_LITELLM=1 "
+            self.say("no LiteLLM: the boxes route, and commits roll out box by box without it (pass --litellm-url, "
+                     "or set FLEETLLM_DEMO_LITELLM=1 "
                      "to build one)", "yellow")
             return None
         workspace.write_secret("litellm-master-key", litellm.master_key)

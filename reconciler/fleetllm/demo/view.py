@@ -59,6 +59,8 @@ def rows(outcome: PassOutcome, states: BoxStates, *, applying: bool) -> list[Row
             return f"{SYMBOL[kind]} {verb}" if applying else f"{SYMBOL[kind]} would {verb}"
         if ident in held:
             return "held"
+        if outcome.observation.boxes_route:
+            return "none (box routes)"
         return "deployed" if ident in deployed else "-"
 
     found = []
@@ -156,9 +158,11 @@ def screen(header: Sequence[str], outcome: PassOutcome | None, states: BoxStates
         parts.append(Text("waiting for the first reconcile pass...", style="dim"))
     else:
         parts.append(Fitted(rows(outcome, states, applying=applying), real))
-        line = summary_line(outcome.plan)
+        line = ("No LiteLLM: the boxes route, the rollout restarts them box by box." if outcome.observation.boxes_route
+                else summary_line(outcome.plan))
         parts.append(Text(f"revision {outcome.intended.revision[:12]}  " + line
-                          + ("" if applying else "  (plan only: nothing is written)")))
+                          + ("" if applying or outcome.observation.boxes_route
+                             else "  (plan only: nothing is written)")))
     if note:
         parts.append(Text(note, style="bold"))
     return Group(*parts)

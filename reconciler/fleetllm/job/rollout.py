@@ -179,7 +179,8 @@ class RolloutDriver:
         budgets = {model: target.max_unavailable(model) for model in target.recipes}
         return StepInput(target=target.revision, now=now, boxes=boxes, releases=dict(begun.releases),
                          rollout=begun.rollout, verdicts=verdicts, routed=routed, max_unavailable=budgets,
-                         drain_s=target.settings.rollout.drain_s)
+                         drain_s=target.settings.rollout.drain_s, boxes_route=observation.boxes_route,
+                         in_flight=observation.in_flight)
 
     def step(self, begun: Begun, assessment: Assessment, observation: Observation, now: float) -> Step:
         return step(self.step_input(begun, assessment, observation, now))

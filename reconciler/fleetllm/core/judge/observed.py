@@ -200,10 +200,14 @@ class Observation:
     boxes: Mapping[str, BoxFacts] = field(default_factory=lambda: MappingProxyType({}))
     orphan_probes: Mapping[str, ProbeResult] = field(default_factory=lambda: MappingProxyType({}))
     durations: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # seconds per phase
+    # No LiteLLM configured: the boxes route (their gateway, an outside balancer); LiteLLM is not listed
+    # and that is no failure. `in_flight`: each serving server's requests in flight or queued (absent: unknown).
+    boxes_route: bool = False
+    in_flight: Mapping[ServerKey, int] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def failed_listings(self) -> list[str]:
         failed = [f"{p} listing: {lst.error}" for p, lst in sorted(self.listings.items()) if not lst.ok]
-        if self.deployments is None:
+        if self.deployments is None and not self.boxes_route:
             failed.append(f"LiteLLM listing: {self.litellm_error}")
         return failed

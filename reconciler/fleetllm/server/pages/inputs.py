@@ -31,6 +31,7 @@ class Settings:
     reconciler_expected: bool  # a reconciler is configured: a missing or late pass needs attention
     approve_target: ApproveTarget
     secret_warnings: tuple[str, ...] = ()  # secrets that work but are weak (a short salt); never a value
+    boxes_route: bool = False  # no litellm section: the boxes route (their gateway, a balancer), not LiteLLM
 
     @classmethod
     def of(cls, rt: Runtime) -> Settings:
@@ -41,8 +42,9 @@ class Settings:
         else:
             where = rt.repo.clone_dir
         return cls(repo_where=rt.repo.where, repo_url=repo.url, repo_dir=str(where), branch=repo.branch,
-                   reconciler_expected=config.reconcile.enabled and config.litellm is not None,
-                   approve_target=repo.approve_target, secret_warnings=secret_warnings(config))
+                   reconciler_expected=config.reconcile.enabled,  # rollouts need it, with or without LiteLLM
+                   approve_target=repo.approve_target, secret_warnings=secret_warnings(config),
+                   boxes_route=config.litellm is None)
 
 
 def secret_warnings(config: ControlPlaneConfig) -> tuple[str, ...]:
