@@ -10,6 +10,9 @@
   account without the beta), REST API v1 (`GET https://rest.runpod.io/v1/pods`): a list of pods with
   `desiredStatus`, `publicIp` (null while initialising) and `portMappings` `{"8001": 40123}` (TCP
   ports only). Both shapes are those of RunPod's published OpenAPI documents (schemas/providers/).
+- The price of each box, USD per hour, is read from the same listing: Vast `dph_total` (with `gpu_name`,
+  `num_gpus`), RunPod v2 `cost` and v1 `costPerHr` (with `gpu`: `id` or v1's `displayName`, `count`).
+  A price missing or not a number leaves the box unpriced (`fleetllm.core.cost`), never 0.
 - Static boxes are not listed: public port = listen port (see `observed.resolve_endpoint`).
 
 A listing that fails, or answers something we cannot read, is a failed observation: the planner then
@@ -98,8 +101,30 @@ def vast_boxes(instances: list[JSON]) -> dict[str, ProviderBox]:
         item = group[0]
         status = str(item.get("actual_status") or "provisioning")
         endpoints = _vast_endpoints(ip, item.get("ports")) if status == "running" else {}
-        boxes[ip] = ProviderBox(ip, endpoints, status=status, ident=f"instance {item.get('id')}")
+        gpu, gpus = _gpu(item, "gpu_name", "num_gpus")
+        boxes[ip] = ProviderBox(ip, endpoints, status=status, ident=f"instance {item.get('id')}",
+                                price=_price(item.get("dph_total")), gpu=gpu, gpus=gpus)
     return boxes
+
+
+def _price(value: JSON) -> float | None:
+    """A listed $/h: a non-negative number (RunPod's v1 document gives a string as its example; read both)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        price = float(value) if isinstance(value, (int, float, str)) else -1.0
+    except ValueError:
+        return None
+    return price if price >= 0 and price == price and price != float("inf") else None
+
+
+def _count(value: JSON) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _gpu(item: Mapping[str, JSON], name_key: str, count_key: str) -> tuple[str, int | None]:
+    name = item.get(name_key)
+    return (name.strip() if isinstance(name, str) else ""), _count(item.get(count_key))
 
 
 def _public_first(entry: Mapping[str, JSON]) -> bool:
@@ -126,7 +151,10 @@ def runpod_boxes(pods: list[JSON]) -> dict[str, ProviderBox]:
             if (p.get("type") == "tcp" and isinstance(private, int) and isinstance(public, int)
                     and isinstance(ip, str) and ip and private not in endpoints):
                 endpoints[private] = Endpoint(ip, public)
-        boxes[pod_id] = ProviderBox(pod_id, endpoints, status=status.lower(), ident=f"pod {pod_id}")
+        gpu_config = pod.get("gpu")
+        gpu, gpus = _gpu(gpu_config, "id", "count") if isinstance(gpu_config, dict) else ("", None)
+        boxes[pod_id] = ProviderBox(pod_id, endpoints, status=status.lower(), ident=f"pod {pod_id}",
+                                    price=_price(pod.get("cost")), gpu=gpu.removeprefix("NVIDIA "), gpus=gpus)
     return boxes
 
 
@@ -143,7 +171,13 @@ def runpod_v1_boxes(pods: list[JSON]) -> dict[str, ProviderBox]:
             for private, public in mappings.items():
                 if str(private).isdigit() and isinstance(public, int) and not isinstance(public, bool):
                     endpoints[int(private)] = Endpoint(ip, public)
-        boxes[pod_id] = ProviderBox(pod_id, endpoints, status=status.lower(), ident=f"pod {pod_id}")
+        gpu_config = pod.get("gpu")
+        gpu, gpus = ("", None)
+        if isinstance(gpu_config, dict):
+            gpu, gpus = _gpu(gpu_config, "displayName", "count")
+            gpu = gpu or _gpu(gpu_config, "id", "count")[0].removeprefix("NVIDIA ")
+        boxes[pod_id] = ProviderBox(pod_id, endpoints, status=status.lower(), ident=f"pod {pod_id}",
+                                    price=_price(pod.get("costPerHr")), gpu=gpu, gpus=gpus)
     return boxes
 
 

@@ -127,16 +127,31 @@ def print_note(note: str | None, fmt: str = "text") -> None:
 
 def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True) -> None:
     """The plan (unless `plan` is false: `apply` showed it before asking), then each write's result."""
+    from fleetllm.core.judge.observed import listing_prices
     from fleetllm.core.judge.plantext import render_json, render_text
 
     if plan:
-        print(render_json(outcome.plan, outcome.intended) if fmt == "json" else
-              render_text(outcome.plan, outcome.intended))
+        print(render_json(outcome.plan, outcome.intended, listing_prices(outcome.observation.listings))
+              if fmt == "json" else render_text(outcome.plan, outcome.intended))
+        if fmt == "text" and (line := cost_line(outcome)):
+            print(line)
     for result in outcome.results:
         mark = "ok" if result.ok else "FAILED"
         detail = f": {result.error}" if result.error else ""
         print(f"  {mark:6} {result.action.kind:7} {result.action.id}  {result.outcome}{detail}",
               file=sys.stderr if fmt == "json" else sys.stdout)
+
+
+def cost_line(outcome: PassOutcome) -> str | None:
+    """`Cost: $7.67/h for 3 rented boxes (from the providers' listings)`; None when nothing is rented."""
+    from fleetllm.core.cost import money
+
+    cost = outcome.record.cost
+    if cost is None:
+        return None
+    unpriced = f"; no price read for {', '.join(cost.unpriced)} (not counted)" if cost.unpriced else ""
+    return (f"Cost: {money(cost.total)} for {len(cost.boxes)} rented box(es), from the providers' listings"
+            f"{unpriced}.")
 
 
 def apply_exit_code(outcome: PassOutcome) -> int:

@@ -49,10 +49,13 @@ def run(args: argparse.Namespace) -> int:
     outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=runner.invalid_head))
     print_outcome(outcome, args.format)
     if args.out:
+        from fleetllm.core.judge.observed import listing_prices
         from fleetllm.core.judge.plantext import render_json
 
         try:
-            Path(args.out).write_text(render_json(outcome.plan, outcome.intended) + "\n", encoding="utf-8")
+            Path(args.out).write_text(render_json(outcome.plan, outcome.intended,
+                                                  listing_prices(outcome.observation.listings)) + "\n",
+                                      encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"cannot write the plan to {args.out}: {exc.strerror}", EXIT_ERROR) from None
     errors = list(outcome.plan.errors)
