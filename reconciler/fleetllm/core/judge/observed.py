@@ -70,6 +70,7 @@ class ProviderBox:
     price: float | None = None  # what the provider bills for it, USD per hour (Vast dph_total, RunPod costPerHr)
     gpu: str = ""  # the GPU type as the provider names it ("H100 80GB HBM3", "RTX 4090")
     gpus: int | None = None  # how many of them
+    label: str = ""  # the provider's name for it (RunPod pod name, Vast instance label): a rental's pool label
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ class ProviderListing:
     provider: Provider
     boxes: Mapping[str, ProviderBox] = field(default_factory=lambda: MappingProxyType({}))
     error: str | None = None  # the listing failed: nothing about its boxes is known
+    # every instance or pod whose label is a capacity pool's (`fleetllm-POOL-N`), by its provider id, addressed
+    # or not yet (a Vast instance has no public IP while it loads): what fleetllm.core.capacity plans from
+    rentals: Mapping[str, ProviderBox] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def ok(self) -> bool:
