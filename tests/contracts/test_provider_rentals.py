@@ -25,8 +25,8 @@ from fleetllm.adapters.providers import (
     runpod_offers,
     vast_offers,
 )
-from fleetllm.core.capacity import Offer, Pool, RentRequest, pool_label
-from fleetllm.core.fleet.model import Provider
+from fleetllm.core.capacity import Offer, RentRequest, pool_label
+from fleetllm.core.fleet.model import Pool, Provider
 from fleetllm.core.secret import Secret
 from tests.contracts.openapi import load, problems, response_schema
 from tests.reconcile.fakes import FakeRunPod, FakeVast, runpod_gpu, serve, vast_offer
@@ -37,8 +37,8 @@ VAST = load("vast.openapi.yaml")
 T = TypeVar("T")
 FAST = RetryPolicy(attempts=2, base_delay_s=0.01)
 H100 = "NVIDIA H100 80GB HBM3"
-RUNPOD_POOL = Pool("h100", Provider.RUNPOD, H100, 1, 3.0, template="tmpl-fleetllm", regions=("US-KS-2",))
-VAST_POOL = Pool("a100", Provider.VAST, "A100 SXM4", 1, 1.5, image="vastai/vllm:v0.11.0", disk_gb=120)
+RUNPOD_POOL = Pool("h100", Provider.RUNPOD, H100, 1, 1, 3.0, template="tmpl-fleetllm", regions=("US-KS-2",))
+VAST_POOL = Pool("a100", Provider.VAST, "A100 SXM4", 1, 1, 1.5, image="vastai/vllm:v0.11.0", disk_gb=120)
 
 
 def run(make: Callable[[], Awaitable[T]]) -> T:
@@ -225,5 +225,5 @@ def test_offer_readers_take_the_documents_shapes() -> None:
         vast_offers(example, VAST_POOL)
     catalog = {"gpus": [runpod_gpu(H100, "H100 SXM", 2.69), runpod_gpu("NVIDIA L4", "L4", 0.43)]}
     validate(RUNPOD_V2, "/v2/catalog/gpus", "get", 200, "application/json", catalog)
-    two = Pool("h100x2", Provider.RUNPOD, H100, 1, 9.0, gpus=2)
+    two = Pool("h100x2", Provider.RUNPOD, H100, 2, 1, 9.0)
     assert runpod_offers(catalog, two) == [Offer(Provider.RUNPOD, H100, "H100 SXM", 2, 5.38)]

@@ -29,9 +29,9 @@ from typing import Protocol
 import aiohttp
 
 from fleetllm.adapters.http import HttpError, RetryPolicy, request_json
-from fleetllm.core.capacity import LABEL_PREFIX, Offer, Pool, RentRequest
+from fleetllm.core.capacity import LABEL_PREFIX, Offer, RentRequest
 from fleetllm.core.fleet.jsonvalue import JSON
-from fleetllm.core.fleet.model import Provider
+from fleetllm.core.fleet.model import Pool, Provider
 from fleetllm.core.judge.intended import Endpoint
 from fleetllm.core.judge.observed import ProviderBox, ProviderListing
 from fleetllm.core.secret import Secret

@@ -23,10 +23,10 @@ prices), the offers found, the placement and which boxes have retired:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fleetllm.core.cost import BoxPrice, PriceSource, money
-from fleetllm.core.fleet.model import Provider
+from fleetllm.core.fleet.model import CapacitySettings, Pool, Provider
 
 LABEL_PREFIX = "fleetllm-"
 
@@ -45,34 +45,6 @@ def label_pool(label: str, pools: Iterable[str]) -> str | None:
     if not index.isdigit():
         return None
     return head if head in set(pools) else None
-
-
-@dataclass(frozen=True)
-class Pool:
-    """One capacity declaration (fleet.yaml `capacity.pools.NAME`)."""
-
-    name: str
-    provider: Provider
-    gpu: str  # the provider's GPU type: RunPod's gpu id ("NVIDIA H100 80GB HBM3"), Vast's gpu_name ("H100 SXM")
-    count: int  # boxes
-    max_per_hour: float  # USD, per box
-    gpus: int = 1  # GPUs per box
-    image: str | None = None
-    template: str | None = None  # RunPod templateId, Vast template_hash_id
-    regions: tuple[str, ...] = ()  # RunPod dataCenterIds, Vast geolocation country codes
-    disk_gb: int | None = None
-
-
-@dataclass(frozen=True)
-class CapacitySettings:
-    pools: Mapping[str, Pool] = field(default_factory=dict)
-    max_fleet_per_hour: float = 0.0  # USD; the fleet's rented boxes, rentals included
-    max_rentals_per_pass: int = 1
-    max_terminations_per_pass: int = 1
-
-    @property
-    def declared(self) -> bool:
-        return bool(self.pools)
 
 
 @dataclass(frozen=True)
