@@ -5,6 +5,7 @@ its lock, controls, pin, suspension, dry run and metrics, is the job's (fleetllm
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from fleetllm.core.fleet.files import WORKTREE_REVISION
 from fleetllm.core.judge.adoption import AdoptSource
 
 if TYPE_CHECKING:  # the job (HTTP clients, the state store, metrics) is imported when a pass runs
+    from fleetllm.core.capacity import CapacityPlan
     from fleetllm.core.control import ControlState
     from fleetllm.core.fleet.model import Fleet
     from fleetllm.job.configfile import JobConfig
@@ -140,6 +142,18 @@ def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True)
         detail = f": {result.error}" if result.error else ""
         print(f"  {mark:6} {result.action.kind:7} {result.action.id}  {result.outcome}{detail}",
               file=sys.stderr if fmt == "json" else sys.stdout)
+
+
+def capacity_plan(fleet: Fleet, outcome: PassOutcome, config: JobConfig, fmt: str = "text") -> CapacityPlan | None:
+    """The capacity plan beside the pass's (fleet.yaml `capacity:`), printed like the pass's plan: `+ rent`
+    and `- terminate` with their prices, then what is held and why. None without a declaration."""
+    from fleetllm.job.capacity import plan_pass_capacity
+
+    capacity = asyncio.run(plan_pass_capacity(fleet, outcome, config.providers))
+    if capacity is not None:
+        out = sys.stderr if fmt == "json" else sys.stdout
+        print("\n" + "\n".join(capacity.lines()), file=out)
+    return capacity
 
 
 def cost_line(outcome: PassOutcome) -> str | None:

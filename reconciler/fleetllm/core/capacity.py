@@ -25,8 +25,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.cost import BoxPrice, PriceSource, money
 from fleetllm.core.fleet.model import CapacitySettings, Pool, Provider
+from fleetllm.core.judge.intended import Intended, ServerKey
+from fleetllm.core.judge.observed import BoxFacts, ProviderListing
+from fleetllm.core.judge.verdict import SERVING, Judgement
+from fleetllm_contract.report import ReportOutcome
 
 LABEL_PREFIX = "fleetllm-"
 
@@ -226,3 +231,38 @@ def plan_capacity(settings: CapacitySettings, rented: Iterable[RentedBox], offer
             terminations.append(Termination(box, why))
             total -= box.per_hour or 0.0
     return CapacityPlan(tuple(rentals), tuple(terminations), tuple(held), round(before, 4), round(total, 4))
+
+
+def rented_boxes(listings: Iterable[ProviderListing], pools: Iterable[str]) -> list[RentedBox]:
+    """Every labelled rental of the listings, with the pool its label names (None: a pool no longer declared)."""
+    names = tuple(pools)
+    out = []
+    for listing in listings:
+        for ident, box in sorted(listing.rentals.items()):
+            out.append(RentedBox(listing.provider, ident, box.box or None, box.label, label_pool(box.label, names),
+                                 box.price, box.gpu, box.gpus))
+    return out
+
+
+def retired_boxes(facts: Mapping[str, BoxFacts], placed: Iterable[str], intended: Iterable[str]) -> frozenset[str]:
+    """The boxes that have retired: absent from the placement, with no server in the intended state, and whose
+    latest report says it installed nothing (the empty box JSON a retiring box is served, issue 25 item 1). Until
+    a removed box is served that empty config and reports so, it is not retired, and nothing terminates it."""
+    gone = set(placed) | set(intended)
+    return frozenset(box for box, fact in facts.items()
+                     if box not in gone and fact.report is not None and _reported_empty(fact.report))
+
+
+def _reported_empty(report: BoxReport) -> bool:
+    servers = report.body.get("servers")
+    return report.outcome is ReportOutcome.INSTALLED and isinstance(servers, tuple) and not servers
+
+
+def serving_boxes(intended: Intended, judgements: Mapping[ServerKey, Judgement]) -> dict[str, frozenset[str]]:
+    """Per model, the boxes whose server of it was judged serving (Healthy or Stale) in the pass."""
+    found: dict[str, set[str]] = {}
+    for key, judgement in judgements.items():
+        server = intended.servers.get(key)
+        if server is not None and judgement.verdict in SERVING:
+            found.setdefault(server.model, set()).add(server.box)
+    return {model: frozenset(boxes) for model, boxes in found.items()}
