@@ -199,3 +199,36 @@ def test_show_prices_each_box_model_and_the_fleet(fleet_git: Path, tmp_path: Pat
     shown = json.loads(capsys.readouterr().out)
     assert shown["cost"]["total_per_hour"] == 0.39 and shown["cost"]["boxes"] == {"203.0.113.24": 0.39}
     assert sum(shown["cost"]["models"].values()) == pytest.approx(0.39)
+
+
+POOLS = """capacity:
+  max_fleet_per_hour: 20
+  pools:
+    h100:
+      provider: runpod
+      gpu: NVIDIA H100 80GB HBM3
+      gpus: 1
+      count: COUNT
+      max_per_hour: 3
+      template: tmpl
+"""
+
+
+def test_a_pool_change_is_priced_at_its_offer_or_at_most_its_ceiling() -> None:
+    def with_pool(count: int) -> Fleet:
+        found = validate(fleet="listen_ports: [8001, 8002, 8003]\n" + POOLS.replace("COUNT", str(count)),
+                         placement=PLACEMENT).fleet
+        assert found is not None
+        return found
+
+    base, head = fleet(), with_pool(2)
+    ceiling = cost_change(base, head, {})
+    assert [line.text() for line in ceiling.lines] == \
+        ["at most +$6.00/h: 2 × NVIDIA H100 80GB HBM3 on RunPod (pool h100, 2 boxes)"]
+    offered = BoxPrice("fleetllm-h100-1", Provider.RUNPOD, 2.49, "H100 80GB", 1, PriceSource.OFFER)
+    change = cost_change(base, head, {"fleetllm-h100-1": offered, "203.0.113.10": VAST_A100})
+    assert change.lines[0].text() == "+$4.98/h: 2 × NVIDIA H100 80GB HBM3 on RunPod (pool h100, 2 boxes)"
+    assert change.text_lines()[-1] == "fleet: $1.60/h -> $6.58/h (+$4.98/h)"
+    down = cost_change(with_pool(2), with_pool(1), {"fleetllm-h100-1": offered})
+    assert [line.text() for line in down.lines] == ["-$2.49/h: 1 × NVIDIA H100 80GB HBM3 on RunPod (pool h100, 1 box)"]
+    assert not cost_change(with_pool(1), with_pool(1), {}).changed

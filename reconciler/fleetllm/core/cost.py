@@ -22,7 +22,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from fleetllm.core.fleet.jsonvalue import JSON
-from fleetllm.core.fleet.model import Box, Fleet, Provider
+from fleetllm.core.fleet.model import Box, Fleet, Pool, Provider
 
 PROVIDER_NAMES = {Provider.RUNPOD: "RunPod", Provider.VAST: "Vast", Provider.STATIC: "static"}
 RENTED = frozenset({Provider.RUNPOD, Provider.VAST})  # the providers that bill by the hour
@@ -123,9 +123,8 @@ def _shares(fleet: Fleet, box: Box) -> dict[str, float]:
     return shares
 
 
-def fleet_cost(fleet: Fleet, prices: Mapping[str, BoxPrice], extra: Iterable[BoxPrice] = ()) -> FleetCost:
-    """The cost of `fleet` at `prices` (box name -> price); `extra`: boxes outside the placement that the
-    fleet pays for all the same (capacity rented, not placed yet)."""
+def fleet_cost(fleet: Fleet, prices: Mapping[str, BoxPrice]) -> FleetCost:
+    """The cost of `fleet`'s placed boxes at `prices` (box name -> price)."""
     priced: dict[str, BoxPrice] = {}
     unpriced: list[str] = []
     models: dict[str, float] = {}
@@ -138,8 +137,6 @@ def fleet_cost(fleet: Fleet, prices: Mapping[str, BoxPrice], extra: Iterable[Box
         priced[name] = price
         for model, share in _shares(fleet, box).items():
             models[model] = models.get(model, 0.0) + share * price.per_hour
-    for price in extra:
-        priced.setdefault(price.box, price)
     return FleetCost(MappingProxyType(priced), tuple(sorted(unpriced)), MappingProxyType(dict(sorted(models.items()))),
                      sum(p.per_hour for p in priced.values()))
 
@@ -157,7 +154,7 @@ class CostLine:
 
     def text(self) -> str:
         what = f"{self.gpus} × {self.gpu or 'GPU'} on {PROVIDER_NAMES.get(self.provider, str(self.provider))}"
-        bound = "at most " if self.at_most else ""
+        bound = "at most " if self.at_most else ""  # priced at a pool's max_per_hour: no offer known
         return f"{bound}{money(self.delta, sign=True)}: {what} ({', '.join(self.boxes)})"
 
 
@@ -200,14 +197,46 @@ def _group(prices: Iterable[BoxPrice], sign: int) -> list[CostLine]:
             for (provider, gpu, at_most), group in sorted(groups.items())]
 
 
-def cost_change(base: Fleet, head: Fleet, prices: Mapping[str, BoxPrice],
-                base_extra: Iterable[BoxPrice] = (), head_extra: Iterable[BoxPrice] = ()) -> CostChange:
-    """What merging HEAD over BASE changes in the fleet's cost: the boxes it adds (+) and removes (-), each kind
-    of capacity on one line, and the fleet's total before and after. `*_extra`: capacity priced outside the
-    placement (declared, not placed yet), on each side."""
-    before = fleet_cost(base, prices, base_extra)
-    after = fleet_cost(head, prices, head_extra)
+def pool_unit_price(pool: Pool, prices: Mapping[str, BoxPrice]) -> tuple[float, bool]:
+    """(USD per hour of one box of the pool, whether that is only its ceiling): a rental of the pool that `prices`
+    has (its listing, or the offer a plan would rent: keyed by its label fleetllm-POOL-N), else the pool's
+    max_per_hour, "at most"."""
+    prefix = f"fleetllm-{pool.name}-"
+    found = sorted(p.per_hour for name, p in prices.items()
+                   if name.startswith(prefix) and name[len(prefix):].isdigit() and p.provider is pool.provider)
+    return (found[-1], False) if found else (pool.max_per_hour, True)
+
+
+def _pool_lines(base: Fleet, head: Fleet, prices: Mapping[str, BoxPrice]) -> list[CostLine]:
+    """What a change of fleet.yaml `capacity.pools` does to the cost: boxes a pool will rent (+) or terminate (-)."""
+    old = base.settings.capacity.pools if base.settings.capacity is not None else {}
+    new = head.settings.capacity.pools if head.settings.capacity is not None else {}
+    lines: list[CostLine] = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        same = before is not None and after is not None and \
+            (before.provider, before.gpu, before.gpus) == (after.provider, after.gpu, after.gpus)
+        sides = [(after, after.count - before.count)] if same and after is not None and before is not None else \
+            [(p, sign * p.count) for p, sign in ((after, 1), (before, -1)) if p is not None]
+        for pool, boxes in sides:
+            if boxes == 0:
+                continue
+            unit, at_most = pool_unit_price(pool, prices)
+            lines.append(CostLine(boxes * unit, abs(boxes) * pool.gpus, pool.gpu, pool.provider,
+                                  (f"pool {name}, {abs(boxes)} box{'es' * (abs(boxes) != 1)}",), at_most))
+    return lines
+
+
+def cost_change(base: Fleet, head: Fleet, prices: Mapping[str, BoxPrice]) -> CostChange:
+    """What merging HEAD over BASE changes in the fleet's cost: the boxes it adds (+) and removes (-) from the
+    placement, each kind of capacity on one line, and the boxes its capacity pools will rent or terminate (at
+    their offer's or listing's price, else "at most" their max_per_hour); the fleet's total before and after.
+    A pool's rentals already placed are priced once, as placed boxes."""
+    before = fleet_cost(base, prices)
+    after = fleet_cost(head, prices)
     added = [after.boxes[b] for b in sorted(set(after.boxes) - set(before.boxes))]
     removed = [before.boxes[b] for b in sorted(set(before.boxes) - set(after.boxes))]
     unpriced = sorted((set(after.unpriced) ^ set(before.unpriced)) - set(after.boxes) - set(before.boxes))
-    return CostChange((*_group(added, 1), *_group(removed, -1)), before.total, after.total, tuple(unpriced))
+    pools = _pool_lines(base, head, prices)
+    return CostChange((*_group(added, 1), *_group(removed, -1), *pools), before.total,
+                      after.total + sum(line.delta for line in pools), tuple(unpriced))
