@@ -6,15 +6,12 @@ body the clients send is validated by the fakes against the request schema (a vi
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
 
-from fleetllm.adapters.http import RetryPolicy
 from fleetllm.adapters.providers import (
     ProviderAccess,
     RentalError,
@@ -28,26 +25,17 @@ from fleetllm.adapters.providers import (
 from fleetllm.core.capacity import Offer, RentRequest, pool_label
 from fleetllm.core.fleet.model import Pool, Provider
 from fleetllm.core.secret import Secret
-from tests.contracts.openapi import load, problems, response_schema
+from tests.contracts.test_provider_fakes import FAST, RUNPOD_V1, RUNPOD_V2, VAST, run
+from tests.contracts.test_provider_fakes import validate as validate_answer
 from tests.reconcile.fakes import FakeRunPod, FakeVast, runpod_gpu, serve, vast_offer
 
-RUNPOD_V1 = load("runpod-rest-v1.openapi.json")
-RUNPOD_V2 = load("runpod-rest-v2.openapi.json")
-VAST = load("vast.openapi.yaml")
-T = TypeVar("T")
-FAST = RetryPolicy(attempts=2, base_delay_s=0.01)
 H100 = "NVIDIA H100 80GB HBM3"
 RUNPOD_POOL = Pool("h100", Provider.RUNPOD, H100, 1, 1, 3.0, template="tmpl-fleetllm", regions=("US-KS-2",))
 VAST_POOL = Pool("a100", Provider.VAST, "A100 SXM4", 1, 1, 1.5, image="vastai/vllm:v0.11.0", disk_gb=120)
 
 
-def run(make: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(make())  # type: ignore[arg-type]
-
-
 def validate(document: dict[str, Any], path: str, method: str, status: int, content_type: str, body: Any) -> None:
-    found = problems(response_schema(document, path, status, content_type, method), body)
-    assert not found, "\n".join(found)
+    validate_answer(document, path, status, content_type, body, method)
 
 
 async def call(method: str, url: str, key: str, body: Any = None) -> tuple[int, str, Any]:

@@ -21,21 +21,11 @@ from tests.reconcile.fakes import FakeLitellmHttp, FakeRunPod, free_port, runpod
 from tests.reconcile.procs import Stub
 from tests.reconcile.test_apply_confirm import BOX, apply
 from tests.reconcile.test_commands import fleetllm
+from tests.reconcile.test_cost import POOLS
 from tests.reconcile.test_loop_real import SALT, commit, write_fleet
 from tests.support.write_killer import ThreadedServer
 
 H100 = "NVIDIA H100 80GB HBM3"
-POOL = """capacity:
-  max_fleet_per_hour: 6
-  pools:
-    h100:
-      provider: runpod
-      gpu: NVIDIA H100 80GB HBM3
-      gpus: 1
-      count: COUNT
-      max_per_hour: 3
-      template: tmpl-fleetllm
-"""
 
 
 @pytest.fixture
@@ -45,7 +35,7 @@ def world(tmp_path: Path) -> Iterator[tuple[FakeRunPod, Path, Path, dict[str, st
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     write_fleet(repo, [port], {BOX: [("tiny-a", port)]})
-    (repo / "fleet.yaml").write_text((repo / "fleet.yaml").read_text() + POOL.replace("COUNT", "1"))
+    (repo / "fleet.yaml").write_text((repo / "fleet.yaml").read_text() + POOLS.replace("COUNT", "1"))
     commit(repo, "one box, one H100 pool")
     litellm = FakeLitellmHttp(master_key="sk-capacity-master-0123")
     runpod = FakeRunPod(catalog=[runpod_gpu(H100, "H100 SXM", 2.69)], api_key="rp-capacity-secret-key")
@@ -78,7 +68,7 @@ def test_plan_lists_the_rental_with_its_price_and_apply_asks_then_rents(
     code, out = apply(config, env, answer="yes")
     assert code == 0, out
     [pod] = runpod.pods
-    assert (pod["name"], pod["template"], pod["gpu"]) == ("fleetllm-h100-1", "tmpl-fleetllm", {"id": H100, "count": 1})
+    assert (pod["name"], pod["template"], pod["gpu"]) == ("fleetllm-h100-1", "tmpl", {"id": H100, "count": 1})
     assert f"ok     rent fleetllm-h100-1 (runpod {H100}): runpod id {pod['id']}, box {pod['id']}" in out
     assert runpod.violations == []
     result = fleetllm("plan", "--config", str(config), env=env)  # rented: nothing more to rent
