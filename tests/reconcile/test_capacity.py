@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from fleetllm.core.capacity import (
+    Attempts,
+    CapacityPlan,
     Offer,
     RentedBox,
     label_pool,
@@ -169,3 +171,63 @@ def test_a_vast_ask_is_rented_once_in_a_pass() -> None:
                          retired=NONE, last_servers={})
     assert [r.offer.ask for r in plan.rentals] == ["11", "12"]
     assert [r.request.label for r in plan.rentals] == ["fleetllm-a100-1", "fleetllm-a100-2"]
+
+
+def test_a_failure_backs_off_doubling_and_a_success_forgets_it() -> None:
+    plan = plan_capacity(settings(count=1), [], OFFERS, placed=NONE, retired=NONE, last_servers={})
+    attempts = Attempts()
+    assert attempts.due_plan(plan, 0.0) == plan
+    attempts = attempts.failed("fleetllm-h100-1", 100.0, "RunPod POST /v2/pods: HTTP 500")
+    held = attempts.due_plan(plan, 130.0)
+    assert held.rentals == () and "failed 1 time(s), last: RunPod POST /v2/pods: HTTP 500; tried again at +30s" \
+        in held.held[-1].reason
+    assert attempts.due_plan(plan, 160.0) == plan  # 60 s after the first failure
+    attempts = attempts.failed("fleetllm-h100-1", 160.0, "again")
+    assert not attempts.due("fleetllm-h100-1", 279.0) and attempts.due("fleetllm-h100-1", 280.0)  # then 120 s
+    assert [Attempts.wait_s(n) for n in (1, 2, 3, 7, 8, 30)] == [60, 120, 240, 3600, 3600, 3600]
+    assert attempts.succeeded("fleetllm-h100-1").failures == {}
+
+
+def test_the_loop_rents_with_back_off_and_counts_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reconcile loop's capacity step (fleetllm.job.capacity.CapacityLoop) against the RunPod fake: a create
+    the provider refuses is counted, logged and tried again only after its back-off; then it rents."""
+    import asyncio
+
+    from prometheus_client import generate_latest
+
+    from fleetllm.adapters.http import RetryPolicy
+    from fleetllm.adapters.providers import ProviderAccess
+    from fleetllm.core.secret import Secret
+    from fleetllm.job import capacity as job_capacity
+    from fleetllm.job.metrics import PassMetrics
+    from tests.reconcile.fakes import FakeRunPod, runpod_gpu, serve
+
+    plan = plan_capacity(settings(count=1), [], OFFERS, placed=NONE, retired=NONE, last_servers={})
+
+    async def planned(*_: object) -> CapacityPlan:
+        return plan
+
+    monkeypatch.setattr(job_capacity, "plan_pass_capacity", planned)
+    fake = FakeRunPod(catalog=[runpod_gpu(H100, "H100 SXM", 2.69)], versions=frozenset())  # every call 404s
+    metrics = PassMetrics()
+
+    async def go() -> list[list[bool]]:
+        async with serve(fake.app()) as (port,):
+            access = ProviderAccess(Secret(fake.api_key, "t"), f"http://127.0.0.1:{port}", 5, RetryPolicy(attempts=1))
+            loop = job_capacity.CapacityLoop({Provider.RUNPOD: access}, metrics)
+            outcomes = []
+            for now in (0.0, 30.0, 61.0):
+                outcomes.append([r.ok for r in await loop.step(None, None, now)])  # type: ignore[arg-type]
+            fake.versions = frozenset({"v1", "v2"})
+            outcomes.append([r.ok for r in await loop.step(None, None, 121.0)])  # type: ignore[arg-type]
+            outcomes.append([r.ok for r in await loop.step(None, None, 200.0)])  # type: ignore[arg-type]
+            assert loop.attempts.failures == {}
+            return outcomes
+
+    outcomes = asyncio.run(go())
+    assert outcomes == [[False], [], [False], [], [True]]  # 61 s: due again; 121 s: second back-off (120 s)
+    text = generate_latest(metrics.registry).decode()
+    assert 'fleetllm_capacity_actions_total{kind="rent",result="failed"} 2.0' in text
+    assert 'fleetllm_capacity_actions_total{kind="rent",result="ok"} 1.0' in text
+    assert "fleetllm_capacity_failing 0.0" in text
+    assert [p["name"] for p in fake.pods] == ["fleetllm-h100-1"] and fake.violations == []

@@ -23,7 +23,7 @@ prices), the offers found, the placement and which boxes have retired:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.cost import BoxPrice, PriceSource, money
@@ -266,3 +266,51 @@ def serving_boxes(intended: Intended, judgements: Mapping[ServerKey, Judgement])
         if server is not None and judgement.verdict in SERVING:
             found.setdefault(server.model, set()).add(server.box)
     return {model: frozenset(boxes) for model, boxes in found.items()}
+
+
+BACKOFF_BASE_S = 60.0  # a failed rental or termination waits 1 min, then 2, 4, ... (the reconcile loop)
+BACKOFF_MAX_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """Failed rentals and terminations by key (a rental's label, a termination's provider:id): how many failed in
+    a row, when the last did, and why. A key is tried again BACKOFF_BASE_S × 2^(failures-1) after its last
+    failure (at most BACKOFF_MAX_S); a success forgets it."""
+
+    failures: Mapping[str, tuple[int, float, str]] = field(default_factory=dict)
+
+    def due(self, key: str, now: float) -> bool:
+        entry = self.failures.get(key)
+        return entry is None or now >= entry[1] + self.wait_s(entry[0])
+
+    @staticmethod
+    def wait_s(failures: int) -> float:
+        return min(BACKOFF_MAX_S, BACKOFF_BASE_S * float(2 ** max(0, failures - 1)))
+
+    def failed(self, key: str, now: float, why: str) -> Attempts:
+        count = self.failures.get(key, (0, 0.0, ""))[0] + 1
+        return Attempts({**self.failures, key: (count, now, why)})
+
+    def succeeded(self, key: str) -> Attempts:
+        return Attempts({k: v for k, v in self.failures.items() if k != key})
+
+    def due_plan(self, plan: CapacityPlan, now: float) -> CapacityPlan:
+        """The plan without what is still backing off (held, with when it is tried again)."""
+        def later(key: str) -> str:
+            count, at, why = self.failures[key]
+            return f"failed {count} time(s), last: {why}; tried again at +{int(at + self.wait_s(count) - now)}s"
+
+        rentals = tuple(r for r in plan.rentals if self.due(rental_key(r), now))
+        terminations = tuple(t for t in plan.terminations if self.due(termination_key(t), now))
+        held = [Held(r.line(), later(rental_key(r))) for r in plan.rentals if r not in rentals]
+        held += [Held(t.line(), later(termination_key(t))) for t in plan.terminations if t not in terminations]
+        return replace(plan, rentals=rentals, terminations=terminations, held=(*plan.held, *held))
+
+
+def rental_key(rental: Rental) -> str:
+    return rental.request.label
+
+
+def termination_key(termination: Termination) -> str:
+    return f"{termination.box.provider}:{termination.box.ident}"

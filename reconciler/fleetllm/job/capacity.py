@@ -1,7 +1,8 @@
 """Capacity in a pass: list the pools' providers, search offers for the pools short of boxes, plan the rentals and
 terminations (fleetllm.core.capacity.plan_capacity), and execute a plan that was shown.
 
-Used by `fleetllm plan` (lists them with their price) and `fleetllm apply` (lists them, asks, executes). Nothing
+Used by `fleetllm plan` (lists them with their price), `fleetllm apply` (lists them, asks, executes) and the
+reconcile loop (CapacityLoop: executes after each pass that wrote, with back-off). Nothing
 here runs without a `capacity:` declaration in fleet.yaml. A pool whose provider has no key configured, or whose
 listing or offer search fails, rents and terminates nothing: a failed observation never spends money (the
 rentals could not be counted, so a rental could be a second one).
@@ -9,6 +10,7 @@ rentals could not be counted, so a rental could be a second one).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -25,19 +27,25 @@ from fleetllm.adapters.providers import (
     VastRenter,
 )
 from fleetllm.core.capacity import (
+    Attempts,
     CapacityPlan,
     Held,
     Offer,
     Rental,
     Termination,
     plan_capacity,
+    rental_key,
     rented_boxes,
     retired_boxes,
     serving_boxes,
+    termination_key,
 )
 from fleetllm.core.fleet.model import Fleet, Provider
 from fleetllm.core.judge.observed import ProviderListing
 from fleetllm.job.engine import PassOutcome
+from fleetllm.job.loop import LOG
+from fleetllm.job.metrics import PassMetrics
+from fleetllm.logs import log_event
 
 Renter = VastRenter | RunPodRenter
 
@@ -142,3 +150,38 @@ async def _terminate(session: aiohttp.ClientSession, termination: Termination,
     except RentalError as exc:
         return CapacityResult(what, False, str(exc))
     return CapacityResult(what, True)
+
+
+class CapacityLoop:
+    """Capacity in the reconcile loop: after each pass that wrote (not a dry run, not suspended), plan the
+    capacity again and execute what is due, with back-off on failures (fleetllm.core.capacity.Attempts, kept for
+    the life of the process). Each result is logged; failures count in `fleetllm_capacity_actions_total{result=
+    "failed"}` and `fleetllm_capacity_failing` (the alert to set)."""
+
+    def __init__(self, providers: Mapping[Provider, ProviderAccess], metrics: PassMetrics) -> None:
+        self.providers = providers
+        self.metrics = metrics
+        self.attempts = Attempts()
+
+    async def step(self, fleet: Fleet, outcome: PassOutcome, now: float) -> list[CapacityResult]:
+        plan = await plan_pass_capacity(fleet, outcome, self.providers)
+        if plan is None:
+            return []
+        due = self.attempts.due_plan(plan, now)
+        self.metrics.capacity_held.set(len(due.held))
+        for held in due.held:
+            log_event(LOG, "capacity_held", what=held.what, reason=held.reason)
+        results = await execute_capacity(due, self.providers)
+        keys = [rental_key(r) for r in due.rentals] + [termination_key(t) for t in due.terminations]
+        for key, result in zip(keys, results, strict=True):
+            kind = "rent" if result.what.startswith("rent") else "terminate"
+            self.metrics.capacity_actions.labels(kind, "ok" if result.ok else "failed").inc()
+            if result.ok:
+                self.attempts = self.attempts.succeeded(key)
+                log_event(LOG, "capacity_done", what=result.what, detail=result.detail)
+            else:
+                self.attempts = self.attempts.failed(key, now, result.detail)
+                log_event(LOG, "capacity_failed", logging.WARNING, what=result.what, error=result.detail,
+                          retry_in_s=Attempts.wait_s(self.attempts.failures[key][0]))
+        self.metrics.capacity_failing.set(len(self.attempts.failures))
+        return results

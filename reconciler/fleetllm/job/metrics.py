@@ -61,6 +61,13 @@ class PassMetrics:
                                 registry=r)
         self.unpriced = Gauge("fleetllm_unpriced_boxes", "Rented boxes (Vast, RunPod) whose price the last pass "
                               "could not read (listing failed, no key): the cost gauges leave them out", registry=r)
+        self.capacity_actions = Counter("fleetllm_capacity_actions", "Rentals and terminations the reconcile loop "
+                                        "executed (fleet.yaml capacity:), by kind and result", ["kind", "result"],
+                                        registry=r)
+        self.capacity_failing = Gauge("fleetllm_capacity_failing", "Rentals and terminations backing off after a "
+                                      "failure (tried again after 1, 2, 4 ... 60 min)", registry=r)
+        self.capacity_held = Gauge("fleetllm_capacity_held", "Rentals and terminations the last capacity plan held "
+                                   "(a valve, no offer under the price, a box not retired, a back-off)", registry=r)
         self.litellm_up = Gauge("fleetllm_litellm_up", "1 when the last pass listed LiteLLM's deployments, 0 when "
                                 "the listing failed (LiteLLM unreachable or refusing the master key); NaN before the "
                                 "first pass", registry=r)
