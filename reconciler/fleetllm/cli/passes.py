@@ -133,10 +133,10 @@ def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True)
     from fleetllm.core.judge.plantext import render_json, render_text
 
     if plan:
+        if fmt == "text" and (line := cost_line(outcome)):
+            print(line + "\n")  # before the plan: its summary stays the last line, as Terraform's
         print(render_json(outcome.plan, outcome.intended, listing_prices(outcome.observation.listings))
               if fmt == "json" else render_text(outcome.plan, outcome.intended))
-        if fmt == "text" and (line := cost_line(outcome)):
-            print(line)
     for result in outcome.results:
         mark = "ok" if result.ok else "FAILED"
         detail = f": {result.error}" if result.error else ""
