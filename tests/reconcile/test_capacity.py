@@ -197,6 +197,7 @@ def test_the_loop_rents_with_back_off_and_counts_failures(monkeypatch: pytest.Mo
 
     from fleetllm.adapters.http import RetryPolicy
     from fleetllm.adapters.providers import ProviderAccess
+    from fleetllm.core.notify import Event, EventKind
     from fleetllm.core.secret import Secret
     from fleetllm.job import capacity as job_capacity
     from fleetllm.job.metrics import PassMetrics
@@ -210,11 +211,17 @@ def test_the_loop_rents_with_back_off_and_counts_failures(monkeypatch: pytest.Mo
     monkeypatch.setattr(job_capacity, "plan_pass_capacity", planned)
     fake = FakeRunPod(catalog=[runpod_gpu(H100, "H100 SXM", 2.69)], versions=frozenset())  # every call 404s
     metrics = PassMetrics()
+    settled: list[list[str]] = []
+
+    class Notifier:  # what the loop tells the notifier after each step: the keys failing now
+        def settle(self, kind: EventKind, firing: list[Event]) -> None:
+            assert kind is EventKind.CAPACITY_FAILED
+            settled.append([f"{e.subject}: {e.summary}" for e in firing])
 
     async def go() -> list[list[bool]]:
         async with serve(fake.app()) as (port,):
             access = ProviderAccess(Secret(fake.api_key, "t"), f"http://127.0.0.1:{port}", 5, RetryPolicy(attempts=1))
-            loop = job_capacity.CapacityLoop({Provider.RUNPOD: access}, metrics)
+            loop = job_capacity.CapacityLoop({Provider.RUNPOD: access}, metrics, Notifier())  # type: ignore[arg-type]
             outcomes = []
             for now in (0.0, 30.0, 61.0):
                 outcomes.append([r.ok for r in await loop.step(None, None, now)])  # type: ignore[arg-type]
@@ -231,3 +238,8 @@ def test_the_loop_rents_with_back_off_and_counts_failures(monkeypatch: pytest.Mo
     assert 'fleetllm_capacity_actions_total{kind="rent",result="ok"} 1.0' in text
     assert "fleetllm_capacity_failing 0.0" in text
     assert [p["name"] for p in fake.pods] == ["fleetllm-h100-1"] and fake.violations == []
+    assert settled[0] == ["fleetllm-h100-1: fleetllm-h100-1: failed 1 time(s), tried again after a back-off: RunPod "
+                          "POST /v1/pods (fleetllm-h100-1; v2 answered 404): HTTP 404: no v1 API for this account"]
+    assert settled[2][0].startswith("fleetllm-h100-1: fleetllm-h100-1: failed 2 time(s)")
+    assert settled[-1] == []  # the rental succeeded: resolved
+    assert all(fake.api_key not in line for lines in settled for line in lines)

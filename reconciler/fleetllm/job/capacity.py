@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import aiohttp
 
 from fleetllm.adapters.http import connector
+from fleetllm.adapters.notify import Notifier
 from fleetllm.adapters.providers import (
     ProviderAccess,
     RentalError,
@@ -42,6 +43,7 @@ from fleetllm.core.capacity import (
 )
 from fleetllm.core.fleet.model import Fleet, Provider
 from fleetllm.core.judge.observed import ProviderListing
+from fleetllm.core.notify import Event, EventKind
 from fleetllm.job.engine import PassOutcome
 from fleetllm.job.loop import LOG
 from fleetllm.job.metrics import PassMetrics
@@ -158,14 +160,20 @@ class CapacityLoop:
     the life of the process). Each result is logged; failures count in `fleetllm_capacity_actions_total{result=
     "failed"}` and `fleetllm_capacity_failing` (the alert to set)."""
 
-    def __init__(self, providers: Mapping[Provider, ProviderAccess], metrics: PassMetrics) -> None:
+    def __init__(self, providers: Mapping[Provider, ProviderAccess], metrics: PassMetrics,
+                 notifier: Notifier | None = None) -> None:
         self.providers = providers
         self.metrics = metrics
+        self.notifier = notifier  # capacity_failed: firing while a key backs off, resolved when it succeeds
         self.attempts = Attempts()
 
     async def step(self, fleet: Fleet, outcome: PassOutcome, now: float) -> list[CapacityResult]:
         plan = await plan_pass_capacity(fleet, outcome, self.providers)
+        planned = {rental_key(r) for r in plan.rentals} | {termination_key(t) for t in plan.terminations} \
+            if plan is not None else set()
+        self.attempts = Attempts({k: v for k, v in self.attempts.failures.items() if k in planned})  # gone: forgotten
         if plan is None:
+            self.settle()
             return []
         due = self.attempts.due_plan(plan, now)
         self.metrics.capacity_held.set(len(due.held))
@@ -184,4 +192,13 @@ class CapacityLoop:
                 log_event(LOG, "capacity_failed", logging.WARNING, what=result.what, error=result.detail,
                           retry_in_s=Attempts.wait_s(self.attempts.failures[key][0]))
         self.metrics.capacity_failing.set(len(self.attempts.failures))
+        self.settle()
         return results
+
+    def settle(self) -> None:
+        if self.notifier is None:
+            return
+        self.notifier.settle(EventKind.CAPACITY_FAILED, [
+            Event(EventKind.CAPACITY_FAILED, key, f"{key}: failed {count} time(s), tried again after a back-off: {why}",
+                  details={"failures": count, "last_failed_at": at, "error": why})
+            for key, (count, at, why) in sorted(self.attempts.failures.items())])

@@ -279,7 +279,8 @@ class PassRunner:
         from fleetllm.job.capacity import CapacityLoop
 
         if self.capacity is None:
-            self.capacity = CapacityLoop(self.config.providers, self.metrics)
+            self.capacity = CapacityLoop(self.config.providers, self.metrics,
+                                         self.notifications(self.build(fleet).store))
         try:
             await self.capacity.step(fleet, outcome, time.time())
         except Exception as exc:
