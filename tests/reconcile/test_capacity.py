@@ -123,6 +123,10 @@ def test_the_fleet_ceiling_and_the_rental_budget_hold_rentals() -> None:
                             last_servers={})
     assert len(ceiling.rentals) == 1 and len(ceiling.held) == 1
     assert "the fleet would cost $8.07/h, over capacity.max_fleet_per_hour $6.00/h" in ceiling.held[0].reason
+    others = plan_capacity(settings(count=1, ceiling=6.0), [], OFFERS, placed=NONE, retired=NONE, last_servers={},
+                           others_per_hour=4.0)  # the fleet's boxes rented by hand count against the ceiling too
+    assert others.rentals == () and "the fleet would cost $6.69/h" in others.held[0].reason
+    assert others.before_per_hour == 4.0
     budget = plan_capacity(settings(count=3, rentals=1), [], OFFERS, placed=NONE, retired=NONE, last_servers={})
     assert len(budget.rentals) == 1 and [h.reason for h in budget.held] == \
         ["max_rentals_per_pass (1) reached: next pass"] * 2

@@ -168,17 +168,18 @@ def _cheapest(pool: Pool, offers: Iterable[Offer], used: set[str]) -> Offer | No
 
 def plan_capacity(settings: CapacitySettings, rented: Iterable[RentedBox], offers: Mapping[str, Iterable[Offer]],
                   *, placed: frozenset[str], retired: frozenset[str],
-                  last_servers: Mapping[str, frozenset[str]]) -> CapacityPlan:
+                  last_servers: Mapping[str, frozenset[str]], others_per_hour: float = 0.0) -> CapacityPlan:
     """What to rent and terminate this pass.
 
     `rented`: the boxes the providers list with a fleetllm label; `offers`: per pool, what could be rented;
     `placed`: the boxes of the placement (HEAD); `retired`: boxes absent from the placement that reported
     empty (their servers stopped); `last_servers`: per model, the boxes that still serve it (a box that is
-    the only one for a model is never terminated)."""
+    the only one for a model is never terminated); `others_per_hour`: what the fleet's other priced boxes (placed,
+    not rented by a pool) cost, counted against max_fleet_per_hour with the pools' rentals."""
     boxes = list(rented)
     live = [b for b in boxes if b.pool is not None and b.pool in settings.pools]
     orphans = [b for b in boxes if b.pool is None or b.pool not in settings.pools]
-    total = sum(b.per_hour or 0.0 for b in boxes)
+    total = others_per_hour + sum(b.per_hour or 0.0 for b in boxes)
     before = total
     rentals: list[Rental] = []
     terminations: list[Termination] = []

@@ -41,8 +41,9 @@ from fleetllm.core.capacity import (
     serving_boxes,
     termination_key,
 )
+from fleetllm.core.cost import fleet_cost
 from fleetllm.core.fleet.model import Fleet, Provider
-from fleetllm.core.judge.observed import ProviderListing
+from fleetllm.core.judge.observed import ProviderListing, listing_prices
 from fleetllm.core.notify import Event, EventKind
 from fleetllm.job.engine import PassOutcome
 from fleetllm.job.loop import LOG
@@ -97,10 +98,13 @@ async def plan_pass_capacity(fleet: Fleet, outcome: PassOutcome,
                 held.append(Held(f"rent for pool {name}", f"the offer search failed ({exc})"))
                 offers[name] = []
     pools_seen = {name: pool for name, pool in capacity.pools.items() if pool.provider in listings}
+    pooled = {box.box for box in rented if box.box}
+    placed_cost = fleet_cost(fleet, listing_prices(outcome.observation.listings))
+    others = sum(p.per_hour for name, p in placed_cost.boxes.items() if name not in pooled)
     plan = plan_capacity(replace(capacity, pools=pools_seen), rented, offers, placed=frozenset(fleet.boxes),
                          retired=retired_boxes(outcome.observation.boxes, fleet.boxes,
                                                {s.box for s in outcome.intended.servers.values()}),
-                         last_servers=serving_boxes(outcome.intended, outcome.plan.judgements))
+                         last_servers=serving_boxes(outcome.intended, outcome.plan.judgements), others_per_hour=others)
     # a pool whose provider could not be listed is left as it is (its boxes are not orphans): held above
     orphaned = {t for t in plan.terminations if t.box.pool is not None and t.box.pool in capacity.pools
                 and t.box.pool not in pools_seen}
