@@ -5,6 +5,7 @@ RunPod fake (held to RunPod's published documents: tests/contracts/test_provider
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,6 +63,10 @@ def test_plan_lists_the_rental_with_its_price_and_apply_asks_then_rents(
     assert "+ rent 1 × H100 SXM on RunPod for pool h100 as fleetllm-h100-1: +$2.69/h" in result.stdout
     assert "Capacity: 1 to rent, 0 to terminate; rented boxes $0.00/h -> $2.69/h" in result.stdout
     assert runpod.pods == [] and runpod.api_key not in result.stdout + result.stderr
+    result = fleetllm("plan", "--config", str(config), "--format", "json", env=env)
+    capacity = json.loads(result.stdout)["capacity"]
+    assert [(r["label"], r["per_hour"], r["ask"]) for r in capacity["rentals"]] == [("fleetllm-h100-1", 2.69, H100)]
+    assert (capacity["terminations"], capacity["after_per_hour"]) == ([], 2.69)
     code, out = apply(config, env, answer="no")
     assert code == 1 and "Apply cancelled" in out and runpod.pods == []
     assert out.index("+ rent") < out.index("Do you want to perform these actions?")

@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
         fleet = runner.pinned(newest, controls)  # what locked_pass will work from: the plan shown is that one's
         print_note(control_note(runner, newest, controls, fleet), args.format)
         shown = asyncio.run(runner.run(fleet, apply=False, record=False))
-        print_outcome(shown, args.format)
-        shown_capacity = capacity_plan(fleet, shown, config, args.format)
+        shown_capacity = capacity_plan(fleet, shown, config)
+        print_outcome(shown, args.format, capacity=shown_capacity)
         if shown.plan.empty and (shown_capacity is None or shown_capacity.empty):
             return apply_exit_code(shown)  # nothing to do: nothing to ask
         ask = sys.stderr if args.format == "json" else sys.stdout  # stdout stays one JSON document
@@ -113,7 +113,7 @@ def apply_capacity(fleet: Fleet, outcome: PassOutcome, config: JobConfig, fmt: s
     now = asyncio.run(plan_pass_capacity(fleet, outcome, config.providers))
     if now is None or now.empty:
         return EXIT_OK
-    if shown is None:
+    if shown is None:  # --yes: not shown before, so shown now
         print("\n" + "\n".join(now.lines()), file=out)
     elif capacity_signature(now) != capacity_signature(shown):
         print("\nCapacity changed since the plan shown (listings or offers moved): nothing rented or terminated; "

@@ -127,16 +127,21 @@ def print_note(note: str | None, fmt: str = "text") -> None:
         print(note + ("\n" if fmt == "text" else ""), file=sys.stderr if fmt == "json" else sys.stdout)
 
 
-def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True) -> None:
-    """The plan (unless `plan` is false: `apply` showed it before asking), then each write's result."""
+def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True,
+                  capacity: CapacityPlan | None = None) -> None:
+    """The plan (unless `plan` is false: `apply` showed it before asking), then each write's result; `capacity`:
+    the capacity plan, printed after the pass's (text) or as the JSON document's `capacity`."""
     from fleetllm.core.judge.observed import listing_prices
     from fleetllm.core.judge.plantext import render_json, render_text
 
     if plan:
         if fmt == "text" and (line := cost_line(outcome)):
             print(line + "\n")  # before the plan: its summary stays the last line, as Terraform's
-        print(render_json(outcome.plan, outcome.intended, listing_prices(outcome.observation.listings))
+        print(render_json(outcome.plan, outcome.intended, listing_prices(outcome.observation.listings),
+                          capacity.as_json() if capacity is not None else None)
               if fmt == "json" else render_text(outcome.plan, outcome.intended))
+        if fmt == "text" and capacity is not None:
+            print("\n" + "\n".join(capacity.lines()))
     for result in outcome.results:
         mark = "ok" if result.ok else "FAILED"
         detail = f": {result.error}" if result.error else ""
@@ -144,16 +149,12 @@ def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True)
               file=sys.stderr if fmt == "json" else sys.stdout)
 
 
-def capacity_plan(fleet: Fleet, outcome: PassOutcome, config: JobConfig, fmt: str = "text") -> CapacityPlan | None:
-    """The capacity plan beside the pass's (fleet.yaml `capacity:`), printed like the pass's plan: `+ rent`
-    and `- terminate` with their prices, then what is held and why. None without a declaration."""
+def capacity_plan(fleet: Fleet, outcome: PassOutcome, config: JobConfig) -> CapacityPlan | None:
+    """The capacity plan beside the pass's (fleet.yaml `capacity:`): `+ rent` and `- terminate` with their
+    prices, what is held and why (print_outcome shows it). None without a declaration."""
     from fleetllm.job.capacity import plan_pass_capacity
 
-    capacity = asyncio.run(plan_pass_capacity(fleet, outcome, config.providers))
-    if capacity is not None:
-        out = sys.stderr if fmt == "json" else sys.stdout
-        print("\n" + "\n".join(capacity.lines()), file=out)
-    return capacity
+    return asyncio.run(plan_pass_capacity(fleet, outcome, config.providers))
 
 
 def cost_line(outcome: PassOutcome) -> str | None:

@@ -48,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
     fleet = runner.pinned(newest, controls, follow=args.rev is None)  # as the reconcile job does; --against is kept
     print_note(control_note(runner, newest, controls, fleet), args.format)
     outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=runner.invalid_head))
-    print_outcome(outcome, args.format)
-    capacity = capacity_plan(fleet, outcome, config, args.format)
+    capacity = capacity_plan(fleet, outcome, config)
+    print_outcome(outcome, args.format, capacity=capacity)
     if args.out:
         from fleetllm.core.judge.observed import listing_prices
         from fleetllm.core.judge.plantext import render_json
@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             prices = listing_prices(outcome.observation.listings)
             prices |= {r.request.label: r.price for r in capacity.rentals} if capacity is not None else {}
-            Path(args.out).write_text(render_json(outcome.plan, outcome.intended, prices) + "\n", encoding="utf-8")
+            Path(args.out).write_text(render_json(outcome.plan, outcome.intended, prices,
+                                                  capacity.as_json() if capacity is not None else None) + "\n",
+                                      encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"cannot write the plan to {args.out}: {exc.strerror}", EXIT_ERROR) from None
     errors = list(outcome.plan.errors)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.cost import BoxPrice, PriceSource, money
+from fleetllm.core.fleet.jsonvalue import JSON
 from fleetllm.core.fleet.model import CapacitySettings, Pool, Provider
 from fleetllm.core.judge.intended import Intended, ServerKey
 from fleetllm.core.judge.observed import BoxFacts, ProviderListing
@@ -142,6 +143,17 @@ class CapacityPlan:
     @property
     def empty(self) -> bool:
         return not self.rentals and not self.terminations
+
+    def as_json(self) -> dict[str, JSON]:
+        """The plan document's `capacity` (fleetllm plan --format json / --out)."""
+        return {"rentals": [{"pool": r.request.pool, "label": r.request.label, "provider": str(r.offer.provider),
+                             "ask": r.offer.ask, "gpu": r.offer.gpu, "gpus": r.offer.gpus, "region": r.offer.region,
+                             "per_hour": r.offer.per_hour} for r in self.rentals],
+                "terminations": [{"provider": str(t.box.provider), "id": t.box.ident, "box": t.box.box,
+                                  "label": t.box.label, "per_hour": t.box.per_hour, "reason": t.reason}
+                                 for t in self.terminations],
+                "held": [{"what": h.what, "reason": h.reason} for h in self.held],
+                "before_per_hour": self.before_per_hour, "after_per_hour": self.after_per_hour}
 
     def lines(self) -> tuple[str, ...]:
         """Terraform-like: what is rented (+) and terminated (-) with each price, what is held, the total."""
