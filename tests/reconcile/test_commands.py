@@ -57,6 +57,9 @@ def test_plan_output_names_the_failure_and_holds_everything(fleet_dir: Path, tmp
     assert "No plan: LiteLLM's deployments are not known" in out
     assert "No changes" not in out  # it used to say "No changes. LiteLLM has a deployment exactly for ..." too
     assert out.rstrip().endswith("Plan: none (LiteLLM's deployments are not known; nothing would be written).")
+    # the failed Vast listing and the RunPod box without a key price nothing: named, not counted as free
+    assert ("Cost: $0.00/h for 0 rented box(es), from the providers' listings; no price read for 203.0.113.24, "
+            "k7v2m9x4q1w8e3 (not counted).") in out
     for secret in ("sk-master-cmd-secret", "vast-secret", SALT):
         assert secret not in out + result.stderr
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from fleetllm.adapters.git import GitFleetRepo
 from fleetllm.cli.common import EXIT_INVALID, EXIT_OK, CommandError
+from fleetllm.core.cost import CostChange, cost_change, money, read_prices
 from fleetllm.core.diff import DEFAULT_MAX_CHARS, diff_fleets, render_json, render_markdown, render_text
 from fleetllm.core.diff.invalid import render_invalid_json, render_invalid_markdown, render_invalid_text
 from fleetllm.core.diff.sections import Section
@@ -69,6 +70,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--attach-plan", metavar="FILE",
                         help="append a plan saved by `fleetllm plan --against HEAD --out FILE` (JSON) or its text "
                              "output: what the reconciler would do against the live fleet if HEAD were merged")
+    parser.add_argument("--prices", metavar="FILE",
+                        help="price the boxes from FILE's `prices` (a plan saved by `fleetllm plan --out`, or "
+                             "`{\"prices\": {BOX: {\"provider\", \"per_hour\", \"gpu\", \"gpus\"}}}`) and report "
+                             "the cost the change adds or removes (default: the --attach-plan file's, when it has "
+                             "them)")
     parser.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS, metavar="N",
                         help=f"cut the markdown report to N characters (default: {DEFAULT_MAX_CHARS}, under "
                              "GitHub's 65,536-character comment limit)")
@@ -145,17 +151,42 @@ def compare(args: argparse.Namespace) -> int:
     waves = plan_waves(old.fleet, new.fleet)  # the staged rollout's waves (issue 14)
     report = with_waves(report, waves, new.fleet)
     rollout = waves_section(old.fleet, new.fleet, waves)
+    change = cost_of(args, plan[1] if plan else None, old.fleet, new.fleet)
+    costed = (Section("Cost (USD per hour, from the providers' listings)", f"{money(change.delta, sign=True)}",
+                      change.text_lines()),) if change is not None and change.changed else ()
     extra = (*((rollout,) if rollout else ()), *((plan[0],) if plan else ()))
     if args.format == "markdown":
-        print(render_markdown(report, extra, max_chars=args.max_chars), end="")
+        print(render_markdown(report, extra, max_chars=args.max_chars,
+                              cost=costed[0].lines if costed else ()), end="")
     elif args.format == "json":
         print(render_json(report, {"rollout": waves_json(old.fleet, new.fleet, waves),
-                                   **({"plan": plan[1]} if plan else {})}), end="")
+                                   **({"plan": plan[1]} if plan else {}),
+                                   **({"cost": change.as_json()} if change is not None else {})}), end="")
     else:
-        print(render_text(report, extra), end="")
+        print(render_text(report, (*costed, *extra)), end="")
     if args.detailed_exitcode and report.changed:
         return EXIT_CHANGES
     return EXIT_OK
+
+
+def cost_of(args: argparse.Namespace, attached: JSON | None, base: Fleet, head: Fleet) -> CostChange | None:
+    """The cost the change makes, from --prices FILE or the attached plan's prices; None without either."""
+    document: JSON | None = None
+    source = args.prices
+    if args.prices:
+        try:
+            document = json.loads(Path(args.prices).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise CommandError(f"--prices {args.prices}: cannot read it as JSON ({exc})") from None
+    elif isinstance(attached, dict) and "prices" in attached:
+        document, source = attached, args.attach_plan
+    if document is None:
+        return None
+    try:
+        prices = read_prices(document)
+    except ValueError as exc:
+        raise CommandError(f"--prices {source}: {exc}") from None
+    return cost_change(base, head, prices)
 
 
 PLAN_TITLE = "Plan against the live fleet (what the reconciler would do if HEAD were merged)"

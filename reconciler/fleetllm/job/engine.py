@@ -32,7 +32,7 @@ from fleetllm.core.rollout.model import Step
 from fleetllm.core.rollout.transitions import RolloutChange
 from fleetllm.job.apply import ActionResult, apply_plan, next_pending
 from fleetllm.job.observer import Observer
-from fleetllm.job.record import pass_record
+from fleetllm.job.record import cost_record, pass_record
 from fleetllm.job.rollout import Begun, RolloutDriver, drain_actions, rollout_record, unlisted, without
 from fleetllm.job.saved import SavedPlan
 from fleetllm.settings import DEFAULTS
@@ -118,6 +118,7 @@ class Reconciler:
                               observation=observation, plan=plan, results=results, suspended=suspended)
         if stepped is not None:
             record_ = dataclasses.replace(record_, rollout=rollout_record(stepped, changes))
+        record_ = dataclasses.replace(record_, cost=cost_record(fleet, observation))
         if invalid_head is not None:
             record_ = dataclasses.replace(record_, head=invalid_head[0], head_errors=invalid_head[1])
         outcome = PassOutcome(intended, plan, results, record_, observation, stepped)

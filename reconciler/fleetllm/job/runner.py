@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fleetllm.adapters.forge import CommitStatuses
 from fleetllm.adapters.notify import Notifier
@@ -46,6 +48,9 @@ from fleetllm.job.source import FleetSource, InvalidFleetError, InvalidHead, Say
 from fleetllm.job.wiring import build_reconciler, rollout_driver
 from fleetllm.logs import log_event
 from fleetllm.settings import make_notifier
+
+if TYPE_CHECKING:
+    from fleetllm.job.capacity import CapacityLoop
 
 __all__ = ["InvalidFleetError", "InvalidHead", "PassRunner", "RunnerOptions", "require_writer"]
 
@@ -106,6 +111,7 @@ class PassRunner:
         self.invalid_head: InvalidHead | None = None
         self._seeded = False  # the last success read from the state store (once per process)
         self._fleets: dict[str, Fleet | None] = {}
+        self.capacity: CapacityLoop | None = None  # fleet.yaml capacity: rentals and terminations with back-off
 
     # -- the fleet -----------------------------------------------------------------------------------
     def read(self, *, walk: bool = True) -> Fleet:
@@ -265,10 +271,26 @@ class PassRunner:
         commit. A pass that raises is notified as crashed (pass_failed), then re-raised."""
         fleet = self.reread()
         try:
-            return await self.locked_pass(fleet, invalid_head=self.invalid_head)
+            outcome = await self.locked_pass(fleet, invalid_head=self.invalid_head)
         except Exception as exc:
             self.crashed(exc)
             raise
+        if outcome is not None and outcome.record.written and fleet.settings.capacity is not None:
+            await self.capacity_step(fleet, outcome)
+        return outcome
+
+    async def capacity_step(self, fleet: Fleet, outcome: PassOutcome) -> None:
+        """Rent and terminate what fleet.yaml's capacity says, after a pass that wrote (fleetllm.job.capacity);
+        an error here is logged and never stops the loop."""
+        from fleetllm.job.capacity import CapacityLoop
+
+        if self.capacity is None:
+            self.capacity = CapacityLoop(self.config.providers, self.metrics,
+                                         self.notifications(self.build(fleet).store))
+        try:
+            await self.capacity.step(fleet, outcome, time.time())
+        except Exception as exc:
+            log_event(LOG, "capacity_crashed", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
 
     async def loop(self, interval_s: float | None = None) -> int:
         """`scheduled_pass` until SIGTERM/SIGINT, every `interval_s` (default: the fleet's
