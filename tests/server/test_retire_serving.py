@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
+from fleetllm.adapters.state.passes import PassMode, PassRecord
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
@@ -86,6 +87,9 @@ def test_a_leaving_box_is_drained_then_served_no_servers_then_answered_404(runti
 
     retired = Retirement(KNOWN_BOX, r2, now, RetireState.RETIRED, r1, now, now + 1, "it reported that it runs no server")
     save(runtime, r2, {}, retired)
+    # A pass that saw it retired (without one the strip counts "no reconcile pass recorded yet": the boxes of
+    # a fleet without LiteLLM are rolled out by the reconciler).
+    runtime.store.record_pass(PassRecord(runtime.clock(), 0.4, r2, PassMode.APPLY.value, {"Healthy": 1}))
     gone = fetch(client)
     assert gone.status_code == 404 and "was retired" in gone.get_json()["error"] and r2[:12] in gone.get_json()["error"]
     assert runtime.store.attention() == []  # never an unknown box
