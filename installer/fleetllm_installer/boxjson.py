@@ -182,9 +182,13 @@ def _server(entry: Any, where: str, problems: list[str]) -> ServerSpec | None:
                         f"got {_shown(name)}")
     if not _text(model) or any(ch.isspace() for ch in model):
         problems.append(f"{where}.model: expected a model id or path without whitespace, got {_shown(model)}")
+    elif vllmflags.option_like(model):
+        problems.append(vllmflags.option_like_problem(f"{where}.model"))
     served: Any = entry.get("served_model_name")
     if served is not None and (not _text(served) or any(ch.isspace() for ch in served)):
         problems.append(f"{where}.served_model_name: expected a name without whitespace, got {_shown(served)}")
+    elif served is not None and vllmflags.option_like(served):
+        problems.append(vllmflags.option_like_problem(f"{where}.served_model_name"))
     if not _is_int(port) or not 0 < port < 65536:
         problems.append(f"{where}.port: expected an integer 1-65535, got {_shown(port)}")
     if not isinstance(key, str) or not BEARER.match(key):

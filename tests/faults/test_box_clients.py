@@ -1,0 +1,180 @@
+"""The box side's outgoing HTTP (the installer's and the agent's fleetllm_installer.fetch.Client) against
+hostile control planes, issue 27: a drip of one byte at a time, an answer cut mid-body, and servers
+that echo the fleet key back into a reason phrase, a redirect or a broken status line.
+
+Each server here is a raw socket, so it can break HTTP the way an attacker between the box and the
+control plane would. The rest of the policy is tested beside the client: plain http only to loopback
+(tests/installer/test_fetch.py::test_plain_http_only_to_loopback), no redirect followed
+(::test_redirect_is_not_followed_and_the_key_stays_home), proxies only for https, in a tunnel, and never
+for loopback (tests/installer/test_proxy.py); the agent keeping no ETag for a cut body
+(tests/installer/test_agent.py::test_a_cut_answer_is_fetched_again_not_a_304_for_ever).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from fleetllm_installer import fetch
+from fleetllm_installer.fetch import Client, FetchError
+
+FLEET_KEY = "fleet-key-echoed-back-0001"
+BOX = "box-a"
+DRIP_BYTES = 200  # one every DRIP_GAP_S: 20 s for the whole answer, far past the deadline set below
+DRIP_GAP_S = 0.1
+DEADLINE_S = 1.0
+
+
+@dataclass
+class RawServer:
+    """Accepts connections on loopback and hands each to `answer(conn, request)` in a thread."""
+
+    answer: Callable[[socket.socket, bytes], None]
+    sock: socket.socket = field(default_factory=socket.socket)
+    sent: list[int] = field(default_factory=list)  # bytes each connection took before it ended
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> RawServer:
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                request += chunk
+            with contextlib.suppress(OSError):
+                self.answer(conn, request)
+        self.done.set()
+
+    def stop(self) -> None:
+        self.sock.close()
+
+
+@contextlib.contextmanager
+def serving(answer: Callable[[socket.socket, bytes], None]) -> Iterator[RawServer]:
+    server = RawServer(answer).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def client(url: str) -> Client:
+    return Client(url, FLEET_KEY, BOX, deadline_s=0.0)
+
+
+def dripper(prefix: bytes, server_sent: list[int]) -> Callable[[socket.socket, bytes], None]:
+    """Sends `prefix` at once, then one byte of a long body every DRIP_GAP_S, counting what got through."""
+
+    def answer(conn: socket.socket, request: bytes) -> None:
+        conn.sendall(prefix)
+        count = 0
+        try:
+            for _ in range(DRIP_BYTES):
+                conn.sendall(b" ")
+                count += 1
+                time.sleep(DRIP_GAP_S)
+        finally:
+            server_sent.append(count)
+
+    return answer
+
+
+DRIPS = {
+    "status line": b"HTTP/1.1 2",
+    "headers": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: ",
+    "body": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (DRIP_BYTES + 1),
+}
+
+
+@pytest.mark.parametrize("where", sorted(DRIPS))
+def test_a_drip_is_cut_at_the_request_deadline(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A byte every 0.1 s keeps every single read alive; the request as a whole still ends at its deadline
+    (before the fix it read the whole 20 s drip: a byte per 5 s held a poll for a minute)."""
+    monkeypatch.setattr(fetch, "REQUEST_TIMEOUT_S", DEADLINE_S)
+    counted: list[int] = []
+    with serving(dripper(DRIPS[where], counted)) as server:
+        with pytest.raises(FetchError) as caught:
+            client(server.url).poll_config(None)
+        assert server.done.wait(30)
+    assert "no complete answer within 1 s" in str(caught.value)
+    (sent,) = counted
+    assert sent < DRIP_BYTES  # the client hung up long before the server was through
+
+
+def cut_answer(body: bytes, etag: str) -> Callable[[socket.socket, bytes], None]:
+    def answer(conn: socket.socket, request: bytes) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nETag: %s\r\nContent-Length: %d\r\n\r\n"
+                     % (etag.encode(), len(body)) + body[:len(body) // 2])
+        conn.shutdown(socket.SHUT_RDWR)
+
+    return answer
+
+
+def test_an_answer_cut_short_of_its_content_length_is_an_error_not_a_body() -> None:
+    body = b'{"host": "box-a", "servers": []}'
+    with serving(cut_answer(body, '"v2"')) as server:
+        with pytest.raises(FetchError) as caught:
+            client(server.url).poll_config('"v1"')
+        with pytest.raises(FetchError):
+            client(server.url).fetch_config()  # the installer's fetch: retried to its deadline, then an error
+    assert "cut off after 16 bytes, 16 short of its Content-Length" in str(caught.value)
+
+
+def echoing(status_line: bytes, *headers: bytes) -> Callable[[socket.socket, bytes], None]:
+    """Answers with the request's Authorization value pasted into `status_line` and `headers` ({key})."""
+
+    def answer(conn: socket.socket, request: bytes) -> None:
+        key = next(line.split(b" ", 2)[2] for line in request.split(b"\r\n")
+                   if line.lower().startswith(b"authorization: bearer "))
+        head = b"\r\n".join([status_line.replace(b"{key}", key), *(h.replace(b"{key}", key) for h in headers)])
+        conn.sendall(head + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    return answer
+
+
+ECHOES = {
+    "reason phrase": (echoing(b"HTTP/1.1 418 refused {key}"), "answered 418 refused [fleet key]"),
+    "redirect": (echoing(b"HTTP/1.1 302 Found", b"Location: https://elsewhere.example/?k={key}"),
+                 "redirected (302) to https://elsewhere.example/?k=[fleet key]"),
+    "broken status line": (echoing(b"HTTP/1.1 2x0 {key}"), "[fleet key]"),
+    "key with a control character": (echoing(b"HTTP/1.1 418 \x01{key}\x7f"), "answered 418 ?[fleet key]?"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ECHOES))
+def test_a_server_echoing_the_fleet_key_never_gets_it_into_a_message(case: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    answer, shown = ECHOES[case]
+    logged: list[str] = []
+    with serving(answer) as server:
+        box = Client(server.url, FLEET_KEY, BOX, deadline_s=0.0, log=logged.append)
+        with pytest.raises(FetchError) as caught:
+            box.fetch_config()
+    message = str(caught.value)
+    assert shown in message
+    assert FLEET_KEY not in message + "".join(logged) + "".join(capsys.readouterr())
