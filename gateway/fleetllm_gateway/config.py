@@ -42,7 +42,7 @@ DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # or maxBodyBytes when larger
 _TOP_KEYS = frozenset({"host", "port", "maxBodyBytes", "maxConcurrentRequests", "authTokens", "models",
                        "maxQueuedRequests", "queueTimeoutSeconds", "connectTimeoutSeconds", "maxBufferedBytes"})
 _MODEL_KEYS = frozenset({"url", "headers", "unlisted", "maxConcurrentRequests", "maxQueuedRequests"})
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 
@@ -288,7 +288,7 @@ class _Reader:
         headers: list[tuple[str, str]] = []
         seen: set[str] = set()
         for name, raw in doc.items():
-            if not _TOKEN.fullmatch(name):
+            if not HEADER_NAME.fullmatch(name):
                 self.problems.append(f'{where}.headers: invalid header name "{name}"')
                 continue
             key = canonical_header(name)

@@ -5,7 +5,12 @@
   model got 503; the slot is now taken only once the body is complete;
 - a box JSON whose gateway headers reference `${file:...}` or `${env:...}`: the gateway sent a box file,
   the fleet key and PATH upstream. With `--box-json` (the installer's program always passes it) the
-  gateway refuses to start on such a config, naming the field, and reads nothing.
+  gateway refuses to start on such a config, naming the field, and reads nothing;
+- an upstream that echoes the bearer the gateway injects (into a reason phrase, a broken status line, a
+  header name, a cut body) gets it into no log line, and an upstream's redirect is relayed to the client,
+  never followed with the bearer. (Its other outgoing rules: a box JSON's config routes only to loopback or
+  a unix socket, above and in tests/gateway/test_config.py, and loopback is never proxied,
+  tests/gateway/test_proxy.py.)
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,3 +101,81 @@ def test_a_box_json_gateway_cannot_read_box_files_or_environment(reference: str,
         assert done.returncode == 1
         assert f"models.echo.headers.X-Leak: {value} is refused in a config from a box JSON" in output
         assert SECRET_FILE_TEXT not in output and FLEET_KEY not in output
+
+
+UPSTREAM_BEARER = "bearer-of-the-upstream-Hq2Zk9"
+
+
+def hostile_upstream(answer: bytes) -> tuple[socket.socket, list[bytes]]:
+    """A loopback upstream answering every request with `answer`, {bearer} replaced by the Authorization
+    value it received; `seen` collects the requests."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request and (chunk := conn.recv(65536)):
+                    request += chunk
+                seen.append(request)
+                bearer = next((line.split(b": ", 1)[1] for line in request.split(b"\r\n")
+                               if line.lower().startswith(b"authorization: ")), b"")
+                conn.sendall(answer.replace(b"{bearer}", bearer))
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, seen
+
+
+ECHOES = {
+    "reason phrase": (b"HTTP/1.1 200 {bearer}\r\nContent-Length: 0\r\n\r\n", 200),  # relayed, never logged
+    "broken status line": (b"HTTP/1.1 2x0 {bearer}\r\n\r\n", 502),
+    # a header name with a space: relayed as it was, it left the client waiting for ever; now a 502
+    "header name": (b"HTTP/1.1 200 OK\r\nX-{bearer}: y\r\nContent-Length: 0\r\n\r\n", 502),
+    "cut body": (b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n{bearer}", 502),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ECHOES))
+def test_an_upstream_echoing_its_bearer_gets_it_into_no_log_line(case: str, tmp_path: Path) -> None:
+    answer, status = ECHOES[case]
+    (tmp_path / "bearer-echo").write_text(UPSTREAM_BEARER + "\n")
+    listener, seen = hostile_upstream(answer)
+    config = {"host": "127.0.0.1", "authTokens": [TOKEN], "models": {"echo": {
+        "url": f"http://127.0.0.1:{listener.getsockname()[1]}",
+        "headers": {"Authorization": "Bearer ${cred:bearer-echo}"}}}}
+    try:
+        with running_gateway(config, {"CREDENTIALS_DIRECTORY": str(tmp_path)}) as gw:
+            reply = gw.request("POST", "/route/echo/x", body=b"{}")
+            log = gw.stderr()
+    finally:
+        listener.close()
+    assert seen and UPSTREAM_BEARER.encode() in seen[0]  # the bearer went upstream, and only there
+    assert reply.status == status
+    assert UPSTREAM_BEARER not in log
+
+
+def test_an_upstream_redirect_is_relayed_never_followed(tmp_path: Path) -> None:
+    """The gateway hands a 3xx to its client: the bearer it injects never follows a Location elsewhere."""
+    elsewhere = socket.create_server(("127.0.0.1", 0))
+    elsewhere.settimeout(0.5)
+    location = f"http://127.0.0.1:{elsewhere.getsockname()[1]}/steal".encode()
+    (tmp_path / "bearer-echo").write_text(UPSTREAM_BEARER + "\n")
+    listener, seen = hostile_upstream(b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n\r\n")
+    config = {"host": "127.0.0.1", "authTokens": [TOKEN], "models": {"echo": {
+        "url": f"http://127.0.0.1:{listener.getsockname()[1]}",
+        "headers": {"Authorization": "Bearer ${cred:bearer-echo}"}}}}
+    try:
+        with running_gateway(config, {"CREDENTIALS_DIRECTORY": str(tmp_path)}) as gw:
+            reply = gw.request("POST", "/route/echo/x", body=b"{}")
+        with pytest.raises(TimeoutError):
+            elsewhere.accept()
+    finally:
+        listener.close()
+        elsewhere.close()
+    assert reply.status == 302 and reply.header("Location") == location.decode()
+    assert len(seen) == 1
