@@ -1,6 +1,8 @@
-"""The box side's outgoing HTTP (the installer's and the agent's fleetllm_installer.fetch.Client) against
-hostile control planes, issue 27: a drip of one byte at a time, an answer cut mid-body, and servers
-that echo the fleet key back into a reason phrase, a redirect or a broken status line.
+"""The box side's outgoing HTTP against hostile control planes, issue 27: the installer's and the agent's
+fleetllm_installer.fetch.Client, and the provisioning scripts' download of the box program (vast.sh; runpod.sh
+runs the same code, tests/installer/test_provision.py). A drip of one byte at a time, an answer cut
+mid-body, a redirect, and servers that echo the fleet key back into a reason phrase, a redirect or a
+broken status line.
 
 Each server here is a raw socket, so it can break HTTP the way an attacker between the box and the
 control plane would. The rest of the policy is tested beside the client: plain http only to loopback
@@ -13,16 +15,21 @@ for loopback (tests/installer/test_proxy.py); the agent keeping no ETag for a cu
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from fleetllm_installer import fetch
 from fleetllm_installer.fetch import Client, FetchError
+from tests.conftest import ROOT
 
 FLEET_KEY = "fleet-key-echoed-back-0001"
 BOX = "box-a"
@@ -178,3 +185,49 @@ def test_a_server_echoing_the_fleet_key_never_gets_it_into_a_message(case: str,
     message = str(caught.value)
     assert shown in message
     assert FLEET_KEY not in message + "".join(logged) + "".join(capsys.readouterr())
+
+
+# -- the provisioning script's download (vast.sh) ---------------------------------------------------------
+
+VAST = ROOT / "installer" / "fleetllm_installer" / "provision" / "vast.sh"
+
+
+def provision(url: str, data: Path) -> subprocess.CompletedProcess[str]:
+    """vast.sh with one attempt (FLEETLLM_FETCH_DEADLINE_S=0): its download bounds each request at 5 s then."""
+    env = {"PATH": os.environ["PATH"], "FLEETLLM_URL": url, "FLEETLLM_FLEET_KEY": FLEET_KEY,
+           "FLEETLLM_PYTHON": sys.executable, "PUBLIC_IPADDR": "127.0.0.7", "DATA_DIRECTORY": str(data),
+           "FLEETLLM_FETCH_DEADLINE_S": "0"}
+    return subprocess.run(["bash", str(VAST)], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_provisioning_download_is_cut_at_its_deadline(tmp_path: Path) -> None:
+    counted: list[int] = []
+    with serving(dripper(DRIPS["body"], counted)) as server:
+        done = provision(server.url, tmp_path)
+        assert server.done.wait(30)
+    assert done.returncode == 1
+    assert "no complete answer within the deadline of one request" in done.stderr
+    (sent,) = counted
+    assert sent < DRIP_BYTES
+
+
+@pytest.mark.parametrize("case", ["reason phrase", "broken status line", "key with a control character"])
+def test_the_provisioning_download_never_logs_an_echoed_fleet_key(case: str, tmp_path: Path) -> None:
+    answer, _ = ECHOES[case]
+    with serving(answer) as server:
+        done = provision(server.url, tmp_path)
+    assert done.returncode == 1
+    assert "cannot fetch" in done.stderr and "[fleet key]" in done.stderr
+    assert FLEET_KEY not in done.stdout + done.stderr
+
+
+def test_the_provisioning_download_follows_no_redirect(tmp_path: Path) -> None:
+    """The key itself never followed a redirect (an unredirected header); the box program is not fetched
+    from wherever a Location points either (a plain http address, say)."""
+    with serving(echoing(b"HTTP/1.1 200 OK")) as elsewhere:
+        target = elsewhere.url.encode() + b"/vllm/installer"
+        with serving(echoing(b"HTTP/1.1 302 Found", b"Location: " + target)) as server:
+            done = provision(server.url, tmp_path)
+        assert not elsewhere.done.is_set()
+    assert done.returncode == 1
+    assert "HTTP Error 302" in done.stderr
