@@ -25,7 +25,6 @@ status line) is shown with the fleet key blanked out, as printable ASCII, cut sh
 from __future__ import annotations
 
 import contextlib
-import functools
 import http.client
 import json
 import random
@@ -157,30 +156,21 @@ def _shut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
-class _WatchedHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, *args: Any, watchdog: _Watchdog, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._watchdog = watchdog
-        self._create_connection = self._watched_connection
+def _watched(connection_class: type[http.client.HTTPConnection], watchdog: _Watchdog) -> Any:
+    """A factory of `connection_class` whose every socket (to the server, or to a proxy) the watchdog watches."""
 
-    def _watched_connection(self, address: tuple[str, int], timeout: float | None = None,
-                            source_address: tuple[str, int] | None = None) -> socket.socket:
+    def connect(address: tuple[str, int], timeout: float | None = None,
+                source_address: tuple[str, int] | None = None) -> socket.socket:
         sock = socket.create_connection(address, timeout, source_address)
-        self._watchdog.watch(sock)
+        watchdog.watch(sock)
         return sock
 
+    def make(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
+        connection = connection_class(*args, **kwargs)
+        connection._create_connection = connect  # type: ignore[attr-defined]  # http.client's own seam
+        return connection
 
-class _WatchedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, watchdog: _Watchdog, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._watchdog = watchdog
-        self._create_connection = self._watched_connection
-
-    def _watched_connection(self, address: tuple[str, int], timeout: float | None = None,
-                            source_address: tuple[str, int] | None = None) -> socket.socket:
-        sock = socket.create_connection(address, timeout, source_address)
-        self._watchdog.watch(sock)
-        return sock
+    return make
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
@@ -189,7 +179,7 @@ class _HTTPHandler(urllib.request.HTTPHandler):
         self.watchdog = watchdog
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_WatchedHTTPConnection, watchdog=self.watchdog), req)
+        return self.do_open(_watched(http.client.HTTPConnection, self.watchdog), req)
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
@@ -199,8 +189,7 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         self.watchdog = watchdog
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_WatchedHTTPSConnection, watchdog=self.watchdog), req,
-                            context=self.context)
+        return self.do_open(_watched(http.client.HTTPSConnection, self.watchdog), req, context=self.context)
 
 
 def check_url(url: str) -> None:

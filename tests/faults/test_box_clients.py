@@ -14,15 +14,12 @@ for loopback (tests/installer/test_proxy.py); the agent keeping no ETag for a cu
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,64 +27,13 @@ import pytest
 from fleetllm_installer import fetch
 from fleetllm_installer.fetch import Client, FetchError
 from tests.conftest import ROOT
+from tests.support.rawserver import serving
 
 FLEET_KEY = "fleet-key-echoed-back-0001"
 BOX = "box-a"
 DRIP_BYTES = 200  # one every DRIP_GAP_S: 20 s for the whole answer, far past the deadline set below
 DRIP_GAP_S = 0.1
 DEADLINE_S = 1.0
-
-
-@dataclass
-class RawServer:
-    """Accepts connections on loopback and hands each to `answer(conn, request)` in a thread."""
-
-    answer: Callable[[socket.socket, bytes], None]
-    sock: socket.socket = field(default_factory=socket.socket)
-    sent: list[int] = field(default_factory=list)  # bytes each connection took before it ended
-    done: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> RawServer:
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        threading.Thread(target=self._serve, daemon=True).start()
-        return self
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                request += chunk
-            with contextlib.suppress(OSError):
-                self.answer(conn, request)
-        self.done.set()
-
-    def stop(self) -> None:
-        self.sock.close()
-
-
-@contextlib.contextmanager
-def serving(answer: Callable[[socket.socket, bytes], None]) -> Iterator[RawServer]:
-    server = RawServer(answer).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def client(url: str) -> Client:

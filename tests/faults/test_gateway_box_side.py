@@ -21,7 +21,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import pytest
 
 from tests.gateway.conftest import ROOT, TOKEN, GatewayProcess, running_gateway
 from tests.gateway.upstreams import start_tcp_echo
+from tests.support.rawserver import RawServer
 
 UPLOADS = 12
 
@@ -106,29 +106,29 @@ def test_a_box_json_gateway_cannot_read_box_files_or_environment(reference: str,
 UPSTREAM_BEARER = "bearer-of-the-upstream-Hq2Zk9"
 
 
-def hostile_upstream(answer: bytes) -> tuple[socket.socket, list[bytes]]:
+def hostile_upstream(answer: bytes) -> tuple[RawServer, list[bytes]]:
     """A loopback upstream answering every request with `answer`, {bearer} replaced by the Authorization
     value it received; `seen` collects the requests."""
-    listener = socket.create_server(("127.0.0.1", 0))
     seen: list[bytes] = []
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                request = b""
-                while b"\r\n\r\n" not in request and (chunk := conn.recv(65536)):
-                    request += chunk
-                seen.append(request)
-                bearer = next((line.split(b": ", 1)[1] for line in request.split(b"\r\n")
-                               if line.lower().startswith(b"authorization: ")), b"")
-                conn.sendall(answer.replace(b"{bearer}", bearer))
+    def respond(conn: socket.socket, request: bytes) -> None:
+        seen.append(request)
+        bearer = next((line.split(b": ", 1)[1] for line in request.split(b"\r\n")
+                       if line.lower().startswith(b"authorization: ")), b"")
+        conn.sendall(answer.replace(b"{bearer}", bearer))
 
-    threading.Thread(target=serve, daemon=True).start()
-    return listener, seen
+    return RawServer(respond).start(), seen
+
+
+@contextlib.contextmanager
+def behind_the_gateway(upstream: RawServer, credentials: Path) -> Iterator[GatewayProcess]:
+    """A gateway routing `echo` to `upstream`, injecting its bearer read from a credential, as on a box."""
+    (credentials / "bearer-echo").write_text(UPSTREAM_BEARER + "\n")
+    config = {"host": "127.0.0.1", "authTokens": [TOKEN], "models": {"echo": {
+        "url": upstream.url,
+        "headers": {"Authorization": "Bearer ${cred:bearer-echo}"}}}}
+    with running_gateway(config, {"CREDENTIALS_DIRECTORY": str(credentials)}) as gw:
+        yield gw
 
 
 ECHOES = {
@@ -143,17 +143,13 @@ ECHOES = {
 @pytest.mark.parametrize("case", sorted(ECHOES))
 def test_an_upstream_echoing_its_bearer_gets_it_into_no_log_line(case: str, tmp_path: Path) -> None:
     answer, status = ECHOES[case]
-    (tmp_path / "bearer-echo").write_text(UPSTREAM_BEARER + "\n")
-    listener, seen = hostile_upstream(answer)
-    config = {"host": "127.0.0.1", "authTokens": [TOKEN], "models": {"echo": {
-        "url": f"http://127.0.0.1:{listener.getsockname()[1]}",
-        "headers": {"Authorization": "Bearer ${cred:bearer-echo}"}}}}
+    upstream, seen = hostile_upstream(answer)
     try:
-        with running_gateway(config, {"CREDENTIALS_DIRECTORY": str(tmp_path)}) as gw:
+        with behind_the_gateway(upstream, tmp_path) as gw:
             reply = gw.request("POST", "/route/echo/x", body=b"{}")
             log = gw.stderr()
     finally:
-        listener.close()
+        upstream.stop()
     assert seen and UPSTREAM_BEARER.encode() in seen[0]  # the bearer went upstream, and only there
     assert reply.status == status
     assert UPSTREAM_BEARER not in log
@@ -164,18 +160,14 @@ def test_an_upstream_redirect_is_relayed_never_followed(tmp_path: Path) -> None:
     elsewhere = socket.create_server(("127.0.0.1", 0))
     elsewhere.settimeout(0.5)
     location = f"http://127.0.0.1:{elsewhere.getsockname()[1]}/steal".encode()
-    (tmp_path / "bearer-echo").write_text(UPSTREAM_BEARER + "\n")
-    listener, seen = hostile_upstream(b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n\r\n")
-    config = {"host": "127.0.0.1", "authTokens": [TOKEN], "models": {"echo": {
-        "url": f"http://127.0.0.1:{listener.getsockname()[1]}",
-        "headers": {"Authorization": "Bearer ${cred:bearer-echo}"}}}}
+    upstream, seen = hostile_upstream(b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n\r\n")
     try:
-        with running_gateway(config, {"CREDENTIALS_DIRECTORY": str(tmp_path)}) as gw:
+        with behind_the_gateway(upstream, tmp_path) as gw:
             reply = gw.request("POST", "/route/echo/x", body=b"{}")
         with pytest.raises(TimeoutError):
             elsewhere.accept()
     finally:
-        listener.close()
+        upstream.stop()
         elsewhere.close()
     assert reply.status == 302 and reply.header("Location") == location.decode()
     assert len(seen) == 1
