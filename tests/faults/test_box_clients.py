@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import trustme
 
 from fleetllm_installer import fetch
 from fleetllm_installer.fetch import Client, FetchError
@@ -77,6 +79,28 @@ def test_a_drip_is_cut_at_the_request_deadline(where: str, monkeypatch: pytest.M
     assert "no complete answer within 1 s" in str(caught.value)
     (sent,) = counted
     assert sent < DRIP_BYTES  # the client hung up long before the server was through
+
+
+def test_a_drip_over_tls_and_a_stalled_handshake_are_cut_at_the_deadline(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch, "REQUEST_TIMEOUT_S", DEADLINE_S)
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    counted: list[int] = []
+    with serving(dripper(DRIPS["headers"], counted), tls=context) as server:
+        with pytest.raises(FetchError) as dripped:
+            Client(server.url, FLEET_KEY, BOX, bundle, deadline_s=0.0).poll_config(None)
+        assert server.done.wait(30)
+    # A server that never answers the TLS handshake (it waits for an HTTP head that never comes).
+    with serving(lambda conn, request: None) as silent, pytest.raises(FetchError) as stalled:
+        Client(silent.url.replace("http://", "https://"), FLEET_KEY, BOX, bundle, deadline_s=0.0).poll_config(None)
+    assert "no complete answer within 1 s" in str(dripped.value)
+    assert "no complete answer within 1 s" in str(stalled.value)
+    (sent,) = counted
+    assert sent < DRIP_BYTES
 
 
 def cut_answer(body: bytes, etag: str) -> Callable[[socket.socket, bytes], None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ class RawServer:
     answer: Callable[[socket.socket, bytes], None]
     sock: socket.socket = field(default_factory=socket.socket)
     done: threading.Event = field(default_factory=threading.Event)  # set once a connection was answered
+    tls: ssl.SSLContext | None = None  # speak TLS with this server context
 
     def start(self) -> RawServer:
         self.sock.bind(("127.0.0.1", 0))
@@ -26,7 +28,7 @@ class RawServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.sock.getsockname()[1]}"
 
     def _serve(self) -> None:
         while True:
@@ -37,6 +39,12 @@ class RawServer:
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
     def _one(self, conn: socket.socket) -> None:
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except OSError:
+                conn.close()
+                return
         with conn:
             request = b""
             while b"\r\n\r\n" not in request:
@@ -53,8 +61,8 @@ class RawServer:
 
 
 @contextlib.contextmanager
-def serving(answer: Callable[[socket.socket, bytes], None]) -> Iterator[RawServer]:
-    server = RawServer(answer).start()
+def serving(answer: Callable[[socket.socket, bytes], None], tls: ssl.SSLContext | None = None) -> Iterator[RawServer]:
+    server = RawServer(answer, tls=tls).start()
     try:
         yield server
     finally:
