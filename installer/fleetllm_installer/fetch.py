@@ -82,18 +82,14 @@ MAX_SHOWN = 200  # characters of server-controlled text quoted in a message
 
 @dataclass(frozen=True)
 class _Scrub:
-    """Server-controlled text made fit for a message: the fleet key (and the bearer form of it) blanked out
-    even where a server echoes it, control and non-ASCII characters replaced, cut to MAX_SHOWN."""
+    """Server-controlled text made fit for a message: the fleet key blanked out wherever a server echoes it,
+    control and non-ASCII characters replaced, cut to MAX_SHOWN."""
 
     secret: str = field(repr=False)
 
     def __call__(self, text: object) -> str:
-        shown = str(text)
-        if self.secret:
-            shown = shown.replace(self.secret, "[fleet key]")
+        shown = str(text).replace(self.secret, "[fleet key]") if self.secret else str(text)
         shown = "".join(ch if " " <= ch <= "~" else "?" for ch in shown)
-        if self.secret:  # a key split by a replaced character is still blanked as far as it goes
-            shown = shown.replace(self.secret, "[fleet key]")
         return shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN - 3] + "..."
 
 
@@ -115,7 +111,6 @@ class _Watchdog:
     close() cancels the timer and lets go of the duplicates; call it when the request ends."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
         self.expired = False
         self._closed = False
         self._lock = threading.Lock()

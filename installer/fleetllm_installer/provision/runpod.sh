@@ -97,8 +97,7 @@ def too_slow(signum, frame):
     raise TimeoutError("no complete answer within the deadline of one request")
 
 def shown(exc):  # what a server sent (a reason phrase, a status line) without the fleet key, printable, short
-    text = "".join(c if " " <= c <= "~" else "?" for c in str(exc).replace(key, "[fleet key]"))
-    return text.replace(key, "[fleet key]")[:200]
+    return "".join(c if " " <= c <= "~" else "?" for c in str(exc).replace(key, "[fleet key]"))[:200]
 
 def download():  # one request, bounded as a whole (a drip of a byte at a time cannot hold it)
     signal.setitimer(signal.ITIMER_REAL, max(5.0, min(60.0, deadline - time.monotonic())))
