@@ -30,8 +30,15 @@ from __future__ import annotations
 MANAGED_FLAGS = ("api-key", "device-memory-utilization", "gpu-memory-utilization", "host", "max-model-len", "port",
                  "served-model-name", "uds")  # device-memory-utilization: vLLM 0.32's other name for the gpu one
 
-# What to do instead, per managed flag.
+# Flags that read other flags from a file on the box: vLLM's `--config FILE` (FlexibleArgumentParser pulls
+# every key of the YAML file into argv before argparse runs), so the file could set any managed flag where
+# neither validation nor the installer sees it. Refused by the same prefix rule as the managed flags.
+FILE_FLAGS = ("config",)
+
+# What to do instead, per managed flag (and per file flag).
 INSTEAD = {
+    "config": "it reads vLLM's flags from a file on the box, where one could set a flag fleetllm manages; "
+              "write each option in the recipe's args or settings instead",
     "api-key": "fleetllm derives each server's bearer and passes it as VLLM_API_KEY; never put a key in args",
     "gpu-memory-utilization": "use the recipe's gpu_memory_utilization field (or leave the box to divide the card)",
     "device-memory-utilization": "vLLM's other name for --gpu-memory-utilization: use the recipe's "
@@ -53,13 +60,14 @@ def flag_key(token: str) -> str | None:
 
 
 def managed_flag(token: str) -> str | None:
-    """The managed flag (without `--`) that vLLM could read `token` as, or None."""
+    """The managed flag (without `--`) that vLLM could read `token` as, or None; a file flag (FILE_FLAGS,
+    `--config`) counts as one, since the file it names could set any of them."""
     name = flag_key(token)
     if not name:
         return None
     for candidate in (name, name[3:] if name.startswith("no-") else ""):
         if candidate:
-            for flag in MANAGED_FLAGS:
+            for flag in (*MANAGED_FLAGS, *FILE_FLAGS):
                 if flag.startswith(candidate):
                     return flag
     return None
@@ -82,4 +90,19 @@ def explain(token: str, flag: str) -> str:
     else:
         how = (f"would be read by vLLM as --{flag} (it takes any unambiguous prefix of a flag, `_` for `-` "
                "and `.` for a nested key), which is")
-    return f"{written} {how} a flag fleetllm manages: remove it; {INSTEAD[flag]}"
+    what = "refused" if flag in FILE_FLAGS else "a flag fleetllm manages"
+    return f"{written} {how} {what}: remove it; {INSTEAD[flag]}"
+
+
+def option_like(value: str) -> bool:
+    """Whether vLLM would read a value the installer puts on the command line by itself (the positional
+    model, the value of --served-model-name) as an option: `vllm serve --api-key=X` is a flag, not a
+    model, and would bypass the managed-flag rule."""
+    return value.startswith("-")
+
+
+def option_like_problem(field: str) -> str:
+    """The problem for a field whose value option_like refuses (the value is not shown: it may be a key)."""
+    return (f"{field}: starts with '-', so vLLM would read it as an option (e.g. --api-key=...), not as "
+            "this field's value: use a model id, an absolute path or a name that starts with a letter or digit "
+            "(value not shown)")

@@ -6,10 +6,14 @@
     GET|HEAD /metrics                     answered here (Prometheus text)
     /route/{m}                            307 to /route/{m}/
     declared Content-Length > cap         413, body unread
-    /route/{m}/{rest}                     404 unknown model, else the body is streamed upstream
+    /route/{m}/{rest}                     404 unknown model, 503 when its slots and queue are full, else
+                                          the body read (413 over the cap, 400 unreadable)
     anything else                         body read (413 over the cap, 400 unreadable), model from the
                                           JSON (400), 404 unknown model
     then per model: a slot (503 when the queue is full or the wait ran out), upstream (502 on failure)
+
+Every body is read whole, under the gateway-wide byte budget, before a model's slot is taken (path-routed
+ones too, where LLMhop streams them): a slow or incomplete upload holds bytes it sent, never a slot.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -177,12 +181,51 @@ class Gateway:
         return web.Response(body=entry, content_type=_JSON) if entry else error_response(errors.unknown_model(name))
 
     async def _body_routed(self, request: web.BaseRequest, raw_path: str, query: str) -> web.StreamResponse:
-        """The body is needed before the model (so before a model's slot): each chunk is reserved in
-        the gateway-wide ByteBudget before it is kept, and the model is found by fleetllm_gateway.jsonscan
-        without building the document."""
+        """The body is needed before the model (so before a model's slot); the model is found by
+        fleetllm_gateway.jsonscan without building the document."""
+
+        async def route(body: bytes | bytearray) -> web.StreamResponse:
+            try:
+                name = await find_model(body, self.scanning)
+            except BodyError as exc:
+                return self._unrouted(exc.error)
+            model = self.models.get(name)
+            if model is None:
+                return self._unrouted(errors.unknown_model(name))
+            target = model.route.target.request_target(raw_path, query)
+            return await self._proxy(model, request, target, body)
+
+        return await self._buffered(request, route, self._unrouted)
+
+    async def _path_routed(self, request: web.BaseRequest, route: PathRoute, query: str) -> web.StreamResponse:
+        """The model is known from the path, yet its slot is taken only once the whole body is here (LLMhop
+        streams a path-routed body with the slot held: 12 incomplete chunked uploads held every slot of a
+        model until their clients left, issue 27). A model whose slots and queue are full answers 503 at
+        once, without waiting for the body."""
+        model = self.models.get(route.model)
+        if model is None:
+            return self._unrouted(errors.unknown_model(route.model))
+        target = model.route.target.request_target(route.rest, query)
+
+        def refuse(error: errors.ErrorResponse) -> web.Response:
+            model.stats.count(error.status)
+            return error_response(error)
+
+        if model.limiter.full:
+            return refuse(errors.QUEUE_FULL)
+        if not request.body_exists and request.content_length is None:
+            return await self._proxy(model, request, target, None)
+        return await self._buffered(request, lambda body: self._proxy(model, request, target, body), refuse)
+
+    async def _buffered(self, request: web.BaseRequest,
+                        then: Callable[[bytes | bytearray], Awaitable[web.StreamResponse]],
+                        refuse: Callable[[errors.ErrorResponse], web.Response]) -> web.StreamResponse:
+        """Read the whole body, then answer with `then(body)`. Each chunk is reserved in the gateway-wide
+        ByteBudget before it is kept, and held until the request ends: a client that sends slowly holds
+        only what it sent, and never a model's slot."""
         budget, length = self.budget, request.content_length
         if length is not None and not budget.fits(length):
-            return self._unrouted(errors.BODY_TOO_LARGE)
+            return refuse(errors.BODY_TOO_LARGE)
         held = 0
 
         async def reserve(amount: int) -> None:
@@ -195,40 +238,18 @@ class Gateway:
             await _continue(request)
             try:
                 body = await self._whole_body(request, self.config.max_body_bytes or budget.total, reserve)
-                name = await find_model(body, self.scanning)
             except _BudgetExhaustedError:
-                return self._unrouted(errors.BODIES_AT_LIMIT)
+                return refuse(errors.BODIES_AT_LIMIT)
             except _BodyTooLargeError:
-                return self._unrouted(errors.BODY_TOO_LARGE)
+                return refuse(errors.BODY_TOO_LARGE)
             except _BodyUnreadableError:
-                return self._unrouted(errors.BODY_UNREADABLE)
-            except BodyError as exc:
-                return self._unrouted(exc.error)
-            model = self.models.get(name)
-            if model is None:
-                return self._unrouted(errors.unknown_model(name))
-            target = model.route.target.request_target(raw_path, query)
-            return await self._proxy(request, model, target, body, chunked=False)
+                return refuse(errors.BODY_UNREADABLE)
+            return await then(body)
         finally:
             budget.release(held)
 
-    async def _path_routed(self, request: web.BaseRequest, route: PathRoute, query: str) -> web.StreamResponse:
-        model = self.models.get(route.model)
-        if model is None:
-            return self._unrouted(errors.unknown_model(route.model))
-        target = model.route.target.request_target(route.rest, query)
-        body: bytes | bytearray | AsyncIterator[bytes] | None = None
-        length = request.content_length
-        # Small declared bodies are read first (one write upstream, and a retry stays possible), once
-        # the slot is taken; others are streamed.
-        read_first = length is not None and length <= BUFFER_REQUESTS_UP_TO
-        if not read_first and request.body_exists:
-            body = self._body_chunks(request, self.config.max_body_bytes)
-        return await self._proxy(request, model, target, body, chunked=request.content_length is None,
-                                 read_first=read_first)
-
     async def _whole_body(self, request: web.BaseRequest, limit: int,
-                          reserve: Callable[[int], Awaitable[None]] | None = None) -> bytes | bytearray:
+                          reserve: Callable[[int], Awaitable[None]]) -> bytes | bytearray:
         """The request body in memory, refused past `limit` (a declared excess was refused earlier).
 
         Filled chunk by chunk into one buffer, letting the loop run every MiB: aiohttp's readexactly()
@@ -248,8 +269,7 @@ class Gateway:
                     raise _BodyUnreadableError()
                 if not length and limit and end > limit:
                     raise _BodyTooLargeError()
-                if reserve is not None:
-                    await reserve(len(chunk))
+                await reserve(len(chunk))
                 buffer += chunk
                 filled, unyielded = end, unyielded + len(chunk)
                 if unyielded >= 1 << 20:
@@ -261,25 +281,9 @@ class Gateway:
             raise _BodyUnreadableError()
         return buffer
 
-    async def _body_chunks(self, request: web.BaseRequest, cap: int) -> AsyncIterator[bytes]:
-        """The request body as it arrives, cut off past `cap` (0: no cap)."""
-        total = 0
-        while True:
-            try:
-                chunk = await request.content.readany()
-            except (HttpProcessingError, ConnectionError, asyncio.IncompleteReadError):
-                raise _BodyUnreadableError() from None
-            if not chunk:
-                return
-            total += len(chunk)
-            if cap and total > cap:
-                raise _BodyTooLargeError()
-            yield chunk
-
-    async def _proxy(self, request: web.BaseRequest, model: _Model, target: str,
-                     body: bytes | bytearray | AsyncIterator[bytes] | None, *, chunked: bool,
-                     read_first: bool = False) -> web.StreamResponse:
-        """Take a slot of the model, then (with `read_first`) read the body, then exchange."""
+    async def _proxy(self, model: _Model, request: web.BaseRequest, target: str,
+                     body: bytes | bytearray | None) -> web.StreamResponse:
+        """Take a slot of the model (the body, if any, is complete by now), then exchange."""
         stats = model.stats
         admission = await model.limiter.acquire()
         if admission is not Admission.ADMITTED:
@@ -288,33 +292,18 @@ class Gateway:
         loop = asyncio.get_running_loop()
         admitted = loop.time()
         try:
-            if read_first:
-                await _continue(request)
-                try:
-                    body = await self._whole_body(request, self.config.max_body_bytes)
-                except (_BodyTooLargeError, _BodyUnreadableError) as exc:
-                    error = errors.BODY_TOO_LARGE if isinstance(exc, _BodyTooLargeError) else errors.BODY_UNREADABLE
-                    stats.count(error.status)
-                    return error_response(error)
-            elif body is not None and not isinstance(body, (bytes, bytearray)):
-                await _continue(request)
-            return await self._exchange(request, model, target, body, chunked)
+            return await self._exchange(request, model, target, body)
         finally:
             model.limiter.release()
             stats.duration.observe(loop.time() - admitted)
 
     async def _exchange(self, request: web.BaseRequest, model: _Model, target: str,
-                        body: bytes | bytearray | AsyncIterator[bytes] | None, chunked: bool) -> web.StreamResponse:
+                        body: bytes | bytearray | None) -> web.StreamResponse:
         route, stats = model.route, model.stats
         host, headers = upstream_headers(
             list(request.headers.items()), client_ip=request.remote or "", client_host=request.headers.get("Host"),
             strip_authorization=bool(self.tokens), injected=route.headers, default_host=route.target.authority)
-        if isinstance(body, (bytes, bytearray)):
-            framing = f"Content-Length: {len(body)}\r\n"
-        elif body is None:
-            framing = ""
-        else:
-            framing = "Transfer-Encoding: chunked\r\n" if chunked else f"Content-Length: {request.content_length}\r\n"
+        framing = "" if body is None else f"Content-Length: {len(body)}\r\n"
         pool = model.pool
         lines = [f"{request.method} {pool.absolute_form}{target} HTTP/1.1\r\nHost: {host}\r\n"]
         lines.extend(f"{name}: {value}\r\n" for name, value in headers)
@@ -323,13 +312,7 @@ class Gateway:
         loop = asyncio.get_running_loop()
         sent = loop.time()
         try:
-            upstream = await model.pool.send(head, body, chunked=chunked, head_request=request.method == "HEAD")
-        except _BodyTooLargeError:
-            stats.count(413)
-            return error_response(errors.BODY_TOO_LARGE)
-        except _BodyUnreadableError:
-            stats.count(400)
-            return error_response(errors.BODY_UNREADABLE)
+            upstream = await model.pool.send(head, body, chunked=False, head_request=request.method == "HEAD")
         except (UpstreamError, OSError) as exc:
             return self._upstream_failed(model, exc)
         stats.latency.observe(loop.time() - sent)

@@ -1,4 +1,4 @@
-"""`fleetllm-gateway --config FILE [--check] [--log-level LEVEL]` (also `fleetllm gateway`,
+"""`fleetllm-gateway --config FILE [--check] [--box-json] [--log-level LEVEL]` (also `fleetllm gateway`,
 `python3 box.pyz gateway`).
 
 Exit 0 after a clean stop, a valid `--check` or `--version`, 1 on an invalid configuration or a failed
@@ -35,15 +35,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", "-check", action="store_true",
                         help="validate the configuration and build the router without binding; secret references "
                              "are checked for syntax but not read. Exit 0 valid, 1 invalid")
+    parser.add_argument("--box-json", "-box-json", action="store_true",
+                        help="the config was written from a box JSON (the installer sets this): only ${cred:...} "
+                             "secret references are read, and every model url must be on this box (loopback or "
+                             "a unix socket)")
     add_level_argument(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run(Path(args.config), check=args.check, log_level=args.log_level)
+    return run(Path(args.config), check=args.check, log_level=args.log_level, box_json=args.box_json)
 
 
-def run(config_path: Path, *, check: bool, log_level: str | None = None) -> int:
+def run(config_path: Path, *, check: bool, log_level: str | None = None, box_json: bool = False) -> int:
     try:
         level = resolve_level(log_level)
     except ValueError as exc:
@@ -51,7 +55,7 @@ def run(config_path: Path, *, check: bool, log_level: str | None = None) -> int:
         return 2
     configure(logging.getLogger(), level, fmt="text" if check else "json", prog="fleetllm-gateway")
     try:
-        config = load_config(config_path, expand_secrets=not check)
+        config = load_config(config_path, expand_secrets=not check, box_json=box_json)
     except ConfigError as exc:
         for problem in exc.problems:
             if check:

@@ -3,7 +3,11 @@
 Pure: text in, an immutable `GatewayConfig` out, or a `ConfigError` listing every problem, each as
 `config: <location>: <message>` with LLMhop's wording where LLMhop has one (llmhop.md §7-§8).
 Secret references in `authTokens[*]` and `models.*.headers.*` are expanded with `fleetllm_contract.secretref`;
-with `expand_secrets=False` (`--check`) only their syntax is checked and nothing is read.
+with `expand_secrets=False` (`--check`) only their syntax is checked and nothing is read. With
+`box_json=True` (`--box-json`: the installer wrote the config from a box JSON, which the control plane
+sends) only `${cred:...}` references are accepted, naming the credentials the installer writes, and every
+model url must be on the box (loopback or a unix socket): the box's environment and files are not the
+control plane's to send upstream (issue 27; docs/security.md, "The box gateway").
 Deviations from LLMhop are listed in gateway/README.md.
 """
 
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetllm_contract import secretref
+from fleetllm_contract.addresses import is_loopback
 from fleetllm_gateway.errors import GatewayError
 from fleetllm_gateway.target import Target, TargetError, parse_target
 
@@ -37,7 +42,7 @@ DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # or maxBodyBytes when larger
 _TOP_KEYS = frozenset({"host", "port", "maxBodyBytes", "maxConcurrentRequests", "authTokens", "models",
                        "maxQueuedRequests", "queueTimeoutSeconds", "connectTimeoutSeconds", "maxBufferedBytes"})
 _MODEL_KEYS = frozenset({"url", "headers", "unlisted", "maxConcurrentRequests", "maxQueuedRequests"})
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 
@@ -93,22 +98,24 @@ def valid_header_value(value: str) -> bool:
     return not any((ch < " " and ch != "\t") or ch == "\x7f" for ch in value)
 
 
-def load_config(path: Path, *, expand_secrets: bool = True, env: Mapping[str, str] | None = None) -> GatewayConfig:
+def load_config(path: Path, *, expand_secrets: bool = True, env: Mapping[str, str] | None = None,
+                box_json: bool = False) -> GatewayConfig:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ConfigError([f'config: cannot read "{path}": {reason}']) from None
-    return parse_config(text, expand_secrets=expand_secrets, env=env)
+    return parse_config(text, expand_secrets=expand_secrets, env=env, box_json=box_json)
 
 
-def parse_config(text: str, *, expand_secrets: bool = True, env: Mapping[str, str] | None = None) -> GatewayConfig:
+def parse_config(text: str, *, expand_secrets: bool = True, env: Mapping[str, str] | None = None,
+                 box_json: bool = False) -> GatewayConfig:
     """Decode, validate and (unless `expand_secrets` is false) resolve secrets, reporting every problem."""
     problems: list[str] = []
     document = _decode(text, problems)
     if problems:
         raise ConfigError([f"config: {p}" for p in problems])
-    config = _Reader(problems, expand_secrets, env).read(document)
+    config = _Reader(problems, expand_secrets, env, box_json).read(document)
     if problems or config is None:
         raise ConfigError([f"config: {p}" for p in problems])
     return config
@@ -159,10 +166,12 @@ def _kind(value: Any) -> str:
 class _Reader:
     """Walks the decoded document once, appending every problem to `problems`."""
 
-    def __init__(self, problems: list[str], expand_secrets: bool, env: Mapping[str, str] | None) -> None:
+    def __init__(self, problems: list[str], expand_secrets: bool, env: Mapping[str, str] | None,
+                 box_json: bool = False) -> None:
         self.problems = problems
         self.expand_secrets = expand_secrets
         self.env = env
+        self.box_json = box_json
 
     def _typed(self, where: str, value: Any, check: Callable[[Any], bool], expected: str) -> bool:
         if check(value):
@@ -258,6 +267,10 @@ class _Reader:
                 target = parse_target(url)
             except TargetError as exc:
                 self.problems.append(f"{where}: {exc}")
+            if target is not None and self.box_json and not (target.is_unix or is_loopback(target.host)):
+                self.problems.append(f"{where}.url: a config from a box JSON routes only to this box's servers "
+                                     "(a loopback address or a unix socket)")
+                target = None
         unlisted = doc.get("unlisted", False)
         self._typed(f"{where}.unlisted", unlisted, lambda v: isinstance(v, bool), "a boolean")
         headers_doc = doc.get("headers")
@@ -275,7 +288,7 @@ class _Reader:
         headers: list[tuple[str, str]] = []
         seen: set[str] = set()
         for name, raw in doc.items():
-            if not _TOKEN.fullmatch(name):
+            if not HEADER_NAME.fullmatch(name):
                 self.problems.append(f'{where}.headers: invalid header name "{name}"')
                 continue
             key = canonical_header(name)
@@ -317,6 +330,13 @@ class _Reader:
 
     def _secret(self, where: str, raw: str) -> str | None:
         """The value with references expanded (or checked only); None after recording a problem."""
+        if self.box_json:
+            foreign = sorted({str(ref) for ref in secretref.references(raw) if ref.scheme != "cred"})
+            if foreign:
+                self.problems.extend(f"{where}: {ref} is refused in a config from a box JSON: the box's environment "
+                                     "and files are not the control plane's to send; only ${cred:...} references "
+                                     "to the credentials the installer writes are read" for ref in foreign)
+                return None
         try:
             return secretref.expand(raw, self.env) if self.expand_secrets else _checked(raw)
         except secretref.SecretRefError as exc:

@@ -34,6 +34,13 @@ class Limiter:
     def queued(self) -> int:
         return len(self._waiters)
 
+    @property
+    def full(self) -> bool:
+        """No slot free and the queue full: acquire() would answer QUEUE_FULL now (a hint for answering
+        before a body is read; acquire() still decides)."""
+        return self.limit != 0 and (self.active >= self.limit or bool(self._waiters)) \
+            and len(self._waiters) >= self.max_queued
+
     async def acquire(self) -> Admission:
         if self.limit == 0 or (self.active < self.limit and not self._waiters):
             self.active += 1

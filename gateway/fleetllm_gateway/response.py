@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 
+from fleetllm_gateway.config import HEADER_NAME
 from fleetllm_gateway.connection import Connection, UpstreamError
 from fleetllm_gateway.errors import GatewayError
 
@@ -46,7 +47,7 @@ def _parse_head(head: bytes) -> tuple[str, int, str, list[tuple[str, str]]]:
     headers: list[tuple[str, str]] = []
     for line in lines[1:]:
         name, colon, value = line.partition(":")
-        if not colon or not name or name != name.strip() or line[0] in " \t":
+        if not colon or not HEADER_NAME.fullmatch(name):  # (a name with a space once hung the client, issue 27)
             raise UpstreamError("upstream sent a malformed header line")
         headers.append((name, value.strip(" \t")))
     return version, int(code), reason, headers

@@ -1,12 +1,13 @@
 """The box agent: `python3 -S fleetllm-box.pyz agent`, the Supervisor program `fleetllm-agent`.
 
-The installer installs it when the box JSON has `"agent": {"poll_s": N}` (agentsetup.py) and removes
-it when the JSON has none. It polls GET /vllm/config every N seconds (+-20 % jitter) with
-`If-None-Match` (an unchanged config is a 304 and costs nothing). When the body it is served differs
-from the one the box applied, it runs the installer's own code path on it (main.Installer: box JSON
-check, fit check, programs written, `supervisorctl reread` + `update` so only programs whose config
-changed restart and programs that left are stopped and removed, supervisord's verdict, POST
-/vllm/report with `"agent": true`).
+The installer installs it when the box JSON has `"agent": {"poll_s": N}` (agentsetup.py) and removes it
+when the JSON has none. It polls GET /vllm/config every N seconds (+-20 % jitter) with `If-None-Match`
+(an unchanged config is a 304 and costs nothing); it keeps an ETag only for the body the box runs, never
+for one it refused (a cut answer must not become a 304 for ever, issue 27). When the body it is served
+differs from the one the box applied, it runs the installer's own code path on it (main.Installer: box
+JSON check, fit check, programs written, `supervisorctl reread` + `update` so only programs whose config
+changed restart and programs that left are stopped and removed, supervisord's verdict, POST /vllm/report
+with `"agent": true`).
 
 A retiring box (it left the placement) is served a box JSON with no servers and no agent: applied as any
 other, it removes every fleetllm program, this agent's own included (issue 25).
@@ -180,7 +181,9 @@ class Agent:
             self.load_state()  # an installer run (which started this agent) may have applied it meanwhile
         if digest in (self.applied, self.refused):
             self.failures = 0
-            self.etag = answer.etag
+            # An ETag is kept only for the body the box runs: one of a refused body (which may have been
+            # cut short in a way the fetch could not see) would turn every later poll into a 304.
+            self.etag = answer.etag if digest == self.applied else None
             return Outcome(answer.status, "same")
         log("agent: the served box JSON changed; applying it")
         installer = AgentInstaller(installer_args(), self.settings, client=self.client, fetched=answer.body,
@@ -201,15 +204,16 @@ class Agent:
             self.failures += 1
             log(f"agent: the apply did not finish; it is tried again in about {self.next_delay():.0f} s")
             return Outcome(answer.status, "retry")
-        self.etag = answer.etag
         self.failures = 0
         box = installer.box
         if code != EXIT_OK:
+            self.etag = None  # the next poll fetches the body again; an unchanged one is not reported again
             self.refused = digest
             log("agent: the served box JSON was refused (reported); the box keeps its programs until "
                 "the control plane serves another")
             return Outcome(answer.status, "refused")
         self.applied, self.refused = digest, None
+        self.etag = answer.etag
         if box is not None and box.agent is not None:
             self.set_poll(box.agent.poll_s)
             try:

@@ -153,8 +153,8 @@ def check_config(plan: GatewayPlan) -> str:
         program.write_bytes(plan.program)
         config.write_text(plan.config_text, encoding="utf-8")
         try:
-            done = subprocess.run([plan.python, str(program), "gateway", "--check", "--config", str(config)],
-                                  capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False,
+            done = subprocess.run([plan.python, str(program), "gateway", "--check", "--box-json", "--config",
+                                   str(config)], capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False,
                                   env=supervisord_environment(dict(os.environ)))
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BoxGatewayError(f"cannot run the gateway's --check with {plan.python}: {exc}") from None

@@ -13,11 +13,13 @@ import json
 import math
 import re
 import shlex
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fleetllm_contract import secretref, vllmflags
+from fleetllm_contract.addresses import is_loopback
 from fleetllm_contract.boxjson import (
     AGENT_POLL_S,
     AGENT_PROGRAM,
@@ -182,9 +184,13 @@ def _server(entry: Any, where: str, problems: list[str]) -> ServerSpec | None:
                         f"got {_shown(name)}")
     if not _text(model) or any(ch.isspace() for ch in model):
         problems.append(f"{where}.model: expected a model id or path without whitespace, got {_shown(model)}")
+    elif vllmflags.option_like(model):
+        problems.append(vllmflags.option_like_problem(f"{where}.model"))
     served: Any = entry.get("served_model_name")
     if served is not None and (not _text(served) or any(ch.isspace() for ch in served)):
         problems.append(f"{where}.served_model_name: expected a name without whitespace, got {_shown(served)}")
+    elif served is not None and vllmflags.option_like(served):
+        problems.append(vllmflags.option_like_problem(f"{where}.served_model_name"))
     if not _is_int(port) or not 0 < port < 65536:
         problems.append(f"{where}.port: expected an integer 1-65535, got {_shown(port)}")
     if not isinstance(key, str) or not BEARER.match(key):
@@ -222,6 +228,40 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
+def _strings_at(value: Any, where: str) -> list[tuple[str, str]]:
+    """(field, string) for every string anywhere in a decoded JSON value, the field named as in a problem."""
+    if isinstance(value, str):
+        return [(where, value)]
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _strings_at(item, f"{where}.{key}")]
+    if isinstance(value, list):
+        return [found for i, item in enumerate(value) for found in _strings_at(item, f"{where}[{i}]")]
+    return []
+
+
+def _gateway_reach(config: dict[str, Any], problems: list[str]) -> None:
+    """What the gateway would read and where it would send it: only the credentials the installer writes
+    (`${env:...}` and `${file:...}` would send the box's environment or files upstream) and only to this
+    box (a model url on loopback or a unix socket). The gateway refuses the same with --box-json."""
+    problems.extend(f"{where}: {ref} is refused in a box JSON: the box's environment and files are not the "
+                    "control plane's to send; only ${cred:...} references are read"
+                    for where, text in _strings_at(config, "gateway.config")
+                    for ref in secretref.references(text) if ref.scheme != "cred")
+    models = config.get("models")
+    for name, model in (models.items() if isinstance(models, dict) else ()):
+        url = model.get("url") if isinstance(model, dict) else None
+        if not isinstance(url, str):
+            continue
+        try:
+            parts = urllib.parse.urlsplit(url)
+            local = parts.scheme == "unix" or (parts.scheme in ("http", "https") and is_loopback(parts.hostname or ""))
+        except ValueError:  # a malformed url (the gateway's --check names its own problem)
+            local = False
+        if not local:
+            problems.append(f"gateway.config.models.{name}.url: the box gateway routes only to this box's servers "
+                            f"(a loopback address or a unix socket), got {_shown(url)}")
+
+
 def _gateway(entry: Any, servers: list[ServerSpec], problems: list[str]) -> GatewaySpec | None:
     """The box gateway. Its config is checked here only for what the installer relies on; the gateway's
     own `--check` judges the rest."""
@@ -253,6 +293,7 @@ def _gateway(entry: Any, servers: list[ServerSpec], problems: list[str]) -> Gate
                           if ref.scheme == "cred" and ref.name not in known})
         problems.extend(f"gateway.config: credential {name!r} is neither {CLIENT_TOKEN_CREDENTIAL!r} nor "
                         "bearer-<server> of a server in this JSON" for name in unknown)
+        _gateway_reach(config, problems)
     if any(s.name == GATEWAY_PROGRAM for s in servers):
         problems.append(f"servers: a server named {GATEWAY_PROGRAM!r} would take the gateway's program name")
     if len(problems) > before:

@@ -11,15 +11,27 @@ once with a message that says what to fix.
 
 Proxies: https:// goes through https_proxy (respecting no_proxy) in a CONNECT tunnel; plain http://
 never uses a proxy (proxies_for), so the fleet key is never sent in clear to one.
+
+Deadline: each request as a whole (connect, TLS handshake, proxy tunnel, sending, the status line,
+headers and body) ends within REQUEST_TIMEOUT_S, however slowly the server drips its answer: a
+watchdog shuts the request's sockets down at the deadline (a socket timeout alone bounds each read,
+and a byte every 5 s held a poll for a minute, issue 27). A body shorter than its Content-Length (a
+connection cut mid-answer) is an error, never an answer.
+
+No secret in a message: text the server controls (a reason phrase, a redirect's Location, a broken
+status line) is shown with the fleet key blanked out, as printable ASCII, cut short (_Scrub).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import random
 import re
+import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -65,10 +77,114 @@ class _RetryableError(Exception):
         self.retry_after = retry_after
 
 
+MAX_SHOWN = 200  # characters of server-controlled text quoted in a message
+
+
+@dataclass(frozen=True)
+class _Scrub:
+    """Server-controlled text made fit for a message: the fleet key blanked out wherever a server echoes it,
+    control and non-ASCII characters replaced, cut to MAX_SHOWN."""
+
+    secret: str = field(repr=False)
+
+    def __call__(self, text: object) -> str:
+        shown = str(text).replace(self.secret, "[fleet key]") if self.secret else str(text)
+        shown = "".join(ch if " " <= ch <= "~" else "?" for ch in shown)
+        return shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN - 3] + "..."
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def __init__(self, scrub: _Scrub) -> None:
+        super().__init__()
+        self.scrub = scrub
+
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
-        raise FetchError(f"the control plane redirected ({code}) to {newurl}: set the control plane URL to the "
-                         "final address (redirects are not followed, they would carry the fleet key elsewhere)")
+        raise FetchError(f"the control plane redirected ({code}) to {self.scrub(newurl)}: set the control plane "
+                         "URL to the final address (redirects are not followed, they would carry the fleet key "
+                         "elsewhere)")
+
+
+class _Watchdog:
+    """One request's overall deadline. Every socket the request opens is registered (a duplicate of its
+    descriptor, so it stays valid after TLS takes the socket over); at the deadline a timer thread shuts
+    them down, and whatever blocks on them (connect, handshake, a read) returns at once with an error.
+    close() cancels the timer and lets go of the duplicates; call it when the request ends."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        duplicate = sock.dup()
+        with self._lock:
+            if self._closed:
+                duplicate.close()
+                return
+            self._sockets.append(duplicate)
+            if self.expired:
+                _shut(duplicate)
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def close(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._closed = True
+            for sock in self._sockets:
+                sock.close()
+            self._sockets.clear()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed by the peer
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _watched(connection_class: type[http.client.HTTPConnection], watchdog: _Watchdog) -> Any:
+    """A factory of `connection_class` whose every socket (to the server, or to a proxy) the watchdog watches."""
+
+    def connect(address: tuple[str, int], timeout: float | None = None,
+                source_address: tuple[str, int] | None = None) -> socket.socket:
+        sock = socket.create_connection(address, timeout, source_address)
+        watchdog.watch(sock)
+        return sock
+
+    def make(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
+        connection = connection_class(*args, **kwargs)
+        connection._create_connection = connect  # type: ignore[attr-defined]  # http.client's own seam
+        return connection
+
+    return make
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, watchdog: _Watchdog) -> None:
+        super().__init__()
+        self.watchdog = watchdog
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_watched(http.client.HTTPConnection, self.watchdog), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, context: ssl.SSLContext, watchdog: _Watchdog) -> None:
+        super().__init__(context=context)
+        self.context = context
+        self.watchdog = watchdog
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_watched(http.client.HTTPSConnection, self.watchdog), req, context=self.context)
 
 
 def check_url(url: str) -> None:
@@ -110,11 +226,12 @@ class Client:
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, host={self.host!r})"
 
-    def _opener(self) -> urllib.request.OpenerDirector:
+    def _opener(self, watchdog: _Watchdog) -> urllib.request.OpenerDirector:
         context = ssl.create_default_context()
         if self.ca_bundle is not None:
             context.load_verify_locations(cafile=str(self.ca_bundle))
-        return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect(),
+        return urllib.request.build_opener(_HTTPHandler(watchdog), _HTTPSHandler(context, watchdog),
+                                           _NoRedirect(_Scrub(self.fleet_key)),
                                            urllib.request.ProxyHandler(proxies_for(self.base_url)))
 
     def _request(self, method: str, path: str, body: bytes | None) -> bytes:
@@ -133,10 +250,18 @@ class Client:
             request.add_header("Content-Type", "application/json")
         for name, value in (headers or {}).items():
             request.add_header(name, value)
+        watchdog = _Watchdog(REQUEST_TIMEOUT_S)
+        scrub = _Scrub(self.fleet_key)
         try:
-            with self._opener().open(request, timeout=REQUEST_TIMEOUT_S) as response:
-                return ConfigAnswer(int(response.status), bytes(response.read(MAX_BODY + 1)),
-                                    _etag(response.headers.get("ETag")))
+            with self._opener(watchdog).open(request, timeout=REQUEST_TIMEOUT_S) as response:
+                data = bytes(response.read(MAX_BODY + 1))
+                short = len(data) <= MAX_BODY and response.length  # fewer bytes than its Content-Length said
+                if watchdog.expired and (short or response.length is None):  # (an answer ended by a close)
+                    raise http.client.IncompleteRead(data)
+                if short:
+                    raise _RetryableError(f"{path}: the answer was cut off after {len(data)} bytes, "
+                                          f"{response.length} short of its Content-Length")
+                return ConfigAnswer(int(response.status), data, _etag(response.headers.get("ETag")))
         except urllib.error.HTTPError as exc:
             if exc.code == 304 and headers and "If-None-Match" in headers:
                 return ConfigAnswer(304, b"", _etag(exc.headers.get("ETag") if exc.headers else None))
@@ -147,7 +272,12 @@ class Client:
                 raise FetchError(f"TLS certificate of {self.base_url} not trusted: {reason.verify_message}; "
                                  "name a CA bundle in FLEETLLM_CA_BUNDLE if the control plane uses a private CA"
                                  ) from None
-            raise _RetryableError(f"cannot reach {url}: {reason}") from None
+            if watchdog.expired:
+                raise _RetryableError(f"{url}: no complete answer within {REQUEST_TIMEOUT_S:g} s (the deadline "
+                                      "of one request)") from None
+            raise _RetryableError(f"cannot reach {url}: {scrub(reason)}") from None
+        finally:
+            watchdog.close()
 
     def _status_error(self, exc: urllib.error.HTTPError, path: str) -> Exception:
         status = exc.code
@@ -162,7 +292,7 @@ class Client:
             # ASCII digits only: str.isdigit() takes "²", which float() refuses
             seconds = float(retry_after) if retry_after and re.fullmatch(r"[0-9]{1,9}", retry_after.strip()) else None
             return _RetryableError(f"{path}: the control plane answered {status}", seconds)
-        return FetchError(f"{path}: the control plane answered {status} {exc.reason}")
+        return FetchError(f"{path}: the control plane answered {status} {_Scrub(self.fleet_key)(exc.reason)}")
 
     def call(self, method: str, path: str, body: bytes | None = None, deadline_s: float | None = None) -> bytes:
         """One request with retries until the deadline. Raises FetchError."""

@@ -202,7 +202,8 @@ def render_gateway_unit(gateway: GatewaySpec, *, settings: Settings, python: str
         "FLEETLLM_PROGRAM_SHA256": program_sha256,
         **dict.fromkeys(SECRET_VARS, ""),
     }
-    argv = [python, str(settings.gateway_program_path), "gateway", "--config", str(settings.gateway_config_path)]
+    argv = [python, str(settings.gateway_program_path), "gateway", "--box-json", "--config",
+            str(settings.gateway_config_path)]
     lines = [
         MARKER,
         f"; box gateway on port {gateway.port}, revision {revision}",

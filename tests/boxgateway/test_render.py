@@ -139,7 +139,7 @@ def write_configs(tmp_path: Path) -> list[Path]:
 
 def test_the_gateway_accepts_every_rendered_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for path in write_configs(tmp_path):
-        assert fleetllm(["gateway", "--check", "--config", str(path)]) == 0
+        assert fleetllm(["gateway", "--check", "--box-json", "--config", str(path)]) == 0  # as the installer runs it
         assert "valid (2 models, 2 listed)" in capsys.readouterr().out
 
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from fleetllm.core.fleet.flags import MANAGED_FLAGS, flag_name, managed_flags_in, render_settings, split_args
 from fleetllm.core.fleet.jsonvalue import JSON, freeze, freeze_mapping
+from fleetllm_contract import vllmflags
 
 
 def test_llmhop_worked_example() -> None:
@@ -69,7 +70,7 @@ keys = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,20}", fullmatch=True)
 
 def _managed_key(key: str) -> bool:
     name = key.replace("_", "-").lower()
-    return any(flag.startswith(candidate) for flag in MANAGED_FLAGS
+    return any(flag.startswith(candidate) for flag in (*MANAGED_FLAGS, *vllmflags.FILE_FLAGS)
                for candidate in (name, name.removeprefix("no-")) if candidate)
 
 

@@ -58,6 +58,12 @@ TABLE = [
     ("-tp", None),
     ("--", None),
     ("--=x", None),
+    # --config FILE: vLLM reads flags from the file, which could set any managed flag (issue 27)
+    ("--config", "config"),
+    ("--config=/etc/vllm.yaml", "config"),
+    ("--conf", "config"),
+    ("--CONFIG", "config"),
+    ("--config-format", None),
     ("api-key", None),
     ("8000", None),
 ]

@@ -102,14 +102,16 @@ def test_bodies_held_in_memory_are_bounded_and_other_routes_are_not(upstreams: U
             assert refused.status == 503
             assert "maxBufferedBytes" in refused.json()["error"]["message"]
             assert gw.request("GET", "/health", token=None).status == 200
-            assert gw.request("POST", "/route/echo/x", body=b"x" * 500).status == 200  # not body routed
+            # Path-routed bodies are read whole before the slot too, in the same budget (issue 27)
+            assert gw.request("POST", "/route/echo/x", body=b"x" * 100).status == 200
+            assert gw.request("POST", "/route/echo/x", body=b"x" * 500).status == 503
         finally:
             for sock in held:
                 sock.close()
         time.sleep(0.2)
         assert gw.request("POST", "/v1/x", body=b'{"model":"echo","pad":"' + b"x" * 900 + b'"}').status == 200
         metrics = gw.request("GET", "/metrics").body.decode()
-        assert 'fleetllm_gateway_unrouted_requests_total{code="503"} 1' in metrics
+        assert 'fleetllm_gateway_unrouted_requests_total{code="503"} 1' in metrics  # the path-routed one is echo's
 
 
 def test_a_slow_sender_holds_only_what_it_sent(upstreams: Upstreams) -> None:
@@ -128,9 +130,10 @@ def test_a_slow_sender_holds_only_what_it_sent(upstreams: Upstreams) -> None:
                 sock.close()
 
 
-def test_a_path_routed_body_is_read_after_the_slot(upstreams: Upstreams) -> None:
-    """With the one slot of `echo` taken, a path-routed request whose body never comes is refused at
-    once; it used to be read first, so the gateway waited for it."""
+def test_a_full_model_refuses_a_path_routed_request_before_its_body(upstreams: Upstreams) -> None:
+    """With the one slot of `echo` taken (and no queue), a path-routed request whose body never comes is
+    refused at once: the body is read before a slot is taken (issue 27), but not for a model that could not
+    give it one."""
     config = reference_config(upstreams, maxConcurrentRequests=1, maxQueuedRequests=0)
     with running_gateway(config) as gw:
         sock = socket.create_connection(("127.0.0.1", gw.port), timeout=20)

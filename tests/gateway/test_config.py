@@ -176,3 +176,47 @@ def test_secrets_stay_out_of_repr_and_errors(tmp_path: Path) -> None:
     (tmp_path / "bad").write_text("s3cret\x01value")
     problems = _problems(_config(authTokens=[f"${{file:{tmp_path}/bad}}"]))
     assert problems == ["config: authTokens[0]: invalid token"]
+
+
+# -- a config written from a box JSON (--box-json; issue 27) ------------------------------------------------
+
+BOX_JSON_REFUSED = [
+    ({"models": {"m": {"url": URL, "headers": {"X-Leak": "${file:/etc/passwd}"}}}},
+     "config: models.m.headers.X-Leak: ${file:/etc/passwd} is refused in a config from a box JSON"),
+    ({"models": {"m": {"url": URL, "headers": {"Authorization": "Bearer ${env:FLEETLLM_FLEET_KEY}"}}}},
+     "config: models.m.headers.Authorization: ${env:FLEETLLM_FLEET_KEY} is refused in a config from a box JSON"),
+    ({"authTokens": ["${env:PATH}"], "models": {"m": {"url": URL}}},
+     "config: authTokens[0]: ${env:PATH} is refused in a config from a box JSON"),
+    ({"models": {"m": {"url": "http://203.0.113.5:8001", "headers": {"Authorization": "Bearer ${cred:bearer-m}"}}}},
+     "config: models.m.url: a config from a box JSON routes only to this box's servers"),
+    ({"models": {"m": {"url": "https://upstream.example/v1"}}},
+     "config: models.m.url: a config from a box JSON routes only to this box's servers"),
+]
+
+
+@pytest.mark.parametrize(("document", "message"), BOX_JSON_REFUSED)
+def test_a_box_json_config_reads_only_credentials_and_routes_only_to_this_box(document: dict[str, Any],
+                                                                              message: str, tmp_path: Path) -> None:
+    """The box JSON is the control plane's: the box's files and environment (its fleet key, PATH) are not
+    its to send upstream. A standalone LLMhop config (no --box-json) keeps every reference and any url."""
+    env = {"FLEETLLM_FLEET_KEY": "fleet-key-of-the-box", "PATH": "/usr/bin", "CREDENTIALS_DIRECTORY": str(tmp_path)}
+    (tmp_path / "bearer-m").write_text("bearer-of-m\n")
+    for expand in (True, False):  # at start-up and under --check alike
+        with pytest.raises(ConfigError) as caught:
+            parse_config(json.dumps(document), expand_secrets=expand, env=env, box_json=True)
+        (problem,) = caught.value.problems
+        assert problem.startswith(message)
+        assert "fleet-key-of-the-box" not in problem and "root:" not in problem
+    standalone = parse_config(json.dumps(document), expand_secrets=False, env=env)
+    assert standalone.models[0].name == "m"
+
+
+def test_a_box_json_config_reads_its_credentials(tmp_path: Path) -> None:
+    (tmp_path / "bearer-m").write_text("bearer-of-m\n")
+    (tmp_path / "client-token").write_text("client\n")
+    document = {"authTokens": ["${cred:client-token}"],
+                "models": {"m": {"url": URL, "headers": {"Authorization": "Bearer ${cred:bearer-m}"}},
+                           "s": {"url": "unix:///run/vllm.sock"}}}
+    config = parse_config(json.dumps(document), env={"CREDENTIALS_DIRECTORY": str(tmp_path)}, box_json=True)
+    assert config.auth_tokens == ("client",)
+    assert config.models[0].headers == (("Authorization", "Bearer bearer-of-m"),)

@@ -56,6 +56,7 @@ class Plane:
     raw: bytes | None = None
     script: list[int] = field(default_factory=list)
     stall_s: float = 0.0
+    cut: int = 0  # the next N 200 answers end half-way, with no Content-Length (a connection cut mid-answer)
     gets: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
@@ -94,7 +95,14 @@ class Plane:
                 status = plane.script.pop(0) if plane.script else (
                     304 if headers.get("if-none-match") == etag else 200)
                 plane.gets.append({"headers": headers, "status": status})
-                if status == 200:
+                if status == 200 and plane.cut:
+                    plane.cut -= 1
+                    self.send_response(200)
+                    self.send_header("ETag", etag)
+                    self.end_headers()
+                    self.wfile.write(body[:len(body) // 2])
+                    self.close_connection = True
+                elif status == 200:
                     self.send(200, body, etag)
                 elif status == 304:
                     self.send(304, b"", etag)
@@ -236,11 +244,28 @@ def test_a_refused_config_changes_nothing_and_is_reported_once(plane: Plane, run
     assert report["outcome"] == ("fit_failed" if bad == "no-fit" else "failed")
     assert report["agent"] is True
     assert conf_files(running_unit) == before
-    # The same config again: a 304, not a second report; the regular interval, no back-off.
-    assert agent.poll().fetch == 304
+    # The same config again: fetched again (a refused body keeps no ETag, issue 27), not reported a second
+    # time; the regular interval, no back-off.
+    again = agent.poll()
+    assert (again.fetch, again.result) == (200, "same")
+    assert "if-none-match" not in plane.gets[-1]["headers"]
     assert len(plane.reports) == 1
     assert agent.next_delay() == agent.poll_s
     assert FLEET_KEY not in capsys.readouterr().err
+
+
+def test_a_cut_answer_is_fetched_again_not_a_304_for_ever(plane: Plane, running_unit: Settings) -> None:
+    """Issue 27: an answer cut mid-body (no Content-Length, so the fetch cannot tell) is refused, and its
+    ETag, the new config's, used to be kept: every later poll was a 304 and the box never applied it."""
+    plane.cut = 1
+    agent = make_agent()
+    first = agent.poll()
+    assert (first.fetch, first.result) == (200, "refused")
+    assert agent.etag is None
+    second = agent.poll()
+    assert "if-none-match" not in plane.gets[-1]["headers"]
+    assert second.fetch == 200
+    assert second.result != "same"  # the whole body this time: a new config, applied (or tried again)
 
 
 def test_a_config_the_installer_applied_while_the_agent_looked_is_not_applied_again(

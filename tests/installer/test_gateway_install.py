@@ -97,6 +97,34 @@ def test_gateway_problems_are_named(gateway_json: dict[str, Any]) -> None:
     assert broken(gateway_json, lambda d: d.update(gateway=[])) == ["gateway: expected an object"]
 
 
+def test_a_box_json_cannot_make_the_gateway_send_box_secrets_upstream(gateway_json: dict[str, Any]) -> None:
+    """Issue 27: a box JSON's gateway headers used `${file:...}` and `${env:...}`, and the gateway sent a box
+    file, the fleet key and PATH upstream. Only the credentials the installer writes may be referenced, and
+    only servers on this box routed to; the gateway refuses the same itself (--box-json, in its program)."""
+    name = sorted(gateway_json["gateway"]["config"]["models"])[0]
+
+    def header(value: str) -> Any:
+        return lambda d: d["gateway"]["config"]["models"][name]["headers"].update({"X-Leak": value})
+
+    assert broken(gateway_json, header("${file:/etc/shadow}")) == [
+        f"gateway.config.models.{name}.headers.X-Leak: ${{file:/etc/shadow}} is refused in a box JSON: the box's "
+        "environment and files are not the control plane's to send; only ${cred:...} references are read"]
+    (problem,) = broken(gateway_json, header("Bearer ${env:FLEETLLM_FLEET_KEY} ${env:PATH}"))[:1]
+    assert problem.startswith(f"gateway.config.models.{name}.headers.X-Leak: ${{env:FLEETLLM_FLEET_KEY}} is refused")
+    assert broken(gateway_json, lambda d: d["gateway"]["config"].update(authTokens=["${env:HOME}"])) == [
+        "gateway.config.authTokens[0]: ${env:HOME} is refused in a box JSON: the box's environment and files are "
+        "not the control plane's to send; only ${cred:...} references are read"]
+    literal = json.loads(json.dumps(gateway_json))
+    literal["gateway"]["config"]["models"][name]["headers"]["X-Literal"] = "$${env:PATH}"
+    assert parse_box(literal).gateway is not None  # `$$` is a literal `$`: nothing is read
+
+    def remote(d: Any) -> None:
+        d["gateway"]["config"]["models"][name]["url"] = "http://203.0.113.5:8001"
+    assert broken(gateway_json, remote) == [
+        f"gateway.config.models.{name}.url: the box gateway routes only to this box's servers (a loopback address "
+        'or a unix socket), got "http://203.0.113.5:8001"']
+
+
 # -- files and programs -----------------------------------------------------------------------------------
 
 def test_install_writes_the_gateway_program_config_and_credentials(env: Path, control_plane: FakeControlPlane,
@@ -120,7 +148,7 @@ def test_install_writes_the_gateway_program_config_and_credentials(env: Path, co
 
     program = parse_program(conf / "fleetllm-gateway.conf")
     assert shlex.split(program.command) == [sys.executable, str(state / "bin" / "fleetllm-gateway.pyz"), "gateway",
-                                            "--config", str(state / "gateway" / "gateway.json")]
+                                            "--box-json", "--config", str(state / "gateway" / "gateway.json")]
     assert program.directory == str(state / "gateway")
     assert program.environment["CREDENTIALS_DIRECTORY"] == str(credentials)
     assert program.environment["FLEETLLM_DIGEST"] == gateway_json["gateway"]["digest"]

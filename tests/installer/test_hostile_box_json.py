@@ -46,6 +46,13 @@ HOSTILE_FIELDS = [
     ("kv_bytes_per_token", 10**30, "servers[0].kv_bytes_per_token"),
     ("digest", "sha256:x\n", "servers[0].digest"),
     ("digest", "x" * 10_000, "servers[0].digest"),
+    # issue 27: the positional model and --served-model-name's value are vLLM options when they start with
+    # '-' (`vllm serve --api-key=X` bypassed the managed-flag rule); --config reads flags from a box file
+    ("model", "--api-key=sk-vllm-abcdefgh", "servers[0].model: starts with '-'"),
+    ("model", "-h", "servers[0].model: starts with '-'"),
+    ("served_model_name", "--api-key=sk-vllm-abcdefgh", "servers[0].served_model_name: starts with '-'"),
+    ("args", ["--config", "/etc/vllm.yaml"], "servers[0].args[0]: --config is refused"),
+    ("args", ["--dtype", "half", "--conf=/root/x.yaml"], "servers[0].args[2]: --conf would be read by vLLM as --config"),
     ("args", ["--tensor-parallel-size", "²"], None),  # "²".isdigit() but int("²") fails: ignored, not a crash
     ("args", ["--tensor-parallel-size=" + "9" * 5000], None),
 ]

@@ -48,7 +48,7 @@ mkdir -p "$(dirname "${installer}")"
 # appears on a command line (/proc/*/cmdline is world-readable). The Python below is the same, byte for
 # byte, in vast.sh (tests/installer/test_provision.py checks it): each script must stand alone.
 if ! "${PYTHON}" - "${installer}" "the pod's environment" <<'PY'
-import hashlib, ipaddress, json, os, random, ssl, sys, time, urllib.error, urllib.parse, urllib.request
+import hashlib, ipaddress, json, os, random, signal, ssl, sys, time, urllib.error, urllib.parse, urllib.request
 
 def log(level, event):  # the fleetllm log format, as log() above writes it
     now = time.time()
@@ -80,7 +80,11 @@ context = ssl.create_default_context(cafile=os.environ.get("FLEETLLM_CA_BUNDLE")
 # (no_proxy respected), through a CONNECT tunnel that shows the proxy only the host and port.
 proxies = {"https": urllib.request.getproxies()["https"]} if parts.scheme == "https" and \
     urllib.request.getproxies().get("https") else {}
-opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies),
+class NoRedirect(urllib.request.HTTPRedirectHandler):  # a redirect is an error: it is never followed
+    def redirect_request(self, *args):
+        return None
+
+opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies), NoRedirect(),
                                      urllib.request.HTTPSHandler(context=context))
 request = urllib.request.Request(url + "/vllm/installer")
 request.add_unredirected_header("Authorization", "Bearer " + key)
@@ -88,11 +92,26 @@ request.add_header("X-LLMAO-Host", os.environ["LLMAO_HOST"])
 # Retried like the installer's own fetch (a control plane restarting while boxes boot): connection
 # errors, timeouts, 429 and 5xx, with capped backoff and jitter, until FLEETLLM_FETCH_DEADLINE_S.
 deadline = time.monotonic() + float(os.environ.get("FLEETLLM_FETCH_DEADLINE_S") or 600)
+
+def too_slow(signum, frame):
+    raise TimeoutError("no complete answer within the deadline of one request")
+
+def shown(exc):  # what a server sent (a reason phrase, a status line) without the fleet key, printable, short
+    return "".join(c if " " <= c <= "~" else "?" for c in str(exc).replace(key, "[fleet key]"))[:200]
+
+def download():  # one request, bounded as a whole (a drip of a byte at a time cannot hold it)
+    signal.setitimer(signal.ITIMER_REAL, max(5.0, min(60.0, deadline - time.monotonic())))
+    try:
+        with opener.open(request, timeout=60) as response:
+            return response.read(), response.headers.get("X-Installer-SHA256", "")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+signal.signal(signal.SIGALRM, too_slow)
 attempt = 0
 while True:
     try:
-        with opener.open(request, timeout=60) as response:
-            body, announced = response.read(), response.headers.get("X-Installer-SHA256", "")
+        body, announced = download()
         break
     except Exception as exc:  # noqa: BLE001 - retried, or ends provisioning with its reason
         status = exc.code if isinstance(exc, urllib.error.HTTPError) else None
@@ -100,8 +119,8 @@ while True:
         delay = random.uniform(0, min(60.0, 2.0 ** attempt))
         attempt += 1
         if untrusted or (status is not None and status != 429 and status < 500) or time.monotonic() + delay > deadline:
-            fail(f"cannot fetch {url}/vllm/installer: {exc} (gave up after {attempt} attempts)")
-        log("warning", f"cannot fetch {url}/vllm/installer: {exc}; retrying in {delay:.1f} s")
+            fail(f"cannot fetch {url}/vllm/installer: {shown(exc)} (gave up after {attempt} attempts)")
+        log("warning", f"cannot fetch {url}/vllm/installer: {shown(exc)}; retrying in {delay:.1f} s")
         time.sleep(delay)
 digest = hashlib.sha256(body).hexdigest()
 pinned = os.environ.get("FLEETLLM_INSTALLER_SHA256", "").strip().lower()

@@ -1,4 +1,5 @@
-"""`fleetllm gateway --config FILE [--check] [--log-level LEVEL]`: the box gateway (same as `fleetllm-gateway`)."""
+"""`fleetllm gateway --config FILE [--check] [--box-json] [--log-level LEVEL]`: the box gateway (same as
+`fleetllm-gateway`)."""
 
 from __future__ import annotations
 
@@ -19,4 +20,4 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return cli.run(Path(args.config), check=args.check, log_level=args.log_level)
+    return cli.run(Path(args.config), check=args.check, log_level=args.log_level, box_json=args.box_json)
