@@ -105,6 +105,11 @@ def setup_logging(stream: IO[str] | None = None, level: int = logging.INFO, *, b
             root.removeHandler(old)
             old.close()
     target = stream or sys.stderr
+    if buffered:
+        # The server: no record looks up its caller's frame, thread or process (the logging HOWTO's
+        # "Optimization"); the JSON lines never show them, and every box request writes one.
+        logging._srcfile = None
+        logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler: logging.Handler = BufferedStreamHandler(target) if buffered else logging.StreamHandler(target)
     handler.setFormatter(JsonFormatter())
     handler._fleetllm = True  # type: ignore[attr-defined]

@@ -191,3 +191,25 @@ def test_a_box_whose_releases_are_not_in_memory_is_answered_by_the_app(runtime: 
         second = served.request("GET", "/vllm/config", box_headers())
         assert served.app_calls == 1  # read a moment ago: answered on the loop
         assert first == second and first[0] == 200
+
+
+def test_an_answer_tornado_changes_for_one_client_is_not_sent_to_the_next(runtime: Runtime) -> None:
+    """Header blocks are kept between answers: one Tornado adds `Connection` to (a client closing, or an
+    HTTP/1.0 client keeping alive) must not reach the next client."""
+    import socket
+
+    release_cache(runtime).get()
+    with serving(runtime, on_loop=True) as served:
+        plain = served.request("GET", "/vllm/config", box_headers())
+        closing = served.request("GET", "/vllm/config", box_headers(Connection="close"))
+        assert ("Connection", "close") in closing[1]
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as raw:
+            lines = [f"{k}: {v}" for k, v in box_headers(Connection="keep-alive").items()]
+            raw.sendall(("GET /vllm/config HTTP/1.0\r\n" + "\r\n".join(lines) + "\r\n\r\n").encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += raw.recv(65536)
+        assert b"Connection: Keep-Alive" in head
+        assert served.request("GET", "/vllm/config", box_headers()) == plain
+        assert not any(k == "Connection" for k, _ in plain[1])
+        assert served.app_calls == 0

@@ -29,6 +29,7 @@ from fleetllm.server.runtime import Runtime
 PATH = "/vllm/config"
 SERVER = "TornadoServer/%s" % tornado.version  # noqa: UP031 - what tornado.wsgi sends, byte for byte
 JSON = "application/json"
+MAX_TEMPLATES = 16_384  # answers' header blocks kept (by status, length, ETag and revision: never client text)
 
 
 def _host_parses(host: str) -> bool:
@@ -49,6 +50,10 @@ class BoxLoop:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        # Each answer's header block, built once: Tornado checks every header it is given against the
+        # grammar, which cost as much as the rest of the answer. A block Tornado changes while writing
+        # (Connection for a client that closes or speaks HTTP/1.0) is dropped and built again.
+        self._templates: dict[tuple[int, int | None, str | None, str | None], httputil.HTTPHeaders] = {}
 
     def answer(self, request: httputil.HTTPServerRequest) -> bool:
         """Answer `request` and return True; or return False, having done nothing, for the app to answer."""
@@ -83,18 +88,31 @@ class BoxLoop:
         """Record the answer (as box_api's `finish`), then write it with the headers the Flask path
         sends through tornado.wsgi, in its order."""
         call.record(status, revision)
-        out = httputil.HTTPHeaders()
-        if body is not None:
-            out.add("Content-Type", JSON)
-            out.add("Content-Length", str(len(body)))
-        if etag is not None:
-            out.add("ETag", etag)
-        out.add("Cache-Control", NO_STORE)
-        if revision is not None:
-            out.add("X-Fleet-Revision", revision)
-        out.add("Server", SERVER)
+        key = (status, None if body is None else len(body), etag, revision)
+        out = self._templates.get(key)
+        if out is None:
+            if len(self._templates) >= MAX_TEMPLATES:
+                self._templates.clear()
+            out = self._templates[key] = _headers(body, etag, revision)
         connection = request.connection
         assert connection is not None
         connection.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, HTTP_STATUS_CODES[status].upper()),
                                  out, chunk=body or b"")
+        if "Connection" in out or "Transfer-Encoding" in out:
+            self._templates.pop(key, None)  # changed for this answer only: not for the next one
         connection.finish()
+
+
+def _headers(body: bytes | None, etag: str | None, revision: str | None) -> httputil.HTTPHeaders:
+    """The header block of an answer, in the order the Flask path sends it through tornado.wsgi."""
+    out = httputil.HTTPHeaders()
+    if body is not None:
+        out.add("Content-Type", JSON)
+        out.add("Content-Length", str(len(body)))
+    if etag is not None:
+        out.add("ETag", etag)
+    out.add("Cache-Control", NO_STORE)
+    if revision is not None:
+        out.add("X-Fleet-Revision", revision)
+    out.add("Server", SERVER)
+    return out
