@@ -3,6 +3,10 @@
 All three require the fleet key (`requires(Role.FLEET)`: 503 when none is configured, 403 when missing
 or wrong) and every request, answered or refused, becomes one fetch record and one JSON log line (no
 secret in either): `box_request()` is opened before the view and `finish` records the answer.
+
+Under `fleetllm serve`, GET /vllm/config is mostly answered on the event loop instead (boxloop.py),
+through the same functions (boxcontract.py, auth.fleet_key_refusal); what that path cannot answer
+from memory comes here, as does everything under a test client.
 """
 
 from __future__ import annotations

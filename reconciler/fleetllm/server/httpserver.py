@@ -22,6 +22,10 @@ hold is bounded:
 
 Tornado has the deadlines and the caps on sizes; the per-peer and total connection caps, the body
 budget and the send deadline are ours (reconciler/fleetllm/server/guard.py holds their bookkeeping).
+
+A request that has passed those limits goes to the router (_Router): GET /vllm/config is answered on
+the event loop itself when it can be from memory (boxloop.py: no WSGI environment, no thread hop),
+everything else through the WSGI bridge to the Flask app on the pool.
 """
 
 from __future__ import annotations
