@@ -55,3 +55,15 @@ def test_a_request_thread_logs_without_taking_the_handlers_lock() -> None:
         logger.removeHandler(handler)
         handler.close()
     assert json.loads(stream.getvalue())["n"] == 1
+
+
+def test_timestamps_stay_exact_across_seconds_in_any_order() -> None:
+    """iso_utc keeps the last whole second formatted: a record of another second, later or earlier
+    (threads log out of order), gets its own."""
+    import time
+
+    from fleetllm_contract.logfmt import iso_utc
+
+    for created in (1_764_689_974.880, 1_764_689_974.999, 1_764_689_975.0, 1_764_689_974.5, 0.25, 1_764_689_975.001):
+        expected = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+        assert iso_utc(created) == expected
