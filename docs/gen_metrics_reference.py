@@ -115,6 +115,10 @@ LABELS: dict[tuple[str, str], str] = {
     ("fleetllm_servers", "verdict"): f"{values(Verdict)} ([concepts.md](concepts.md#verdicts))",
     ("fleetllm_model_intended_servers", "model"): "the model's name in models.yaml",
     ("fleetllm_model_serving_servers", "model"): "the model's name in models.yaml",
+    ("fleetllm_box_cost_per_hour", "box"): "the box's placement name (only boxes a listing priced)",
+    ("fleetllm_model_cost_per_hour", "model"): "the model's name in models.yaml",
+    ("fleetllm_capacity_actions", "kind"): "`rent`, `terminate`",
+    ("fleetllm_capacity_actions", "result"): "`ok`, `failed` (tried again after a back-off)",
     **{(f"fleetllm_notifications_{name}", "target"): "the target's `name` in `notifications.targets`"
        for name in ("sent", "failed", "retries")},
     **{(f"fleetllm_notifications_{name}", "kind"): values(EventKind) for name in ("sent", "failed", "deduplicated")},

@@ -1,4 +1,4 @@
-"""The box gateway: one port, many models. An LLMhop-compatible router (../shared/spec/llmhop.txt).
+"""The box gateway: one port, many models. An LLMhop-compatible router (the LLMhop specification).
 
 Standard library plus aiohttp (which stock vLLM images ship) and uvloop when present, so it runs from
 the box zipapp (`python3 box.pyz gateway --config FILE`) with the interpreter of a vLLM image.

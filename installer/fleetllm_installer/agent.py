@@ -8,6 +8,9 @@ check, fit check, programs written, `supervisorctl reread` + `update` so only pr
 changed restart and programs that left are stopped and removed, supervisord's verdict, POST
 /vllm/report with `"agent": true`).
 
+A retiring box (it left the placement) is served a box JSON with no servers and no agent: applied as any
+other, it removes every fleetllm program, this agent's own included (issue 25).
+
 Safety: a failed fetch (connection, timeout, 5xx, 404, 401/403), invalid JSON or a config that does
 not fit changes nothing on the box: the running servers keep serving. A refused config is reported
 once (as the installer would) and not tried again until the control plane serves another; a failure
@@ -116,7 +119,9 @@ class Agent:
         self.applied: str | None = None  # sha256 of the box JSON the box runs
         self.refused: str | None = None  # sha256 of a box JSON refused (reported once)
         self.poll_s: int = DEFAULT_POLL_S
+        self.poll_known = False  # poll_s came from a box JSON (the state file or a served one), not the default
         self.failures = 0
+        self.started = False  # run() said how often it polls: later changes of the interval are logged
         self.leaving = False  # the JSON dropped the agent: supervisord removes it
         self.busy = False  # the last poll found another install running
         self.fetch_failed = False
@@ -130,7 +135,15 @@ class Agent:
             self.applied = sha256
         poll = state.get("poll_s")
         if isinstance(poll, int) and AGENT_POLL_S[0] <= poll <= AGENT_POLL_S[1]:
-            self.poll_s = poll
+            self.set_poll(poll)
+
+    def set_poll(self, poll_s: int) -> None:
+        """The interval of the box JSON (fleet.yaml rollout.poll_s); a change is logged, so that the agent's
+        log never states another interval than the one it polls at."""
+        changed = poll_s != self.poll_s
+        self.poll_s, self.poll_known = poll_s, True
+        if changed and self.started:
+            log(f"agent: now polling about every {poll_s} s (rollout.poll_s of the box JSON)")
 
     def next_delay(self) -> float:
         if self.busy:
@@ -198,7 +211,7 @@ class Agent:
             return Outcome(answer.status, "refused")
         self.applied, self.refused = digest, None
         if box is not None and box.agent is not None:
-            self.poll_s = box.agent.poll_s
+            self.set_poll(box.agent.poll_s)
             try:
                 save_applied(self.settings, digest, self.poll_s)
             except OSError as exc:
@@ -220,7 +233,12 @@ class Agent:
         self.leaving = change == "disappeared"
 
     def run(self) -> int:
-        log(f"agent: polling {self.settings.url}/vllm/config about every {self.poll_s} s")
+        if self.poll_known:
+            log(f"agent: polling {self.settings.url}/vllm/config about every {self.poll_s} s")
+        else:  # the installer that started this agent may not have saved the box JSON's interval yet
+            log(f"agent: polling {self.settings.url}/vllm/config, about every {self.poll_s} s until a box JSON "
+                "gives its rollout.poll_s")
+        self.started = True
         while not self.stop.is_set():
             self.poll()
             if self.leaving:

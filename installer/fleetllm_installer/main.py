@@ -279,7 +279,7 @@ class Installer:
             self.states = {unit.server: ServerState.WRITTEN for unit in units}
             self.report(ReportOutcome.DRY_RUN, "dry run: nothing written")
             return EXIT_OK
-        if not fit.ok:
+        if not fit.ok and box.servers:  # a box JSON with no server (a retiring box) needs no GPU: it only removes
             self.retry = not fit.gpus  # nvidia-smi failed (a probe finds at least one GPU): it may pass
             return self.fail(ReportOutcome.FIT_FAILED, "will not fit: " + "; ".join(fit.problems))
         if clashes:

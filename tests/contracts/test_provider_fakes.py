@@ -39,8 +39,9 @@ T = TypeVar("T")
 FAST = RetryPolicy(attempts=2, base_delay_s=0.01)
 
 
-def validate(document: dict[str, Any], path: str, status: int, content_type: str, body: Any) -> None:
-    found = problems(response_schema(document, path, status, content_type), body)
+def validate(document: dict[str, Any], path: str, status: int, content_type: str, body: Any,
+             method: str = "get") -> None:
+    found = problems(response_schema(document, path, status, content_type, method), body)
     assert not found, "\n".join(found)
 
 

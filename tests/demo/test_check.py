@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.table import Table
+
 from fleetllm.adapters.state.reconcile import PassRecord
 from fleetllm.core.judge.intended import IntendedServer
 from fleetllm.core.judge.observed import BoxFacts, Deployment, ProbeResult
@@ -104,7 +106,8 @@ def test_rows_show_each_server_and_a_removed_servers_deployment() -> None:
     assert kept[2].litellm == "held"
     planned = rows(outcome([A], {A.key: ok(A)}, []), {}, applying=False)
     assert planned[0].litellm == "+ would create"
-    assert table(found).row_count == 3
+    wide = table(found)
+    assert isinstance(wide, Table) and wide.row_count == 3
 
 
 def test_the_moved_server_has_arrived_when_healthy_and_deployed() -> None:

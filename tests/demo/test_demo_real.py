@@ -205,5 +205,99 @@ def test_ctrl_c_stops_every_process(tmp_path: Path, stop: signal.Signals) -> Non
             process.kill()
     text = output.read_text()
     assert "stopping the demo (Ctrl-C or a stop signal)" in text
+    # The demo's own JSON-lines log goes to its file, never across its set-up lines or its live display.
+    assert [line for line in text.splitlines() if line.lstrip().startswith('{"')] == []
+    assert '"event":' in (workdir / "control-plane" / "reconcile.log").read_text()
     assert pids_mentioning(str(workdir)) == []
     assert "outlived their shutdown" not in text
+
+
+def test_plain_demo_rolls_a_committed_move_out_to_every_box_without_litellm(tmp_path: Path) -> None:
+    """Issue 26: `make demo` (no LiteLLM, no scenario), then the quickstart's move commit by hand: the commit
+    reaches every box and converges, and the pages show the rollout while it runs."""
+    import json
+    import urllib.request
+
+    from fleetllm.adapters.git import read_directory
+    from fleetllm.core.fleet.validate import validate_snapshot
+    from fleetllm.demo.move import choose_move, move_row
+
+    workdir, first = tmp_path / "demo", free_block()
+    output = tmp_path / "demo.out"
+    with open(output, "wb") as out:
+        process = subprocess.Popen(demo_command(workdir, first), env=_clean_env(), stdout=out,
+                                   stderr=subprocess.STDOUT)
+    state = f"sqlite:///{workdir / 'control-plane' / 'state.sqlite3'}"
+
+    def last_pass() -> object:
+        if not (workdir / "control-plane" / "state.sqlite3").exists():
+            return None  # opening it would create it (and the demo refuses a workdir that is not empty)
+        store = open_store(state)
+        try:
+            passes = store.recent_passes(1)
+            return passes[0] if passes else None
+        finally:
+            store.close()
+
+    def wait(what: str, done: object, timeout_s: float = 400) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():  # type: ignore[operator]
+            assert process.poll() is None, output.read_text()
+            assert time.monotonic() < deadline, f"{what}:\n{output.read_text()[-4000:]}"
+            time.sleep(0.5)
+
+    try:
+        wait("every server Healthy",
+             lambda: (p := last_pass()) is not None and set(p.verdicts) == {"Healthy"})  # type: ignore[attr-defined]
+        url = re.search(r"control plane \(fleetllm serve\) on (http://\S+),", output.read_text())
+        assert url is not None, output.read_text()
+        token = (workdir / "secrets" / "admin-token").read_text().strip()
+
+        def attention() -> dict[str, object]:
+            request = urllib.request.Request(url.group(1) + "/api/attention",
+                                             headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return json.loads(answer.read())  # type: ignore[no-any-return]
+
+        assert attention()["held"] == []
+        # The quickstart's move: edit placement.yaml in the demo's repository and commit.
+        fleet_dir = workdir / "fleet"
+        validation = validate_snapshot(read_directory(str(fleet_dir)))
+        assert validation.fleet is not None
+        move = choose_move(validation.fleet)
+        placement = fleet_dir / "placement.yaml"
+        placement.write_text(move_row(placement.read_text(), move))
+        subprocess.run(["git", "-C", str(fleet_dir), "commit", "-qam", f"move {move.model}"], check=True)
+        head = subprocess.run(["git", "-C", str(fleet_dir), "rev-parse", "HEAD"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+        seen: list[str] = []
+
+        def converged() -> bool:
+            seen.append(str(attention()["rolling"]))
+            store = open_store(state)
+            try:
+                rollout, _, _ = store.current_rollout()
+                reports = store.latest_reports()
+            finally:
+                store.close()
+            return (rollout is not None and rollout.target == head and str(rollout.state) == "converged"
+                    and all(r.revision == head for r in reports.values()))
+
+        wait("the move to converge on every box", converged)
+        assert any(s.startswith(f"Rolling out {head[:12]}") for s in seen), seen  # the pages showed it running
+        wait("a pass judging every server Healthy at the new places",
+             lambda: (p := last_pass()) is not None and p.revision == head  # type: ignore[attr-defined]
+             and set(p.verdicts) == {"Healthy"})  # type: ignore[attr-defined]
+        servers = {(s.box, s.port): s for s in last_pass().servers}  # type: ignore[attr-defined]
+        assert servers[(move.target, move.target_port)].model == move.model
+        assert (move.source, move.source_port) not in servers
+        attention_now = attention()
+        assert attention_now["held"] == [] and attention_now["dry_run"] == ""
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    assert pids_mentioning(str(workdir)) == []

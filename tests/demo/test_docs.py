@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "contract" / "README.md",
                ROOT / "installer" / "README.md", ROOT / "gateway" / "README.md", ROOT / "CONTRIBUTING.md"])
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.S | re.M)  # indented too: the runbooks' steps
 INLINE = re.compile(r"`([^`\n]+)`")
 
 
@@ -112,3 +112,44 @@ def test_every_make_target_shown_exists(doc: Path) -> None:
             for word in words[1:]:
                 if "=" not in word:
                     assert word in targets, f"{doc.name}: `{line}`: no make target {word}"
+
+
+# A sentence's left-over tail: a lone lowercase word and a full stop at the start of a line, right after a
+# sentence ended (docs/runbooks.md had "... read access to pods.\n   listing. Without the key ...").
+FRAGMENT = re.compile(r"\.\n[ >]*([a-z][\w-]*)\. ")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_sentence_fragment_is_left_between_sentences(doc: Path) -> None:
+    text = FENCE.sub("", doc.read_text())
+    assert [m.group(1) for m in FRAGMENT.finditer(text)] == []
+
+
+def test_a_fragment_is_found() -> None:
+    assert FRAGMENT.search("The key needs read access to pods.\n   listing. Without the key a pod")
+    assert not FRAGMENT.search("The key needs read access to pods.\n   Without the key a pod")
+
+
+def sentences(doc: Path) -> list[str]:
+    text = " ".join(FENCE.sub("", doc.read_text()).split())
+    return re.split(r"(?<=[.:;])\s+(?=[A-Z`(])", text)
+
+
+def test_the_docs_do_not_deny_what_the_default_rollout_does() -> None:
+    """With rollout.mode auto (the default), a merge restarts agent boxes by itself and a box that does not
+    come up is rolled back: a doc may say the opposite only of `manual` boxes (docs/concepts.md said both
+    outright, issue 26)."""
+    from fleetllm.core.fleet.model import FleetSettings, RolloutMode
+
+    assert FleetSettings().rollout.mode is RolloutMode.AUTO
+    denials = re.compile(r"no automatic rollback|never restarts a box by itself|nothing restarts a box", re.I)
+    for doc in DOCS:
+        for sentence in sentences(doc):
+            if denials.search(sentence):
+                assert "manual" in sentence, f"{doc.name}: {sentence!r}"
+
+
+def test_a_denial_is_found() -> None:
+    probe = ROOT / "docs" / "concepts.md"
+    assert any("manual" in s and "never restarts a box by itself" in s for s in sentences(probe))
+    assert re.search(r"no automatic rollback", "There is no automatic rollback; the fix is a new commit", re.I)

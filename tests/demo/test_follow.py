@@ -90,6 +90,7 @@ class _Stage:
         self.owned: set[str] = set()
         self.provisioned: list[object] = []
         self.said: list[str] = []
+        self.control_plane = SimpleNamespace(wait_for=lambda revision: self.provisioned.append(f"serves {revision}"))
 
     def say(self, message: str, style: str = "") -> None:
         self.said.append(message)
@@ -110,4 +111,6 @@ def test_the_live_demo_restarts_only_boxes_without_the_box_agent() -> None:
     assert stage.provisioned == []  # the agents apply the release themselves
     stage = _Stage(after, {"127.0.0.2": True, "127.0.0.3": False})
     follow(stage, before)  # type: ignore[arg-type]
-    assert stage.provisioned == ["127.0.0.3"]  # a box without the agent is restarted, as before
+    # a box without the agent is restarted, as before, once the control plane serves the commit (booted before,
+    # it would fetch the old config and stay failed)
+    assert stage.provisioned == ["serves " + "b" * 40, "127.0.0.3"]

@@ -16,7 +16,7 @@ from fleetllm.adapters.git import read_directory
 from fleetllm.adapters.state import open_store
 from fleetllm.adapters.state.locks import default_lock_path, file_lock
 from fleetllm.demo.fleet import simulate
-from fleetllm.demo.reconciler import EmptyLitellm, MemoryLitellm, reconciler
+from fleetllm.demo.reconciler import MemoryLitellm, reconciler
 from fleetllm.demo.workspace import Workspace, control_plane_config, create, init_fleet_repo
 from tests.conftest import EXAMPLE
 
@@ -45,18 +45,43 @@ def test_the_demo_has_no_pass_of_its_own() -> None:
     assert re.search(r"asyncio\.run\(self\.runner\.scheduled_pass\(\)\)", sources["run.py"])
 
 
-def test_plan_only_is_a_dry_run_against_an_empty_litellm(workspace: Workspace) -> None:
+def test_without_a_proxy_the_demo_runs_real_passes_in_which_the_boxes_route(workspace: Workspace) -> None:
     runner = reconciler(workspace, None, rollouts=False)
     try:
-        assert runner.options.dry_run is True
-        assert runner.options.litellm is not None and isinstance(runner.options.litellm(None), EmptyLitellm)  # type: ignore[arg-type]
+        assert runner.options.dry_run is None and runner.options.litellm is None  # the config's, as `reconcile`
         outcome = asyncio.run(runner.scheduled_pass())
-        assert outcome is not None and outcome.record.mode == "plan"
+        assert outcome is not None and outcome.record.mode == "apply"
         assert runner.fleet is not None and outcome.intended.revision == runner.fleet.revision
-        assert outcome.observation.deployments == ()  # planned against the empty LiteLLM, not "not known"
+        assert outcome.observation.boxes_route and outcome.observation.deployments is None  # LiteLLM not listed
+        assert outcome.record.errors == ()  # and that is no failure
+        assert outcome.rollout is not None  # the rollout runs (the boxes have not reported yet: nothing to release)
     finally:
         runner.close()
-    assert modes(workspace) == ["plan"]  # recorded in the control plane's store, for its status page
+    assert modes(workspace) == ["apply"]  # recorded in the control plane's store, for its status page
+    store = open_store(workspace.state_url)
+    try:
+        assert store.current_rollout()[0] is not None  # the rollout is kept: `fleetllm rollout pause` has one
+    finally:
+        store.close()
+
+
+def test_a_dry_run_releases_nothing_and_writes_nothing(workspace: Workspace) -> None:
+    from fleetllm.job.configfile import load_config
+    from fleetllm.job.runner import PassRunner, RunnerOptions
+
+    runner = PassRunner(RunnerOptions(command="demo", dry_run=True), load_config(workspace.config),
+                        say=lambda _text: None)
+    try:
+        outcome = asyncio.run(runner.scheduled_pass())
+        assert outcome is not None and outcome.record.mode == "plan"
+        assert outcome.record.rollout is not None  # what the step would do is recorded ...
+    finally:
+        runner.close()
+    store = open_store(workspace.state_url)
+    try:
+        assert store.current_rollout()[0] is None and store.box_releases() == {}  # ... and nothing is saved
+    finally:
+        store.close()
 
 
 def test_a_rollout_scenario_without_a_proxy_applies_to_the_table_in_memory(workspace: Workspace) -> None:

@@ -9,10 +9,14 @@ from fleetllm.adapters.git import read_directory
 from fleetllm.core.fleet.files import WORKTREE_REVISION, Snapshot
 from fleetllm.core.fleet.validate import validate_snapshot
 from fleetllm.demo.fleet import simulate
+from fleetllm.demo.move import remove_box
 from fleetllm.demo.rollouts import (
     bad_boot_change,
     choose_single_move,
+    empty_box_change,
     most_replicated,
+    recipe_change,
+    retire_box_change,
     single_move_change,
     with_setting,
 )
@@ -63,3 +67,44 @@ def test_the_single_replica_move_moves_a_model_that_has_one_server() -> None:
     edited = _valid({**files, **change.files})
     after = [(b.name, r.port) for b in edited.boxes.values() for r in b.servers if r.model == move.model]
     assert after == [(move.target, move.target_port)]
+
+
+def test_retire_box_removes_a_box_whose_models_run_elsewhere_and_nothing_else() -> None:
+    files, fleet = _demo()
+    change, box = retire_box_change(fleet, files)  # type: ignore[arg-type]
+    before = fleet.boxes[box]  # type: ignore[attr-defined]
+    assert [r.model for r in before.servers] == ["qwen3-8b", "qwen3-8b"]
+    removed = _changed(files["placement.yaml"], change.files["placement.yaml"])
+    assert all(line.startswith("-") for line in removed) and f"-  {box}:" in removed
+    edited = _valid({**files, **change.files})
+    assert box not in edited.boxes
+    assert {b: x.servers for b, x in edited.boxes.items()} == {
+        b: x.servers for b, x in fleet.boxes.items() if b != box}  # type: ignore[attr-defined]
+
+
+def test_empty_box_moves_every_server_of_a_box_away_and_removes_it() -> None:
+    files, fleet = _demo()
+    change, box, _ = empty_box_change(fleet, files)  # type: ignore[arg-type]
+    edited = _valid({**files, **change.files})
+    assert box not in edited.boxes
+    count = sum(len(b.servers) for b in edited.boxes.values())
+    assert count == sum(len(b.servers) for b in fleet.boxes.values())  # type: ignore[attr-defined]
+    models = sorted(r.model for b in edited.boxes.values() for r in b.servers)
+    assert models == sorted(r.model for b in fleet.boxes.values() for r in b.servers)  # type: ignore[attr-defined]
+
+
+def test_remove_box_keeps_every_other_line() -> None:
+    text = "hosts:\n  # a\n  one:\n    - [m, 8001]\n\n  # b\n  two:\n    servers:\n      - [m, 8001]\n\n  three: []\n"
+    assert remove_box(text, "two") == "hosts:\n  # a\n  one:\n    - [m, 8001]\n\n  three: []\n"
+    assert remove_box(text, "one") == "hosts:\n\n  # b\n  two:\n    servers:\n      - [m, 8001]\n\n  three: []\n"
+
+
+def test_the_recipe_change_after_a_removal_restarts_a_model_that_keeps_a_server() -> None:
+    files, fleet = _demo()
+    change, _ = retire_box_change(fleet, files)  # type: ignore[arg-type]
+    after = _valid({**files, **change.files})
+    recipe = recipe_change(after, {**files, **change.files})
+    assert _changed(files["models.yaml"], recipe.files["models.yaml"]) == ["+      settings: {max-num-seqs: 64}"]
+    changed = _valid({**files, **change.files, **recipe.files})
+    model = next(m for m in changed.recipes if changed.recipes[m] != after.recipes[m])
+    assert sum(r.model == model for b in after.boxes.values() for r in b.servers) >= 2

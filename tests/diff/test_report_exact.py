@@ -81,7 +81,7 @@ def test_settings_json_names_every_setting() -> None:
     assert found == {"listen_ports": [8001, 8002], "max_servers_per_box": 2, "allow_empty_placement": True,
                      "legacy_servers": ["a:8001", "b:8000"], "reconcile": found["reconcile"],
                      "rollout": {"mode": "manual", "max_unavailable": 2, "poll_s": defaults.poll_s,
-                                 "drain_s": defaults.drain_s}}
+                                 "drain_s": defaults.drain_s, "retire_s": defaults.retire_s}}
 
 
 def test_the_lifetime_of_each_box_detail() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from fleetllm.core.fleet import model
-from fleetllm.core.fleet.model import FleetSettings, ReconcileSettings, RolloutSettings
+from fleetllm.core.fleet.model import CapacitySettings, FleetSettings, ReconcileSettings, RolloutSettings
 from fleetllm.core.judge.intended import IntendedServer
 from fleetllm.core.rollout import step
 from fleetllm.core.rollout.model import ServerSpec, StepInput
@@ -46,7 +46,8 @@ def schema_file_defaults() -> dict[str, Any]:
 
 SCHEMA = schema_file_defaults()
 # Fields of the model that hold no fleet.yaml default of their own (sections, and a list without one).
-NO_DEFAULT = {"FleetSettings.legacy_servers", "FleetSettings.reconcile", "FleetSettings.rollout"}
+NO_DEFAULT = {"FleetSettings.legacy_servers", "FleetSettings.reconcile", "FleetSettings.rollout",
+              "FleetSettings.capacity", "CapacitySettings.pools"}
 # Other names the code gives a fleet.yaml setting.
 ALIASES = {"grace_s": "/reconcile/health_grace_s"}
 SETTING_NAMES = {pointer.rsplit("/", 1)[1] for pointer in SCHEMA} | set(ALIASES)
@@ -61,11 +62,13 @@ def plain(value: Any) -> Any:
 
 def model_defaults() -> Iterator[tuple[str, str, Any]]:
     """(the field, the schema pointer it stands for, its default) of every defaulted field of the model."""
-    for cls, section in ((ReconcileSettings, "/reconcile"), (RolloutSettings, "/rollout"), (FleetSettings, "")):
-        instance = cls()
+    for cls, section in ((ReconcileSettings, "/reconcile"), (RolloutSettings, "/rollout"), (FleetSettings, ""),
+                         (CapacitySettings, "/capacity")):
+        instance = CapacitySettings(1.0) if cls is CapacitySettings else cls()  # its ceiling has no default
         for f in dataclasses.fields(cls):
             name = f"{cls.__name__}.{f.name}"
-            if name not in NO_DEFAULT:
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if name not in NO_DEFAULT and not required:
                 yield name, f"{section}/{f.name}", getattr(instance, f.name)
 
 

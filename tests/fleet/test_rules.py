@@ -167,3 +167,15 @@ def test_rows_for_a_malformed_recipe_are_not_called_unknown() -> None:
     models = MODELS.replace("vram_gb: 30,", "vram_gb: thirty,")
     result = validate(models=models)
     assert [d.rule for d in result.diagnostics] == ["schema-type"]
+
+
+def test_two_servers_of_one_model_give_one_kv_message_and_no_negative_memory() -> None:
+    """Issue 26: two servers of one model on a box gave the same message twice, with "-132 GB left"."""
+    models = MODELS.replace("max_model_len: 4096,", "max_model_len: 1000000, kv_bytes_per_token: 100000,")
+    two = "hosts:\n  203.0.113.10:\n    gpu_memory_gb: 48\n    servers:\n      - [m1, 8001]\n      - [m1, 8002, m1-b]\n"
+    d = only(validate(models=models, placement=two), "max-model-len")
+    assert "28 GB is left" in d.message  # 48 - 2 x 10
+    over = two.replace("gpu_memory_gb: 48", "gpu_memory_gb: 8")  # the weights alone do not fit
+    result = validate(models=models, placement=over)
+    assert [x.rule for x in result.diagnostics if x.rule in ("max-model-len", "vram-exceeds")] == ["vram-exceeds"]
+    assert not any("is left" in x.message for x in result.diagnostics)

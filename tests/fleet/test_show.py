@@ -45,3 +45,16 @@ def test_json_has_the_documented_shape(tmp_path: Path, capsys: pytest.CaptureFix
     assert by_name["203.0.113.10"]["servers"][1] == {
         "name": "llama3.1-8b", "model": "llama3.1-8b", "weights": "meta-llama/Llama-3.1-8B-Instruct", "port": 8002,
         "max_model_len": 32768, "vram_gb": 16.0}
+
+
+def test_a_short_form_box_shows_as_static() -> None:
+    """203.0.113.10 is written in the short form (`- [model, port]` rows), which means provider: static."""
+    done = subprocess.run([str(FLEETLLM), "show", str(EXAMPLE)], capture_output=True, text=True, timeout=60,
+                          check=True)
+    providers = {}
+    for row in done.stdout.splitlines():
+        cells = [c.strip() for c in row.split("│")[1:-1]]
+        if len(cells) > 2 and cells[0] and cells[0] != "box":
+            providers[cells[0]] = cells[1]
+    assert providers == {"203.0.113.10": "static", "203.0.113.24": "vast", "k7v2m9x4q1w8e3": "runpod",
+                         "198.51.100.23": "static"}

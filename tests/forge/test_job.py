@@ -12,7 +12,8 @@ from fleetllm.adapters.git import read_directory
 from fleetllm.demo.fleet import simulate
 from fleetllm.demo.reconciler import reconciler
 from fleetllm.demo.workspace import DemoForge, commit_file, control_plane_config, create, init_fleet_repo
-from fleetllm.job.runner import PassRunner
+from fleetllm.job.configfile import load_config
+from fleetllm.job.runner import PassRunner, RunnerOptions
 from tests.conftest import EXAMPLE
 from tests.support.fake_forge import fake_forge
 
@@ -47,7 +48,8 @@ def test_a_dry_run_sets_nothing(tmp_path: Path) -> None:
     init_fleet_repo(workspace, simulate(read_directory(str(EXAMPLE)), "127.251.248.2").files)
     with fake_forge(tmp_path / "forge") as forge:
         control_plane_config(workspace, 9, None, DemoForge(forge.url, forge.repository, forge.token_file))
-        runner = reconciler(workspace, None, rollouts=False)  # plan only: a dry run records no step
+        runner = PassRunner(RunnerOptions(command="demo", dry_run=True), load_config(workspace.config),
+                            say=lambda _text: None)  # a dry run records no step
         try:
             outcome = asyncio.run(runner.scheduled_pass())
         finally:

@@ -416,3 +416,24 @@ def test_sigterm_stops_the_agent_process_promptly(plane: Plane, tmp_path: Path) 
     assert FLEET_KEY not in output
     assert plane.gets[0]["headers"]["user-agent"] == USER_AGENT
     assert len(plane.gets) == 1
+
+
+def test_the_log_states_the_interval_the_agent_polls_at(plane: Plane, running_unit: Settings,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """An agent started before its installer saved the box JSON's poll_s (the demo's fleet says 5 s) said
+    "about every 30 s" and then polled every 5 s: the log names the default as provisional, and every
+    change of the interval."""
+    agent = make_agent(running_unit)
+    agent.stop.set()  # run() logs its first line and returns
+    agent.run()
+    first = [line for line in capsys.readouterr().err.splitlines() if "agent: polling" in line]
+    assert len(first) == 1 and "about every 30 s until a box JSON gives its rollout.poll_s" in first[0]
+    save_applied(running_unit, "0" * 64, 5)  # the installer that started the agent saves the box JSON's
+    agent.load_state()
+    assert agent.poll_s == 5
+    assert "agent: now polling about every 5 s" in capsys.readouterr().err
+    known = make_agent(running_unit)  # an agent restarted later knows it from the start
+    known.stop.set()
+    known.run()
+    err = capsys.readouterr().err
+    assert "about every 5 s" in err and "30 s" not in err and "until a box JSON" not in err

@@ -267,3 +267,19 @@ def test_a_foreign_vllm_unit_on_one_of_our_ports_stops_the_install(env: Path, co
     (report,) = control_plane.reports
     assert report["outcome"] == "failed"
     assert f"vllm-qwen.conf (not written by fleetllm, so left in place) runs vLLM on port {port}" in report["message"]
+
+
+def test_a_box_json_with_no_server_removes_every_program_even_without_a_gpu(
+        env: Path, control_plane: FakeControlPlane, tool_bin: Path, box_json: dict[str, Any]) -> None:
+    """Issue 25: a retiring box is served the contract's object with no server; nothing needs a GPU, so a
+    broken nvidia-smi does not keep its programs running: every fleetllm program is removed and reported."""
+    assert main(["--handover", "none"]) == 0
+    assert sorted(p.name for p in conf_dir(env).iterdir()) == ["fleetllm-large.conf", "fleetllm-small.conf"]
+    (tool_bin / "nvidia-smi").unlink()
+    control_plane.boxes[BOX] = {"host": BOX, "revision": "r-retired", "servers": []}
+    assert main(["--handover", "none"]) == 0
+    assert list(conf_dir(env).iterdir()) == []
+    report = control_plane.reports[-1]
+    check_report_shape(report)
+    assert (report["outcome"], report["revision"], report["servers"]) == ("installed", "r-retired", [])
+    assert sorted(report["units_removed"]) == ["fleetllm-large", "fleetllm-small"]

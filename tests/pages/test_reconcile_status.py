@@ -74,6 +74,13 @@ def test_a_dry_run_is_judged_and_shows_what_it_would_write(tmp_path: Path, logs:
         history = client.get("/history").get_data(as_text=True)
         assert "dry run: nothing written" in history and "planned, not applied" in history
         assert reconcile_issues(client) == {}
+        attention = client.get("/api/attention").get_json()
+        # The servers the dry run would create deployments for: callers cannot reach them, so not "Nothing".
+        assert [h for h in attention["held"] if "Healthy server(s) have no LiteLLM deployment" in h], attention
+        assert attention["held"][0].endswith("and the reconciler runs dry: callers cannot reach them")
+        assert attention["dry_run"].startswith("Dry run: the reconciler writes nothing to LiteLLM and releases nothing")
+        for page in ("/", "/models", "/history"):  # said on every page
+            assert "Dry run: the reconciler writes nothing" in client.get(page).get_data(as_text=True)
         world.clock.now += overdue_after(world.runtime.tracker.served.fleet.settings.reconcile) + 1  # type: ignore[union-attr]
         assert list(reconcile_issues(client)) == ["overdue"]  # a dry-run reconciler is expected to run too
     finally:
@@ -126,3 +133,62 @@ def test_a_pass_that_ran_on_the_last_valid_commit_names_the_invalid_head(world: 
     assert head[:12] in page
     world.runtime.store.record_pass(PassRecord(world.clock.now + 1, 0.4, served.revision, "apply", {"Healthy": 1}))
     assert "is not valid, so it ran on the last valid commit" not in viewer.get("/").get_data(as_text=True)
+
+
+def _with_rollout(world: World, mode: str, state: str, boxes: dict[str, str]) -> None:
+    from fleetllm.adapters.state.passes import RolloutPassRecord
+
+    served = world.runtime.tracker.served
+    assert served is not None
+    world.runtime.store.record_pass(PassRecord(world.clock.now, 0.4, served.revision, mode, {"Healthy": 1}, (), (), (),
+                                               rollout=RolloutPassRecord(served.revision, state, waves=1, boxes=boxes)))
+
+
+@pytest.mark.parametrize(("mode", "state", "why"), [
+    ("plan", "running", "the reconciler runs dry, so it releases nothing to the boxes and writes nothing to LiteLLM"),
+    ("suspended", "running", "the fleet is suspended (`fleetllm resume` ends it)"),
+    ("apply", "paused", "its rollout is paused (`fleetllm rollout resume`, or a new commit)"),
+])
+def test_a_commit_that_does_not_reach_the_boxes_needs_attention_in_every_mode(
+        world: World, viewer: FlaskClient, mode: str, state: str, why: str) -> None:
+    _with_rollout(world, mode, state, {"127.0.0.2": "waiting", "127.0.0.3": "applied"})
+    attention = viewer.get("/api/attention").get_json()
+    served = world.runtime.tracker.served
+    assert served is not None
+    assert attention["held"] == [f"commit {served.revision[:12]} is held: {why}; 1 box(es) not on it (127.0.0.2)"
+                                 + (". Set reconcile.dry_run to false" if mode == "plan" else "")]
+    assert attention["count"] >= 1
+    page = viewer.get("/").get_data(as_text=True)
+    assert "Nothing needs attention" not in page and "Commit held" in page
+
+
+def test_a_running_rollout_is_shown_on_every_page_and_a_converged_one_holds_nothing(
+        world: World, viewer: FlaskClient) -> None:
+    _with_rollout(world, "apply", "running", {"127.0.0.2": "draining", "127.0.0.3": "applied"})
+    attention = viewer.get("/api/attention").get_json()
+    assert attention["held"] == [] and attention["dry_run"] == ""
+    assert attention["rolling"].endswith(": wave 1; boxes: 1 applied, 1 draining")
+    assert "Rolling out " in viewer.get("/models").get_data(as_text=True)
+    _with_rollout(world, "plan", "converged", {"127.0.0.2": "applied"})
+    attention = viewer.get("/api/attention").get_json()
+    assert attention["held"] == [] and attention["rolling"] == ""
+
+
+def test_without_litellm_the_fleet_page_says_the_boxes_route(tmp_path: Path, logs: LogCapture) -> None:
+    from fleetllm.adapters.state.passes import ServerRecord
+
+    world = build_world(tmp_path, config={"litellm": None}, passes=0)
+    try:
+        served = world.runtime.tracker.served
+        assert served is not None
+        box = next(iter(served.fleet.boxes.values()))
+        row = box.servers[0]
+        world.runtime.store.record_pass(PassRecord(
+            world.clock.now, 0.2, served.revision, "apply", {"Healthy": 1},
+            servers=(ServerRecord(box.name, row.port, row.name, row.model, "Healthy", "serves", deployment=None),)))
+        client = world.app.test_client()
+        login(client, VIEWER_TOKEN)
+        page = client.get("/").get_data(as_text=True)
+        assert "none: the boxes route" in page and ">unknown<" not in page
+    finally:
+        world.runtime.stop()

@@ -117,7 +117,8 @@ def test_models_api_and_page_roll_up(viewer: FlaskClient, world: World) -> None:
     assert models["tiny-b"]["min_context"] == 2048  # what the stale server really serves
     assert models["tiny-b"]["verdicts"] == {"Pending": 1, "Stale": 1}
     assert models["slow-c"] == {"name": "slow-c", "availability": "unavailable", "serving": 0, "total": 1,
-                                "deployments": [], "min_context": None, "verdicts": {"Stalled": 1}}
+                                "deployments": [], "min_context": None, "verdicts": {"Stalled": 1},
+                                "cost_per_hour": None}
     text = text_of(viewer.get("/models").get_data(as_text=True))
     assert "tiny-a degraded 1 of 2" in text
     assert "slow-c unavailable 0 of 1 none" in text
@@ -235,7 +236,16 @@ def test_no_pass_yet_and_no_reconciler(tmp_path: Any, logs: Any) -> None:
         assert "Not judged" in text
     finally:
         world.runtime.stop()
-    unconfigured = build_world(tmp_path / "b", passes=0, config={"litellm": None})
+    # Without LiteLLM the reconciler still runs the rollouts (the boxes route): a missing pass is an alarm ...
+    unrouted = build_world(tmp_path / "b", passes=0, config={"litellm": None})
+    try:
+        client = unrouted.app.test_client()
+        login(client, VIEWER_TOKEN)
+        assert [r["state"] for r in client.get("/api/attention").get_json()["reconcile"]] == ["missing"]
+    finally:
+        unrouted.runtime.stop()
+    # ... unless the reconciler is switched off.
+    unconfigured = build_world(tmp_path / "c", passes=0, config={"reconcile": {"enabled": False}})
     try:
         client = unconfigured.app.test_client()
         login(client, VIEWER_TOKEN)
@@ -303,3 +313,32 @@ def test_what_needs_attention(world: World) -> None:
     assert needs_attention(dataclasses.replace(healthy, render_error="no legacy key"))
     assert not FleetFilter("problems").keeps(healthy) and FleetFilter("all").keeps(healthy)
     assert FleetFilter("all", "TINY-A").keeps(healthy) and not FleetFilter("all", "slow").keeps(healthy)
+
+
+def test_the_fleet_and_models_pages_show_what_the_last_pass_priced(viewer: FlaskClient, world: World) -> None:
+    """A pass whose listings priced a box: its $/h on the box, the model's share, the fleet's sum, and the
+    rented box it could not price named (static boxes here: the record is written as a priced pass would)."""
+    from fleetllm.adapters.state import open_reconcile_state
+    from fleetllm.adapters.state.passes import CostRecord
+
+    last = world.outcomes[-1].record
+    model = last.servers[0].model
+    cost = CostRecord(2.49, {HEALTHY_BOX: 2.49}, {model: 2.49}, ("pod-gone",),
+                      {HEALTHY_BOX: "1 × H100 80GB on RunPod"})
+    store = open_reconcile_state(str(world.state))
+    try:
+        store.record_pass(dataclasses.replace(last, started_at=last.started_at + 1, cost=cost))
+    finally:
+        store.close()
+    fleet = viewer.get("/api/fleet").get_json()
+    assert (fleet["cost_per_hour"], fleet["unpriced"]) == (2.49, ["pod-gone"])
+    boxes = {b["name"]: b for b in fleet["boxes"]}
+    assert (boxes[HEALTHY_BOX]["cost_per_hour"], boxes[HEALTHY_BOX]["rented"]) == (2.49, "1 × H100 80GB on RunPod")
+    assert boxes[PENDING_BOX]["cost_per_hour"] is None
+    text = text_of(viewer.get("/").get_data(as_text=True))
+    assert "Cost: $2.49/h for the rented boxes" in text and "no price read for pod-gone (not counted)" in text
+    assert "$2.49/h · 1 × H100 80GB on RunPod" in text
+    models = {m["name"]: m for m in viewer.get("/api/models").get_json()["models"]}
+    assert models[model]["cost_per_hour"] == 2.49
+    assert all(m["cost_per_hour"] is None for name, m in models.items() if name != model)
+    assert "The fleet costs $2.49/h" in text_of(viewer.get("/models").get_data(as_text=True))

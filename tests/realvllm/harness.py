@@ -1,4 +1,4 @@
-"""The real vLLM CPU harness (../shared/vllm-cpu/setup.sh PREFIX), found through FLEETLLM_TEST_VLLM_PREFIX.
+"""The real vLLM CPU harness (tools/vllm-cpu/setup.sh PREFIX, in this repository), found through FLEETLLM_TEST_VLLM_PREFIX.
 
 A harness is a prefix holding `venv/` (vllm-cpu 0.32.0 with `vllm` and its own supervisord), `env.sh`
 (the CPU settings) and `models/tiny-llama` (a 6 MB random Llama made locally). Tests that need it skip,
@@ -17,7 +17,7 @@ from tests.support.integration import missing
 __all__ = ["PREFIX_ENV", "Harness", "harness_from_env", "problem"]
 
 PREFIX_ENV = "FLEETLLM_TEST_VLLM_PREFIX"
-SETUP = "../shared/vllm-cpu/setup.sh"
+SETUP = "tools/vllm-cpu/setup.sh"
 
 
 def problem(prefix: str | None) -> str | None:

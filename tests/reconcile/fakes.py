@@ -16,6 +16,11 @@ from typing import Any
 from aiohttp import web
 
 from fleetllm.demo.procs import free_port as free_port  # re-exported for this package's tests
+from tests.contracts.openapi import load, problems, request_schema
+
+VAST_DOCUMENT = load("vast.openapi.yaml")
+RUNPOD_V1_DOCUMENT = load("runpod-rest-v1.openapi.json")
+RUNPOD_V2_DOCUMENT = load("runpod-rest-v2.openapi.json")
 
 
 @dataclass
@@ -122,10 +127,84 @@ class FakeVast:
                                   "label_counts": {}, "next_token": _token(offset + limit) if more else None,
                                   "instances": page})
 
+    # Renting (tests/contracts/vast.openapi.yaml): offer search, accept an ask, destroy an instance. Every request
+    # body is checked against the published request schema: a violation is answered 400 and kept in `violations`.
+    offers: list[dict[str, Any]] = field(default_factory=lambda: [])  # (`list` is the method above here)
+    violations: list[str] = field(default_factory=lambda: [])  # (`list` is the method above here)
+    next_contract: int = 9_000_001
+    destroyed: list[int] = field(default_factory=lambda: [])  # (`list` is the method above here)
+
+    def _auth(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bearer {self.api_key}"
+
+    async def _body(self, request: web.Request, path: str, method: str) -> tuple[Any, web.Response | None]:
+        body = await request.json()
+        wrong = problems(request_schema(VAST_DOCUMENT, path, method, "application/json"), body)
+        if wrong:
+            self.violations += [f"{method.upper()} {path}: {p}" for p in wrong]
+            return body, web.json_response({"success": False, "error": "invalid_args", "msg": "; ".join(wrong)},
+                                           status=400)
+        return body, None
+
+    async def search(self, request: web.Request) -> web.Response:
+        if not self._auth(request):  # the document answers an unknown key with 404 here
+            return web.json_response({"error": "auth_error", "msg": "Invalid user key"}, status=404)
+        query, refused = await self._body(request, "/api/v0/bundles", "post")
+        if refused is not None:
+            return web.json_response({"error": "invalid_request", "msg": refused.text}, status=400)
+        names = set(query.get("gpu_name", {}).get("in", [])) or None
+        counts = set(query.get("num_gpus", {}).get("in", [])) or None
+        ceiling = query.get("dph_total", {}).get("lte")
+        found = [o for o in self.offers if (names is None or o["gpu_name"] in names)
+                 and (counts is None or o["num_gpus"] in counts) and (ceiling is None or o["dph_total"] <= ceiling)]
+        return web.json_response({"offers": found[:int(query.get("limit", 64))]})
+
+    async def accept(self, request: web.Request) -> web.Response:
+        if not self._auth(request):
+            return web.json_response({"success": False, "error": "auth_error", "msg": "Invalid API key"}, status=401)
+        body, refused = await self._body(request, "/api/v0/asks/{id}", "put")
+        if refused is not None:
+            return refused
+        ask = int(request.match_info["ask"])
+        offer = next((o for o in self.offers if o["id"] == ask), None)
+        if offer is None:
+            return web.json_response({"success": False, "error": "invalid_args", "ask_id": ask,
+                                      "msg": f"error 404/3603: no_such_ask Instance type by id {ask} is not available."},
+                                     status=404)
+        self.offers.remove(offer)
+        contract, self.next_contract = self.next_contract, self.next_contract + 1
+        item = vast_instance(contract, offer.get("public_ipaddr", f"198.18.0.{contract % 250}"), None,
+                             status="loading", label=body.get("label"))
+        item.update(gpu_name=offer["gpu_name"], num_gpus=offer["num_gpus"], dph_total=offer["dph_total"])
+        self.instances.append(item)
+        return web.json_response({"success": True, "new_contract": contract})
+
+    async def destroy(self, request: web.Request) -> web.Response:
+        if not self._auth(request):
+            return web.json_response({"success": False, "error": "auth_error", "msg": "Invalid API key"}, status=401)
+        ident = int(request.match_info["instance"])
+        item = next((i for i in self.instances if i["id"] == ident), None)
+        if item is None:
+            return web.json_response({"success": False, "error": "not_found", "msg": "Instance not found"}, status=404)
+        self.instances.remove(item)
+        self.destroyed.append(ident)
+        return web.json_response({"success": True, "msg": "Instance destroyed successfully"})
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/api/v1/instances/", self.list)
+        app.router.add_post("/api/v0/bundles/", self.search)
+        app.router.add_put("/api/v0/asks/{ask:[0-9]+}/", self.accept)
+        app.router.add_delete("/api/v0/instances/{instance:[0-9]+}/", self.destroy)
         return app
+
+
+def vast_offer(ident: int, gpu: str, price: float, gpus: int = 1, where: str = "Texas, US") -> dict[str, Any]:
+    """An offer as Vast's search answers it (after the document's example; the fields the reconciler reads)."""
+    return {"id": ident, "ask_contract_id": ident, "bundle_id": ident * 10, "gpu_name": gpu, "num_gpus": gpus,
+            "gpu_ram": 81559, "dph_total": price, "dph_base": round(price * 0.9, 4), "geolocation": where,
+            "reliability": 0.998, "rentable": True, "rented": False, "verified": True, "machine_id": ident + 7,
+            "public_ipaddr": f"198.18.{ident % 250}.{ident % 200 + 1}", "cuda_max_good": 12.8, "disk_space": 200.0}
 
 
 ANY_V4 = "0.0.0.0"  # noqa: S104 (Docker's binding as Vast lists it)
@@ -183,11 +262,80 @@ class FakeRunPod:
     async def list_v1(self, request: web.Request) -> web.Response:
         return self._refuse(request, "v1") or web.json_response([runpod_pod_v1(pod) for pod in self.pods])
 
+    # Renting (tests/contracts/runpod-rest-v{1,2}.openapi.json): the GPU catalog, create and terminate a pod in
+    # both versions. Request bodies are checked against the published schemas (400 and `violations` if not).
+    catalog: list[dict[str, Any]] = field(default_factory=lambda: [])  # (`list` is the method above here)
+    violations: list[str] = field(default_factory=lambda: [])  # (`list` is the method above here)
+    created: int = 0
+    terminated: list[str] = field(default_factory=lambda: [])  # (`list` is the method above here)
+
+    async def gpus(self, request: web.Request) -> web.Response:
+        return self._refuse(request, "v2") or web.json_response({"gpus": self.catalog})
+
+    async def _create(self, request: web.Request, version: str) -> web.Response:
+        refused = self._refuse(request, version)
+        if refused is not None:
+            return refused
+        body = await request.json()
+        document, path, schema = ((RUNPOD_V2_DOCUMENT, "/v2/pods", "CreatePodRequest") if version == "v2" else
+                                  (RUNPOD_V1_DOCUMENT, "/pods", "PodCreateInput"))
+        wrong = problems(request_schema(document, path, "post", "application/json"), body)
+        if wrong:
+            self.violations += [f"POST {path}: {p}" for p in wrong]
+            return problem(400, "Bad Request", f"{schema}: " + "; ".join(wrong))
+        gpu = body["gpu"]["id"] if version == "v2" else body["gpuTypeIds"][0]
+        count = body["gpu"].get("count", 1) if version == "v2" else body.get("gpuCount", 1)
+        known = next((g for g in self.catalog if g["id"] == gpu), None)
+        self.created += 1
+        pod = runpod_pod(f"newpod{self.created:08d}", None, status="PROVISIONING")
+        pod.update(name=body["name"], gpu={"id": gpu, "count": count},
+                   cost=round((known["price"]["secure"] if known else 1.0) * count, 4),
+                   image=body.get("image") or body.get("imageName") or "from-template",
+                   template=body.get("templateId"))
+        self.pods.append(pod)
+        return web.json_response(pod if version == "v2" else runpod_pod_v1(pod), status=201)
+
+    async def create(self, request: web.Request) -> web.Response:
+        return await self._create(request, "v2")
+
+    async def create_v1(self, request: web.Request) -> web.Response:
+        return await self._create(request, "v1")
+
+    async def _terminate(self, request: web.Request, version: str) -> web.Response:
+        refused = self._refuse(request, version)
+        if refused is not None:
+            return refused
+        pod_id = request.match_info["pod"]
+        pod = next((p for p in self.pods if p["id"] == pod_id), None)
+        if pod is None:
+            return problem(404, "Not Found", f"no pod {pod_id}")
+        self.pods.remove(pod)
+        self.terminated.append(pod_id)
+        return web.Response(status=204)
+
+    async def terminate(self, request: web.Request) -> web.Response:
+        return await self._terminate(request, "v2")
+
+    async def terminate_v1(self, request: web.Request) -> web.Response:
+        return await self._terminate(request, "v1")
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v2/pods", self.list)
         app.router.add_get("/v1/pods", self.list_v1)
+        app.router.add_get("/v2/catalog/gpus", self.gpus)
+        app.router.add_post("/v2/pods", self.create)
+        app.router.add_post("/v1/pods", self.create_v1)
+        app.router.add_delete("/v2/pods/{pod}", self.terminate)
+        app.router.add_delete("/v1/pods/{pod}", self.terminate_v1)
         return app
+
+
+def runpod_gpu(ident: str, name: str, secure: float, memory: int = 80) -> dict[str, Any]:
+    """A `GpuType` of RunPod's v2 catalog with every field its schema requires."""
+    return {"id": ident, "name": name, "pool": None, "manufacturer": "NVIDIA", "memory": memory, "secure": True,
+            "community": True, "price": {"secure": secure, "community": round(secure * 0.8, 2)},
+            "maxCount": {"secure": 8, "community": 4}}
 
 
 def runpod_pod(pod_id: str, ports: dict[int, int] | None, status: str = "RUNNING",

@@ -57,6 +57,9 @@ def test_plan_output_names_the_failure_and_holds_everything(fleet_dir: Path, tmp
     assert "No plan: LiteLLM's deployments are not known" in out
     assert "No changes" not in out  # it used to say "No changes. LiteLLM has a deployment exactly for ..." too
     assert out.rstrip().endswith("Plan: none (LiteLLM's deployments are not known; nothing would be written).")
+    # the failed Vast listing and the RunPod box without a key price nothing: named, not counted as free
+    assert ("Cost: $0.00/h for 0 rented box(es), from the providers' listings; no price read for 203.0.113.24, "
+            "k7v2m9x4q1w8e3 (not counted).") in out
     for secret in ("sk-master-cmd-secret", "vast-secret", SALT):
         assert secret not in out + result.stderr
 
@@ -167,20 +170,25 @@ def test_plan_without_litellm_shows_the_verdicts_and_says_what_it_cannot(fleet_d
     out = result.stdout
     assert "needs a litellm section" not in out + result.stderr
     assert "Servers:" in out
-    assert (f"No plan: LiteLLM's deployments are not known (no LiteLLM configured: {cfg} has no litellm section "
-            "(url, master_key)). The verdicts above are this pass's own") in out
+    assert ("No plan: LiteLLM's deployments are not known (no LiteLLM: the control plane's config has no litellm "
+            "section, so the boxes route (their gateway, or a balancer in front of them) and the rollout restarts them "
+            "without LiteLLM). The verdicts above are this pass's own") in out
     assert "whether LiteLLM routes to them is unknown" in out
     # The example's Vast box, with no Vast key: dialled at its listen port, with the warning.
     assert "Warnings:\n  ! vast box(es) 203.0.113.24: no vast key configured (providers.vast): public port " in out
 
 
-def test_apply_and_reconcile_refuse_without_litellm_or_when_disabled(fleet_dir: Path, tmp_path: Path) -> None:
+def test_apply_refuses_without_litellm_and_both_when_disabled(fleet_dir: Path, tmp_path: Path) -> None:
     cfg = no_litellm_config(tmp_path)
-    for command in (["apply", "--yes"], ["reconcile", "--once"]):
-        result = fleetllm(*command, "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
-        assert result.returncode == 1
-        assert (f"`fleetllm {command[0]}` writes to LiteLLM, and {cfg} has no litellm section (url, master_key): "
-                "add one.") in result.stderr
+    result = fleetllm("apply", "--yes", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    assert result.returncode == 1
+    assert (f"`fleetllm apply` writes to LiteLLM, and {cfg} has no litellm section (url, master_key): "
+            "add one.") in result.stderr
+    assert "`fleetllm reconcile` runs the rollouts without it (the boxes route)" in result.stderr
+    once = fleetllm("reconcile", "--once", "--config", str(cfg), "--repo", str(fleet_dir), env=ENV)
+    assert "writes to LiteLLM" not in once.stderr and "LiteLLM listing" not in once.stdout + once.stderr
+    assert (tmp_path / "state.db").exists()  # the pass ran and was recorded: the rollouts run without LiteLLM
+    (tmp_path / "state.db").unlink()
     disabled = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     disabled.write_text(disabled.read_text() + "reconcile: {enabled: false}\n")
     for command in (["apply", "--yes"], ["reconcile", "--once"]):

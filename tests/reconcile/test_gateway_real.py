@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from fleetllm.adapters.litellm import LitellmClient
-from fleetllm.adapters.probe import probe
+from fleetllm.adapters.probe import in_flight, probe, read_in_flight
 from fleetllm.adapters.state.reconcile import MemoryStore
 from fleetllm.core.fleet.bearer import Salt
 from fleetllm.core.fleet.model import (
@@ -117,6 +117,35 @@ def test_probes_go_through_the_gateway_to_each_server(gateway_box: GatewayBox) -
 
     assert asyncio.run(go()) == {"a": ProbeStatus.OK, "wrong bearer": ProbeStatus.UNAUTHORIZED,
                                  "not routed": ProbeStatus.UNHEALTHY, "b down": ProbeStatus.REFUSED}
+
+
+def test_the_gateway_reports_each_model_s_requests_in_flight_for_a_drain_without_litellm(
+        gateway_box: GatewayBox) -> None:
+    endpoint = Endpoint(BOX, gateway_box.gateway_port)
+
+    async def go() -> list[int | None]:
+        async with aiohttp.ClientSession() as session:
+            return [await in_flight(session, endpoint, gateway_box.bearer, "tiny-a", 5, via_gateway=True),
+                    await in_flight(session, endpoint, gateway_box.bearer, "tiny-c", 5, via_gateway=True),
+                    await in_flight(session, endpoint, "sk-vllm-nope", "tiny-a", 5, via_gateway=True),
+                    # a server no gateway fronts: vLLM's own /metrics (the simulated vLLM's, here)
+                    await in_flight(session, Endpoint(BOX, gateway_box.ports["tiny-b"]),
+                                    SALT.derive(BOX, gateway_box.ports["tiny-b"]), "tiny-b", 5)]
+
+    # idle: 0 (known); a model the gateway does not route, or a bearer it refuses: unknown
+    assert asyncio.run(go()) == [0, None, None, 0]
+
+
+def test_requests_in_flight_are_read_from_the_gateway_s_or_vllm_s_metrics() -> None:
+    gateway = ('# TYPE fleetllm_gateway_requests_in_flight gauge\n'
+               'fleetllm_gateway_requests_in_flight{model="a"} 2\nfleetllm_gateway_requests_in_flight{model="ab"} 7\n'
+               'fleetllm_gateway_requests_queued{model="a"} 1\nfleetllm_gateway_concurrency_limit{model="a"} 9\n')
+    assert read_in_flight(gateway, "a", via_gateway=True) == 3
+    assert read_in_flight(gateway, "b", via_gateway=True) is None
+    vllm = ('vllm:num_requests_running{engine="0",model_name="m"} 4.0\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 1.0\n')
+    assert read_in_flight(vllm, "m", via_gateway=False) == 5
+    assert read_in_flight(vllm, "m", via_gateway=True) is None  # not the gateway's names
 
 
 def test_deployments_point_at_the_gateway_and_chat_goes_through_it(gateway_box: GatewayBox,

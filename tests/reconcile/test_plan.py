@@ -260,7 +260,7 @@ def test_json_plan_has_format_version_and_no_bearer() -> None:
     plan = plan_of([A1, B1], {A1.key: ok(A1), B1.key: failed()}, [deployment_for(server("127.0.0.4", 8001))])
     text = render_json(plan, intended([A1, B1]))
     doc = json.loads(text)
-    assert doc["format_version"] == "1.1"
+    assert doc["format_version"] == "1.2"
     assert doc["summary"] == {"add": 1, "change": 0, "destroy": 1}
     assert [a["actions"] for a in doc["actions"]] == [["create"], ["delete"]]
     assert "api_key" not in doc["actions"][0]["after"]["litellm_params"]

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fleetllm.adapters.litellm import LitellmClient
-from fleetllm.adapters.state import open_store
+from fleetllm.adapters.state import StateStore, open_store
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.bearer import Salt
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
@@ -27,6 +27,7 @@ from fleetllm.core.fleet.model import (
 )
 from fleetllm.core.fleet.render import Bearers, render_box
 from fleetllm.core.rollout.model import BoxState, RolloutState
+from fleetllm.core.rollout.retire import RetireState
 from fleetllm.core.secret import Secret
 from fleetllm.job.engine import PassOutcome, Reconciler
 from fleetllm.job.observer import Observer
@@ -55,6 +56,14 @@ def report(at: float, revision: str, target: Fleet) -> BoxReport:
                for s in doc["servers"]]  # type: ignore[union-attr]
     return BoxReport(BOX, at, BOX, revision, "test", ReportOutcome.INSTALLED,
                      freeze_mapping({"agent": True, "servers": servers}))
+
+
+def reconciler_for(store: StateStore, litellm: FakeLitellmHttp, lport: int, fleets: dict[str, Fleet],
+                   now: list[float]) -> Reconciler:
+    """The real engine with the staged rollout over the LiteLLM fake at `lport`, its clock `now[0]`."""
+    return Reconciler(Bearers(SALT), Observer({}, 2, 8),
+                      lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}", Secret(litellm.master_key, "test")),
+                      store, clock=lambda: now[0], rollout=RolloutDriver(store, fleets.get, Bearers(SALT)))
 
 
 def said(outcome: PassOutcome) -> list[tuple[str, str]]:
@@ -184,10 +193,7 @@ def test_a_failed_install_halts_the_rollout_and_rolls_the_box_back(tmp_path: Pat
             fleets = {R1: fleet(R1, port, "--a"), R2: fleet(R2, port, "--b")}
             fleets[R2] = replace(fleets[R2], settings=replace(fleets[R2].settings,
                                                               rollout=RolloutSettings(drain_s=0)))
-            reconciler = Reconciler(Bearers(SALT), Observer({}, 2, 8),
-                                    lambda s: LitellmClient(s, f"http://127.0.0.1:{lport}",
-                                                            Secret(litellm.master_key, "test")),
-                                    store, clock=lambda: now[0], rollout=RolloutDriver(store, fleets.get, Bearers(SALT)))
+            reconciler = reconciler_for(store, litellm, lport, fleets, now)
             store.record_report(report(now[0], R1, fleets[R1]), keep=5)
             await reconciler.run_pass(fleets[R1], apply=True)
             now[0] += 60
@@ -267,3 +273,50 @@ def test_an_unreadable_released_revision_keeps_the_heads_servers_not_none(tmp_pa
         assert elsewhere.compose(replace(begun, fleets={}), intended_state(head, Bearers(SALT))).servers == {}
     finally:
         store.close()
+
+
+def test_a_removed_box_is_drained_retired_and_forgotten_so_the_next_rollout_converges(tmp_path: Path) -> None:
+    """Issue 25: the removed box's deployment is deleted on purpose, then it retires (the control plane serves
+    it no servers), its empty report retires it and drops its release, and a later commit converges."""
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    litellm = FakeLitellmHttp()
+    vllm = FakeVllm()
+    now = [1000.0]
+    r3 = "3" * 40
+
+    async def scenario() -> None:
+        async with serve(litellm.app()) as (lport,), serve(vllm.app(), [0]) as (port,):
+            vllm.servers[port] = FakeServer("m", SALT.derive(BOX, port), "org/m")
+            placed = fleet(R1, port, "--a")
+            fleets = {R1: placed, R2: replace(placed, revision=R2, boxes=frozen_map({})),
+                      r3: replace(placed, revision=r3, boxes=frozen_map({}))}
+            reconciler = reconciler_for(store, litellm, lport, fleets, now)
+            store.record_report(report(now[0], R1, fleets[R1]), keep=5)
+            await reconciler.run_pass(fleets[R1], apply=True)
+
+            now[0] += 60  # the box leaves the placement
+            drained = await reconciler.run_pass(fleets[R2], apply=True)
+            assert [(r.action.kind, r.outcome) for r in drained.results] == [("delete", "deleted")]
+            assert "rollout drain" in drained.results[0].action.reason
+            assert store.retirements()[BOX].state is RetireState.DRAINING
+            now[0] += 11  # drain_s passed: released R2, nothing of its left in LiteLLM: it retires
+            await reconciler.run_pass(fleets[R2], apply=True)
+            retiring = store.retirements()[BOX]
+            assert (retiring.state, retiring.revision, retiring.kept_revision) == (RetireState.RETIRING, R2, R1)
+            assert store.box_releases()[BOX].revision == R2
+
+            now[0] += 30  # its agent applied the box JSON with no servers and reported
+            store.record_report(BoxReport(BOX, now[0], BOX, R2, "test", ReportOutcome.INSTALLED,
+                                          freeze_mapping({"servers": []})), keep=5)
+            done = await reconciler.run_pass(fleets[R2], apply=True)
+            assert store.retirements()[BOX].state is RetireState.RETIRED
+            assert BOX not in store.box_releases()
+            assert done.rollout is not None and done.rollout.rollout.state is RolloutState.CONVERGED
+
+            now[0] += 60  # a later commit: its rollout does not wait for the removed box
+            later = await reconciler.run_pass(fleets[r3], apply=True)
+            assert later.rollout is not None and later.rollout.rollout.state is RolloutState.CONVERGED
+            assert store.box_releases() == {} and store.retirements()[BOX].state is RetireState.RETIRED
+
+    asyncio.run(scenario())
+    store.close()

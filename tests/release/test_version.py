@@ -104,3 +104,29 @@ def test_the_commands_say_the_version() -> None:
                               check=False)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip().endswith(f" {VERSION}")
+
+
+
+def changelog_problem(text: str, release: str) -> str | None:
+    """Why the CHANGELOG does not release `release`, or None: its newest `## X.Y.Z` section must be that
+    version, with at most an `Unreleased` section above it (changes after the release)."""
+    headings = re.findall(r"^## \[?([^\]\s]+)\]?", text, re.MULTILINE)
+    released = [h for h in headings if h.lower() != "unreleased"]
+    if not released or released[0] != release:
+        return f"CHANGELOG.md's newest release section is {released[0] if released else 'missing'}, the version {release}"
+    if headings[:headings.index(released[0])] not in ([], ["Unreleased"]):
+        return f"CHANGELOG.md has {headings[:headings.index(released[0])]} above {release}"
+    return None
+
+
+def test_the_changelog_has_this_versions_section_on_top() -> None:
+    """The version states what the CHANGELOG releases, so `tools/release.py notes` has the release notes."""
+    assert changelog_problem((ROOT / "CHANGELOG.md").read_text(), VERSION) is None
+
+
+def test_a_changelog_out_of_step_fails() -> None:
+    assert changelog_problem("# Changelog\n\n## Unreleased\n\n## 0.1.0\n", "1.0.0") is not None  # the bug
+    assert changelog_problem("## Unreleased\n", "1.0.0") is not None
+    assert changelog_problem("## 1.1.0\n\n## 1.0.0\n", "1.0.0") is not None
+    assert changelog_problem("## Unreleased\n\n## Unreleased\n\n## 1.0.0\n", "1.0.0") is not None
+    assert changelog_problem("## Unreleased\n- x\n\n## [1.0.0] - 2026-12-02\n", "1.0.0") is None

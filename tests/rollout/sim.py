@@ -76,6 +76,10 @@ class Sim:
     routed_per_model: list[dict[str, int]] = field(default_factory=list)
     control: RolloutState | None = None
     ever_routed: set[tuple[str, str]] = field(default_factory=set)  # (deployment, model) that served once
+    # No LiteLLM: the boxes route (a balancer sends requests to every server that answers its health check);
+    # `in_flight` is what the servers report, (box, port) -> requests in flight.
+    boxes_route: bool = False
+    in_flight: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @classmethod
     def start(cls, revision: str, layout: Layout, recipes: Mapping[str, str], unmanaged: frozenset[str] = frozenset(),
@@ -147,8 +151,10 @@ class Sim:
             rollout = Rollout(rollout.target, self.control, rollout.started_at, rollout.updated_at, "", rollout.waves)
             self.control = None
         return StepInput(target=self.target, now=self.now, boxes=boxes, releases=dict(self.releases),
-                         rollout=rollout, verdicts=self.verdicts(), routed=frozenset(self.routed),
-                         max_unavailable=self.budgets, drain_s=self.drain_s)
+                         rollout=rollout, verdicts=self.verdicts(),
+                         routed=None if self.boxes_route else frozenset(self.routed),
+                         max_unavailable=self.budgets, drain_s=self.drain_s, boxes_route=self.boxes_route,
+                         in_flight=dict(self.in_flight))
 
     def one_pass(self) -> Step:
         verdicts = self.verdicts()
@@ -166,6 +172,10 @@ class Sim:
                     wanted.add(spec.deployment)
         self.routed = wanted
         self.now += self.interval_s
+        if self.boxes_route:
+            assert result.drain == frozenset()  # nothing to delete without LiteLLM
+            self.routed = {s.deployment for box in self.boxes.values() for s in (p.spec for p in box.running.values())
+                           if verdicts.get((box.name, s.port)) in ("Healthy", "Stale")}
         for box in self.boxes.values():
             self.apply(box)
         self.measure(len(self.steps))

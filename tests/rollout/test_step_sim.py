@@ -533,3 +533,69 @@ def test_a_real_cycle_is_broken_beside_a_box_that_waits_for_a_manual_box() -> No
     assert sim.steps[-1].status["a0"].why == ("make-before-break: waits until m0's new server(s) manual:8002 are "
                                               "Healthy and routed")
     assert [b for s in sim.steps for b, st in s.status.items() if "impossible" in st.why] == ["b"]
+
+
+# -- without LiteLLM: the boxes route (their gateway, a balancer in front of them) ----------------------------
+
+
+def test_without_litellm_a_move_is_make_before_break_and_converges() -> None:
+    before = {"a": [("m1", 8001), ("m2", 8002)], "b": [("m1", 8001), ("m3", 8002)], "c": [("m3", 8001)]}
+    after = {"a": [("m2", 8002)], "b": [("m1", 8001), ("m3", 8002)], "c": [("m3", 8001), ("m1", 8002)]}
+    recipes = {"m1": "v1", "m2": "v1", "m3": "v1"}
+    sim = Sim.start("r1", before, recipes, boxes_route=True, drain_s=0)
+    sim.run(2)
+    sim.commit("r2", after, recipes)
+    first = sim.one_pass()
+    assert first.released["c"] == "r2" and "a" not in first.released  # the gaining box first (b: nothing changes)
+    assert "make-before-break" in first.status["a"].why
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    assert min(per_pass["m1"] for per_pass in sim.routed_per_model) >= 2  # never fewer than two m1 serving
+    assert sim.boxes["a"].applied == sim.boxes["c"].applied == "r2"
+    assert sorted(sim.boxes["c"].running) == ["m1-8002", "m3-8001"] and sorted(sim.boxes["a"].running) == ["m2-8002"]
+
+
+def test_without_litellm_a_drain_waits_for_the_requests_in_flight() -> None:
+    before = {"a": [("m1", 8001)], "b": [("m1", 8001)]}
+    recipes = {"m1": "v1"}
+    sim = Sim.start("r1", before, recipes, boxes_route=True, drain_s=100)
+    sim.run(2)
+    sim.in_flight = {("a", 8001): 3, ("b", 8001): 2}
+    sim.commit("r2", before, {"m1": "v2"})
+    first = sim.one_pass()
+    draining = [b for b, s in first.status.items() if s.state is BoxState.DRAINING]
+    assert draining == ["a"] and first.drain == frozenset()
+    second = sim.one_pass()
+    assert second.status["a"].state is BoxState.DRAINING
+    assert "waits for the requests in flight on a:8001 (3 in flight), at most 90s more" in second.status["a"].why
+    sim.in_flight[("a", 8001)] = 0  # the last request finished
+    third = sim.one_pass()
+    assert third.released == {"a": "r2"}
+    sim.in_flight = {}  # counts that cannot be read: the drain waits its whole drain_s
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+    b_drained = [i for i, s in enumerate(sim.steps) if s.status.get("b") and s.status["b"].state is BoxState.DRAINING]
+    assert len(b_drained) == 10  # drain_s 100 at a pass every 10 s: nothing reported, so the whole drain_s
+    assert "count unknown" in sim.steps[b_drained[1]].status["b"].why
+
+
+def test_without_litellm_requests_that_never_finish_hold_the_drain_at_most_drain_s() -> None:
+    before = {"a": [("m1", 8001)], "b": [("m1", 8001)]}
+    sim = Sim.start("r1", before, {"m1": "v1"}, boxes_route=True, drain_s=30)
+    sim.run(2)
+    sim.in_flight = {("a", 8001): 5, ("b", 8001): 5}
+    sim.commit("r2", before, {"m1": "v2"})
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.CONVERGED
+
+
+def test_without_litellm_a_bad_boot_halts_and_rolls_back() -> None:
+    before = {"a": [("m1", 8001)], "b": [("m1", 8001)], "c": [("m1", 8001)]}
+    sim = Sim.start("r1", before, {"m1": "v1"}, boxes_route=True, drain_s=0, bad_digests=frozenset({"m1:bogus:8001"}))
+    sim.run(2)
+    sim.commit("r2", before, {"m1": "bogus"})
+    sim.run()
+    assert sim.rollout is not None and sim.rollout.state is RolloutState.HALTED
+    halted = [b for b, r in sim.releases.items() if r.state is BoxState.HALTED]
+    assert len(halted) == 1 and sim.releases[halted[0]].revision == "r1"
+    assert all(r.revision == "r1" for r in sim.releases.values())  # the others never got the bad config

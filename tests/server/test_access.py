@@ -25,7 +25,7 @@ EXPECTED_ROLES = {
     "control.get_control": Role.VIEWER, **{f"control.post_{a}": Role.OPERATOR for a in
                                            ("sync", "suspend", "resume", "pin", "unpin")},
     **{f"pages.page_{a}": Role.OPERATOR for a in ("sync", "suspend", "resume", "pin", "unpin", "rollout")},
-    "rollout.rollout": Role.VIEWER, "rollout.control": Role.OPERATOR,
+    "rollout.rollout": Role.VIEWER, "rollout.control": Role.OPERATOR, "rollout.forget": Role.OPERATOR,
 }
 
 

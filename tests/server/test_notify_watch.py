@@ -36,8 +36,21 @@ def test_an_overdue_pass_is_notified_once_and_resolved(make_runtime: Callable[..
 def test_no_reconciler_expected_no_overdue(make_runtime: Callable[..., Runtime]) -> None:
     with receiving() as receiver:
         runtime = make_runtime(notifications={"targets": [{"name": "ops", "kind": "webhook",
-                                                           "url": receiver.url + "/hook", "events": EVENTS}]})
+                                                           "url": receiver.url + "/hook", "events": EVENTS}]},
+                               reconcile={"enabled": False})
         runtime.clock.now += 10_000  # type: ignore[attr-defined]
-        runtime.watch_passes()  # no litellm section: no reconciler is expected
+        runtime.watch_passes()  # the reconciler is switched off: no pass is expected (without LiteLLM one is: it
+        # runs the rollouts, test_an_overdue_pass_without_litellm_is_notified)
         assert runtime.notifier.close(10)
         assert receiver.received == []
+
+
+def test_an_overdue_pass_without_litellm_is_notified(make_runtime: Callable[..., Runtime]) -> None:
+    with receiving() as receiver:
+        runtime = make_runtime(notifications={"targets": [{"name": "ops", "kind": "webhook",
+                                                           "url": receiver.url + "/hook", "events": EVENTS}]})
+        runtime.clock.now += 10_000  # type: ignore[attr-defined]
+        runtime.watch_passes()  # no litellm section: the boxes route, and the reconciler runs their rollouts
+        (late,) = receiver.wait_for(1)
+        assert runtime.notifier.close(10)
+    assert (late.body["kind"], late.body["subject"], late.body["status"]) == ("pass_failed", "overdue", "firing")

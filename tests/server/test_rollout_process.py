@@ -202,3 +202,37 @@ def test_rollout_wait_exits_0_when_converged_1_when_halted_2_at_the_timeout(serv
             assert VIEWER_TOKEN not in output and ADMIN_TOKEN not in output
     finally:
         store.close()
+
+
+def test_rollout_forget_through_the_cli(server: tuple[str, Path], fleet_git: Path) -> None:
+    """`fleetllm rollout forget BOX` (issue 25): a box that left the placement (known by its report) is retired
+    at once and answered 404; a placed box is refused; BOX is required."""
+    base, state = server
+    gone = "198.51.100.99"
+    r1 = git(fleet_git, "rev-parse", "HEAD")
+    store = open_store(f"sqlite:///{state}")
+    try:
+        store.record_report(BoxReport(gone, 1.0, gone, r1, "test", ReportOutcome.INSTALLED,
+                                      freeze_mapping({"agent": True})), keep=5)
+        store.save_rollout(Rollout(r1, RolloutState.RUNNING, 1.0, 2.0),
+                           {gone: BoxRelease(gone, r1, r1, 2.0, BoxState.WAITING)})
+    finally:
+        store.close()
+    assert rollout_cli(base, "forget").returncode == 2
+    placed = rollout_cli(base, "forget", KNOWN_BOX)
+    assert placed.returncode == 1 and "HTTP 409" in placed.stderr and "placement.yaml" in placed.stderr
+    done = rollout_cli(base, "forget", gone)
+    assert done.returncode == 0, done.stderr
+    assert f"box {gone} forgotten by admin:" in done.stdout and "answers it 404" in done.stdout
+    status = rollout_cli(base, "status")
+    assert f"{gone}  retired" in status.stdout and "forgotten by admin:" in status.stdout, status.stdout
+    store = open_store(f"sqlite:///{state}")
+    try:
+        assert store.box_release(gone) is None
+        assert str(store.control_audit(1)[0].action) == "rollout-forget"
+    finally:
+        store.close()
+    headers = {"Authorization": f"Bearer {FLEET_KEY}", "X-LLMAO-Host": gone}
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(f"{base}/vllm/config", headers=headers), timeout=10)
+    assert refused.value.code == 404 and "was retired" in refused.value.read().decode()

@@ -218,12 +218,15 @@ def test_config_requests_keep_the_last_releases_while_the_store_is_down(monkeypa
         def latest_reports(self) -> dict[str, BoxReport]:
             return {"b": BoxReport("b", 1.0, "p", "r1", "t", ReportOutcome.INSTALLED, freeze_mapping({"agent": True}))}
 
+        def retirements(self) -> dict[str, object]:
+            return {}
+
     monkeypatch.setattr(rollouts, "CACHE_TTL_S", 0.0)
     store = Store()
     cache = rollouts.ReleaseCache(store)  # type: ignore[arg-type]
-    assert cache.get() == rollouts.ReleaseView({"b": "r1"}, {"b": "r1"})
+    assert cache.get() == rollouts.ReleaseView({"b": "r1"}, {"b": "r1"}, {"b": "r1"})
     store.down = True
-    assert cache.get() == rollouts.ReleaseView({"b": "r1"}, {"b": "r1"})  # the last known, not an error
+    assert cache.get() == rollouts.ReleaseView({"b": "r1"}, {"b": "r1"}, {"b": "r1"})  # the last known, not an error
     reads = store.reads
     for _ in range(100):
         cache.get()

@@ -62,3 +62,31 @@ def test_rollout_rows_are_bounded(store: SqlStateStore, monkeypatch) -> None:  #
     for i in range(6):
         store.save_rollout(Rollout(f"{i:040d}", RolloutState.CONVERGED, float(i), float(i)), {})
     assert [r.target for r in store.recent_rollouts()] == [f"{i:040d}" for i in (5, 4, 3)]
+
+
+def test_retirements_are_saved_with_the_releases_and_never_turned_back_from_retired(store: SqlStateStore,
+                                                                                    store_url: str) -> None:
+    """Migration 8 (issue 25): a pass writes the retirements it changed in the releases' transaction; a record
+    `rollout forget` retired meanwhile is not turned back by a pass that began before it; a box placed again
+    loses its record."""
+    from fleetllm.core.control import ControlAction
+    from fleetllm.core.rollout.retire import Retirement, RetireState
+
+    retiring = Retirement("box1", "c" * 40, 200.0, RetireState.RETIRING, "a" * 40, retiring_at=210.0)
+    store.save_rollout(R1, REL, retirements={"box1": retiring})
+    assert store.retirements() == {"box1": retiring}
+    forgotten = Retirement("box1", "c" * 40, 200.0, RetireState.RETIRED, "a" * 40, 210.0, 220.0, "forgotten by bob")
+    store.forget_box(forgotten, "bob", 220.0)
+    assert "box1" not in store.box_releases() and store.retirements() == {"box1": forgotten}
+    audit = store.control_audit(1)[0]
+    assert (audit.action, audit.actor, audit.revision) == (ControlAction.ROLLOUT_FORGET, "bob", "c" * 40)
+    store.save_rollout(R1, REL, retirements={"box1": retiring})  # a pass that read it before the forget
+    assert store.retirements() == {"box1": forgotten}
+    store.close()
+    again = open_store(store_url)
+    try:
+        assert again.retirements() == {"box1": forgotten}
+        again.save_rollout(R1, REL, placed_again=frozenset({"box1"}))
+        assert again.retirements() == {}
+    finally:
+        again.close()

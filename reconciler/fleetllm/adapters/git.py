@@ -197,6 +197,31 @@ class GitFleetRepo:
         parents = self.repo.commit(revision).parents
         return str(parents[0].hexsha) if parents else None
 
+    def fleet_files_dir(self) -> Path:
+        """The folder of the fleet files in the working tree."""
+        return Path(self.repo.working_tree_dir or self.repo.git_dir) / self.subdir
+
+    def uncommitted(self) -> tuple[str, ...]:
+        """The fleet files whose working-tree content is not HEAD's (edited, staged, new or deleted), by the
+        names the fleet reads them under; () in a bare repository."""
+        import git
+
+        if self.repo.bare:
+            return ()
+        paths = {(str(self.subdir / name) if str(self.subdir) not in ("", ".") else name): name
+                 for name in FLEET_FILES}
+        try:
+            out = self.repo.git.status("--porcelain", "--untracked-files=all", "--", *paths)
+        except git.GitCommandError as exc:
+            raise SourceError(f"{self.repo.working_tree_dir}: git status failed: {exc}") from None
+        changed = {line[3:].split(" -> ")[-1].strip('"') for line in out.splitlines() if len(line) > 3}
+        return tuple(sorted(name for path, name in paths.items() if path in changed))
+
+    def worktree_snapshot(self) -> Snapshot:
+        """The fleet files as they are on disk, uncommitted edits included (revision `working-tree`)."""
+        snapshot = read_directory(self.fleet_files_dir())
+        return Snapshot(snapshot.revision, snapshot.files, _display_paths(self.display_prefix))
+
 
 def read_commit(path: str | os.PathLike[str], rev: str) -> Snapshot:
     return GitFleetRepo(path).snapshot(rev)

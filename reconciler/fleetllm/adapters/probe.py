@@ -126,3 +126,43 @@ async def _gateway_model_count(session: aiohttp.ClientSession, endpoint: Endpoin
             return read_gateway_health(await response.json(content_type=None))
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
         return None
+
+
+GATEWAY_IN_FLIGHT = ("fleetllm_gateway_requests_in_flight", "fleetllm_gateway_requests_queued")
+VLLM_IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def read_in_flight(text: str, served_name: str, *, via_gateway: bool) -> int | None:
+    """Pure: Prometheus text -> the requests in flight and queued for `served_name`; None when the text
+    has no such sample. The box gateway labels its samples model="<name>" (requests holding a slot,
+    requests waiting for one); vLLM model_name="<name>" (running, waiting)."""
+    names, label = (GATEWAY_IN_FLIGHT, "model") if via_gateway else (VLLM_IN_FLIGHT, "model_name")
+    wanted = f'{label}="{served_name}"'
+    total: float | None = None
+    for line in text.splitlines():
+        metric, _, rest = line.partition("{")
+        if metric not in names or "}" not in rest:
+            continue
+        labels, _, value = rest.partition("}")
+        if wanted not in labels.split(","):
+            continue
+        try:
+            total = (total or 0.0) + float(value.split()[0])
+        except (ValueError, IndexError):
+            return None
+    return None if total is None else max(0, round(total))
+
+
+async def in_flight(session: aiohttp.ClientSession, endpoint: Endpoint, bearer: str, served_name: str,
+                    timeout_s: float, *, via_gateway: bool = False) -> int | None:
+    """The requests a server has in flight or queued, from the box gateway's /metrics (with its bearer)
+    or vLLM's own; None when they cannot be read (a rollout's drain then waits its whole drain_s)."""
+    try:
+        async with session.get(URL(endpoint.url("/metrics"), encoded=True),
+                               headers={"Authorization": f"Bearer {bearer}"},
+                               timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False) as response:
+            if response.status != 200:
+                return None
+            return read_in_flight(await response.text(), served_name, via_gateway=via_gateway)
+    except (TimeoutError, aiohttp.ClientError, OSError, UnicodeDecodeError):
+        return None

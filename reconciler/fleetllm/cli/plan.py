@@ -14,6 +14,7 @@ from fleetllm.cli.passes import (
     EXIT_OK,
     add_adopt_arguments,
     add_pass_arguments,
+    capacity_plan,
     control_note,
     load_config_arg,
     pass_runner,
@@ -47,12 +48,18 @@ def run(args: argparse.Namespace) -> int:
     fleet = runner.pinned(newest, controls, follow=args.rev is None)  # as the reconcile job does; --against is kept
     print_note(control_note(runner, newest, controls, fleet), args.format)
     outcome = asyncio.run(runner.run(fleet, apply=False, invalid_head=runner.invalid_head))
-    print_outcome(outcome, args.format)
+    capacity = capacity_plan(fleet, outcome, config)
+    print_outcome(outcome, args.format, capacity=capacity)
     if args.out:
+        from fleetllm.core.judge.observed import listing_prices
         from fleetllm.core.judge.plantext import render_json
 
         try:
-            Path(args.out).write_text(render_json(outcome.plan, outcome.intended) + "\n", encoding="utf-8")
+            prices = listing_prices(outcome.observation.listings)
+            prices |= {r.request.label: r.price for r in capacity.rentals} if capacity is not None else {}
+            Path(args.out).write_text(render_json(outcome.plan, outcome.intended, prices,
+                                                  capacity.as_json() if capacity is not None else None) + "\n",
+                                      encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"cannot write the plan to {args.out}: {exc.strerror}", EXIT_ERROR) from None
     errors = list(outcome.plan.errors)
@@ -60,6 +67,6 @@ def run(args: argparse.Namespace) -> int:
         errors = [e for e in errors if not e.startswith("LiteLLM listing: ")]
     if errors:
         return EXIT_ERROR
-    if args.detailed_exitcode and not outcome.plan.empty:
+    if args.detailed_exitcode and (not outcome.plan.empty or (capacity is not None and not capacity.empty)):
         return EXIT_CHANGES
     return EXIT_OK

@@ -1,6 +1,7 @@
-"""`fleetllm rollout status|pause|resume|abort|wait`: the staged rollout through the control plane's admin
-API (GET /admin/rollout, POST /admin/rollout/ACTION), with the one admin-API client
-(fleetllm.adapters.admin_client).
+"""`fleetllm rollout status|pause|resume|abort|wait|forget`: the staged rollout through the control plane's
+admin API (GET /admin/rollout, POST /admin/rollout/ACTION, POST /admin/rollout/forget), with the one admin-API
+client (fleetllm.adapters.admin_client). `forget BOX` retires a box that left the placement at once (one that
+vanished without reporting its empty box): the rollout stops waiting for it, and it is answered 404.
 
 The control plane is --url (or FLEETLLM_URL: https, or http on a loopback address); the token is read
 from --token-file (or the environment: FLEETLLM_ADMIN_TOKEN, else FLEETLLM_VIEWER_TOKEN for `status`
@@ -34,11 +35,12 @@ from fleetllm.cli.waiting import (
     wait_for_rollout,
 )
 
-ACTIONS = ("status", "pause", "resume", "abort", "wait")
+ACTIONS = ("status", "pause", "resume", "abort", "wait", "forget")
 READING = ("status", "wait")  # a viewer token does
 EXIT_REFUSED, EXIT_UNREACHABLE = 1, 2  # refused: the control plane said no to the request itself
 REFUSALS = frozenset({403, 404, 409})  # a viewer's action, nothing to pause; another 4xx: exit 2
 REQUEST_TIMEOUT_S = 15.0
+MAX_BOX_CHARS = 256
 
 
 def register(subparsers: Any) -> None:
@@ -50,11 +52,13 @@ def register(subparsers: Any) -> None:
                     "unconverged boxes back to their last good revision. The next reconcile pass applies a "
                     "request. wait [REVISION] waits for the rollout of REVISION (default: the current one), "
                     "printing its progress, and exits 0 when it converged, 1 when it halted, was aborted or "
-                    "was superseded by a newer revision, 2 at --timeout: for CI after a merge.")
+                    "was superseded by a newer revision, 2 at --timeout: for CI after a merge. forget BOX retires a "
+                    "box that left the placement at once (one that vanished without reporting): its release is "
+                    "dropped and it is answered 404; audited.")
     parser.add_argument("action", choices=ACTIONS)
     parser.add_argument("revision", nargs="?", metavar="REVISION",
                         help="wait: the commit whose rollout to wait for (its SHA or a prefix, e.g. $GITHUB_SHA); "
-                             "default: the rollout under way")
+                             "default: the rollout under way. forget: the BOX to forget (required)")
     parser.add_argument("--url", metavar="URL", help=f"the control plane, e.g. https://fleet.example.org "
                         f"(default: ${URL_ENV}; http only on a loopback address)")
     parser.add_argument("--token-file", metavar="FILE", help=f"a file holding an operator or admin token (a viewer "
@@ -84,6 +88,8 @@ def check_timing(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_timing(args)
+    if args.action == "forget":
+        return forget(args)
     if args.revision is not None and args.action != "wait":
         raise CommandError(f"a REVISION goes with `fleetllm rollout wait` only, not {args.action}")
     names = (TOKEN_ENV, VIEWER_TOKEN_ENV) if args.action in READING else (TOKEN_ENV,)
@@ -111,6 +117,26 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def forget(args: argparse.Namespace) -> int:
+    """`fleetllm rollout forget BOX`: POST /admin/rollout/forget."""
+    box = args.revision
+    if not box or box.startswith("-") or len(box) > MAX_BOX_CHARS:
+        raise CommandError("give the BOX to forget: `fleetllm rollout forget BOX` (its name in placement.yaml)")
+    api = client(args, (TOKEN_ENV,), args.timeout or REQUEST_TIMEOUT_S)
+    try:
+        body = api.call("POST", "/admin/rollout/forget", {"box": box})
+    except AdminRefused as exc:
+        raise CommandError(str(exc), EXIT_REFUSED if exc.status in REFUSALS else exc.exit_code) from None
+    if args.format == "json":
+        print(json.dumps(body, indent=2))
+    else:
+        record = body.get("retirement") if isinstance(body, dict) else None
+        revision = str(record.get("revision", ""))[:12] if isinstance(record, dict) else ""
+        print(f"box {box} forgotten by {body.get('by') if isinstance(body, dict) else '?'}: retired "
+              f"(left the placement at {revision or 'an unknown revision'}); GET /vllm/config answers it 404")
+    return EXIT_OK
+
+
 def status_text(rollout: dict[str, Any] | None) -> str:
     if rollout is None:
         return "no rollout yet: the reconciler starts one at its first pass with the state store"
@@ -127,4 +153,7 @@ def status_text(rollout: dict[str, Any] | None) -> str:
         lines.append(f"  {box:<{width}}  {release['state']:<9} released {str(release['released'])[:12]:<12} "
                      f"applied {str(applied)[:12]:<12} wave {release['wave']}"
                      + (f"  {release['why']}" if release.get("why") else ""))
+    for box, record in (rollout.get("retirements") or {}).items():
+        lines.append(f"  {box:<{width}}  {record['state']:<9} left the placement at {str(record['revision'])[:12]}"
+                     + (f"  {record['reason']}" if record.get("reason") else ""))
     return "\n".join(lines)

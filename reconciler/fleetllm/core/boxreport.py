@@ -33,6 +33,11 @@ class BoxReport:
         return frozenset(name for s in servers if isinstance(s, Mapping) and s.get("state") == "failed"
                          and isinstance(name := s.get("name"), str))
 
+    def runs_nothing(self) -> bool:
+        """The box installed a box JSON with no server (a retiring box's): it runs no program of ours."""
+        servers = self.body.get("servers", ())
+        return self.outcome is ReportOutcome.INSTALLED and isinstance(servers, tuple) and not servers
+
     def server_digests(self) -> dict[str, str]:
         """Server name -> the boot digest the box applied (compare with the rendered `digest`)."""
         servers = self.body.get("servers", ())

@@ -29,6 +29,7 @@ class ControlAction(StrEnum):
     ROLLOUT_PAUSE = "rollout-pause"
     ROLLOUT_RESUME = "rollout-resume"
     ROLLOUT_ABORT = "rollout-abort"
+    ROLLOUT_FORGET = "rollout-forget"  # a box that left the placement, retired at once (core.rollout.retire)
 
 
 @dataclass(frozen=True)

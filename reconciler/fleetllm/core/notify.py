@@ -46,6 +46,7 @@ class EventKind(StrEnum):
     ROLLOUT_STARTED = "rollout_started"  # a notice: the rollout of a new revision began
     CONVERGED = "converged"  # a notice: every agent-managed box runs the revision
     ROLLED_BACK = "rolled_back"  # a notice: a rollout halted or was aborted, its boxes rolled back
+    CAPACITY_FAILED = "capacity_failed"  # a rental or termination of fleet.yaml's capacity failed (backing off)
 
 
 # Notices: news once (never a reminder), and closed silently (never resolved) when their rollout is done.
@@ -59,6 +60,7 @@ SEVERITY: Mapping[EventKind, str] = {
     EventKind.ROLLOUT_STARTED: "info",
     EventKind.CONVERGED: "info",
     EventKind.ROLLED_BACK: "warning",
+    EventKind.CAPACITY_FAILED: "warning",
 }
 
 TITLE: Mapping[EventKind, str] = {
@@ -69,6 +71,7 @@ TITLE: Mapping[EventKind, str] = {
     EventKind.ROLLOUT_STARTED: "Rollout started",
     EventKind.CONVERGED: "Rollout converged",
     EventKind.ROLLED_BACK: "Rolled back",
+    EventKind.CAPACITY_FAILED: "Capacity action failed",
 }
 
 RESOLVED_TEXT: Mapping[EventKind, str] = {
@@ -80,6 +83,7 @@ RESOLVED_TEXT: Mapping[EventKind, str] = {
     EventKind.ROLLOUT_STARTED: "a newer rollout replaced {subject}",
     EventKind.CONVERGED: "a newer rollout replaced {subject}",
     EventKind.ROLLED_BACK: "a newer rollout replaced {subject}",
+    EventKind.CAPACITY_FAILED: "{subject} succeeded, or is no longer planned",
 }
 
 

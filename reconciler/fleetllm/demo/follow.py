@@ -8,6 +8,8 @@ acts on it.
 - a box without the agent whose rendered config (its servers, their recipes and bearers) changed is
   restarted; a box with the agent is left to it;
 - a new box whose name is a loopback address gets a simulated box booted for it;
+- a box is restarted or booted only once the control plane serves the revision: one booted before would
+  fetch the old config (a new box: no config at all) and stay failed;
 - a box that left the placement is stopped (the demo destroys the instance; a real one keeps running,
   and billing, until you destroy it).
 """
@@ -23,7 +25,7 @@ from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.fleet.render import Bearers, render_box
 from fleetllm.demo import procs
 from fleetllm.demo.boxes import SimulatedBox
-from fleetllm.demo.fleet import binds, sim_box
+from fleetllm.demo.fleet import DemoError, binds, sim_box
 from fleetllm.demo.stage import Stage
 
 
@@ -76,6 +78,12 @@ def follow(demo: Stage, old: Fleet | None) -> Fleet | None:
         ": it changes no box's servers" if found.empty else
         "; the box agents apply it as the rollout releases it" if not restart else
         "; the rollout releases it to the boxes with an agent, the demo restarts the others it touches"))
+    if (restart or found.new) and demo.control_plane is not None:
+        try:  # the reconciler read the commit from git; the control plane refreshes on its own
+            demo.control_plane.wait_for(new.revision)
+        except DemoError as exc:
+            demo.say(f"{exc}: the boxes it touches are left as they are", "red")
+            return new
     for name in restart:
         demo.provision(demo.boxes[name], "restarts (re-fetches its config; it runs no box agent)")
     for name in found.new:

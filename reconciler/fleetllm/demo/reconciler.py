@@ -3,21 +3,21 @@ config and state store, each pass the one `fleetllm reconcile`'s loop runs (`sch
 branch's newest valid commit, the lock, then the operator controls, the pin, the suspension, the dry run,
 the record, the metrics and the notifications). The demo has no pass of its own: only these seams.
 
-With a LiteLLM proxy a pass applies its plan. Without one the demo plans only, against an empty
-LiteLLM that takes no writes (`EmptyLitellm`), as a dry run: the plan then says what a fresh proxy would
-get, and the pass is recorded (mode "plan": the probe histories and the record with its planned
-actions), so the status page shows the verdicts and what a proxy would be sent.
+With a LiteLLM proxy a pass applies its plan. Without one the demo runs what `fleetllm reconcile` runs
+for a fleet with no litellm section: real passes in which the boxes route (each box's own servers, a
+balancer in front of them), so a commit rolls out box by box (health-gated make-before-break, a drain
+that waits for the requests in flight) and LiteLLM is neither listed nor written.
 
-A rollout scenario without a proxy cannot plan only: a staged rollout releases a box only once the
-servers it waits for are routed, and moves on only when passes apply. Its passes apply to a routing
-table kept in the demo's memory (`MemoryLitellm`: nothing is sent anywhere, no caller can use it).
+A rollout scenario without a proxy applies its passes to a routing table kept in the demo's memory
+(`MemoryLitellm`: nothing is sent anywhere, no caller can use it), so its drains and routes play out as
+they would with LiteLLM.
 """
 
 from __future__ import annotations
 
 import logging
 
-from fleetllm.adapters.litellm import LitellmApi, LitellmError
+from fleetllm.adapters.litellm import LitellmApi
 from fleetllm.core.judge.intended import DeploymentSpec
 from fleetllm.core.judge.observed import Deployment
 from fleetllm.demo.litellm import Litellm
@@ -26,27 +26,7 @@ from fleetllm.job.configfile import load_config
 from fleetllm.job.runner import PassRunner, RunnerOptions
 from fleetllm.logs import get_logger, log_event
 
-PLAN_ONLY = "plan-only: no LiteLLM given, nothing is written"
 LOG = get_logger("demo")
-
-
-class EmptyLitellm:
-    """An empty LiteLLM that refuses every write: what plan-only passes plan against."""
-
-    async def list_deployments(self) -> tuple[Deployment, ...]:
-        return ()
-
-    async def get(self, deployment_id: str) -> Deployment | None:
-        return None
-
-    async def create(self, spec: DeploymentSpec) -> None:
-        raise LitellmError(PLAN_ONLY)
-
-    async def update(self, spec: DeploymentSpec) -> None:
-        raise LitellmError(PLAN_ONLY)
-
-    async def delete(self, deployment_id: str) -> bool:
-        raise LitellmError(PLAN_ONLY)
 
 
 class MemoryLitellm:
@@ -72,13 +52,11 @@ class MemoryLitellm:
 
 
 def options(litellm: Litellm | None, *, rollouts: bool) -> RunnerOptions:
-    """The runner's options for the demo: with a proxy, the config's LiteLLM (what `fleetllm reconcile
-    --config` does); without one, plan only (`rollouts` false) or the table in memory."""
-    if litellm is not None:
+    """The runner's options for the demo: with a proxy, or without one outside a scenario, the config's
+    (what `fleetllm reconcile --config` does; no litellm section: the boxes route); a rollout scenario
+    without a proxy, the table in memory."""
+    if litellm is not None or not rollouts:
         return RunnerOptions(command="demo")
-    if not rollouts:
-        empty: LitellmApi = EmptyLitellm()
-        return RunnerOptions(command="demo", dry_run=True, litellm=lambda _session: empty)
     memory: LitellmApi = MemoryLitellm()
     return RunnerOptions(command="demo", litellm=lambda _session: memory)
 

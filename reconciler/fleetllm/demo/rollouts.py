@@ -9,6 +9,10 @@ The edits are pure (text in, text out, as a person would write them in a pull re
 - move-single:  the only server of a model moves (make-before-break: the model must never be unserved);
 - bad-boot:     a recipe gains an argument vLLM refuses at start (`dtype: bogus`); the rollout halts after
                 the first box, which goes back to its last good revision; then the revert converges.
+- retire-box:   a box leaves placement.yaml: its deployments leave LiteLLM, it is served a box JSON with no
+                servers and its agent removes every program and reports, it is retired (issue 25); then a
+                recipe change converges and the attention list stays clear;
+- empty-box:    the same, the box emptied by moving its only server to another box.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from fleetllm.demo.check import waiting_for
 from fleetllm.demo.ciwait import CiWait, Waited
 from fleetllm.demo.fleet import DEFAULT_GPU_MEMORY_GB, DemoError
 from fleetllm.demo.load import LoadGenerator, LoadReport
-from fleetllm.demo.move import CEILING, Move, choose_move, move_row
+from fleetllm.demo.move import CEILING, Move, choose_move, move_row, remove_box
 from fleetllm.demo.stage import Stage
 from fleetllm.demo.workspace import commit_file
 from fleetllm.job.engine import PassOutcome
@@ -95,23 +99,36 @@ def choose_single_move(fleet: Fleet) -> Move:
             if (counts[row.model] != 1 or source.gateway_port is not None
                     or fleet.settings.is_legacy(source.name, row.port)):
                 continue
-            for target in fleet.boxes.values():
-                if target.name == source.name or target.gateway_port is not None:
-                    continue
-                if any(fleet.settings.is_legacy(target.name, r.port) for r in target.servers):
-                    continue
-                used = {r.port for r in target.servers}
-                free = [p for p in fleet.settings.listen_ports if p not in used]
-                if not free or len(target.servers) >= fleet.settings.max_servers_per_box:
-                    continue
-                if _fits(fleet, target.name, row.model):
-                    return Move(row.model, row.name, source.name, row.port, target.name, free[0])
+            move = _move_to_room(fleet, source.name, row.model, row.name, row.port, {})
+            if move is not None:
+                return move
     raise DemoError("move-single found no model with one server that another box has room for")
 
 
-def _fits(fleet: Fleet, box: str, model: str) -> bool:
+def _move_to_room(fleet: Fleet, source: str, model: str, name: str, port: int,
+                  added: Mapping[str, list[Move]]) -> Move | None:
+    """A move of the server to a free listen port of another box with room for it, besides the servers
+    `added` there by earlier moves (None: no box has room)."""
+    for target in fleet.boxes.values():
+        if target.name == source or target.gateway_port is not None:
+            continue
+        if any(fleet.settings.is_legacy(target.name, r.port) for r in target.servers):
+            continue
+        extra = added.get(target.name, [])
+        used = {r.port for r in target.servers} | {m.target_port for m in extra}
+        names = {r.name for r in target.servers} | {m.name for m in extra}
+        free = [p for p in fleet.settings.listen_ports if p not in used]
+        if not free or name in names or len(target.servers) + len(extra) >= fleet.settings.max_servers_per_box:
+            continue
+        if _fits(fleet, target.name, model, [m.model for m in extra]):
+            return Move(model, name, source, port, target.name, free[0])
+    return None
+
+
+def _fits(fleet: Fleet, box: str, model: str, added: list[str] | None = None) -> bool:
     target = fleet.boxes[box]
     vram = (sum(fleet.recipes[r.model].vllm.vram_gb or 0 for r in target.servers)
+            + sum(fleet.recipes[m].vllm.vram_gb or 0 for m in added or ())
             + (fleet.recipes[model].vllm.vram_gb or 0))
     return vram <= CEILING * (target.gpu_memory_gb or DEFAULT_GPU_MEMORY_GB)
 
@@ -120,6 +137,59 @@ def single_move_change(fleet: Fleet, files: Mapping[str, str]) -> tuple[Change, 
     move = choose_single_move(fleet)
     return Change(f"move the only server of {move.model}: {move}",
                   {PLACEMENT_FILE: move_row(files[PLACEMENT_FILE], move)}), move
+
+
+def retire_box_change(fleet: Fleet, files: Mapping[str, str]) -> tuple[Change, str]:
+    """Remove the box with the most servers whose every model also runs on another box (so no model loses
+    its last server)."""
+    def elsewhere(box: str, model: str) -> bool:
+        return any(model in {r.model for r in other.servers} for name, other in fleet.boxes.items() if name != box)
+
+    boxes = [b for b in fleet.boxes.values() if b.servers and b.gateway_port is None
+             and not any(fleet.settings.is_legacy(b.name, r.port) for r in b.servers)
+             and all(elsewhere(b.name, r.model) for r in b.servers)]
+    if not boxes:
+        raise DemoError("retire-box found no box whose every model also runs on another box")
+    box = max(boxes, key=lambda b: (len(b.servers), b.name)).name
+    return Change(f"remove box {box}", {PLACEMENT_FILE: remove_box(files[PLACEMENT_FILE], box)}), box
+
+
+def empty_box_change(fleet: Fleet, files: Mapping[str, str]) -> tuple[Change, str, Move]:
+    """Move every server of a box to other boxes with room (a box with fewer servers first), which empties
+    the box: its key goes too."""
+    for source in sorted(fleet.boxes.values(), key=lambda b: (len(b.servers), b.name)):
+        if not source.servers or source.gateway_port is not None or \
+                any(fleet.settings.is_legacy(source.name, r.port) for r in source.servers):
+            continue
+        moves: list[Move] = []
+        added: dict[str, list[Move]] = {}
+        for row in source.servers:
+            move = _move_to_room(fleet, source.name, row.model, row.name, row.port, added)
+            if move is None:
+                break
+            moves.append(move)
+            added.setdefault(move.target, []).append(move)
+        else:
+            text = files[PLACEMENT_FILE]
+            for move in moves:
+                text = move_row(text, move)
+            title = f"move {', '.join(str(m) for m in moves)}, emptying {source.name}"
+            return Change(title, {PLACEMENT_FILE: remove_box(text, source.name)}), source.name, moves[-1]
+    raise DemoError("empty-box found no box whose every server other boxes have room for")
+
+
+def recipe_change(fleet: Fleet, files: Mapping[str, str]) -> Change:
+    """A boot change of the recipe of the model with the most servers, legacy pairs counted (they restart it
+    too): the rollout restarts them one at a time, so the model keeps serving."""
+    counts: dict[str, int] = {}
+    for box in fleet.boxes.values():
+        for row in box.servers:
+            counts[row.model] = counts.get(row.model, 0) + 1
+    if not counts:
+        raise DemoError("no model to change")
+    model = max(sorted(counts), key=lambda m: counts[m])
+    return Change(f"a recipe change: {model} gets `max-num-seqs: 64`",
+                  {MODELS_FILE: with_setting(files[MODELS_FILE], model, "max-num-seqs", "64")})
 
 
 def most_replicated(fleet: Fleet) -> str:
@@ -185,9 +255,9 @@ def converged(demo: Stage, outcome: PassOutcome, head: str) -> list[str]:
 
 
 def play(demo: Stage, change: Change, message: str, *, load: LoadGenerator | None, rollout: RolloutProbe,
-         timeout_s: float, interval_s: float) -> Played:
-    """Commit the change, then only passes (no manual step) until it converged or, for a halting change,
-    halted; the load runs from before the commit to the end."""
+         timeout_s: float, interval_s: float, until: Callable[[], list[str]] | None = None) -> Played:
+    """Commit the change, then only passes (no manual step) until it converged (and `until` finds nothing
+    missing) or, for a halting change, halted; the load runs from before the commit to the end."""
     workspace = demo.workspace
     assert workspace is not None
     if load is not None:
@@ -207,6 +277,8 @@ def play(demo: Stage, change: Change, message: str, *, load: LoadGenerator | Non
             halted, waves = rollout()
             if outcome is not None:
                 missing = converged(demo, outcome, head) if not change.halts else []
+                if not change.halts and not missing and until is not None:
+                    missing = until()
                 if not change.halts and not missing:
                     break
                 if change.halts and halted is not None and not waiting_for(outcome, applying=demo.applying):

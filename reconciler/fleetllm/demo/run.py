@@ -40,7 +40,7 @@ from fleetllm.demo.litellm import Litellm, build, check_shared, remove_demo_depl
 from fleetllm.demo.move import Move
 from fleetllm.demo.reconciler import reconciler
 from fleetllm.demo.scenario import Results, run_scenarios
-from fleetllm.demo.view import BoxStates, screen
+from fleetllm.demo.view import BoxStates, screen, written
 from fleetllm.demo.workspace import DemoForge, Workspace, control_plane_config, create, init_fleet_repo
 from fleetllm.job.engine import PassOutcome
 from fleetllm.job.runner import PassRunner
@@ -71,7 +71,7 @@ NO_HARNESS = (
     "litellm-offline beside its checkouts, where it is looked for in ../shared/litellm-offline and further up). "
     "Pass its folder with --litellm-harness DIR (make demo-litellm DEMO_ARGS=\"--litellm-harness DIR\"), or run "
     "a LiteLLM proxy of your own and pass --litellm-url URL with LITELLM_MASTER_KEY set; without either, "
-    "`make demo` plans only")
+    "`make demo` runs without LiteLLM (the boxes route)")
 
 
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -99,6 +99,7 @@ class Demo:
         self.log: IO[str] | None = None  # this process's log while the demo runs: <scratch>/control-plane/reconcile.log
         self.live: Live | None = None
         self.header: list[str] = []
+        self.real: tuple[str, ...] = ()  # the boxes of real vLLM servers (--real-vllm), named in the table's title
         self.verdicts: dict[tuple[str, int], str] = {}
         self.move: Move | None = None
         self.results: Results | None = None  # the rollout scenarios played
@@ -119,7 +120,8 @@ class Demo:
 
     def redraw(self, outcome: PassOutcome | None, note: str = "") -> None:
         if self.live is not None:
-            self.live.update(screen(self.header, outcome, self.states(), applying=self.applying, note=note))
+            self.live.update(screen(self.header, outcome, self.states(), applying=self.applying, note=note,
+                                    real=self.real))
 
     # -- set-up --------------------------------------------------------------------------------------
     def set_up(self) -> None:
@@ -135,12 +137,17 @@ class Demo:
                                        max_model_len=realvllm.MODEL_LEN, kv_cache_bytes=realvllm.KV_CACHE_BYTES,
                                        max_num_seqs=realvllm.MAX_NUM_SEQS)
         fleet = demo_fleet.fleet
+        self.real = tuple(box.name for box in demo_fleet.boxes if box.real_vllm)
         self.first_model = next(row.model for box in fleet.boxes.values() for row in box.servers)
         for address, port in binds(fleet):
             if not procs.can_bind(address, port):
                 raise DemoError(f"{address}:{port} is taken (another fleetllm demo?): stop it, or pass "
                                 "--first-address 127.0.1.2 to simulate the boxes elsewhere in 127.0.0.0/8")
         self.workspace = workspace = create(options.workdir)
+        # From here this process's own log (the reconciler's passes, the LiteLLM and forge clients, the notifier)
+        # goes to a file beside serve.log, never across the set-up lines or the live display.
+        self.log = (workspace.control_plane / "reconcile.log").open("a", encoding="utf-8")
+        setup_logging(self.log, level=logging.getLogger(LOGGER).level)
         self.say(f"scratch directory {workspace.root}")
         for line in demo_fleet.dropped:
             self.say(f"left out of the demo: {line}", "yellow")
@@ -164,10 +171,6 @@ class Demo:
             box.prepare(fleet)
             self.provision(box, f"boots ({sim.template} template, was {sim.example_name})")
         self.store = open_store(workspace.state_url, application_name="fleetllm-demo")
-        # The reconciler runs in this process: its log (a line per pass) goes to a file beside serve.log, not
-        # across the live display.
-        self.log = (workspace.control_plane / "reconcile.log").open("a", encoding="utf-8")
-        setup_logging(self.log, level=logging.getLogger(LOGGER).level)
         self.runner = reconciler(workspace, self.litellm, rollouts=options.scenario is not None)
 
     def _litellm(self, workspace: Workspace, boxes: list[str]) -> Litellm | None:
@@ -183,7 +186,8 @@ class Demo:
                 raise DemoError(NO_HARNESS)
             litellm = build(workspace, options.litellm_harness, workspace.secret("litellm-master-key"), self.say)
         else:
-            self.say("no LiteLLM: the reconciler plans only (pass --litellm-url, or set FLEETLLM_DEMO_LITELLM=1 "
+            self.say("no LiteLLM: the boxes route, and commits roll out box by box without it (pass --litellm-url, "
+                     "or set FLEETLLM_DEMO_LITELLM=1 "
                      "to build one)", "yellow")
             return None
         workspace.write_secret("litellm-master-key", litellm.master_key)
@@ -224,10 +228,8 @@ class Demo:
         for gone in set(self.verdicts) - set(outcome.intended.servers):
             self.say(f"  {gone[0]}:{gone[1]}: no longer in the repository")
             del self.verdicts[gone]
-        for result in outcome.results:
-            mark = "" if result.ok else " FAILED: " + (result.error or "")
-            self.say(f"  LiteLLM {result.action.kind} {result.action.id} ({result.action.model_name}){mark}",
-                     "cyan" if result.ok else "red")
+        for line, style in written(outcome.results):
+            self.say(line, style)
         self.redraw(outcome, note)
         return outcome
 
@@ -287,7 +289,7 @@ class Demo:
                                                                       else ""))
         self.scenario()
         outcome = self.tick()
-        self.console.print(screen([], outcome, self.states(), applying=self.applying))
+        self.console.print(screen([], outcome, self.states(), applying=self.applying, real=self.real))
         found = problems(outcome, self.states(), self.move, applying=self.applying)
         found += self.results.problems if self.results is not None else []
         if self.litellm is not None and outcome is not None and not found:
@@ -307,8 +309,8 @@ class Demo:
         return 0 if not found else 1
 
     def run_live(self) -> int:
-        with Live(screen(self.header, None, self.states(), applying=self.applying), console=self.console,
-                  refresh_per_second=2) as live:
+        with Live(screen(self.header, None, self.states(), applying=self.applying, real=self.real),
+                  console=self.console, refresh_per_second=2) as live:
             self.live = live
             self.converge("waiting for every simulated server to serve (Ctrl-C stops the demo)")
             self.scenario()

@@ -7,7 +7,10 @@ a box.
 - move-single: the only server of a model moves (make-before-break keeps the model served);
 - bad-boot:    a recipe gains `dtype: bogus`, which vLLM refuses at start: the rollout halts after the
                first box, which is rolled back to its last good revision; then a revert commit converges;
-- rollouts:    the three in sequence on one demo.
+- rollouts:    the three in sequence on one demo;
+- retire-box:  a box leaves placement.yaml: drained, served a box JSON with no servers, its agent removes every
+               program and reports, retired (issue 25); then a recipe change converges, the attention list clear;
+- empty-box:   the same after a move that empties a box (its only server moves to another box).
 
 With LiteLLM a load generator sends chat completions to every model through the proxy for the whole of
 each scenario; the scenario prints per model requests and failures, the seconds from commit to
@@ -20,11 +23,15 @@ the rollouts run the same way.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fleetllm.core.fleet.files import FLEET_FILES, MODELS_FILE
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.rollout.model import BoxState, RolloutState
+from fleetllm.core.rollout.retire import RetireState
 from fleetllm.core.secret import Secret
 from fleetllm.demo.fleet import DemoError
 from fleetllm.demo.litellm import Litellm
@@ -34,14 +41,18 @@ from fleetllm.demo.rollouts import (
     Change,
     Played,
     bad_boot_change,
+    empty_box_change,
     move_change,
     play,
+    recipe_change,
+    retire_box_change,
     single_move_change,
 )
 from fleetllm.demo.stage import Stage
 from fleetllm.job.runner import PassRunner
 
-SCENARIOS = ("move-model", "move-single", "bad-boot", "rollouts")
+ROLLOUTS = ("move-model", "move-single", "bad-boot")  # what `rollouts` plays, in this order
+SCENARIOS = (*ROLLOUTS, "rollouts", "retire-box", "empty-box")
 RATE_PER_MODEL = 2.0  # chat completions per second per model, the issue's floor
 
 
@@ -69,18 +80,53 @@ def _probe(demo: Stage) -> tuple[str | None, int | None]:
     return (rollout.reason or "halted") if rollout.state is RolloutState.HALTED else None, rollout.waves
 
 
-def _load(demo: Stage, litellm: Litellm | None) -> LoadGenerator | None:
+def _load(demo: Stage, litellm: Litellm | None, unloaded: frozenset[str] = frozenset()) -> LoadGenerator | None:
+    """Callers of every model but `unloaded` (models a change leaves with no server for a while, as
+    `fleetllm diff` warns: their callers fail whatever the rollout does)."""
     if litellm is None or demo.runner is None or demo.runner.fleet is None:
         return None
-    models = {row.model for box in demo.runner.fleet.boxes.values() for row in box.servers}
+    models = {row.model for box in demo.runner.fleet.boxes.values() for row in box.servers} - unloaded
     return LoadGenerator(litellm.url, Secret(litellm.master_key, "the demo's LiteLLM master key"), models,
                          rate_per_model=RATE_PER_MODEL)
 
 
+def alone_on(fleet: Fleet, box: str) -> frozenset[str]:
+    """The models whose only server runs on `box` (a server moved there divides its card afresh: they restart)."""
+    counts: dict[str, int] = {}
+    for other in fleet.boxes.values():
+        for row in other.servers:
+            counts[row.model] = counts.get(row.model, 0) + 1
+    return frozenset(r.model for r in fleet.boxes[box].servers if counts[r.model] == 1)
+
+
+def retired_missing(demo: Stage, box: str) -> list[str]:
+    """What is still missing before the removed box is retired (issue 25): its retirement recorded, its
+    release forgotten, no program left under its supervisord, and no unknown box on the attention list."""
+    store = demo.store
+    assert store is not None
+    missing = []
+    record = store.retirements().get(box)
+    if record is None or record.state is not RetireState.RETIRED:
+        missing.append(f"{box} is {record.state if record else 'not noted as leaving'}, not retired")
+    if store.box_release(box) is not None:
+        missing.append(f"the rollout still holds a release of {box}")
+    programs = demo.boxes[box].states() if box in demo.boxes else {}
+    if programs is None or programs:
+        missing.append(f"{box}'s supervisord runs {', '.join(sorted(programs)) if programs else 'unknown programs'}")
+    unknown = [e.box for e in store.attention()]
+    if unknown:
+        missing.append(f"the attention list has unknown boxes: {', '.join(unknown)}")
+    return missing
+
+
 def _play(demo: Stage, results: Results, change: Change, message: str, litellm: Litellm | None, *,
-          timeout_s: float, interval_s: float) -> Played:
-    played = play(demo, change, message, load=_load(demo, litellm), rollout=lambda: _probe(demo),
-                  timeout_s=timeout_s, interval_s=interval_s)
+          timeout_s: float, interval_s: float, until: Callable[[], list[str]] | None = None,
+          unloaded: frozenset[str] = frozenset()) -> Played:
+    if unloaded and litellm is not None:
+        demo.say(f"no load for {', '.join(sorted(unloaded))}: the change restarts its only server (the card it "
+                 "shares is divided afresh), as fleetllm diff warns", "yellow")
+    played = play(demo, change, message, load=_load(demo, litellm, unloaded), rollout=lambda: _probe(demo),
+                  timeout_s=timeout_s, interval_s=interval_s, until=until)
     for line in played.lines():
         demo.say(line, "bold" if not line.startswith(" ") else "")
     results.played.append(played)
@@ -153,12 +199,12 @@ def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s:
         raise DemoError(f"no scenario {name!r}: pick one of {', '.join(SCENARIOS)}")
     runner = demo.runner
     assert runner is not None
-    names = SCENARIOS[:-1] if name == "rollouts" else (name,)
+    names = ROLLOUTS if name == "rollouts" else (name,)
     results = Results()
     if litellm is None:
         demo.say("no LiteLLM: no load is sent (a load generator needs a proxy to send through); the routing "
                  "table is kept in the demo's memory so that the rollouts run as they would", "yellow")
-    timing = {"timeout_s": timeout_s, "interval_s": interval_s}
+    timing: dict[str, Any] = {"timeout_s": timeout_s, "interval_s": interval_s}
     for scenario in names:
         fleet, files = runner.fleet, _files(demo)
         assert fleet is not None
@@ -166,6 +212,19 @@ def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s:
         if scenario == "move-model":
             change, results.move = move_change(fleet, files)
             _play(demo, results, change, f"Move {results.move}", litellm, **timing)
+        elif scenario in ("retire-box", "empty-box"):
+            alone: frozenset[str] = frozenset()
+            if scenario == "retire-box":
+                change, box = retire_box_change(fleet, files)
+            else:
+                change, box, results.move = empty_box_change(fleet, files)
+                alone = alone_on(fleet, results.move.target)
+            until = functools.partial(retired_missing, demo, box)
+            _play(demo, results, change, f"Remove box {box}", litellm, until=until, unloaded=alone, **timing)
+            fleet, files = runner.fleet, _files(demo)
+            assert fleet is not None
+            _play(demo, results, recipe_change(fleet, files), "Change a recipe after the box left", litellm,
+                  until=until, **timing)
         elif scenario == "move-single":
             change, results.move = single_move_change(fleet, files)
             _play(demo, results, change, f"Move the only server of {results.move.model}", litellm, **timing)

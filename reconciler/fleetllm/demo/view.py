@@ -7,13 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rich.console import Group, RenderableType
+from rich import box as rich_box
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
 from fleetllm.core.judge.plan import ActionKind
 from fleetllm.core.judge.plantext import SYMBOL, summary_line
 from fleetllm.core.judge.verdict import Verdict
+from fleetllm.job.apply import ActionOutcome, ActionResult
 from fleetllm.job.engine import PassOutcome
 
 COLOURS = {Verdict.HEALTHY: "green", Verdict.STALE: "yellow", Verdict.LOADING: "yellow", Verdict.PENDING: "yellow",
@@ -57,6 +59,8 @@ def rows(outcome: PassOutcome, states: BoxStates, *, applying: bool) -> list[Row
             return f"{SYMBOL[kind]} {verb}" if applying else f"{SYMBOL[kind]} would {verb}"
         if ident in held:
             return "held"
+        if outcome.observation.boxes_route:
+            return "none (box routes)"
         return "deployed" if ident in deployed else "-"
 
     found = []
@@ -75,28 +79,90 @@ def rows(outcome: PassOutcome, states: BoxStates, *, applying: bool) -> list[Row
     return found
 
 
-def table(found: Sequence[Row]) -> Table:
-    grid = Table(title="Simulated boxes (no GPU: every vLLM is the stub)", title_justify="left", expand=False)
-    for column in ("box", "port", "server", "model", "supervisor", "verdict", "LiteLLM", "why"):
-        grid.add_column(column, no_wrap=column != "why", overflow="fold")
+def written(results: Sequence[ActionResult]) -> list[tuple[str, str]]:
+    """What the demo says of a pass's LiteLLM writes, (line, style): only writes that were tried. A pass that
+    only plans records every action as planned, not applied; the table shows those (`+ would create`)."""
+    return [(f"  LiteLLM {r.action.kind} {r.action.id} ({r.action.model_name})"
+             + ("" if r.ok else " FAILED: " + (r.error or "")), "cyan" if r.ok else "red")
+            for r in results if r.outcome is not ActionOutcome.PLANNED]
+
+
+STUB_TITLE = "Simulated boxes (no GPU: every vLLM is the stub)"
+
+
+def title(real: Sequence[str] = ()) -> str:
+    """The table's title: with --real-vllm, which box runs the real vLLM."""
+    if not real:
+        return STUB_TITLE
+    return (f"Boxes (no GPU: every vLLM is the stub but on {', '.join(real)}, which runs the real vLLM's "
+            "CPU build)")
+
+
+WIDE = 150  # columns from which the table has a column per field; below, the compact form (80 columns do)
+
+
+def table(found: Sequence[Row], real: Sequence[str] = (), width: int = WIDE) -> RenderableType:
+    """The servers as a table: a column per field on a wide terminal; on a narrow one (80 columns) one
+    column names the server (box:port name [model]), and the reasons follow the table, one line each,
+    for the servers that are not Healthy (a Healthy server's reason says only where it serves)."""
+    if width >= WIDE:
+        grid = Table(title=title(real), title_justify="left", expand=False)
+        for column in ("box", "port", "server", "model", "supervisor", "verdict", "LiteLLM", "why"):
+            grid.add_column(column, no_wrap=column != "why", overflow="fold")
+        for row in found:
+            grid.add_row(row.box, str(row.port), row.server, row.model, _supervisor_text(row), _verdict_text(row),
+                         row.litellm, Text(row.reason[:110], style="dim"))
+        return grid
+    grid = Table(title=title(real), title_justify="left", expand=False, box=rich_box.SIMPLE_HEAD, pad_edge=False,
+                 collapse_padding=True)
+    for column in ("server", "program", "verdict", "LiteLLM"):
+        grid.add_column(column, no_wrap=True, overflow="ellipsis")
     for row in found:
-        colour = COLOURS.get(Verdict(row.verdict), "white") if row.verdict in VERDICTS else "dim"
-        state_colour = "green" if row.supervisor == "RUNNING" else "yellow"
-        grid.add_row(row.box, str(row.port), row.server, row.model, Text(row.supervisor, style=state_colour),
-                     Text(row.verdict, style=colour), row.litellm, Text(row.reason[:110], style="dim"))
-    return grid
+        grid.add_row(Text(_server_text(row)), _supervisor_text(row), _verdict_text(row), Text(row.litellm))
+    why = [Text(_shorten(f"  {_server_text(row)}: {row.reason}", width), style="dim")
+           for row in found if row.verdict != str(Verdict.HEALTHY) and row.reason]
+    return Group(grid, *why)
+
+
+def _server_text(row: Row) -> str:
+    return f"{row.box}:{row.port} {row.server}" + ("" if row.model == row.server else f" [{row.model}]")
+
+
+def _supervisor_text(row: Row) -> Text:
+    return Text(row.supervisor, style="green" if row.supervisor == "RUNNING" else "yellow")
+
+
+def _verdict_text(row: Row) -> Text:
+    return Text(row.verdict, style=COLOURS.get(Verdict(row.verdict), "white") if row.verdict in VERDICTS else "dim")
+
+
+def _shorten(line: str, width: int) -> str:
+    return line if len(line) <= width else line[:max(width - 3, 0)] + "..."
+
+
+class Fitted:
+    """The table, laid out for the width it is drawn at (the terminal's, which may change under the live
+    display)."""
+
+    def __init__(self, found: Sequence[Row], real: Sequence[str]) -> None:
+        self.found, self.real = found, real
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield table(self.found, self.real, options.max_width)
 
 
 def screen(header: Sequence[str], outcome: PassOutcome | None, states: BoxStates, *, applying: bool,
-           note: str = "") -> RenderableType:
+           note: str = "", real: Sequence[str] = ()) -> RenderableType:
     parts: list[RenderableType] = [Text("\n".join(header))]
     if outcome is None:
         parts.append(Text("waiting for the first reconcile pass...", style="dim"))
     else:
-        parts.append(table(rows(outcome, states, applying=applying)))
-        line = summary_line(outcome.plan)
+        parts.append(Fitted(rows(outcome, states, applying=applying), real))
+        line = ("No LiteLLM: the boxes route, the rollout restarts them box by box." if outcome.observation.boxes_route
+                else summary_line(outcome.plan))
         parts.append(Text(f"revision {outcome.intended.revision[:12]}  " + line
-                          + ("" if applying else "  (plan only: nothing is written)")))
+                          + ("" if applying or outcome.observation.boxes_route
+                             else "  (plan only: nothing is written)")))
     if note:
         parts.append(Text(note, style="bold"))
     return Group(*parts)

@@ -169,7 +169,7 @@ def control_plane_config(workspace: Workspace, port: int, litellm_url: str | Non
         return "${file:" + str(workspace.secret_file(name)) + "}"
 
     litellm = (f"litellm:\n  url: {litellm_url}\n  master_key: {ref('litellm-master-key')}\n"
-               if litellm_url else "# litellm: none given, so the demo plans only (it never writes to a LiteLLM)\n")
+               if litellm_url else "# litellm: none given, so the boxes route and the rollouts run without it\n")
     workspace.config.write_text(f"""\
 # The control plane of `fleetllm demo` (a simulated fleet). Secrets are files in {workspace.secrets}.
 repo:

@@ -27,12 +27,12 @@ from fleetllm.core.judge.adoption import AdoptSource
 from fleetllm.core.judge.assess import assess
 from fleetllm.core.judge.intended import Intended, intended_state
 from fleetllm.core.judge.observed import Observation
-from fleetllm.core.judge.plan import Plan, make_plan
+from fleetllm.core.judge.plan import ActionKind, Plan, make_plan
 from fleetllm.core.rollout.model import Step
 from fleetllm.core.rollout.transitions import RolloutChange
 from fleetllm.job.apply import ActionResult, apply_plan, next_pending
 from fleetllm.job.observer import Observer
-from fleetllm.job.record import pass_record
+from fleetllm.job.record import cost_record, pass_record
 from fleetllm.job.rollout import Begun, RolloutDriver, drain_actions, rollout_record, unlisted, without
 from fleetllm.job.saved import SavedPlan
 from fleetllm.settings import DEFAULTS
@@ -113,11 +113,12 @@ class Reconciler:
             self.store.save_pending_deletes(next_pending(pending, plan, results, self.clock()))
         changes: tuple[RolloutChange, ...] = ()  # the rollout's transitions: only a pass that records its step
         if apply and self.rollout is not None and begun is not None and stepped is not None:
-            changes = self.rollout.save(begun, stepped)
+            changes = self.rollout.save(begun, stepped, remaining_deployments(observation, results), self.clock())
         record_ = pass_record(started, round(self.clock() - started, 3), apply=apply, intended=intended,
                               observation=observation, plan=plan, results=results, suspended=suspended)
         if stepped is not None:
             record_ = dataclasses.replace(record_, rollout=rollout_record(stepped, changes))
+        record_ = dataclasses.replace(record_, cost=cost_record(fleet, observation))
         if invalid_head is not None:
             record_ = dataclasses.replace(record_, head=invalid_head[0], head_errors=invalid_head[1])
         outcome = PassOutcome(intended, plan, results, record_, observation, stepped)
@@ -126,3 +127,10 @@ class Reconciler:
         return outcome
 
 
+def remaining_deployments(observation: Observation, results: tuple[ActionResult, ...]) -> frozenset[str] | None:
+    """The fleetllm deployments LiteLLM holds after this pass's writes: those listed, less the ones this pass
+    deleted (None: LiteLLM was not listed). A box that left the placement retires only once none is left."""
+    if observation.deployments is None:
+        return None
+    deleted = {r.action.id for r in results if r.ok and r.action.kind is ActionKind.DELETE}
+    return frozenset(d.id for d in observation.deployments if d.managed and d.id not in deleted)

@@ -51,6 +51,23 @@ class PassMetrics:
         self.box_stale = Gauge("fleetllm_box_stale_servers", "The box's servers judged Stale in the last pass "
                                "(serving an older boot config: the box needs a restart); boxes with none have no "
                                "series", ["box"], registry=r)
+        self.fleet_cost = Gauge("fleetllm_fleet_cost_per_hour", "What the fleet's rented boxes cost, USD per hour, "
+                                "from the providers' listings (last pass; unpriced boxes count nothing: see "
+                                "fleetllm_unpriced_boxes)", registry=r)
+        self.box_cost = Gauge("fleetllm_box_cost_per_hour", "What the box costs, USD per hour, from its provider's "
+                              "listing (last pass; boxes without a price have no series)", ["box"], registry=r)
+        self.model_cost = Gauge("fleetllm_model_cost_per_hour", "The model's share of its boxes' cost, USD per hour "
+                                "(a box's price divided among its servers by vram_gb; last pass)", ["model"],
+                                registry=r)
+        self.unpriced = Gauge("fleetllm_unpriced_boxes", "Rented boxes (Vast, RunPod) whose price the last pass "
+                              "could not read (listing failed, no key): the cost gauges leave them out", registry=r)
+        self.capacity_actions = Counter("fleetllm_capacity_actions", "Rentals and terminations the reconcile loop "
+                                        "executed (fleet.yaml capacity:), by kind and result", ["kind", "result"],
+                                        registry=r)
+        self.capacity_failing = Gauge("fleetllm_capacity_failing", "Rentals and terminations backing off after a "
+                                      "failure (tried again after 1, 2, 4 ... 60 min)", registry=r)
+        self.capacity_held = Gauge("fleetllm_capacity_held", "Rentals and terminations the last capacity plan held "
+                                   "(a valve, no offer under the price, a box not retired, a back-off)", registry=r)
         self.litellm_up = Gauge("fleetllm_litellm_up", "1 when the last pass listed LiteLLM's deployments, 0 when "
                                 "the listing failed (LiteLLM unreachable or refusing the master key); NaN before the "
                                 "first pass", registry=r)
@@ -88,11 +105,23 @@ class PassMetrics:
             self.model_serving.labels(server.model).inc(1 if Verdict(server.verdict) in SERVING else 0)
             if server.verdict == Verdict.STALE:
                 self.box_stale.labels(server.box).inc()
+        self.observe_cost(record)
         self.head_valid.set(1 if record.head_valid else 0)
         if not record.head_valid:
             self.invalid_head.inc()
         if record.rollout is not None:
             self.observe_rollout(record.rollout)
+
+    def observe_cost(self, record: PassRecord) -> None:
+        self.box_cost.clear()  # a box gone (or unpriced now) loses its series
+        self.model_cost.clear()
+        cost = record.cost
+        self.fleet_cost.set(cost.total if cost is not None else 0)
+        self.unpriced.set(len(cost.unpriced) if cost is not None else 0)
+        for box, usd in (cost.boxes if cost is not None else {}).items():
+            self.box_cost.labels(box).set(usd)
+        for model, usd in (cost.models if cost is not None else {}).items():
+            self.model_cost.labels(model).set(usd)
 
     def observe_rollout(self, rollout: RolloutPassRecord) -> None:
         self.rollout_halted.set(1 if rollout.state == RolloutState.HALTED else 0)

@@ -14,7 +14,7 @@ import aiohttp
 
 from fleetllm.adapters.http import HttpError
 from fleetllm.adapters.litellm import LitellmApi, LitellmError
-from fleetllm.adapters.probe import probe
+from fleetllm.adapters.probe import in_flight, probe
 from fleetllm.adapters.providers import ProviderClient
 from fleetllm.core.fleet.model import DEFAULTS, Provider
 from fleetllm.core.judge.intended import Endpoint, Intended, IntendedServer
@@ -38,6 +38,7 @@ class Observer:
     probe_timeout_s: float = float(DEFAULTS["/reconcile/probe_timeout_s"])  # fleet.yaml's, as a pass passes them
     probe_concurrency: int = DEFAULTS["/reconcile/probe_concurrency"]
     clock: Callable[[], float] = field(default=time.time)
+    boxes_route: bool = False  # no LiteLLM configured: not listed; each serving server's requests in flight read
 
     async def observe(self, session: aiohttp.ClientSession, intended: Intended, api: LitellmApi,
                       boxes: Mapping[str, BoxFacts], bearer_for: BearerFor | None = None) -> Observation:
@@ -46,7 +47,7 @@ class Observer:
         # A provider without a key is not listed: its boxes are dialled at their listen ports (box contract).
         used = {s.provider for s in intended.servers.values() if s.provider in self.providers}
         listing_tasks = {p: asyncio.ensure_future(self._listing(session, p)) for p in sorted(used)}
-        deployments_task = asyncio.ensure_future(self._deployments(api))
+        deployments_task = asyncio.ensure_future(self._deployments(api) if not self.boxes_route else _unlisted())
         listings = {p: await t for p, t in listing_tasks.items()}
         deployments, litellm_error = await deployments_task
         listed = time.perf_counter()
@@ -58,10 +59,16 @@ class Observer:
         orphan_tasks = {d.id: asyncio.ensure_future(self._probe_orphan(session, gate, d, bearer_for))
                         for d in _orphans(intended, deployments) if bearer_for is not None}
         probes = {key: await t for key, t in probe_tasks.items()}
+        counts: dict[tuple[str, int], int] = {}
+        if self.boxes_route:  # what a rollout's drain waits for without LiteLLM
+            count_tasks = {key: asyncio.ensure_future(self._in_flight(session, gate, intended.servers[key],
+                                                                      resolutions[key]))
+                           for key, result in probes.items() if result.status is ProbeStatus.OK}
+            counts = {key: n for key, t in count_tasks.items() if (n := await t) is not None}
         orphans = {i: r for i, t in orphan_tasks.items() if (r := await t) is not None}
         durations = {"listings_s": round(listed - started, 3), "probes_s": round(time.perf_counter() - listed, 3)}
         return Observation(observed_at, listings, resolutions, probes, deployments, litellm_error,
-                           dict(boxes), orphans, durations)
+                           dict(boxes), orphans, durations, boxes_route=self.boxes_route, in_flight=counts)
 
     async def _listing(self, session: aiohttp.ClientSession, provider: Provider) -> ProviderListing:
         client = self.providers.get(provider)
@@ -75,6 +82,14 @@ class Observer:
             return await api.list_deployments(), None
         except (HttpError, LitellmError) as exc:
             return None, str(exc)
+
+    async def _in_flight(self, session: aiohttp.ClientSession, gate: asyncio.Semaphore, server: IntendedServer,
+                         resolution: Resolution) -> int | None:
+        if resolution.endpoint is None:
+            return None
+        async with gate:
+            return await in_flight(session, resolution.endpoint, server.bearer, server.served_model_name,
+                                   self.probe_timeout_s, via_gateway=server.gateway_port is not None)
 
     async def _probe(self, session: aiohttp.ClientSession, gate: asyncio.Semaphore, server: IntendedServer,
                      resolution: Resolution) -> ProbeResult:
@@ -101,6 +116,14 @@ class Observer:
             return None
         async with gate:
             return await probe(session, endpoint, bearer, name, self.probe_timeout_s, via_gateway=gateway is not None)
+
+
+NOT_LISTED = ("no LiteLLM: the control plane's config has no litellm section, so the boxes route (their "
+              "gateway, or a balancer in front of them) and the rollout restarts them without LiteLLM")
+
+
+async def _unlisted() -> tuple[tuple[Deployment, ...] | None, str | None]:
+    return None, NOT_LISTED
 
 
 def _orphans(intended: Intended, deployments: tuple[Deployment, ...] | None) -> list[Deployment]:

@@ -12,14 +12,17 @@ from collections import Counter, defaultdict
 
 from fleetllm.adapters.state.passes import (
     ActionRecord,
+    CostRecord,
     DriftRecord,
     DuplicateRecord,
     PassMode,
     PassRecord,
     ServerRecord,
 )
+from fleetllm.core.cost import fleet_cost
+from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.judge.intended import Intended
-from fleetllm.core.judge.observed import Deployment, Observation
+from fleetllm.core.judge.observed import Deployment, Observation, listing_prices
 from fleetllm.core.judge.plan import Plan
 from fleetllm.job.apply import ActionOutcome, ActionResult
 
@@ -70,6 +73,16 @@ def duplicate_records(deployments: tuple[Deployment, ...] | None) -> tuple[Dupli
     return tuple(DuplicateRecord(base, model, tuple(sorted(d.id for d in group)))
                  for (base, model), group in sorted(groups.items())
                  if len(group) > 1 and not all(d.managed for d in group))
+
+
+def cost_record(fleet: Fleet, observation: Observation) -> CostRecord | None:
+    """The fleet's cost from the pass's listings; None when no box of it is rented (nothing to price)."""
+    cost = fleet_cost(fleet, listing_prices(observation.listings))
+    if not cost.boxes and not cost.unpriced:
+        return None
+    return CostRecord(round(cost.total, 4), {b: round(p.per_hour, 4) for b, p in cost.boxes.items()},
+                      {m: round(v, 4) for m, v in cost.models.items()}, cost.unpriced,
+                      {b: p.what() for b, p in cost.boxes.items()})
 
 
 def pass_record(started_at: float, duration_s: float, *, apply: bool, intended: Intended, observation: Observation,

@@ -20,7 +20,7 @@ from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.model import Fleet, RolloutMode
 from fleetllm.core.fleet.render import Bearers, RenderError
 from fleetllm.core.judge.assess import Assessment
-from fleetllm.core.judge.intended import Intended, deployment_id, intended_state
+from fleetllm.core.judge.intended import ID_PREFIX, Intended, deployment_id, intended_state
 from fleetllm.core.judge.observed import FAILED_PROBES, Observation
 from fleetllm.core.judge.plan import ORDER, Action, ActionKind, Plan
 from fleetllm.core.judge.verdict import Verdict
@@ -35,6 +35,7 @@ from fleetllm.core.rollout.model import (
     Step,
     StepInput,
 )
+from fleetllm.core.rollout.retire import EmptyReport, RetireInput, Retirement, RetireState, RetireStep, retire_step
 from fleetllm.core.rollout.step import step
 from fleetllm.core.rollout.transitions import RolloutChange, pass_transitions
 from fleetllm.logs import get_logger, log_event
@@ -64,7 +65,9 @@ def report_facts(report: BoxReport | None) -> ReportFacts | None:
 
 def managed_boxes(target: Fleet, reports: Mapping[str, BoxReport], releases: Mapping[str, BoxRelease]) -> set[str]:
     """Agent-managed boxes: rollout mode auto at the target and the latest report says agent. A box that
-    left the placement stays managed while it has a release (its servers leave through the rollout)."""
+    left the placement stays managed while it has a release: the rollout drains its servers' deployments
+    and releases it the target; then it retires (`retire`: served a box JSON with no servers, then
+    forgotten)."""
     boxes = {b for b in target.boxes if target.rollout_mode(b) is RolloutMode.AUTO and is_agent(reports.get(b))}
     boxes |= {b for b in releases if b not in target.boxes and is_agent(reports.get(b))}
     return boxes
@@ -83,6 +86,7 @@ class Begun:
     fleets: dict[str, Fleet | None] = field(default_factory=dict)  # revision -> fleet
     intended: Intended | None = None
     stored: Rollout | None = None  # the rollout as the store held it (before the request)
+    retirements: dict[str, Retirement] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,10 +107,13 @@ class RolloutDriver:
         rollout = stored
         if rollout is not None and request is not None:
             rollout = apply_request(rollout, request, actor or "someone", now)
-        releases = self.store.box_releases()
+        retirements = self.store.retirements()
+        # A retired box (forgotten by `rollout forget` meanwhile) is no longer the rollout's.
+        releases = {b: r for b, r in self.store.box_releases().items() if b in target.boxes
+                    or b not in retirements or retirements[b].state is not RetireState.RETIRED}
         reports = self.store.latest_reports()
         return Begun(target, rollout, request, releases, reports, managed_boxes(target, reports, releases),
-                     stored=stored)
+                     stored=stored, retirements=retirements)
 
     def released_revision(self, begun: Begun, box: str) -> str:
         release = begun.releases.get(box)
@@ -154,7 +161,9 @@ class RolloutDriver:
             target_config = self._config(begun, box, target.revision)
             placed = target.box(box)
             reported = self._fleet(begun, released) if managed and release is None else None
+            at_release = self._fleet(begun, released) if managed and release is not None else None
             boxes[box] = BoxInput(
+                left=placed is None and at_release is not None and at_release.box(box) is None,
                 box=box, managed=managed, target=target_config, new=reported is not None and reported.box(box) is None,
                 released=self._config(begun, box, released) if managed else target_config,
                 last_good=self._config(begun, box, release.last_good if release is not None else released)
@@ -170,15 +179,40 @@ class RolloutDriver:
         budgets = {model: target.max_unavailable(model) for model in target.recipes}
         return StepInput(target=target.revision, now=now, boxes=boxes, releases=dict(begun.releases),
                          rollout=begun.rollout, verdicts=verdicts, routed=routed, max_unavailable=budgets,
-                         drain_s=target.settings.rollout.drain_s)
+                         drain_s=target.settings.rollout.drain_s, boxes_route=observation.boxes_route,
+                         in_flight=observation.in_flight)
 
     def step(self, begun: Begun, assessment: Assessment, observation: Observation, now: float) -> Step:
         return step(self.step_input(begun, assessment, observation, now))
 
-    def save(self, begun: Begun, result: Step) -> tuple[RolloutChange, ...]:
-        """Record the step; returns the rollout's transitions this pass made (announced by the runner:
-        fleetllm.job.notify, the forge's commit statuses). Only a pass that records its step has any."""
-        self.store.save_rollout(result.rollout, result.releases, taken=begun.request)
+    def retire(self, begun: Begun, result: Step, remaining: frozenset[str] | None, now: float) -> RetireStep:
+        """Retirement's pass (core.rollout.retire) after the step and this pass's LiteLLM writes.
+        `remaining`: the deployment ids LiteLLM still holds (None: it was not listed)."""
+        target = begun.target
+        known = {b: r.revision for b, r in begun.reports.items()}
+        known.update({b: r.revision for b, r in begun.releases.items()})
+        reports = {b: EmptyReport(r.revision, r.received_at, r.runs_nothing()) for b, r in begun.reports.items()}
+        boxes_left = None if remaining is None else frozenset(b for i in remaining if (b := deployment_box(i)))
+        return retire_step(RetireInput(
+            target=target.revision, placed=frozenset(target.boxes), known=known, retirements=begun.retirements,
+            reports=reports, released_target=frozenset(b for b, r in result.releases.items()
+                                                        if r.revision == target.revision),
+            managed=frozenset(begun.releases), remaining=boxes_left, now=now,
+            retire_s=target.settings.rollout.retire_s))
+
+    def save(self, begun: Begun, result: Step, remaining: frozenset[str] | None = None,
+             now: float | None = None) -> tuple[RolloutChange, ...]:
+        """Record the step and retirement's pass; returns the rollout's transitions this pass made (announced
+        by the runner: fleetllm.job.notify, the forge's commit statuses). Only a pass that records its step
+        has any. `remaining`: the deployment ids LiteLLM holds after this pass's writes (None: unknown)."""
+        retired = self.retire(begun, result, remaining, result.rollout.updated_at if now is None else now)
+        releases = {b: r for b, r in result.releases.items() if b not in retired.forget}
+        placed_again = frozenset(b for b in begun.retirements if b in begun.target.boxes)
+        self.store.save_rollout(result.rollout, releases, taken=begun.request, retirements=retired.changed,
+                                placed_again=placed_again)
+        for box, record in sorted(retired.changed.items()):
+            log_event(LOG, f"box {record.state}", box=box, left_at_revision=record.revision, reason=record.reason
+                      or None, forgotten=box in retired.forget)
         changes = pass_transitions(begun.stored, begun.rollout, result.rollout)
         for change in changes:
             log_event(LOG, "rollout transition", transition=str(change.transition), target=change.target,
@@ -191,6 +225,14 @@ class RolloutDriver:
                 log_event(LOG, "box released", box=box, revision=revision, target=result.rollout.target,
                           wave=result.releases[box].wave)
         return changes
+
+
+def deployment_box(deployment: str) -> str | None:
+    """The box a fleetllm deployment id names (`fleetllm:<box>:<port>`: intended.deployment_id), None for
+    another id."""
+    prefix, _, rest = deployment.partition(":")
+    box, _, port = rest.rpartition(":")
+    return box if prefix == ID_PREFIX and box and port.isdigit() else None
 
 
 def _only(fleet: Fleet, box: str) -> Fleet:

@@ -7,7 +7,8 @@ around it the runner keeps, in this order:
 2. then, under the lock, the operator controls (fleetllm.core.control) read once: a pending sync
    request is taken (this pass is the one it asked for), a pin makes the pass work from the pinned
    revision, a suspension makes it observe and record but write nothing to LiteLLM;
-3. the dry run (`reconcile.dry_run`, or the options' `dry_run`): recorded, LiteLLM not written;
+3. the dry run (`reconcile.dry_run`, or the options' `dry_run`): recorded, LiteLLM not written, no box
+   released (the rollout's step is computed and recorded, never saved);
 4. the invalid head: the pass runs on the last valid commit and its record names the head;
 5. after a pass that ran: its log line, the metrics (and their hand-over: a file, a Pushgateway push),
    the notifications, and the commit statuses of the rollout's transitions on the forge (`forge:`).
@@ -21,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fleetllm.adapters.forge import CommitStatuses
 from fleetllm.adapters.notify import Notifier
@@ -45,6 +48,9 @@ from fleetllm.job.source import FleetSource, InvalidFleetError, InvalidHead, Say
 from fleetllm.job.wiring import build_reconciler, rollout_driver
 from fleetllm.logs import log_event
 from fleetllm.settings import make_notifier
+
+if TYPE_CHECKING:
+    from fleetllm.job.capacity import CapacityLoop
 
 __all__ = ["InvalidFleetError", "InvalidHead", "PassRunner", "RunnerOptions", "require_writer"]
 
@@ -74,15 +80,18 @@ class RunnerOptions:
 
 
 def require_writer(config: JobConfig, command: str) -> None:
-    """`apply` and `reconcile` write to LiteLLM: refuse, saying why, when this config cannot or must not."""
+    """`apply` writes to LiteLLM, `reconcile` runs the rollouts (and writes LiteLLM when there is one):
+    refuse, saying why, when this config cannot or must not. Without a litellm section `reconcile` runs:
+    the boxes route (their gateway, or a balancer in front of them), and the rollouts restart them."""
     if not config.enabled:
         raise ConfigurationError(f"reconcile.enabled is false in {config.source}: the reconciler is switched off "
                                  f"for this fleet, so `fleetllm {command}` runs no pass and writes nothing. Set it to "
                                  "true to run passes; `fleetllm plan` (which writes nothing) still works")
-    if config.litellm_url is None:
+    if config.litellm_url is None and command == "apply":
         raise ConfigurationError(f"`fleetllm {command}` writes to LiteLLM, and {config.source} has no litellm section "
                                  "(url, master_key): add one. `fleetllm plan` works without it and shows every "
-                                 "server's verdict")
+                                 "server's verdict; `fleetllm reconcile` runs the rollouts without it (the boxes "
+                                 "route)")
 
 
 class PassRunner:
@@ -102,6 +111,7 @@ class PassRunner:
         self.invalid_head: InvalidHead | None = None
         self._seeded = False  # the last success read from the state store (once per process)
         self._fleets: dict[str, Fleet | None] = {}
+        self.capacity: CapacityLoop | None = None  # fleet.yaml capacity: rentals and terminations with back-off
 
     # -- the fleet -----------------------------------------------------------------------------------
     def read(self, *, walk: bool = True) -> Fleet:
@@ -148,8 +158,9 @@ class PassRunner:
         if self.reconciler is None:
             self.reconciler = build_reconciler(self.config, fleet.settings.reconcile, self.store())
             self.reconciler.rollout = rollout_driver(self.reconciler.store, self.fleet_at, self.reconciler.bearers)
-            if self.options.litellm is not None:
+            if self.options.litellm is not None:  # a LiteLLM of the caller's (the demo's table in memory)
                 self.reconciler.api_factory = self.options.litellm
+                self.reconciler.observer.boxes_route = False
         return self.reconciler
 
     def state_known(self) -> bool:
@@ -221,7 +232,8 @@ class PassRunner:
                 if self.dry_run:
                     log_event(LOG, "reconcile_dry_run", reason=(
                         "reconcile.dry_run is true in the config" if self.options.dry_run is None else
-                        f"fleetllm {self.options.command} runs dry") + ": the pass is recorded, LiteLLM is not written")
+                        f"fleetllm {self.options.command} runs dry")
+                              + ": the pass is recorded; LiteLLM is not written and nothing is released to the boxes")
                 if controls.suspended is not None:
                     log_event(LOG, "reconcile_suspended", reason="the fleet is suspended (fleetllm resume ends "
                                                                "it): the pass observes and records, LiteLLM is "
@@ -259,10 +271,26 @@ class PassRunner:
         commit. A pass that raises is notified as crashed (pass_failed), then re-raised."""
         fleet = self.reread()
         try:
-            return await self.locked_pass(fleet, invalid_head=self.invalid_head)
+            outcome = await self.locked_pass(fleet, invalid_head=self.invalid_head)
         except Exception as exc:
             self.crashed(exc)
             raise
+        if outcome is not None and outcome.record.written and fleet.settings.capacity is not None:
+            await self.capacity_step(fleet, outcome)
+        return outcome
+
+    async def capacity_step(self, fleet: Fleet, outcome: PassOutcome) -> None:
+        """Rent and terminate what fleet.yaml's capacity says, after a pass that wrote (fleetllm.job.capacity);
+        an error here is logged and never stops the loop."""
+        from fleetllm.job.capacity import CapacityLoop
+
+        if self.capacity is None:
+            self.capacity = CapacityLoop(self.config.providers, self.metrics,
+                                         self.notifications(self.build(fleet).store))
+        try:
+            await self.capacity.step(fleet, outcome, time.time())
+        except Exception as exc:
+            log_event(LOG, "capacity_crashed", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
 
     async def loop(self, interval_s: float | None = None) -> int:
         """`scheduled_pass` until SIGTERM/SIGINT, every `interval_s` (default: the fleet's

@@ -62,7 +62,8 @@ def litellm_factory(config: JobConfig) -> Callable[[aiohttp.ClientSession], Lite
 
 def build_reconciler(config: JobConfig, settings: ReconcileSettings,
                      store: ReconcileState | None = None) -> Reconciler:
-    observer = Observer(provider_clients(config), settings.probe_timeout_s, settings.probe_concurrency)
+    observer = Observer(provider_clients(config), settings.probe_timeout_s, settings.probe_concurrency,
+                        boxes_route=config.litellm_url is None)  # no LiteLLM configured: the boxes route
     legacy = config.legacy_key.reveal() if config.legacy_key is not None else None  # into rendered bearers
     return Reconciler(Bearers(config.salt, legacy, config.previous_salt), observer, litellm_factory(config),
                       store if store is not None else open_reconcile_state(config.state_url, config.state_password),

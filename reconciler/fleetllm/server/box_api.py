@@ -17,13 +17,15 @@ from flask import Blueprint, Response, g, jsonify, request
 from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
 from fleetllm.adapters.state.records import BoxApi, Sighting
+from fleetllm.core.rollout.retire import RetireState
 from fleetllm.logs import log_event
 from fleetllm.server.access import Refused, requires
 from fleetllm.server.auth import Role
 from fleetllm.server.boxcontract import NO_REVISION, BoxCall, access_log, config_answer
 from fleetllm.server.errors import NO_STORE, error
 from fleetllm.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
-from fleetllm.server.revisions import Rendered
+from fleetllm.server.revisions import Rendered, RenderedBox, rendered_box
+from fleetllm.server.rollouts import Leaving, leaving
 from fleetllm.server.runtime import Runtime, current_runtime
 
 bp = Blueprint("box", __name__)
@@ -38,16 +40,23 @@ class BoxRequest(BoxCall):
         super().__init__(rt, endpoint, request.headers.get("X-LLMAO-Host"),
                          ", ".join(request.headers.getlist("X-Forwarded-For")) or None, request.remote_addr or "")
 
-    def known_box(self) -> tuple[Rendered, str] | Response:
+    def known_box(self) -> tuple[Rendered, str, Leaving | None] | Response:
         """Box resolution and placement lookup shared by config and report (after the key check): the
-        served revision and the box name, or the (already finished) refusal."""
+        served revision, the box name and, for a box that left the placement, how it leaves; or the
+        (already finished) refusal: an unknown box's, or a retired box's 404."""
         name = self.resolve()
         served = self.rt.tracker.served
         if served is None:
             return self.finish(error(503, NO_REVISION))
-        if name not in served.fleet.boxes:
+        if name in served.fleet.boxes:
+            return served, name, None
+        gone = leaving(self.rt, name)
+        if gone is None:
             return self.finish(self.unknown_box(served, name))
-        return served, name
+        if gone.state is RetireState.RETIRED:
+            return self.finish(error(404, f"box {name!r} was retired: it left the placement at revision "
+                                          f"{gone.revision[:12]}; a box that comes back is approved as a new box"))
+        return served, name, gone
 
     def unknown_box(self, served: Rendered, name: str) -> Response:
         evicted = self.rt.store.note_unknown(Sighting(name, self.rt.clock(), self.peer, self.claimed,
@@ -118,7 +127,9 @@ def vllm_config() -> Response:
     known = box.known_box()
     if isinstance(known, Response):
         return known
-    served, name = known
+    served, name, gone = known
+    if gone is not None:
+        return leaving_config(box, gone)
     answer = config_answer(box.rt, served, name, request.headers.get("If-None-Match"))
     assert answer is not None  # waiting allowed: always an answer
     if answer.error is not None:
@@ -126,6 +137,27 @@ def vllm_config() -> Response:
     response = Response(status=304) if answer.body is None else Response(answer.body, mimetype="application/json")
     response.headers["ETag"] = str(answer.etag)
     return box.finish(response, answer.revision)
+
+
+def config_response(rendered: RenderedBox) -> Response:
+    """200 with the box JSON, or 304 when the box holds it (If-None-Match); with its ETag."""
+    if request.if_none_match.contains_weak(rendered.etag.strip('"')):
+        response = Response(status=304)
+    else:
+        response = Response(rendered.body, mimetype="application/json")
+    response.headers["ETag"] = rendered.etag
+    return response
+
+
+def leaving_config(box: BoxRequest, gone: Leaving) -> Response:
+    """GET /vllm/config of a box that left the placement: while it drains, what it runs; while it retires,
+    a box JSON with no servers (its programs are removed); a retired box had its 404 in known_box."""
+    if gone.state is RetireState.RETIRING:
+        return box.finish(config_response(rendered_box(gone.document())), gone.revision)
+    if gone.kept is not None and gone.box in gone.kept.boxes:
+        return box.finish(config_response(gone.kept.boxes[gone.box]), gone.kept.revision)
+    return box.finish(error(503, f"box {gone.box!r} left the placement: its deployments leave LiteLLM before it is "
+                                 "told to stop its servers; it keeps its current config meanwhile"))
 
 
 @bp.post("/vllm/report")
@@ -136,7 +168,7 @@ def vllm_report() -> Response:
     known = box.known_box()
     if isinstance(known, Response):
         return known
-    served, name = known
+    served, name, _ = known  # a box that left the placement reports too: its empty box is how it retires
     try:
         body = read_report_body()
     except ReportError as exc:

@@ -103,13 +103,16 @@ class PinError(RequestError):
 PIN_REV_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ._/~^-")
 
 
+def rendered_box(document: Mapping[str, object]) -> RenderedBox:
+    """A box JSON as it is sent: compact JSON and its ETag (a digest of the body)."""
+    body = json.dumps(document, separators=(",", ":")).encode()
+    return RenderedBox(body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
+
+
 def render_commit(fleet: Fleet, bearers: Bearers) -> Rendered:
     errors: dict[str, str] = {}
     documents = render_all(fleet, bearers, on_error=lambda box, exc: errors.__setitem__(box, str(exc)))
-    boxes = {}
-    for name, document in documents.items():
-        body = json.dumps(document, separators=(",", ":")).encode()
-        boxes[name] = RenderedBox(body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
+    boxes = {name: rendered_box(document) for name, document in documents.items()}
     return Rendered(fleet.revision, fleet, MappingProxyType(boxes), MappingProxyType(errors))
 
 

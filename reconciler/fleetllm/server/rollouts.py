@@ -12,11 +12,12 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fleetllm.adapters.state.store import StateStore
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.model import RolloutMode
+from fleetllm.core.rollout.retire import Retirement, RetireState, retiring_document
 from fleetllm.errors import StateError
 from fleetllm.server.revisions import Rendered
 from fleetllm.server.runtime import Runtime
@@ -46,6 +47,8 @@ class ReleaseView:
 
     releases: Mapping[str, str]
     agents: Mapping[str, str]  # agent box -> the revision its latest report names
+    reported: Mapping[str, str] = field(default_factory=dict)  # every box -> its latest report's revision
+    retirements: Mapping[str, Retirement] = field(default_factory=dict)  # boxes that left the placement
 
 
 class ReleaseCache:
@@ -69,8 +72,10 @@ class ReleaseCache:
             if time.monotonic() >= self.next_read or self.view is None:
                 try:
                     releases = {b: r.revision for b, r in self.store.box_releases().items()}
-                    agents = {b: r.revision for b, r in self.store.latest_reports().items() if is_agent_report(r)}
-                    self.view = ReleaseView(releases, agents)
+                    latest = self.store.latest_reports()
+                    agents = {b: r.revision for b, r in latest.items() if is_agent_report(r)}
+                    self.view = ReleaseView(releases, agents, {b: r.revision for b, r in latest.items()},
+                                            self.store.retirements())
                     self.next_read = time.monotonic() + CACHE_TTL_S
                 except StateError:
                     self.next_read = time.monotonic() + RETRY_AFTER_S  # keep serving the last known view
@@ -124,6 +129,42 @@ def served_for(rt: Runtime, served: Rendered, box: str, *, wait: bool = True) ->
     return found
 
 
+@dataclass(frozen=True)
+class Leaving:
+    """A box the served revision does not place but the control plane knows (it left the placement): what
+    GET /vllm/config and POST /vllm/report answer it (core.rollout.retire)."""
+
+    box: str
+    state: RetireState
+    revision: str  # the commit at which it left (its retiring JSON's revision); "" before a pass noted it
+    kept: Rendered | None = None  # draining: the revision it runs, rendered (None: none can be served)
+    record: Retirement | None = None
+
+    def document(self) -> dict[str, object]:
+        return dict(retiring_document(self.box, self.revision))
+
+
+def leaving(rt: Runtime, box: str) -> Leaving | None:
+    """How a box the served revision does not place leaves (None: the control plane never knew it: an
+    unknown box). A retiring one is served a box JSON with no servers, a retired one a 404; before that,
+    while its deployments leave LiteLLM, it is served what it runs."""
+    view = release_cache(rt).get()
+    if view is None:
+        return None
+    record = view.retirements.get(box)
+    if record is not None and record.state is not RetireState.DRAINING:
+        return Leaving(box, record.state, record.revision, record=record)
+    candidates = [view.releases.get(box), record.kept_revision if record is not None else None,
+                  view.reported.get(box)]
+    if record is None and not any(candidates):
+        return None
+    for revision in dict.fromkeys(r for r in candidates if r):  # the first that places it: what it runs
+        found = rt.tracker.rendered_at(revision)
+        if isinstance(found, Rendered) and box in found.boxes:
+            return Leaving(box, RetireState.DRAINING, record.revision if record else "", found, record)
+    return Leaving(box, RetireState.DRAINING, record.revision if record else "", None, record)
+
+
 def rollout_status(rt: Runtime) -> dict[str, object] | None:
     """The rollout for /health and the admin API: target, state, waves, each box's release."""
     rollout, request, actor = rt.store.current_rollout()
@@ -132,6 +173,7 @@ def rollout_status(rt: Runtime) -> dict[str, object] | None:
     releases = rt.store.box_releases()
     reports = rt.store.latest_reports()
     return {
+        "retirements": {box: retirement_json(r) for box, r in sorted(rt.store.retirements().items())},
         "target": rollout.target, "state": str(rollout.state), "reason": rollout.reason, "waves": rollout.waves,
         "started_at": rollout.started_at, "updated_at": rollout.updated_at,
         "requested": None if request is None else {"request": str(request), "by": actor},
@@ -140,6 +182,11 @@ def rollout_status(rt: Runtime) -> dict[str, object] | None:
                         "released_at": r.released_at, "why": r.reason}
                   for box, r in sorted(releases.items())},
     }
+
+
+def retirement_json(record: Retirement) -> dict[str, object]:
+    return {"state": str(record.state), "revision": record.revision, "left_at": record.left_at,
+            "retiring_at": record.retiring_at, "retired_at": record.retired_at, "reason": record.reason}
 
 
 def rollout_summary(rt: Runtime) -> dict[str, object] | None:
@@ -151,6 +198,7 @@ def rollout_summary(rt: Runtime) -> dict[str, object] | None:
     boxes = status.pop("boxes")
     assert isinstance(boxes, dict)
     status.pop("requested", None)
+    status.pop("retirements", None)
     counts: dict[str, int] = {}
     for release in boxes.values():
         counts[release["state"]] = counts.get(release["state"], 0) + 1

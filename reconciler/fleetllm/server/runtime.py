@@ -123,7 +123,7 @@ class Runtime:
         """Notify an overdue reconcile pass (server/notifywatch.py)."""
         served = self.tracker.served
         settings = served.fleet.settings.reconcile if served is not None else ReconcileSettings()
-        expected = self.config.reconcile.enabled and self.config.litellm is not None
+        expected = self.config.reconcile.enabled  # the rollouts need passes, with or without LiteLLM
         watch_passes(self.notifier, self.store, expected=expected, interval_s=settings.interval_s,
                      since=self.started_at, now=self.clock())
 

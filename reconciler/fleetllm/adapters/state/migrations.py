@@ -153,4 +153,17 @@ MIGRATIONS: tuple[str, ...] = (
         reason TEXT NOT NULL
     );
     """,
+    # 8: boxes that left the placement (issue 25, fleetllm.core.rollout.retire): draining, retiring, retired.
+    """
+    CREATE TABLE box_retirements (
+        box TEXT PRIMARY KEY,
+        revision TEXT NOT NULL,
+        left_at {real} NOT NULL,
+        state TEXT NOT NULL,
+        kept_revision TEXT NOT NULL,
+        retiring_at {real},
+        retired_at {real},
+        reason TEXT NOT NULL
+    );
+    """,
 )

@@ -78,6 +78,26 @@ class DuplicateRecord:
     ids: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class CostRecord:
+    """What the fleet cost as the pass saw it, USD per hour (fleetllm.core.cost: the model)."""
+
+    total: float
+    boxes: Mapping[str, float] = dataclasses.field(default_factory=dict)  # box -> its price
+    models: Mapping[str, float] = dataclasses.field(default_factory=dict)  # model -> its share
+    unpriced: tuple[str, ...] = ()  # rented boxes whose price the pass could not read
+    what: Mapping[str, str] = dataclasses.field(default_factory=dict)  # box -> "1 × H100 80GB on RunPod"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "boxes": dict(self.boxes), "models": dict(self.models),
+                "unpriced": list(self.unpriced), "what": dict(self.what)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CostRecord:
+        return cls(float(data.get("total", 0.0)), dict(data.get("boxes", {})), dict(data.get("models", {})),
+                   tuple(data.get("unpriced", ())), dict(data.get("what", {})))
+
+
 TRANSITIONS = frozenset(str(t) for t in Transition)  # a record of a later version may name others: left out
 
 
@@ -130,6 +150,7 @@ class PassRecord:
     head: str | None = None  # the tracked branch's head when it was not valid (the pass ran on `revision`)
     head_errors: tuple[str, ...] = ()  # why the head is not valid (validation diagnostics, no secrets)
     rollout: RolloutPassRecord | None = None
+    cost: CostRecord | None = None  # None: a record of an earlier version, or a pass that priced nothing
 
     @property
     def head_valid(self) -> bool:
@@ -160,6 +181,8 @@ class PassRecord:
             data["rollout"] = {**asdict(self.rollout), "released": dict(self.rollout.released), "changes": changes,
                                "rollbacks": dict(self.rollout.rollbacks), "boxes": dict(self.rollout.boxes),
                                "out": {k: list(v) for k, v in self.rollout.out.items()}}
+        if self.cost is not None:
+            data["cost"] = self.cost.to_json()
         return data
 
     @classmethod
@@ -172,4 +195,5 @@ class PassRecord:
                    tuple(DuplicateRecord(d["api_base"], d["model_name"], tuple(d["ids"]))
                          for d in data.get("duplicates", ())),
                    data.get("head"), tuple(data.get("head_errors", ())),
-                   RolloutPassRecord.from_json(data["rollout"]) if data.get("rollout") else None)
+                   RolloutPassRecord.from_json(data["rollout"]) if data.get("rollout") else None,
+                   CostRecord.from_json(data["cost"]) if data.get("cost") else None)

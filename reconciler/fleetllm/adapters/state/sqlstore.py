@@ -38,6 +38,7 @@ from fleetllm.adapters.state.records import (
 )
 from fleetllm.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, KEEP_ROLLOUTS, MAX_SESSIONS, FetchRetention
 from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.control import ControlAction
 from fleetllm.core.fleet.jsonvalue import canonical_json, freeze_mapping
 from fleetllm.core.judge.intended import ServerKey
 from fleetllm.core.judge.observed import BoxFacts
@@ -45,6 +46,7 @@ from fleetllm.core.judge.plan import PendingDelete
 from fleetllm.core.judge.verdict import ServerHistory
 from fleetllm.core.rollout.control import Request
 from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
+from fleetllm.core.rollout.retire import Retirement, RetireState
 from fleetllm.errors import StateError
 from fleetllm_contract.report import ReportOutcome
 
@@ -364,9 +366,14 @@ class SqlStateStore(ControlTables):
         return _report(rows[0]) if rows else None
 
     def save_rollout(self, rollout: Rollout, releases: Mapping[str, BoxRelease],
-                     taken: Request | None = None) -> None:
+                     taken: Request | None = None, retirements: Mapping[str, Retirement] | None = None,
+                     placed_again: frozenset[str] = frozenset()) -> None:
         r = rollout
         with self.db.transaction() as tx:
+            for record in (retirements or {}).values():
+                _upsert_retirement(tx, record)
+            for box in sorted(placed_again):
+                tx.execute("DELETE FROM box_retirements WHERE box = ?", (box,))
             newest = tx.rows("SELECT id, target FROM rollouts ORDER BY id DESC LIMIT 1")
             if newest and newest[0]["target"] == r.target:
                 tx.execute("UPDATE rollouts SET state = ?, reason = ?, updated_at = ?, waves = ? WHERE id = ?",
@@ -385,6 +392,16 @@ class SqlStateStore(ControlTables):
                            "wave, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            [(b.box, b.revision, b.last_good, b.released_at, b.state.value, b.drain_started_at,
                              b.wave, b.reason) for b in releases.values()])
+
+    def retirements(self) -> dict[str, Retirement]:
+        return {r["box"]: _retirement(r) for r in self.db.read("SELECT * FROM box_retirements")}
+
+    def forget_box(self, record: Retirement, actor: str, at: float) -> None:
+        with self.db.transaction() as tx:
+            _upsert_retirement(tx, record)
+            tx.execute("DELETE FROM box_releases WHERE box = ?", (record.box,))
+        self.record_control(ControlAction.ROLLOUT_FORGET, actor, at, reason=f"box {record.box}",
+                            revision=record.revision)
 
     def request_rollout(self, request: Request, actor: str) -> Rollout | None:
         with self.db.transaction() as tx:
@@ -422,3 +439,22 @@ def _release(row: Row) -> BoxRelease:
                       released_at=row["released_at"], state=BoxState(row["state"]),
                       drain_started_at=row["drain_started_at"], wave=row["wave"], reason=row["reason"])
 
+
+
+_UPSERT_RETIREMENT = (
+    "INSERT INTO box_retirements (box, revision, left_at, state, kept_revision, retiring_at, retired_at, reason) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (box) DO UPDATE SET revision = excluded.revision, "
+    "left_at = excluded.left_at, state = excluded.state, kept_revision = excluded.kept_revision, "
+    "retiring_at = excluded.retiring_at, retired_at = excluded.retired_at, reason = excluded.reason "
+    "WHERE box_retirements.state != 'retired' OR excluded.state = 'retired'")
+
+
+def _upsert_retirement(tx: Tx, r: Retirement) -> None:
+    tx.execute(_UPSERT_RETIREMENT, (r.box, r.revision, r.left_at, r.state.value, r.kept_revision, r.retiring_at,
+                                    r.retired_at, r.reason))
+
+
+def _retirement(row: Row) -> Retirement:
+    return Retirement(box=row["box"], revision=row["revision"], left_at=row["left_at"],
+                      state=RetireState(row["state"]), kept_revision=row["kept_revision"],
+                      retiring_at=row["retiring_at"], retired_at=row["retired_at"], reason=row["reason"])

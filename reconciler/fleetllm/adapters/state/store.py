@@ -20,6 +20,7 @@ from fleetllm.adapters.state.records import Approval, AttentionEntry, FetchRecor
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.rollout.control import Request
 from fleetllm.core.rollout.model import BoxRelease, Rollout
+from fleetllm.core.rollout.retire import Retirement
 from fleetllm.errors import StateError
 
 KEEP_PASSES = 1000  # pass records kept
@@ -147,9 +148,21 @@ class RolloutStore(Protocol):
     def latest_report(self, box: str) -> BoxReport | None: ...
 
     def save_rollout(self, rollout: Rollout, releases: Mapping[str, BoxRelease],
-                     taken: Request | None = None) -> None:
+                     taken: Request | None = None, retirements: Mapping[str, Retirement] | None = None,
+                     placed_again: frozenset[str] = frozenset()) -> None:
         """In one transaction: update the rollout of its target (or start a new row), replace the box
-        releases, and clear the request `taken` (only if it is still the pending one)."""
+        releases, clear the request `taken` (only if it is still the pending one), write the retirement
+        records a pass changed (never turning a retired one back: `rollout forget` may have written it
+        meanwhile) and drop those of boxes placed again."""
+        ...
+
+    def retirements(self) -> dict[str, Retirement]:
+        """Boxes that left the placement (draining, retiring, retired)."""
+        ...
+
+    def forget_box(self, record: Retirement, actor: str, at: float) -> None:
+        """`fleetllm rollout forget BOX`: write the retired record, drop the box's release, and audit it, in
+        one transaction."""
         ...
 
     def request_rollout(self, request: Request, actor: str) -> Rollout | None:

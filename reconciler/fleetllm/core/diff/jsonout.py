@@ -80,7 +80,8 @@ def report_json(report: Report, extra: Mapping[str, JSON] | None = None) -> dict
                     for r in report.recipes],
         "settings": fields_json(report.settings),
         "disruptions": [{"model": d.model, "restarting": [ref_json(r) for r in d.restarting], "serving": d.serving,
-                         "seconds": d.seconds, "assumed_load_s": ASSUMED_LOAD_S} for d in report.disruptions],
+                         "seconds": d.seconds, "out_at_once": d.out_at_once,
+                         "assumed_load_s": ASSUMED_LOAD_S} for d in report.disruptions],
     }
     if extra:
         doc.update(extra)

@@ -49,9 +49,12 @@ def _todo(report: Report) -> list[str]:
             if box.status in (BoxStatus.NEW, BoxStatus.RESTART, BoxStatus.REMOVED)]
 
 
-def blocks(report: Report, extra: Sequence[Section]) -> list[Block]:
+def blocks(report: Report, extra: Sequence[Section], cost: Sequence[str] = ()) -> list[Block]:
     found = [Block((), (f"**fleetllm diff** `{short(report.base)}`..`{short(report.head)}`: "
                         f"{summary_line(report)}", ""))]
+    if cost:  # what the change costs, first thing after the summary (fleetllm.core.cost.CostChange.text_lines)
+        found.append(Block(("**Cost** (USD per hour, from the providers' listings)", ""),
+                           tuple(f"- {line}" for line in cost), ("",)))
     for level, (kind, label) in ALERTS.items():
         messages = [a.message for a in report.alerts if a.level is level]
         if messages:
@@ -67,8 +70,10 @@ def blocks(report: Report, extra: Sequence[Section]) -> list[Block]:
     return found
 
 
-def render_markdown(report: Report, extra: Sequence[Section] = (), max_chars: int = DEFAULT_MAX_CHARS) -> str:
-    parts = blocks(report, extra)
+def render_markdown(report: Report, extra: Sequence[Section] = (), max_chars: int = DEFAULT_MAX_CHARS,
+                    cost: Sequence[str] = ()) -> str:
+    """`cost`: the lines of what the change costs (shown after the summary), none when no price is known."""
+    parts = blocks(report, extra, cost)
     total = sum(len(b.body) for b in parts)
     out: list[str] = []
     size = 0

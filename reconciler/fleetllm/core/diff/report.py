@@ -197,6 +197,7 @@ class Disruption:
     restarting: tuple[ServerRef, ...]  # its servers (at HEAD) that restart, boot change or re-division
     serving: int  # its servers at HEAD
     seconds: int  # how long it has fewer servers: len(restarting) x ASSUMED_LOAD_S (one at a time)
+    out_at_once: int = 1  # the most of them out together: 1 by the report alone, the rollout's figure after waves
 
 
 @dataclass(frozen=True)

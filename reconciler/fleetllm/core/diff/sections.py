@@ -173,14 +173,15 @@ def disruptions_section(report: Report) -> Section | None:
     for d in report.disruptions:
         where = ", ".join(f"{r.address} {r.name}" for r in d.restarting)
         out = len(d.restarting)
-        if d.serving <= 1:
+        left = d.serving - max(1, d.out_at_once)
+        if left <= 0:
             effect = f"it has no server for about {d.seconds} s"
         else:
-            effect = f"it serves from {d.serving - 1} of {d.serving} servers for about {d.seconds} s"
+            effect = f"it serves from {left} of {d.serving} servers for about {d.seconds} s"
         verb = "restarts" if out == 1 else "restart"
         lines.append(f"~ model {d.model}: {plural(out, 'server')} of {d.serving} {verb} ({where}); {effect}")
     return Section(f"Restarts (a restarted server is out while vLLM loads: {ASSUMED_LOAD_S} s assumed, as fleetllm "
-                   "has no load-time setting; one server of a model at a time)",
+                   "has no load-time setting; as many of a model's servers at once as its rollout takes out)",
                    f"Restarts: {plural(len(lines), 'model')} with fewer servers for a while", tuple(lines))
 
 

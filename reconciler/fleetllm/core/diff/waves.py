@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
-from fleetllm.core.diff.report import Alert, Level
+from fleetllm.core.diff.report import Alert, Level, Report
 from fleetllm.core.diff.sections import Section
 from fleetllm.core.fleet.jsonvalue import JSON
 from fleetllm.core.fleet.model import Fleet, RolloutMode
@@ -81,6 +82,21 @@ def with_waves_alerts(alerts: tuple[Alert, ...], waves: Waves, head: Fleet) -> t
     """The report's alerts with the rollout's warnings after its outages and warnings, before its notes."""
     at = max((i + 1 for i, a in enumerate(alerts) if a.level is not Level.NOTE), default=0)
     return (*alerts[:at], *waves_alerts(waves, head), *alerts[at:])
+
+
+def with_waves(report: Report, waves: Waves, head: Fleet) -> Report:
+    """The report as the rollout will play it, so that every section gives one figure per model: each model's
+    restarts take out as many servers at once as the waves do, and the report's own guess for a model whose
+    servers all change ("may have no healthy server ... unless the boxes restart one at a time") gives way
+    to the waves' answer where the rollout releases the boxes (a make-before-break move keeps a server;
+    a model the waves leave dark has the rollout's own warning). Boxes with `rollout: manual` keep the
+    guess: a person restarts them, in whatever order."""
+    manual = {row.model for box in head.boxes.values() if head.rollout_mode(box.name) is RolloutMode.MANUAL
+              for row in box.servers}
+    kept = tuple(a for a in report.alerts if a.code != "no-steady-server" or a.subject in manual)
+    disruptions = tuple(replace(d, out_at_once=min(len(d.restarting), max(1, waves.short.get(d.model, 1))))
+                        for d in report.disruptions)
+    return replace(report, alerts=with_waves_alerts(kept, waves, head), disruptions=disruptions)
 
 
 def waves_section(base: Fleet, head: Fleet, waves: Waves | None = None) -> Section | None:

@@ -14,8 +14,10 @@ from fleetllm.core.fleet.flags import split_args
 from fleetllm.core.fleet.jsonvalue import JSON, freeze_mapping
 from fleetllm.core.fleet.model import (
     Box,
+    CapacitySettings,
     FleetSettings,
     LitellmRoute,
+    Pool,
     Provider,
     Recipe,
     ReconcileMode,
@@ -24,6 +26,7 @@ from fleetllm.core.fleet.model import (
     RolloutSettings,
     ServerRow,
     VllmRecipe,
+    frozen_map,
 )
 
 Path_ = tuple[str | int, ...]
@@ -96,7 +99,37 @@ def build_settings(value: JSON, errors: set[Path_]) -> FleetSettings:
         legacy_servers=frozenset(legacy),
         reconcile=reconcile,
         rollout=rollout,
+        capacity=build_capacity(value.get("capacity"), errors),
     )
+
+
+def build_capacity(value: JSON, errors: set[Path_]) -> CapacitySettings | None:
+    """fleet.yaml `capacity:`; None when absent or when any of it has a schema error (a declaration that spends
+    money is taken whole or not at all: the fleet is invalid then anyway)."""
+    if not isinstance(value, dict) or _tainted(errors, ("capacity",)):
+        return None
+    ceiling = _num(value.get("max_fleet_per_hour"))
+    pools_value = value.get("pools")
+    if ceiling is None or not isinstance(pools_value, dict):
+        return None
+    pools: dict[str, Pool] = {}
+    for name, spec in pools_value.items():
+        if not isinstance(spec, dict):
+            return None
+        provider, gpu, gpus, count = spec.get("provider"), spec.get("gpu"), _int(spec.get("gpus")), \
+            _int(spec.get("count"))
+        price = _num(spec.get("max_per_hour"))
+        if (provider not in {p.value for p in Provider} or not isinstance(gpu, str) or gpus is None or count is None
+                or price is None):
+            return None
+        regions = spec.get("regions")
+        image, template, disk = spec.get("image"), spec.get("template"), _int(spec.get("disk_gb"))
+        pools[name] = Pool(name, Provider(provider), gpu, gpus, count, price,
+                           image if isinstance(image, str) else None, template if isinstance(template, str) else None,
+                           tuple(r for r in regions if isinstance(r, str)) if isinstance(regions, list) else (), disk)
+    valves = {k: v for k in ("max_rentals_per_pass", "max_terminations_per_pass")
+              if (v := _int(value.get(k))) is not None}
+    return CapacitySettings(ceiling, frozen_map(pools), **valves)
 
 
 def build_rollout(value: JSON, errors: set[Path_]) -> RolloutSettings:
@@ -104,7 +137,7 @@ def build_rollout(value: JSON, errors: set[Path_]) -> RolloutSettings:
     if not isinstance(value, dict):
         return RolloutSettings()
     kwargs: dict[str, object] = {k: v for k, v in value.items()
-                                 if k in ("max_unavailable", "poll_s", "drain_s") and _int(v) is not None
+                                 if k in ("max_unavailable", "poll_s", "drain_s", "retire_s") and _int(v) is not None
                                  and not _tainted(errors, ("rollout", k))}
     mode = value.get("mode")
     if mode in {m.value for m in RolloutMode} and not _tainted(errors, ("rollout", "mode")):

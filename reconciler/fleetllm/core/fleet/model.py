@@ -68,6 +68,36 @@ class RolloutSettings:
     max_unavailable: int = DEFAULTS["/rollout/max_unavailable"]
     poll_s: int = DEFAULTS["/rollout/poll_s"]
     drain_s: int = DEFAULTS["/rollout/drain_s"]
+    retire_s: int = DEFAULTS["/rollout/retire_s"]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One capacity pool (fleet.yaml `capacity.pools.NAME`): identical rented boxes (fleetllm.core.capacity)."""
+
+    name: str
+    provider: Provider
+    gpu: str  # the provider's GPU type: RunPod's GPU id ("NVIDIA H100 80GB HBM3"), Vast's gpu_name ("H100 SXM")
+    gpus: int  # GPUs per box
+    count: int  # boxes
+    max_per_hour: float  # USD, per box
+    image: str | None = None
+    template: str | None = None  # RunPod templateId, Vast template_hash_id
+    regions: tuple[str, ...] = ()  # RunPod dataCenterIds, Vast geolocation country codes
+    disk_gb: int | None = None
+
+
+@dataclass(frozen=True)
+class CapacitySettings:
+    """fleet.yaml `capacity:` (opt-in), every default the schema's; the fleet ceiling has none."""
+
+    max_fleet_per_hour: float  # USD; the fleet's rented boxes, rentals included
+    pools: Mapping[str, Pool] = field(default_factory=lambda: EMPTY_POOLS)
+    max_rentals_per_pass: int = DEFAULTS["/capacity/max_rentals_per_pass"]
+    max_terminations_per_pass: int = DEFAULTS["/capacity/max_terminations_per_pass"]
+
+
+EMPTY_POOLS: Mapping[str, Pool] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -78,6 +108,7 @@ class FleetSettings:
     legacy_servers: frozenset[tuple[str, int]] = frozenset()
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    capacity: CapacitySettings | None = None  # None: nothing declared, so nothing is ever rented or terminated
 
     def is_legacy(self, host: str, port: int) -> bool:
         return (host, port) in self.legacy_servers
@@ -141,6 +172,11 @@ class Box:
     # behind the gateway, and LiteLLM reaches the box's models through this one port.
     gateway_port: int | None = None
     rollout: RolloutMode | None = None  # None: fleet.yaml rollout.mode
+
+    @property
+    def rented_from(self) -> Provider:
+        """Where the box is rented: `provider:`, else static (the short form, `- [model, port]` rows)."""
+        return self.provider or Provider.STATIC
 
     @property
     def card_gb(self) -> float | None:

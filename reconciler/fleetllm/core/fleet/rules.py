@@ -189,9 +189,9 @@ def _check_capacity(built: Built, box: Box) -> Iterator[Finding]:
     if (box.gpus or 1) == 1 and sum(fractions) > 1.0:
         yield Finding(PLACEMENT_FILE, ("hosts",), f"explicit gpu_memory_utilization values on {box.name} add up "
                       f"to {sum(fractions):.2f} of one card", "gpu-memory-overcommit", key=box.name)
-    if box.gpu_memory_gb is not None:
+    if box.gpu_memory_gb is not None and box.gpu_memory_gb > vram:  # else vram-exceeds says it, once
         free_gib = (box.gpu_memory_gb - vram)
-        for recipe in recipes:
+        for recipe in {r.name: r for r in recipes}.values():  # two servers of one model: one message
             kv, length = recipe.vllm.kv_bytes_per_token, recipe.vllm.max_model_len
             if kv and length and kv * length / GIB > free_gib:
                 yield Finding(PLACEMENT_FILE, where, f"{recipe.name}: one {length}-token sequence needs "

@@ -1,6 +1,6 @@
 """llmao's files -> a fleet repository and a control-plane config. Pure: frozen data in, frozen data out.
 
-llmao (the reference control plane, ../shared/reference/reference-system.md) keeps placement in
+llmao (the reference control plane fleetllm replaces) keeps placement in
 `config.yaml` under `fleet:` and the catalog in `models.yaml`. `import_llmao` maps both to fleetllm's
 three fleet files and a control-plane config whose secrets are references, and lists every field it
 could not carry over (or had to change) with the reason: nothing is dropped silently.

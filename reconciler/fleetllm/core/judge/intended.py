@@ -125,7 +125,7 @@ def intended_state(fleet: Fleet, bearers: Bearers) -> Intended:
                 box=box.name, port=row.port, name=row.name, model=row.model,
                 served_model_name=recipe.vllm.served_model_name, weights=recipe.vllm.model,
                 max_model_len=recipe.vllm.max_model_len, digest=str(entry["digest"]), bearer=bearer,
-                provider=box.provider or Provider.STATIC, pinned_public_port=row.public_port,
+                provider=box.rented_from, pinned_public_port=row.public_port,
                 paused=box.reconcile is ReconcileMode.PAUSED or recipe.reconcile is ReconcileMode.PAUSED,
                 health_grace_s=recipe.health_grace_s if recipe.health_grace_s is not None else grace,
                 route=recipe.litellm, gateway_port=box.gateway_port, gateway_models=behind,

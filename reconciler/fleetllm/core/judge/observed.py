@@ -11,6 +11,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.cost import BoxPrice
 from fleetllm.core.fleet.jsonvalue import EMPTY, Frozen
 from fleetllm.core.fleet.model import Provider
 from fleetllm.core.judge.intended import (
@@ -66,6 +67,10 @@ class ProviderBox:
     status: str = "running"
     ident: str = ""  # the provider's own id (Vast instance id, RunPod pod id)
     ambiguous: str | None = None  # why this box cannot be told apart (shared IP, ...)
+    price: float | None = None  # what the provider bills for it, USD per hour (Vast dph_total, RunPod costPerHr)
+    gpu: str = ""  # the GPU type as the provider names it ("H100 80GB HBM3", "RTX 4090")
+    gpus: int | None = None  # how many of them
+    label: str = ""  # the provider's name for it (RunPod pod name, Vast instance label): a rental's pool label
 
 
 @dataclass(frozen=True)
@@ -73,10 +78,26 @@ class ProviderListing:
     provider: Provider
     boxes: Mapping[str, ProviderBox] = field(default_factory=lambda: MappingProxyType({}))
     error: str | None = None  # the listing failed: nothing about its boxes is known
+    # every instance or pod whose label is a capacity pool's (`fleetllm-POOL-N`), by its provider id, addressed
+    # or not yet (a Vast instance has no public IP while it loads): what fleetllm.core.capacity plans from
+    rentals: Mapping[str, ProviderBox] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def prices(self) -> dict[str, BoxPrice]:
+        """Every listed box with a price, by box name (a failed listing prices nothing; an ambiguous box,
+        whose instance is not known, neither)."""
+        if not self.ok:
+            return {}
+        return {name: BoxPrice(name, self.provider, box.price, box.gpu, box.gpus)
+                for name, box in self.boxes.items() if box.price is not None and box.ambiguous is None}
+
+
+def listing_prices(listings: Mapping[Provider, ProviderListing]) -> dict[str, BoxPrice]:
+    """The priced boxes of every listing, by box name."""
+    return {name: price for _, listing in sorted(listings.items()) for name, price in listing.prices().items()}
 
 
 @dataclass(frozen=True)
@@ -200,10 +221,14 @@ class Observation:
     boxes: Mapping[str, BoxFacts] = field(default_factory=lambda: MappingProxyType({}))
     orphan_probes: Mapping[str, ProbeResult] = field(default_factory=lambda: MappingProxyType({}))
     durations: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # seconds per phase
+    # No LiteLLM configured: the boxes route (their gateway, an outside balancer); LiteLLM is not listed
+    # and that is no failure. `in_flight`: each serving server's requests in flight or queued (absent: unknown).
+    boxes_route: bool = False
+    in_flight: Mapping[ServerKey, int] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def failed_listings(self) -> list[str]:
         failed = [f"{p} listing: {lst.error}" for p, lst in sorted(self.listings.items()) if not lst.ok]
-        if self.deployments is None:
+        if self.deployments is None and not self.boxes_route:
             failed.append(f"LiteLLM listing: {self.litellm_error}")
         return failed

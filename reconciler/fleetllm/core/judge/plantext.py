@@ -6,15 +6,18 @@ Never prints a bearer: `api_key` is dropped from every litellm_params shown.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from fleetllm.core.cost import BoxPrice, prices_json
 from fleetllm.core.fleet.jsonvalue import JSON, thaw
 from fleetllm.core.judge.intended import Intended
 from fleetllm.core.judge.plan import Action, ActionKind, Plan
 from fleetllm.core.judge.verdict import SERVING, Availability, rollups
 
-FORMAT_VERSION = "1.1"  # 1.1: "adoption" (plan --adopt); listed, litellm_error, warnings; per model routed and unrouted
+FORMAT_VERSION = "1.2"  # 1.1: "adoption" (plan --adopt); listed, litellm_error, warnings; per model routed and unrouted
+# 1.2: "prices" (the boxes the listings priced: fleetllm.core.cost), "capacity" (fleetllm.core.capacity)
 SYMBOL = {ActionKind.CREATE: "+", ActionKind.UPDATE: "~", ActionKind.REPLACE: "-/+", ActionKind.DELETE: "-"}
 WHAT = {ActionKind.CREATE: "will be created", ActionKind.UPDATE: "will be updated in-place",
         ActionKind.REPLACE: "must be replaced", ActionKind.DELETE: "will be destroyed"}
@@ -160,7 +163,11 @@ def _before_view(action: Action) -> JSON:
             "managed": before.managed}
 
 
-def plan_document(plan: Plan, intended: Intended) -> dict[str, JSON]:
+def plan_document(plan: Plan, intended: Intended, prices: Mapping[str, BoxPrice] | None = None,
+                  capacity: JSON = None) -> dict[str, JSON]:
+    """`prices`: the boxes the pass's listings priced, kept as `prices` (what `fleetllm diff --prices` and
+    `fleetllm show --prices` read: the cost a pull request changes). `capacity`: the capacity plan beside the
+    pass's (fleetllm.core.capacity.CapacityPlan.as_json), when fleet.yaml declares capacity."""
     add, change, destroy = plan.summary
     servers: list[JSON] = []
     for key, server in sorted(intended.servers.items()):
@@ -205,8 +212,11 @@ def plan_document(plan: Plan, intended: Intended) -> dict[str, JSON]:
         "servers": servers,
         "models": models,
         "boxes": rolled("box"),
+        **({"prices": prices_json(prices)} if prices is not None else {}),
+        **({"capacity": capacity} if capacity is not None else {}),
     }
 
 
-def render_json(plan: Plan, intended: Intended) -> str:
-    return json.dumps(plan_document(plan, intended), indent=2, sort_keys=False)
+def render_json(plan: Plan, intended: Intended, prices: Mapping[str, BoxPrice] | None = None,
+                capacity: JSON = None) -> str:
+    return json.dumps(plan_document(plan, intended, prices, capacity), indent=2, sort_keys=False)

@@ -110,6 +110,9 @@ class BoxInput:
     report: ReportFacts | None = None
     card_gb: float | None = None
     new: bool = False  # no release yet and not placed at the revision it reported: it runs nothing of ours
+    # Placed neither at the target nor at its released revision (read): it left the placement and was drained
+    # and released, so a later target has nothing of its to disrupt (it retires: core.rollout.retire).
+    left: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,15 @@ class StepInput:
     routed: frozenset[str] | None  # deployment ids LiteLLM holds; None: LiteLLM was not listed
     max_unavailable: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     drain_s: int = DEFAULTS["/rollout/drain_s"]
+    # No LiteLLM (the control plane's config has no litellm section): the boxes route (their gateway, or a
+    # balancer in front of them), so every server a box runs counts as routed, nothing is deleted before a
+    # restart, and a drain waits for the requests in flight that the servers report (at most drain_s).
+    boxes_route: bool = False
+    in_flight: Mapping[ServerKey, int] = field(default_factory=lambda: MappingProxyType({}))  # absent: unknown
+
+    def routes(self, deployment: str) -> bool:
+        """Whether callers reach this deployment: LiteLLM lists it, or (no LiteLLM) its box routes it."""
+        return self.boxes_route or (self.routed is not None and deployment in self.routed)
 
     def budget(self, model: str) -> int:
         return self.max_unavailable.get(model, DEFAULTS["/rollout/max_unavailable"])

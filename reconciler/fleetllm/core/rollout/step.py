@@ -8,7 +8,9 @@ Rules (issue 14):
 - make-before-break: a box whose change takes a server of model M out waits until every server of M that
   the target adds on another box is Healthy and routed;
 - every disrupted server is drained first (its deployment deleted on purpose), and its box is released
-  only once `drain_s` has passed since;
+  only once `drain_s` has passed since; without LiteLLM (`boxes_route`: the box gateway or an outside
+  balancer routes) nothing is deleted, every server a box runs counts as routed, and the drain is a wait
+  for the requests in flight that the disrupted servers report to reach 0 (at most `drain_s`);
 - a released box whose changed servers are not Healthy within their grace, whose install failed or whose
   servers crash-loop halts the rollout and is rolled back to its last good revision;
 - a new target starts a new rollout; pause stops releasing (draining boxes are routed again); abort also
@@ -84,8 +86,7 @@ def is_fresh(box: BoxInput, server: ServerSpec, last_good: BoxConfig | None, ver
 
 def is_ready(box: str, server: ServerSpec, inp: StepInput) -> bool:
     """A new or restarted server is ready when it runs the new config (Healthy, not Stale) and is routed."""
-    return (inp.verdicts.get(server_key(box, server)) == "Healthy" and inp.routed is not None
-            and server.deployment in inp.routed)
+    return inp.verdicts.get(server_key(box, server)) == "Healthy" and inp.routes(server.deployment)
 
 
 @dataclass
@@ -171,15 +172,15 @@ def out_of_service(work: Work) -> dict[str, set[ServerKey]]:
     """Per model, its servers that callers cannot reach now (not fresh ones), and those being drained."""
     inp = work.inp
     held = work.held_out()
-    verdicts, routed = inp.verdicts, inp.routed
+    verdicts = inp.verdicts
     out: dict[str, set[ServerKey]] = {}
     for box in _all_boxes(inp):
         b = inp.boxes[box]
         config = work.served[box] if b.managed else b.target
         for server in config.servers if config is not None else ():
             key = (box, server.port)  # server_key, inlined: this loop runs over every server twice a pass
-            # Up (serving callers): Healthy or Stale, and LiteLLM routes to it, not held out.
-            if (verdicts.get(key) in VERDICTS_UP and routed is not None and server.deployment in routed
+            # Up (serving callers): Healthy or Stale, routed (StepInput.routes), not held out.
+            if (verdicts.get(key) in VERDICTS_UP and inp.routes(server.deployment)
                     and server.deployment not in held) or is_fresh(b, server, work.last_good.get(box), verdicts):
                 continue
             out.setdefault(server.model, set()).add(key)
@@ -349,6 +350,9 @@ def finish_drains(work: Work) -> None:
         if release is None or release.state is not BoxState.DRAINING:
             continue
         started = release.drain_started_at if release.drain_started_at is not None else work.inp.now
+        if work.inp.boxes_route:
+            drain_in_flight(work, box, release, started)
+            continue
         routed = work.inp.routed
         still = sorted(s.deployment for s in work.disrupted_by(box, release)
                        if routed is None or s.deployment in routed)
@@ -358,6 +362,21 @@ def finish_drains(work: Work) -> None:
             release_box(work, box, work.rollout.target, BoxState.RELEASED)
         else:
             work.why[box] = f"draining: released {work.inp.drain_s - (work.inp.now - started):.0f}s from now"
+
+
+def drain_in_flight(work: Work, box: str, release: BoxRelease, started: float) -> None:
+    """A drain without LiteLLM: the box is released once its disrupted servers report no request in flight
+    (nor queued), or once `drain_s` has passed (requests that never finish, counts that cannot be read)."""
+    inp = work.inp
+    disrupted = work.disrupted_by(box, release)
+    busy = {f"{box}:{s.port}": inp.in_flight.get(server_key(box, s)) for s in disrupted}
+    waiting = {k: n for k, n in busy.items() if n is None or n > 0}
+    left = inp.drain_s - (inp.now - started)
+    if not waiting or left <= 0:
+        release_box(work, box, work.rollout.target, BoxState.RELEASED)
+        return
+    shown = ", ".join(f"{k} ({'count unknown' if n is None else f'{n} in flight'})" for k, n in sorted(waiting.items()))
+    work.why[box] = f"draining: waits for the requests in flight on {shown}, at most {left:.0f}s more"
 
 
 def start_releases(work: Work) -> None:
@@ -370,6 +389,10 @@ def start_releases(work: Work) -> None:
         release = work.releases.get(box)
         if release is None or release.revision == target or release.state in UNSETTLED:
             continue
+        if b.left:  # placed neither at its release nor at the target: nothing to disrupt (it retires)
+            release_box(work, box, target, BoxState.APPLIED)
+            work.releases[box] = replace(work.releases[box], last_good=target)
+            continue
         if work.served[box] is None and release.revision:
             work.why[box] = f"waits: its released revision {release.revision[:12]} cannot be read or rendered"
             continue
@@ -379,7 +402,7 @@ def start_releases(work: Work) -> None:
             work.releases[box] = replace(work.releases[box], last_good=target)
             work.last_good[box] = work.served[box]
             continue
-        if inp.routed is None:
+        if inp.routed is None and not inp.boxes_route:
             work.why[box] = "waits: LiteLLM was not listed this pass"
             continue
         disrupted = work.disrupted_by(box, release)
@@ -424,7 +447,8 @@ def start_box(work: Work, box: str, release: BoxRelease, disrupted: tuple[Server
     for server in disrupted:
         out.setdefault(server.model, set()).add(server_key(box, server))
     wave = work.rollout.waves + 1
-    work.drain.update(s.deployment for s in disrupted)
+    if not inp.boxes_route:  # without LiteLLM there is no deployment to delete: the drain waits for requests
+        work.drain.update(s.deployment for s in disrupted)
     if not disrupted or inp.drain_s <= 0:
         release_box(work, box, work.rollout.target, BoxState.RELEASED, wave)
     else:

@@ -87,6 +87,8 @@ class BoxView:
     fit: Fit
     render_error: str | None
     servers: tuple[ServerView, ...]
+    cost_per_hour: float | None = None  # USD, from its provider's listing at the last pass; None: unpriced
+    rented: str | None = None  # what is rented: "1 × H100 80GB on RunPod"
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class FleetView:
     total_boxes: int
     show: str
     q: str
+    cost_per_hour: float | None = None  # the priced boxes' sum at the last pass (None: no pass priced any)
+    unpriced: tuple[str, ...] = ()  # rented boxes whose price the last pass could not read
 
 
 class FilterError(RequestError, ValueError):
@@ -146,6 +150,7 @@ class ModelView:
     deployments: tuple[str, ...]  # box:port of the servers that serve with a deployment
     min_context: int | None  # smallest max_model_len among the serving servers
     verdicts: Mapping[str, int]
+    cost_per_hour: float | None = None  # its share of its boxes' price (fleetllm.core.cost), last pass
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,7 @@ class ModelsView:
     revision: str | None
     last_pass: PassInfo | None
     models: tuple[ModelView, ...]
+    cost_per_hour: float | None = None  # the fleet's, as on the fleet page
 
 
 def pass_info(record: PassRecord | None, now: float) -> PassInfo | None:
@@ -207,7 +213,7 @@ def _availability(servers: tuple[ServerView, ...]) -> str:
 def box_view(inputs: Inputs, fleet: Fleet, box: Box, judged: Mapping[tuple[str, int], ServerRecord]) -> BoxView:
     servers = server_views(fleet, box, judged)
     hosts = sorted({s.public.rsplit(":", 1)[0] for s in servers if s.public})
-    provider = box.provider or Provider.STATIC
+    provider = box.rented_from
     address = ", ".join(hosts) if hosts else (box.name if provider is Provider.STATIC else None)
     fetch = inputs.fetches.get(box.name)
     report = inputs.reports.get(box.name)
@@ -217,6 +223,7 @@ def box_view(inputs: Inputs, fleet: Fleet, box: Box, judged: Mapping[tuple[str, 
         boot = "not-applied" if report.outcome is not ReportOutcome.INSTALLED else \
             "stale" if staleness(report, json.loads(rendered.body))["stale"] else "current"
     render_error = inputs.served.render_errors.get(box.name) if inputs.served is not None else None
+    cost = inputs.last_pass.cost if inputs.last_pass is not None else None
     return BoxView(
         name=box.name, provider=str(provider), address=address, availability=_availability(servers),
         last_fetch_at=fetch.at if fetch else None,
@@ -224,7 +231,9 @@ def box_view(inputs: Inputs, fleet: Fleet, box: Box, judged: Mapping[tuple[str, 
         fetched_revision=fetch.revision if fetch else None,
         reported_revision=report.revision if report else None, reported_at=report.received_at if report else None,
         report_outcome=str(report.outcome) if report else None, boot_config=boot, fit=fit_of(report),
-        render_error=render_error, servers=servers)
+        render_error=render_error, servers=servers,
+        cost_per_hour=cost.boxes.get(box.name) if cost is not None else None,
+        rented=cost.what.get(box.name) if cost is not None else None)
 
 
 def fleet_view(inputs: Inputs, listed: FleetFilter = FleetFilter()) -> FleetView:
@@ -233,13 +242,16 @@ def fleet_view(inputs: Inputs, listed: FleetFilter = FleetFilter()) -> FleetView
     boxes = tuple(box_view(inputs, served.fleet, box, judged) for _, box in sorted(served.fleet.boxes.items())) \
         if served is not None else ()
     counts = ordered_counts(s.verdict or NOT_JUDGED_COUNT for b in boxes for s in b.servers)
+    cost = inputs.last_pass.cost if inputs.last_pass is not None else None
     return FleetView(inputs.now, served.revision if served else None, pass_info(inputs.last_pass, inputs.now),
-                     counts, tuple(b for b in boxes if listed.keeps(b)), len(boxes), listed.show, listed.q)
+                     counts, tuple(b for b in boxes if listed.keeps(b)), len(boxes), listed.show, listed.q,
+                     cost.total if cost is not None else None, cost.unpriced if cost is not None else ())
 
 
 def models_view(inputs: Inputs) -> ModelsView:
     served = inputs.served
     models: list[ModelView] = []
+    cost = inputs.last_pass.cost if inputs.last_pass is not None else None
     if served is not None:
         judged = judged_servers(inputs.last_pass)
         fleet = served.fleet
@@ -254,6 +266,7 @@ def models_view(inputs: Inputs) -> ModelsView:
                 name=name, availability=str(summary.availability), serving=summary.serving, total=summary.total,
                 deployments=tuple(f"{box}:{s.listen_port}" for box, s in serving if s.deployment),
                 min_context=min(contexts) if contexts else None,
-                verdicts=ordered_counts(s.verdict or NOT_JUDGED_COUNT for _, s in pool)))
+                verdicts=ordered_counts(s.verdict or NOT_JUDGED_COUNT for _, s in pool),
+                cost_per_hour=cost.models.get(name) if cost is not None else None))
     return ModelsView(inputs.now, served.revision if served else None, pass_info(inputs.last_pass, inputs.now),
-                      tuple(models))
+                      tuple(models), cost.total if cost is not None else None)

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from fleetllm.adapters.state.passes import PassRecord
 from fleetllm.adapters.state.records import Approval, AttentionEntry, FetchRecord
 from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.rollout.retire import Retirement
 from fleetllm.server.revisions import Attempt, Invalid, RefreshStatus, Rendered
 from fleetllm.server.runtime import Runtime
 from fleetllm.settings import ApproveTarget, ControlPlaneConfig
@@ -30,6 +31,7 @@ class Settings:
     reconciler_expected: bool  # a reconciler is configured: a missing or late pass needs attention
     approve_target: ApproveTarget
     secret_warnings: tuple[str, ...] = ()  # secrets that work but are weak (a short salt); never a value
+    boxes_route: bool = False  # no litellm section: the boxes route (their gateway, a balancer), not LiteLLM
 
     @classmethod
     def of(cls, rt: Runtime) -> Settings:
@@ -40,8 +42,9 @@ class Settings:
         else:
             where = rt.repo.clone_dir
         return cls(repo_where=rt.repo.where, repo_url=repo.url, repo_dir=str(where), branch=repo.branch,
-                   reconciler_expected=config.reconcile.enabled and config.litellm is not None,
-                   approve_target=repo.approve_target, secret_warnings=secret_warnings(config))
+                   reconciler_expected=config.reconcile.enabled,  # rollouts need it, with or without LiteLLM
+                   approve_target=repo.approve_target, secret_warnings=secret_warnings(config),
+                   boxes_route=config.litellm is None)
 
 
 def secret_warnings(config: ControlPlaneConfig) -> tuple[str, ...]:
@@ -63,6 +66,7 @@ class Inputs:
     attention: tuple[AttentionEntry, ...]  # unknown boxes only (placed ones filtered out)
     approvals: tuple[Approval, ...]  # newest first
     fetches: Mapping[str, FetchRecord] = field(default_factory=lambda: MappingProxyType({}))
+    retirements: Mapping[str, Retirement] = field(default_factory=lambda: MappingProxyType({}))  # left the placement
     reports: Mapping[str, BoxReport] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
@@ -82,5 +86,6 @@ def gather(rt: Runtime, *, boxes: bool = False, passes: int = 1) -> Inputs:
         passes=tuple(store.recent_passes(max(1, passes))),
         attention=tuple(e for e in store.attention() if e.box not in placed),
         approvals=tuple(store.approvals()),
+        retirements=MappingProxyType({b: r for b, r in store.retirements().items() if b not in placed}),
         fetches=MappingProxyType(store.last_config_served()) if boxes else MappingProxyType({}),
         reports=MappingProxyType(store.latest_reports()) if boxes else MappingProxyType({}))

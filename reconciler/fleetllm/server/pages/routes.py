@@ -163,7 +163,7 @@ def page(name: str, template: str, view: Any, inputs: Inputs, role: Role, **extr
                            person=auth.signed_in(), csrf=auth.csrf_token(), active=name, pages=PAGES,
                            fragment=request.args.get("fragment") == "1", refresh_s=REFRESH_S,
                            looks=VERDICT_LOOK, not_judged=NOT_JUDGED_LOOK, messages=get_flashed_messages(True),
-                           now=inputs.now, branch=inputs.settings.branch,
+                           now=inputs.now, branch=inputs.settings.branch, boxes_route=inputs.settings.boxes_route,
                            approve_target=str(inputs.settings.approve_target), api=API[name])
 
 
