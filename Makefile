@@ -69,7 +69,13 @@ docs: $(STAMP)
 	$(BIN)/python docs/gen_config_reference.py
 	$(BIN)/python docs/gen_metrics_reference.py
 
+# The headline figures (docs/benchmarks.md), each line with the load average it was taken at: GET /vllm/config
+# A/B interleaved in rounds against the same server's bare floor and the WSGI path (ratios pair by pair), the same
+# with 1,000 slow connections open, the rollout step against its target (FAIL lines over it), validation.
 bench: $(STAMP)
+	$(BIN)/python bench/config_server_load.py --rounds 5 --seconds 5 --variants cached,bare,cached-wsgi
+	$(BIN)/python bench/slow_clients.py --slow 1000 --boxes 1000 --rate 200 --seconds 15
+	$(BIN)/python bench/rollout_step.py --boxes 1000 3000
 	$(BIN)/python bench/validate_bench.py
 
 # The command line as a user pays it (whole processes): fleetllm --version, fleetllm validate on 1,000 boxes,
@@ -78,9 +84,8 @@ bench: $(STAMP)
 bench-cli: $(STAMP)
 	$(BIN)/python bench/cli_bench.py --install
 
-# GET /vllm/config under load: 1,000 boxes, 64 connections, cached path vs naive (docs/benchmarks.md).
+# GET /vllm/config under load: 1,000 boxes, 64 connections, every variant on the same server (docs/benchmarks.md).
 bench-config-server: $(STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python bench/config_server_load.py
 
 # One reconcile pass over 1,000 boxes / 3,000 servers against local fakes (docs/benchmarks.md).

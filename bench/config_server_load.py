@@ -1,29 +1,35 @@
-"""Load test of GET /vllm/config: 1,000 boxes fetching at once, cached path vs a naive handler.
+"""Load test of GET /vllm/config: 1,000 boxes fetching at once, every variant on the same server.
 
-    .venv/bin/python bench/config_server_load.py [--boxes 1000] [--concurrency 64] [--rounds 5]
+    .venv/bin/python bench/config_server_load.py [--boxes 1000] [--concurrency 64] [--rounds 3] [--seconds 5]
+                                                 [--variants cached,bare,cached-wsgi,constant,naive]
 
-Builds bench/fleetgen's repository of `--boxes` boxes (3 servers each) in a temp git repo, then
-for each variant starts a real gunicorn process on a free loopback port and drives it with an
-asyncio (aiohttp) client holding `--concurrency` connections, every box fetching its own JSON:
+Builds bench/fleetgen's repository of `--boxes` boxes (3 servers each) in a temp git repo, starts
+every variant as its own process on a free loopback port, all on fleetllm's HTTP server
+(reconciler/fleetllm/server/httpserver.py: Tornado, its connection caps, deadlines and body budget,
+the same settings), then drives them in turn, `--rounds` rounds of `--seconds` each, the order
+reversed every other round (A B C, C B A, ...), with an asyncio (aiohttp) client holding
+`--concurrency` keep-alive connections, every box fetching its own JSON. Each variant's warm-up
+(one request a connection) runs on the connections it is measured on, so no connection of the
+warm-up counts against the server's per-peer cap.
 
-- cached: `fleetllm serve` as shipped (one gthread worker; the commit is rendered once at start-up,
-  every request still authenticates, resolves the host, writes the fetch log and a JSON log line);
-- naive: the same gunicorn settings and the same auth and host rules, but each request opens the
-  repository, reads the commit, validates it and renders the box (what a handler without the
-  per-commit cache does);
-- constant (with `--floor`): the same gunicorn settings and a handler that returns fixed bytes,
-  i.e. what the WSGI server itself costs on this machine at that moment.
+- cached: `fleetllm serve` as shipped: GET /vllm/config answered on the event loop (server/boxloop.py;
+  every request authenticates, resolves the host, writes the fetch log and a JSON log line);
+- bare (the floor of `cached`): the same HTTP server with a request callback that writes the same box
+  JSON (box 0's, as rendered) with the same headers, and nothing else: no auth, no log, no record;
+- cached-wsgi: `cached`'s app with the event-loop path off: every request through the WSGI bridge to
+  Flask on a request thread (how `cached` ran before issue 28);
+- constant (the floor of the WSGI variants): a Flask view returning the same bytes, through the bridge;
+- naive: the same auth and host rules through the bridge, but each request opens the repository, reads
+  the commit, validates it and renders the box (what a handler without the per-commit cache does).
+
+Prints one line a variant a round (requests/s, p50/p99/max, statuses, the load average), then per
+variant min/median/max, and the ratios pair by pair in each round (cached/bare, cached/cached-wsgi,
+naive/constant) as min/median/max with the load average at the start and the end.
 
 `--compare-state` measures the cached server twice instead, once with each state store: the SQLite
 file (the default) and PostgreSQL (FLEETLLM_BENCH_PG_URL, or a throwaway cluster started for the run
 as tests/state/postgres.py does), every fetch recorded in it; after each run the records in the store
-are counted against the requests answered.
-
-`--client wrk` drives the same requests with wrk (Debian's `wrk` package, a Lua script cycling
-through the boxes) instead: a C load generator leaves the second core to the server, where the
-Python client takes most of it. Prints requests/s and latency percentiles per variant, and the
-machine's load average. Bounded: at most `--rounds` x boxes requests or `--cached-seconds` (cached)
-and `--naive-seconds` (naive) of load, loopback only.
+are counted against the requests answered. Loopback only; bounded by `--seconds` per variant a round.
 """
 
 from __future__ import annotations
@@ -32,7 +38,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import socket
 import statistics
 import subprocess
@@ -49,6 +54,7 @@ from bench.fleetgen import box_name, write_fleet
 from fleetllm.demo.procs import free_port, stop
 
 FLEET_KEY = "bench-fleet-key-0123456789"
+VARIANTS = ("cached", "bare", "cached-wsgi", "constant", "naive")
 ENV = {"BENCH_FLEET_KEY": FLEET_KEY, "BENCH_SALT": "bench-salt-0123456789abcdef"}
 
 
@@ -84,7 +90,10 @@ def write_config(directory: Path, repo: Path, threads: int = 8, state_url: str |
         "repo": {"path": str(repo), "branch": "main", "refresh_interval_s": 3600},
         "secrets": {"fleet_key": "${env:BENCH_FLEET_KEY}", "vllm_api_salt": "${env:BENCH_SALT}"},
         "state": state,
-        "server": {"threads": threads},
+        # Every connection of the bench comes from 127.0.0.1: the per-peer cap (64 by default, the
+        # bench's own concurrency) is lifted, so a connection of the previous round still being
+        # closed never gets a new one refused.
+        "server": {"threads": threads, "max_connections_per_peer": 1024},
     }))
     return config
 
@@ -137,25 +146,99 @@ def naive_app(config_path: str) -> Any:
     return app
 
 
-def constant_app() -> Any:
+BODY_FILE = "box0.json"  # box 0's JSON as rendered: what `bare` and `constant` serve
+
+
+def write_body(directory: Path, repo: Path, config: Path) -> bytes:
+    """Box 0's JSON exactly as the control plane renders it (server/revisions.render_commit)."""
+    from fleetllm.adapters.git import GitFleetRepo
+    from fleetllm.core.fleet.render import Bearers
+    from fleetllm.core.fleet.validate import validate_snapshot
+    from fleetllm.server.revisions import render_commit
+    from fleetllm.settings import load_config
+
+    salt = load_config(config, {**os.environ, **ENV}).secrets.vllm_api_salt
+    fleet = validate_snapshot(GitFleetRepo(repo).snapshot("refs/heads/main")).fleet
+    assert fleet is not None
+    body = render_commit(fleet, Bearers(salt)).boxes[box_name(0)].body
+    (directory / BODY_FILE).write_bytes(body)
+    return body
+
+
+def constant_app(body: bytes) -> Any:
     from flask import Flask, Response
 
     app = Flask("constant")
-    body = b'{"host":"x","revision":"r","servers":[]}'
 
     @app.get("/vllm/config")
     def config_route() -> Response:
-        return Response(body, mimetype="application/json")
+        return Response(body, mimetype="application/json", headers={"Cache-Control": "no-store"})
 
     return app
 
 
-def serve_variant(variant: str, config_path: str, listen: str) -> None:
-    from bench.gunicorn_app import ControlPlaneServer
-    from fleetllm.settings import load_config
+def run_bare(config: Any, listen: Any, body: bytes) -> None:
+    """fleetllm's HTTP server (its class, caps, deadlines and body budget) with a callback that writes
+    `body` and the headers `cached` sends: what serving these bytes costs on this stack."""
+    import tornado
+    from tornado import httputil
 
-    load_app = (lambda: naive_app(config_path)) if variant == "naive" else constant_app
-    ControlPlaneServer(load_config(config_path), listen, load_app).run()
+    from fleetllm.server.guard import BodyBudget, ConnectionCaps
+    from fleetllm.server.httpserver import SMALL_BODY, ControlPlaneHTTPServer
+
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+               ("ETag", '"0123456789abcdef0123456789abcdef"'), ("Cache-Control", "no-store"),
+               ("X-Fleet-Revision", "0" * 40), ("Server", f"TornadoServer/{tornado.version}")]
+
+    def answer(request: httputil.HTTPServerRequest) -> None:
+        out = httputil.HTTPHeaders()
+        for name, value in headers:
+            out.add(name, value)
+        assert request.connection is not None
+        request.connection.write_headers(httputil.ResponseStartLine("HTTP/1.1", 200, "OK"), out, chunk=body)
+        request.connection.finish()
+
+    async def serve() -> None:
+        limits = config.limits
+        server = ControlPlaneHTTPServer(answer, max_header_size=limits.max_header_bytes,
+                                        idle_connection_timeout=limits.header_timeout_s,
+                                        body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY,
+                                        decompress_request=False, xheaders=False)
+        server.guard(ConnectionCaps(limits.max_connections, limits.max_connections_per_peer, config.trusted_proxies),
+                     BodyBudget(limits.body_buffer_bytes, SMALL_BODY), float(config.timeout_s))
+        server.listen(listen.port, address=listen.host, backlog=1024)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+def serve_variant(variant: str, config_path: str, listen_at: str) -> None:
+    from fleetllm.server import httpserver
+    from fleetllm.settings import Listen, load_config
+
+    config = load_config(config_path)
+    host, _, port = listen_at.rpartition(":")
+    listen = Listen(host, int(port))
+    if variant == "cached-wsgi":
+        from fleetllm.logs import setup_logging
+        from fleetllm.server.app import create_app
+        from fleetllm.server.runtime import start_up
+
+        def load_wsgi() -> Any:  # a plain WSGI callable: httpserver then finds no runtime and no event-loop path
+            setup_logging(buffered=True)
+            runtime = start_up(config)
+            runtime.start_background()
+            app = create_app(runtime)
+            return lambda environ, start_response: app(environ, start_response)
+
+        httpserver.run(config, listen, load_wsgi)
+        return
+    body = (Path(config_path).parent / BODY_FILE).read_bytes()
+    if variant == "bare":
+        run_bare(config, listen, body)
+        return
+    load_app = (lambda: naive_app(config_path)) if variant == "naive" else (lambda: constant_app(body))
+    httpserver.run(config, listen, load_app)
 
 
 def start(variant: str, config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -180,73 +263,60 @@ def start(variant: str, config: Path, port: int, log: Path) -> subprocess.Popen[
     raise SystemExit(f"{variant} server did not start within 60 s")
 
 
-async def load(base: str, boxes: list[str], concurrency: int, max_requests: int, max_seconds: float) -> dict[str, Any]:
+async def load(base: str, boxes: list[str], concurrency: int, max_requests: int, max_seconds: float,
+               warmup: bool = True) -> dict[str, Any]:
+    """`concurrency` keep-alive connections fetching box configs, at most `max_requests` or for
+    `max_seconds`; first (`warmup`) one request a connection on the same connections, not counted."""
     import aiohttp
 
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    for i in range(max_requests):
-        queue.put_nowait(boxes[i % len(boxes)])
     latencies: list[float] = []
     statuses: dict[int, int] = {}
-    deadline = time.monotonic() + max_seconds
+    errors = 0
 
-    async def worker(session: aiohttp.ClientSession) -> None:
-        while time.monotonic() < deadline:
-            try:
-                box = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            started = time.perf_counter()
+    async def fetch(session: aiohttp.ClientSession, box: str, counted: bool) -> None:
+        nonlocal errors
+        started = time.perf_counter()
+        try:
             async with session.get(f"{base}/vllm/config", headers={"Authorization": f"Bearer {FLEET_KEY}",
                                                                     "X-LLMAO-Host": box}) as response:
                 await response.read()
-                statuses[response.status] = statuses.get(response.status, 0) + 1
+                status = response.status
+        except (TimeoutError, aiohttp.ClientError):
+            errors += counted
+            return
+        if counted:
+            statuses[status] = statuses.get(status, 0) + 1
             latencies.append(time.perf_counter() - started)
 
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        if warmup:
+            await asyncio.gather(*(fetch(session, boxes[i % len(boxes)], False) for i in range(concurrency)))
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        for i in range(max_requests):
+            queue.put_nowait(boxes[i % len(boxes)])
+        deadline = time.monotonic() + max_seconds
+
+        async def worker() -> None:
+            while time.monotonic() < deadline:
+                try:
+                    box = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                await fetch(session, box, True)
+
         began = time.perf_counter()
-        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - began
-    ordered = sorted(latencies)
+    ordered = sorted(latencies) or [float("nan")]
 
     def pct(p: float) -> float:
         return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
 
     return {"requests": len(latencies), "seconds": round(elapsed, 2), "rps": round(len(latencies) / elapsed, 1),
             "p50_ms": round(pct(0.50), 2), "p99_ms": round(pct(0.99), 2), "max_ms": round(ordered[-1] * 1000, 2),
-            "mean_ms": round(statistics.fmean(ordered) * 1000, 2), "statuses": statuses}
-
-
-WRK_SCRIPT = """
-local boxes = {%s}
-local n = 0
-request = function()
-  n = n + 1
-  local headers = {["Authorization"] = "Bearer %s", ["X-LLMAO-Host"] = boxes[n %% #boxes + 1]}
-  return wrk.format("GET", "/vllm/config", headers)
-end
-"""
-_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
-
-
-def wrk_load(base: str, boxes: list[str], concurrency: int, seconds: float, directory: Path) -> dict[str, Any]:
-    script = directory / "boxes.lua"
-    script.write_text(WRK_SCRIPT % (", ".join(f'"{b}"' for b in boxes), FLEET_KEY))
-    out = subprocess.run(["wrk", "-t2", f"-c{concurrency}", f"-d{int(seconds)}s", "--timeout", "120s", "--latency",
-                          "-s", str(script), f"{base}/vllm/config"], capture_output=True, text=True, check=True,
-                         timeout=seconds + 180).stdout
-
-    def latency(label: str) -> float:
-        match = re.search(rf"^\s*{label}\s+([0-9.]+)(us|ms|s)\s*$", out, re.MULTILINE)
-        return round(float(match.group(1)) * _UNITS[match.group(2)], 2) if match else float("nan")
-
-    requests = re.search(r"([0-9]+) requests in ([0-9.]+)(m?s)", out)
-    rps = re.search(r"Requests/sec:\s+([0-9.]+)", out)
-    non_2xx = re.search(r"Non-2xx or 3xx responses: ([0-9]+)", out)
-    return {"requests": int(requests.group(1)) if requests else 0, "rps": float(rps.group(1)) if rps else 0.0,
-            "p50_ms": latency("50%"), "p99_ms": latency("99%"), "non_2xx": int(non_2xx.group(1)) if non_2xx else 0}
+            "mean_ms": round(statistics.fmean(ordered) * 1000, 2), "statuses": statuses, "errors": errors}
 
 
 def loadavg() -> str:
@@ -273,7 +343,6 @@ def compare_state(args: argparse.Namespace) -> None:
                 process = start("cached", config, port, directory / f"{state}.log")
                 try:
                     base = f"http://127.0.0.1:{port}"
-                    asyncio.run(load(base, boxes, args.concurrency, min(len(boxes), 200), 30))  # warm-up
                     before = loadavg()
                     result = asyncio.run(load(base, boxes, args.concurrency, args.rounds * len(boxes),
                                               args.cached_seconds))
@@ -287,38 +356,68 @@ def compare_state(args: argparse.Namespace) -> None:
     print(json.dumps(results, indent=2))
 
 
+RATIOS = (("cached", "bare"), ("cached", "cached-wsgi"), ("naive", "constant"))
+
+
+def spread(values: list[float]) -> str:
+    ordered = sorted(values)
+    return f"{ordered[0]:.2f} / {statistics.median(ordered):.2f} / {ordered[-1]:.2f}" if ordered else "-"
+
+
 def run(args: argparse.Namespace) -> None:
     if args.compare_state:
         compare_state(args)
         return
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"--variants: unknown {', '.join(sorted(unknown))}; choose from {', '.join(VARIANTS)}")
     boxes = [box_name(i) for i in range(args.boxes)]
     with tempfile.TemporaryDirectory(prefix="fleetllm-bench-") as tmp:
         directory = Path(tmp)
         repo = make_fleet(directory, args.boxes)
         config = write_config(directory, repo, args.threads)
-        results: dict[str, Any] = {"boxes": args.boxes, "concurrency": args.concurrency, "client": args.client,
-                                   "threads": args.threads,
-                                   "cpus": os.cpu_count(), "loadavg_before": loadavg()}
-        plan = {"cached": (args.rounds * len(boxes), args.cached_seconds),
-                "naive": (args.rounds * len(boxes), args.naive_seconds)}
-        if args.floor:
-            plan["constant"] = plan["cached"]
-        for variant, (requests, seconds) in plan.items():
-            port = free_port()
-            process = start(variant, config, port, directory / f"{variant}.log")
-            try:
-                base = f"http://127.0.0.1:{port}"
-                asyncio.run(load(base, boxes, args.concurrency, min(len(boxes), 200), 30))  # warm-up
-                if args.client == "wrk":
-                    results[variant] = wrk_load(base, boxes, args.concurrency, seconds, directory)
-                else:
-                    results[variant] = asyncio.run(load(base, boxes, args.concurrency, requests, seconds))
-            finally:
+        body = write_body(directory, repo, config)
+        print(f"{args.boxes} boxes, {args.concurrency} connections, {args.rounds} rounds of {args.seconds:g} s a "
+              f"variant, box JSON {len(body)} bytes, {os.cpu_count()} CPUs; load average {loadavg()}", flush=True)
+        processes = {}
+        try:
+            for variant in variants:
+                port = free_port()
+                processes[variant] = (start(variant, config, port, directory / f"{variant}.log"), port)
+            rounds: list[dict[str, dict[str, Any]]] = []
+            for n in range(args.rounds):
+                order = variants if n % 2 == 0 else list(reversed(variants))
+                results: dict[str, dict[str, Any]] = {}
+                for variant in order:
+                    load1 = os.getloadavg()[0]
+                    base = f"http://127.0.0.1:{processes[variant][1]}"
+                    result = asyncio.run(load(base, boxes, args.concurrency, 10_000_000, args.seconds))
+                    result["load1"] = round(load1, 2)
+                    results[variant] = result
+                    print(f"round {n + 1} {variant:11} {json.dumps(result)}", flush=True)
+                rounds.append(results)
+        finally:
+            for process, _ in processes.values():
                 stop(process, timeout_s=15)
-            print(f"{variant:7} {json.dumps(results[variant])}", flush=True)
-        results["loadavg_after"] = loadavg()
-        results["speedup"] = round(results["cached"]["rps"] / results["naive"]["rps"], 1)
-    print(json.dumps(results, indent=2))
+    print(f"\nper variant, min / median / max over {args.rounds} rounds (load average now {loadavg()}):")
+    for variant in variants:
+        rps = [r[variant]["rps"] for r in rounds]
+        p99 = [r[variant]["p99_ms"] for r in rounds]
+        p50 = [r[variant]["p50_ms"] for r in rounds]
+        print(f"  {variant:11} req/s {spread(rps)}   p50 ms {spread(p50)}   p99 ms {spread(p99)}")
+    print("ratios of requests/s, pair by pair in each round, min / median / max:")
+    for a, b in RATIOS:
+        if a in variants and b in variants:
+            ratios = [r[a]["rps"] / r[b]["rps"] for r in rounds if r[b]["rps"]]
+            print(f"  {a}/{b}: {spread(ratios)}")
+    if "cached" in variants and "bare" in variants:
+        worst = min(r["cached"]["rps"] / r["bare"]["rps"] for r in rounds if r["bare"]["rps"])
+        p99 = statistics.median(r["cached"]["p99_ms"] for r in rounds)
+        loads = ", ".join(f"{r['cached']['load1']:.1f}" for r in rounds)
+        verdict = "meets" if worst >= 0.8 and p99 < 50 else "FAILS"
+        print(f"{verdict} issue 28's target for cached (at least 0.8x bare in every round, p99 under 50 ms): "
+              f"worst ratio {worst:.2f}, median p99 {p99:.1f} ms, load average {loads} at the cached runs")
 
 
 def main() -> None:
@@ -328,12 +427,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--boxes", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=5, help="fetches per box on the cached path")
-    parser.add_argument("--client", choices=("aiohttp", "wrk"), default="aiohttp")
-    parser.add_argument("--cached-seconds", type=float, default=60, help="cap (aiohttp) or duration (wrk)")
-    parser.add_argument("--naive-seconds", type=float, default=30)
-    parser.add_argument("--threads", type=int, default=8, help="gunicorn request threads (server.threads)")
-    parser.add_argument("--floor", action="store_true", help="also measure a constant handler (the server's floor)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every variant, in turn")
+    parser.add_argument("--seconds", type=float, default=5, help="load per variant a round")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--cached-seconds", type=float, default=60, help="--compare-state: cap per store")
+    parser.add_argument("--threads", type=int, default=8, help="request threads (server.threads)")
     parser.add_argument("--compare-state", action="store_true",
                         help="the cached server with the SQLite and with the PostgreSQL state store")
     run(parser.parse_args())

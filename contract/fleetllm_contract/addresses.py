@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+
+CACHED_CHARS = 64  # canonical_address remembers the answers for texts up to this long (a peer, a claim)
 
 
 def normalise_host(host: str) -> str:
@@ -14,7 +17,18 @@ def normalise_host(host: str) -> str:
 
 
 def canonical_address(text: str) -> str:
-    """An address in the form box names use (`2001:db8::1`, `203.0.113.10`); other text stripped only."""
+    """An address in the form box names use (`2001:db8::1`, `203.0.113.10`); other text stripped only.
+    The control plane asks this for every box request's peer and claim: short texts' answers are kept
+    (at most 4,096 of CACHED_CHARS characters each, so a client sending new ones cannot grow it)."""
+    return _canonical_cached(text) if len(text) <= CACHED_CHARS else _canonical(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_cached(text: str) -> str:
+    return _canonical(text)
+
+
+def _canonical(text: str) -> str:
     value = text.strip()
     if value.startswith("[") and value.endswith("]"):
         value = value[1:-1]

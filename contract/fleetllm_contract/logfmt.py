@@ -26,12 +26,22 @@ LEVELS = ("debug", "info", "warning", "error", "critical")
 LEVEL_ENV = "FLEETLLM_LOG_LEVEL"
 FORMATS = ("json", "text")
 CORE_KEYS = ("ts", "level", "logger", "event")
+CORE_KEYS_SET = frozenset(CORE_KEYS)
 MAX_FIELD = 512  # values can be client-controlled (headers): cap what one of them puts in a line
+
+
+_last_second: tuple[int, str] = (-1, "")  # the last whole second formatted (a busy server logs many a second)
+_ENCODER = json.JSONEncoder(default=str, separators=(",", ":"))  # one encoder, not one a line
 
 
 def iso_utc(created: float) -> str:
     """ISO-8601 UTC with milliseconds and a Z: 2026-12-01T15:39:34.880Z."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+    global _last_second
+    second = int(created)
+    last = _last_second  # read once: another thread may replace it (a tuple, swapped whole)
+    if last[0] != second:
+        last = _last_second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return last[1] + f".{int(created % 1 * 1000):03d}Z"
 
 
 def _clip(value: Any) -> Any:
@@ -45,7 +55,14 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     fields = getattr(record, "fields", None)
     if not isinstance(fields, Mapping):
         return {}
-    return {(f"{k}_" if k in CORE_KEYS else str(k)): _clip(v) for k, v in fields.items()}
+    if CORE_KEYS_SET.isdisjoint(fields) and all(k.__class__ is str for k in fields):
+        out = dict(fields)  # the usual line: keyword fields, none named like a core key
+    else:
+        out = {(f"{k}_" if k in CORE_KEYS else str(k)): v for k, v in fields.items()}
+    for key, value in out.items():
+        if isinstance(value, str) and len(value) > MAX_FIELD:
+            out[key] = _clip(value)
+    return out
 
 
 class JsonLineFormatter(logging.Formatter):
@@ -61,7 +78,7 @@ class JsonLineFormatter(logging.Formatter):
         payload.update(record_fields(record))
         if record.exc_info and record.exc_info[0] is not None:
             payload["exception"] = record.exc_info[0].__name__  # the type only: a message may quote input
-        return json.dumps(payload, default=str, separators=(",", ":"))
+        return _ENCODER.encode(payload)
 
 
 class TextFormatter(logging.Formatter):

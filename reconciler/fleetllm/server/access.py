@@ -44,7 +44,7 @@ from fleetllm.server.auth import (
     Role,
     bearer_token,
     covers,
-    matches,
+    fleet_key_refusal,
     person_actor,
     role_for_groups,
     token_caller,
@@ -206,14 +206,9 @@ def _groups(groups: tuple[str, ...]) -> str:
 
 def _fleet_key(config: ControlPlaneConfig) -> Role:
     """The box contract: 503 when no fleet key is configured, 403 when it is missing or wrong."""
-    key = config.secrets.fleet_key
-    if key is None:
-        raise Refused(503, "this control plane has no fleet key configured (secrets.fleet_key)", Role.FLEET)
-    token = bearer_token(request.headers.get("Authorization"))
-    if token is None:
-        raise Refused(403, "missing fleet key: send Authorization: Bearer <fleet key>", Role.FLEET)
-    if not matches(token, key):
-        raise Refused(403, "wrong fleet key", Role.FLEET)
+    refusal = fleet_key_refusal(config, request.headers.get("Authorization"))
+    if refusal is not None:
+        raise Refused(*refusal, Role.FLEET)
     return Role.FLEET
 
 

@@ -113,6 +113,21 @@ def matches_any(given: str | None, tokens: Sequence[Secret]) -> bool:
     return found
 
 
+def fleet_key_refusal(config: ControlPlaneConfig, authorization: str | None) -> tuple[int, str] | None:
+    """The box contract's key check, for the Flask and the event-loop paths alike: None when
+    `authorization` carries the fleet key, else the refusal's status and sentence (503 when no fleet
+    key is configured, 403 when it is missing or wrong; a constant-time compare)."""
+    key = config.secrets.fleet_key
+    if key is None:
+        return 503, "this control plane has no fleet key configured (secrets.fleet_key)"
+    token = bearer_token(authorization)
+    if token is None:
+        return 403, "missing fleet key: send Authorization: Bearer <fleet key>"
+    if not matches(token, key):
+        return 403, "wrong fleet key"
+    return None
+
+
 def token_fingerprint(token: str) -> str:
     """Names a token in audit records without revealing it."""
     return hashlib.sha256(b"fleetllm.token\n" + token.encode()).hexdigest()[:12]

@@ -3,50 +3,42 @@
 All three require the fleet key (`requires(Role.FLEET)`: 503 when none is configured, 403 when missing
 or wrong) and every request, answered or refused, becomes one fetch record and one JSON log line (no
 secret in either): `box_request()` is opened before the view and `finish` records the answer.
+
+Under `fleetllm serve`, GET /vllm/config is mostly answered on the event loop instead (boxloop.py),
+through the same functions (boxcontract.py, auth.fleet_key_refusal); what that path cannot answer
+from memory comes here, as does everything under a test client.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from typing import cast
 
 from flask import Blueprint, Response, g, jsonify, request
 from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
-from fleetllm.adapters.state.records import BoxApi, FetchRecord, Sighting
-from fleetllm.core.hosts import ResolvedHost, resolve_host
+from fleetllm.adapters.state.records import BoxApi, Sighting
 from fleetllm.core.rollout.retire import RetireState
-from fleetllm.logs import get_logger, log_event
+from fleetllm.logs import log_event
 from fleetllm.server.access import Refused, requires
 from fleetllm.server.auth import Role
+from fleetllm.server.boxcontract import NO_REVISION, BoxCall, access_log, config_answer
 from fleetllm.server.errors import NO_STORE, error
 from fleetllm.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
 from fleetllm.server.revisions import Rendered, RenderedBox, rendered_box
-from fleetllm.server.rollouts import Leaving, Unservable, leaving, served_for
+from fleetllm.server.rollouts import Leaving, leaving
 from fleetllm.server.runtime import Runtime, current_runtime
 
-access_log = get_logger("access")
 bp = Blueprint("box", __name__)
 ENDPOINTS = {"box.vllm_config": BoxApi.CONFIG, "box.vllm_report": BoxApi.REPORT,
              "box.vllm_installer": BoxApi.INSTALLER}
 
 
-class BoxRequest:
-    """One box request: what it claimed, where it came from, and how it was answered."""
+class BoxRequest(BoxCall):
+    """One box request on the Flask path (boxcontract.BoxCall, read from Flask's request)."""
 
     def __init__(self, rt: Runtime, endpoint: BoxApi) -> None:
-        self.rt = rt
-        self.endpoint = endpoint
-        self.started = time.perf_counter()
-        self.claimed = request.headers.get("X-LLMAO-Host")
-        self.forwarded_for = ", ".join(request.headers.getlist("X-Forwarded-For")) or None
-        self.peer = request.remote_addr or ""
-        self.resolved: ResolvedHost | None = None
-
-    def resolve(self) -> str:
-        self.resolved = resolve_host(self.claimed, self.forwarded_for, self.peer, self.rt.config.trusted_proxies)
-        return self.resolved.name
+        super().__init__(rt, endpoint, request.headers.get("X-LLMAO-Host"),
+                         ", ".join(request.headers.getlist("X-Forwarded-For")) or None, request.remote_addr or "")
 
     def known_box(self) -> tuple[Rendered, str, Leaving | None] | Response:
         """Box resolution and placement lookup shared by config and report (after the key check): the
@@ -55,7 +47,7 @@ class BoxRequest:
         name = self.resolve()
         served = self.rt.tracker.served
         if served is None:
-            return self.finish(error(503, "no valid fleet revision has been loaded yet"))
+            return self.finish(error(503, NO_REVISION))
         if name in served.fleet.boxes:
             return served, name, None
         gone = leaving(self.rt, name)
@@ -76,18 +68,7 @@ class BoxRequest:
                           "approve it")
 
     def finish(self, response: Response, revision: str | None = None) -> Response:
-        box = self.resolved.name if self.resolved else None
-        status = response.status_code
-        self.rt.store.record_fetch(FetchRecord(at=self.rt.clock(), endpoint=self.endpoint, status=status,
-                                               peer=self.peer, claimed_host=self.claimed,
-                                               forwarded_for=self.forwarded_for, box=box, revision=revision,
-                                               replica=self.rt.replica))
-        self.rt.metrics.box_requests.labels(self.endpoint.value, str(status)).inc()
-        log_event(access_log, "box request", logging.INFO if status < 500 else logging.WARNING,
-                  endpoint=self.endpoint.value, status=status, box=box,
-                  host_source=self.resolved.source.value if self.resolved else None, claimed_host=self.claimed,
-                  peer=self.peer, forwarded_for=self.forwarded_for, revision=revision,
-                  ms=round((time.perf_counter() - self.started) * 1000, 2))
+        self.record(response.status_code, revision)
         response.headers["Cache-Control"] = NO_STORE
         if revision is not None:
             response.headers["X-Fleet-Revision"] = revision
@@ -149,16 +130,13 @@ def vllm_config() -> Response:
     served, name, gone = known
     if gone is not None:
         return leaving_config(box, gone)
-    chosen = served_for(box.rt, served, name)  # an agent box: the revision it is released (staged rollouts)
-    if isinstance(chosen, Unservable):
-        return box.finish(error(503, f"box {name!r} is released revision {chosen.revision[:12]}, but {chosen.why}; "
-                                     "it keeps its current config, and its operators see why in /health"))
-    served = chosen
-    rendered = served.boxes.get(name)
-    if rendered is None:
-        return box.finish(error(503, f"the control plane cannot render box {name!r}; its operators see why "
-                                     "in its log and /health"), served.revision)
-    return box.finish(config_response(rendered), served.revision)
+    answer = config_answer(box.rt, served, name, request.headers.get("If-None-Match"))
+    assert answer is not None  # waiting allowed: always an answer
+    if answer.error is not None:
+        return box.finish(error(answer.status, answer.error), answer.revision)
+    response = Response(status=304) if answer.body is None else Response(answer.body, mimetype="application/json")
+    response.headers["ETag"] = str(answer.etag)
+    return box.finish(response, answer.revision)
 
 
 def config_response(rendered: RenderedBox) -> Response:

@@ -22,6 +22,10 @@ hold is bounded:
 
 Tornado has the deadlines and the caps on sizes; the per-peer and total connection caps, the body
 budget and the send deadline are ours (reconciler/fleetllm/server/guard.py holds their bookkeeping).
+
+A request that has passed those limits goes to the router (_Router): GET /vllm/config is answered on
+the event loop itself when it can be from memory (boxloop.py: no WSGI environment, no thread hop),
+everything else through the WSGI bridge to the Flask app on the pool.
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ from tornado.wsgi import WSGIContainer
 
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.accesslog import access_logged
+from fleetllm.server.boxloop import BoxLoop
 from fleetllm.server.guard import BodyBudget, ConnectionCaps, Refusal, body_share
+from fleetllm.server.runtime import Runtime
 from fleetllm.settings import ControlPlaneConfig, Listen
 from fleetllm_contract.sdnotify import sd_notify
 
@@ -252,10 +258,7 @@ class _Container(WSGIContainer):
         except Exception as exc:
             self._failed(request, exc)
         finally:
-            held = getattr(request, "fleetllm_share", None)
-            if held is not None:
-                held[0].give_back(held[1])
-                request.fleetllm_share = None  # type: ignore[attr-defined]
+            give_back_share(request)
 
     def _failed(self, request: httputil.HTTPServerRequest, exc: Exception) -> None:
         log_event(log, "request failed in the http layer", logging.WARNING, error=type(exc).__name__,
@@ -273,6 +276,35 @@ class _Container(WSGIContainer):
             connection.finish()
         except Exception:  # the answer had started: nothing more to say on this connection
             cast(HTTP1Connection, connection).close()
+
+
+def give_back_share(request: httputil.HTTPServerRequest) -> None:
+    """Return the body budget's share a request held (_BudgetedBody.finish) once it is answered."""
+    held = getattr(request, "fleetllm_share", None)
+    if held is not None:
+        held[0].give_back(held[1])
+        request.fleetllm_share = None  # type: ignore[attr-defined]
+
+
+class _Router:
+    """The request callback: GET /vllm/config on the event loop (boxloop.BoxLoop) when it can be
+    answered from memory, everything else through the WSGI container to the Flask app on a thread."""
+
+    def __init__(self, container: _Container, box: BoxLoop | None) -> None:
+        self.container = container
+        self.box = box
+
+    def __call__(self, request: httputil.HTTPServerRequest) -> None:
+        if self.box is not None:
+            try:
+                handled = self.box.answer(request)
+            except Exception as exc:  # a bug: answered 500 as the app's would be, the connection kept sane
+                self.container._failed(request, exc)
+                handled = True
+            if handled:
+                give_back_share(request)
+                return
+        self.container(request)
 
 
 @dataclass
@@ -339,8 +371,9 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     metrics = metrics if metrics is not None else getattr(runtime, "metrics", None)
     executor = ThreadPoolExecutor(config.threads, thread_name_prefix="fleetllm-request")
     inflight = InFlight()
+    container = _Container(inflight.wrap(access_logged(app)), executor=executor)
     server = ControlPlaneHTTPServer(
-        _Container(inflight.wrap(access_logged(app)), executor=executor), ssl_options=tls_context(config),
+        _Router(container, BoxLoop(runtime) if isinstance(runtime, Runtime) else None), ssl_options=tls_context(config),
         max_header_size=limits.max_header_bytes, idle_connection_timeout=limits.header_timeout_s,
         body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY, decompress_request=False, xheaders=False)
     server.guard(ConnectionCaps(max_total, limits.max_connections_per_peer, config.trusted_proxies),

@@ -308,6 +308,14 @@ class RevisionTracker:
                           error=str(exc) if isinstance(exc, SourceError) else type(exc).__name__)
                 return None
 
+    def cached_at(self, revision: str) -> Rendered | Invalid | None:
+        """`rendered_at` for the event loop: never reads git nor waits on the tracker's lock; None when
+        the commit has not been evaluated yet (or could not be read)."""
+        served = self._state.served
+        if served is not None and served.revision == revision:
+            return served
+        return self._cache.get(revision)  # one dict read: atomic under the GIL
+
     def _evaluate(self, revision: str) -> Rendered | Invalid:
         cached = self._cache.get(revision)
         if cached is not None:

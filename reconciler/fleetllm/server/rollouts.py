@@ -58,6 +58,10 @@ class ReleaseCache:
         self.next_read = 0.0
         self.lock = threading.Lock()
 
+    def fresh(self) -> bool:
+        """Whether `get` would answer without reading the store (the event loop asks before it does)."""
+        return self.view is not None and time.monotonic() < self.next_read
+
     def get(self) -> ReleaseView | None:
         now = time.monotonic()
         if now < self.next_read and self.view is not None:
@@ -85,6 +89,9 @@ _CACHES_LOCK = threading.Lock()
 
 
 def release_cache(rt: Runtime) -> ReleaseCache:
+    cache = _CACHES.get(rt.store)
+    if cache is not None:  # every request after the first: no lock
+        return cache
     with _CACHES_LOCK:
         cache = _CACHES.get(rt.store)
         if cache is None:
@@ -92,11 +99,16 @@ def release_cache(rt: Runtime) -> ReleaseCache:
         return cache
 
 
-def served_for(rt: Runtime, served: Rendered, box: str) -> Rendered | Unservable:
-    """The rendering GET /vllm/config answers `box` with."""
+def served_for(rt: Runtime, served: Rendered, box: str, *, wait: bool = True) -> Rendered | Unservable | None:
+    """The rendering GET /vllm/config answers `box` with. `wait` False (the event loop): None instead of
+    reading the state store or git, when the answer needs either (the caller hands the request to a
+    thread, which calls this again with `wait`)."""
     if served.fleet.rollout_mode(box) is not RolloutMode.AUTO:
         return served
-    view = release_cache(rt).get()
+    cache = release_cache(rt)
+    if not wait and not cache.fresh():
+        return None
+    view = cache.get()
     if view is None or box not in view.agents:
         return served  # nothing known (the store never answered), or no agent: the head, as before
     release = view.releases.get(box)
@@ -105,7 +117,9 @@ def served_for(rt: Runtime, served: Rendered, box: str) -> Rendered | Unservable
     revision = release if release is not None else view.agents[box]
     if revision == served.revision or not revision:
         return served
-    found = rt.tracker.rendered_at(revision)
+    found = rt.tracker.rendered_at(revision) if wait else rt.tracker.cached_at(revision)
+    if found is None and not wait:
+        return None
     if release is None and (not isinstance(found, Rendered) or box not in found.fleet.boxes):
         return served
     if not isinstance(found, Rendered):

@@ -50,6 +50,12 @@ class FetchRecord:
     def bounded(self) -> FetchRecord:
         """This record with every text field cut to STORED_CHARS (and marked when cut)."""
         c = STORED_CHARS
+        if (len(self.peer) <= c["peer"] and (self.claimed_host is None or len(self.claimed_host) <= c["claimed_host"])
+                and (self.forwarded_for is None or len(self.forwarded_for) <= c["forwarded_for"])
+                and (self.box is None or len(self.box) <= c["box"])
+                and (self.revision is None or len(self.revision) <= c["revision"])
+                and (self.replica is None or len(self.replica) <= c["replica"])):
+            return self  # nothing to cut (every record of a well-behaved box): no copy
         return replace(self, peer=clip(self.peer, c["peer"]) or "", claimed_host=clip(self.claimed_host,
                        c["claimed_host"]), forwarded_for=clip(self.forwarded_for, c["forwarded_for"]),
                        box=clip(self.box, c["box"]), revision=clip(self.revision, c["revision"]),

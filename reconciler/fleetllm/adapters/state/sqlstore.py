@@ -15,6 +15,7 @@ is back; box requests are answered all the same.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import threading
@@ -98,8 +99,10 @@ class SqlStateStore(ControlTables):
         self.db = database
         self.retention = retention or FetchRetention()
         self.clock = clock
-        self._pending: list[FetchRow] = []
-        self._pending_lock = threading.Lock()
+        # Appended by every box request and drained by the writer: a deque, whose append and popleft
+        # are atomic, so a request takes no lock to record its fetch.
+        self._pending: collections.deque[FetchRow] = collections.deque()
+        self._starting = threading.Lock()  # only until the writer thread exists
         self._flush_lock = threading.Lock()  # one batch at a time keeps the log in arrival order
         self._closed = threading.Event()
         self._wake = threading.Event()
@@ -124,13 +127,15 @@ class SqlStateStore(ControlTables):
         fetch = fetch.bounded()  # client-controlled text: at most MAX_RECORD_CHARS stored per request
         row: FetchRow = (fetch.at, fetch.endpoint.value, fetch.status, fetch.peer, fetch.claimed_host,
                          fetch.forwarded_for, fetch.box, fetch.revision, fetch.replica)
-        with self._pending_lock:
-            self._pending.append(row)
-            if len(self._pending) >= FLUSH_AT:
-                self._wake.set()  # the writer goes now; the request never waits on the database
-            if self._flusher is None:
-                self._flusher = threading.Thread(target=self._flush_loop, name="fleetllm-fetch-log", daemon=True)
-                self._flusher.start()
+        self._pending.append(row)
+        if len(self._pending) >= FLUSH_AT:
+            self._wake.set()  # the writer goes now; the request never waits on the database
+        if self._flusher is None:
+            with self._starting:
+                if self._flusher is None:
+                    self._flusher = threading.Thread(target=self._flush_loop, name="fleetllm-fetch-log",
+                                                     daemon=True)
+                    self._flusher.start()
 
     def _flush_loop(self) -> None:
         while not self._closed.is_set():
@@ -152,16 +157,16 @@ class SqlStateStore(ControlTables):
         """Write the buffered fetch records now (and prune when due). StateError when the database
         cannot be written; the records are kept for the next try."""
         with self._flush_lock:
-            with self._pending_lock:
-                rows, self._pending = self._pending, []
+            # What was recorded until now (the only consumer: _flush_lock is held); later ones wait.
+            rows = [self._pending.popleft() for _ in range(len(self._pending))]
             if rows:
                 try:
                     with self.db.transaction() as tx:
                         tx.executemany(_INSERT_FETCH, rows)
                 except StateError:
-                    with self._pending_lock:
-                        self._pending[:0] = rows
-                        del self._pending[:max(0, len(self._pending) - MAX_PENDING)]
+                    self._pending.extendleft(reversed(rows))  # back in front of any recorded since, in order
+                    while len(self._pending) > MAX_PENDING:
+                        self._pending.popleft()  # the oldest go first
                     raise
                 if self.flush_error is not None:
                     log.info("fetch log written again", extra={"fields": {"records": len(rows)}})

@@ -63,11 +63,13 @@ def _file_problem(display: str, message: str, rule: str, mark: Mark = START) -> 
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a fleet is parsed and checked. The YAML tree, the schema
     errors and the model are hundreds of thousands of young objects and no cycles: on a 10,000-box
     fleet the collector's repeated scans of them took a third of the time (docs/benchmarks.md).
-    Memory is bounded by the file-size and node limits of strictyaml; collection resumes after."""
+    Memory is bounded by the file-size and node limits of strictyaml; collection resumes after.
+    The rollout's step runs under it too (core/rollout/step.py: tens of thousands of short-lived
+    records a pass, bounded by the fleet's size)."""
     if not gc.isenabled():
         yield
         return
@@ -79,7 +81,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 def validate_snapshot(snapshot: Snapshot) -> Validation:
-    with _gc_paused():
+    with gc_paused():
         return _validate(snapshot)
 
 

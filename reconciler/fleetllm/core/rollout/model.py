@@ -80,8 +80,14 @@ class BoxConfig:
     # The whole rendered JSON, for the stable division's box_change. It holds bearers: never shown.
     document: Mapping[str, Frozen] = field(default_factory=lambda: EMPTY, repr=False)
 
-    def by_name(self) -> dict[str, ServerSpec]:
-        return {s.name: s for s in self.servers}
+    _by_name: Mapping[str, ServerSpec] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # Built once: a rollout step asks every box's configs for it several times a pass.
+        object.__setattr__(self, "_by_name", MappingProxyType({s.name: s for s in self.servers}))
+
+    def by_name(self) -> Mapping[str, ServerSpec]:
+        return self._by_name
 
 
 @dataclass(frozen=True)

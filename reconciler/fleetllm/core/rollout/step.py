@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from fleetllm.core.fleet.model import DEFAULTS
-from fleetllm.core.rollout.change import box_change, disrupted_servers, over_budget, servers_named
+from fleetllm.core.fleet.validate import gc_paused
+from fleetllm.core.rollout.change import box_change, over_budget, servers_named
 from fleetllm.core.rollout.model import (
     VERDICTS_UP,
     BoxConfig,
@@ -40,6 +41,7 @@ from fleetllm.core.rollout.model import (
     Step,
     StepInput,
 )
+from fleetllm_contract.division import BoxChange
 
 DEFAULT_GRACE_S: int = DEFAULTS["/reconcile/health_grace_s"]  # fleet.yaml's (schemas/fleet.schema.json)
 UNSETTLED = frozenset({BoxState.DRAINING, BoxState.RELEASED})
@@ -82,12 +84,6 @@ def is_fresh(box: BoxInput, server: ServerSpec, last_good: BoxConfig | None, ver
     return verdicts.get(server_key(box.box, server)) == "Pending"
 
 
-def is_up(box: str, server: ServerSpec, inp: StepInput, held_out: frozenset[str]) -> bool:
-    """Serving callers: Healthy or Stale, and LiteLLM routes to it."""
-    return (inp.verdicts.get(server_key(box, server)) in VERDICTS_UP and inp.routes(server.deployment)
-            and server.deployment not in held_out)
-
-
 def is_ready(box: str, server: ServerSpec, inp: StepInput) -> bool:
     """A new or restarted server is ready when it runs the new config (Healthy, not Stale) and is routed."""
     return inp.verdicts.get(server_key(box, server)) == "Healthy" and inp.routes(server.deployment)
@@ -109,6 +105,18 @@ class Work:
     halt: Halt | None = None
     new_wave: bool = False
     _not_running: dict[str, list[tuple[str, ServerSpec, bool]]] | None = None
+    # box_change by its configs' identities (each config is held by the value, so its id stays its own):
+    # the step asks for the same few pairs of every box many times a pass.
+    _changes: dict[tuple[int, int, float | None], tuple[BoxChange, BoxConfig | None, BoxConfig | None]] = \
+        field(default_factory=dict)
+
+    def change(self, old: BoxConfig | None, new: BoxConfig | None, card_gb: float | None) -> BoxChange:
+        """`change.box_change(old, new, card_gb)`, computed once a step for each pair."""
+        key = (id(old), id(new), card_gb)
+        found = self._changes.get(key)
+        if found is None:
+            found = self._changes[key] = (box_change(old, new, card_gb), old, new)
+        return found[0]
 
     def not_running(self) -> dict[str, list[tuple[str, ServerSpec, bool]]]:
         if self._not_running is None:
@@ -126,7 +134,8 @@ class Work:
     def disrupted_by(self, box: str, release: BoxRelease) -> tuple[ServerSpec, ...]:
         """The servers of the box's served config that moving it to the target takes out."""
         b = self.inp.boxes[box]
-        return disrupted_servers(self.served[box], b.target, b.card_gb)
+        served = self.served[box]
+        return servers_named(served, self.change(served, b.target, b.card_gb).disrupted)
 
     def reported(self, box: str, release: BoxRelease) -> bool:
         """The box reported applying its released revision since the release."""
@@ -144,7 +153,7 @@ class Work:
                 # (the pass's intended state may still hold the old server at that address); once it
                 # applied, a restarted server is routed again only when it serves (Healthy, its probe
                 # answered this pass): the box reports when supervisord runs it, before vLLM has loaded.
-                change = box_change(self.last_good[box], self.served[box], self.inp.boxes[box].card_gb)
+                change = self.change(self.last_good[box], self.served[box], self.inp.boxes[box].card_gb)
                 restarted = servers_named(self.served[box], change.restarted)
                 if not self.reported(box, release):
                     ids.update(s.deployment for s in servers_named(self.last_good[box], change.disrupted))
@@ -163,14 +172,18 @@ def out_of_service(work: Work) -> dict[str, set[ServerKey]]:
     """Per model, its servers that callers cannot reach now (not fresh ones), and those being drained."""
     inp = work.inp
     held = work.held_out()
+    verdicts = inp.verdicts
     out: dict[str, set[ServerKey]] = {}
     for box in _all_boxes(inp):
         b = inp.boxes[box]
         config = work.served[box] if b.managed else b.target
         for server in config.servers if config is not None else ():
-            if is_up(box, server, inp, held) or is_fresh(b, server, work.last_good.get(box), inp.verdicts):
+            key = (box, server.port)  # server_key, inlined: this loop runs over every server twice a pass
+            # Up (serving callers): Healthy or Stale, routed (StepInput.routes), not held out.
+            if (verdicts.get(key) in VERDICTS_UP and inp.routes(server.deployment)
+                    and server.deployment not in held) or is_fresh(b, server, work.last_good.get(box), verdicts):
                 continue
-            out.setdefault(server.model, set()).add(server_key(box, server))
+            out.setdefault(server.model, set()).add(key)
         release = work.releases.get(box)
         if release is not None and release.state is BoxState.DRAINING:
             for server in work.disrupted_by(box, release):
@@ -219,7 +232,7 @@ MAKE_BEFORE_BREAK = "make-before-break: "
 def leaving_models(work: Work, box: str, disrupted: Iterable[ServerSpec]) -> set[str]:
     """The models of which the box stops a server for good (not in its target)."""
     target = work.inp.boxes[box].target
-    staying = {s.name for s in target.servers} if target is not None else set()
+    staying = target.by_name() if target is not None else {}
     return {s.model for s in disrupted if s.name not in staying}
 
 
@@ -282,7 +295,7 @@ def failure_of(work: Work, box: str, release: BoxRelease) -> str | None:
     inp = work.inp
     b = inp.boxes[box]
     served = work.served[box]
-    change = box_change(work.last_good[box], served, b.card_gb)
+    change = work.change(work.last_good[box], served, b.card_gb)
     changed = servers_named(served, change.started | change.restarted)
     report = b.report
     if report is not None and report.revision == release.revision and report.reported_at >= release.released_at:
@@ -306,7 +319,7 @@ def is_applied(work: Work, box: str, release: BoxRelease) -> bool:
         return True  # the box left the placement: nothing to wait for
     if not work.reported(box, release):
         return False
-    change = box_change(work.last_good[box], served, b.card_gb)
+    change = work.change(work.last_good[box], served, b.card_gb)
     return all(is_ready(box, s, work.inp) for s in servers_named(served, change.started | change.restarted))
 
 
@@ -383,7 +396,7 @@ def start_releases(work: Work) -> None:
         if work.served[box] is None and release.revision:
             work.why[box] = f"waits: its released revision {release.revision[:12]} cannot be read or rendered"
             continue
-        change = box_change(work.served[box], b.target, b.card_gb)
+        change = work.change(work.served[box], b.target, b.card_gb)
         if not change.boot:
             release_box(work, box, target, BoxState.APPLIED)  # live fields only: nothing restarts
             work.releases[box] = replace(work.releases[box], last_good=target)
@@ -479,6 +492,11 @@ def begin(inp: StepInput) -> Work:
 
 def step(inp: StepInput) -> Step:
     """One pass of the rollout. See the module's docstring for the rules."""
+    with gc_paused():  # its records are short-lived and hold no cycles (fleet.validate.gc_paused)
+        return _step(inp)
+
+
+def _step(inp: StepInput) -> Step:
     work = begin(inp)
     if work.rollout.state is RolloutState.CONVERGED and not converged(work):
         # a box that took the agent (or rejoined) after the rollout converged: it goes on
@@ -502,7 +520,8 @@ def step(inp: StepInput) -> Step:
     status = {box: status_of(work, box) for box in sorted(work.releases)}
     return Step(
         rollout=rollout,
-        releases=MappingProxyType({box: replace(r, reason=status[box].why) for box, r in work.releases.items()}),
+        releases=MappingProxyType({box: r if r.reason == status[box].why else replace(r, reason=status[box].why)
+                                   for box, r in work.releases.items()}),
         released=MappingProxyType(dict(work.released)),
         drain=frozenset(work.drain),
         held_out=work.held_out(),
@@ -518,7 +537,8 @@ def went_past_budget(work: Work, box: str, release: BoxRelease) -> str:
     if release.state is BoxState.DRAINING:
         out = work.disrupted_by(box, release)
     elif release.state is BoxState.RELEASED:
-        out = disrupted_servers(work.last_good[box], work.served[box], work.inp.boxes[box].card_gb)
+        last_good = work.last_good[box]
+        out = servers_named(last_good, work.change(last_good, work.served[box], work.inp.boxes[box].card_gb).disrupted)
     else:
         return ""
     over = over_budget(out, work.inp.budget)

@@ -1,0 +1,97 @@
+"""What the two paths of GET /vllm/config share: the Flask blueprint (box_api.py) and the event loop's
+handler (boxloop.py) both run these, so the contract's host selection, served revision, answer and
+fetch record are written once. Nothing here knows a web framework: a request's headers come in as
+strings, an answer goes out as a `ConfigAnswer`. (The fleet key's check is auth.fleet_key_refusal.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from werkzeug.http import parse_etags
+
+from fleetllm.adapters.state.records import BoxApi, FetchRecord
+from fleetllm.core.hosts import ResolvedHost, resolve_host
+from fleetllm.logs import get_logger, log_event
+from fleetllm.server.revisions import Rendered
+from fleetllm.server.rollouts import Unservable, served_for
+from fleetllm.server.runtime import Runtime
+
+access_log = get_logger("access")
+NO_REVISION = "no valid fleet revision has been loaded yet"
+
+
+def error_body(message: str) -> bytes:
+    """The bytes of {"error": message} exactly as the Flask app's jsonify writes them (compact, ASCII,
+    a final newline): the same answer whichever path sent it."""
+    return json.dumps({"error": message}, separators=(",", ":")).encode() + b"\n"
+
+
+class BoxCall:
+    """One box request: what it claimed, where it came from, and its record once answered."""
+
+    def __init__(self, rt: Runtime, endpoint: BoxApi, claimed: str | None, forwarded_for: str | None,
+                 peer: str) -> None:
+        self.rt = rt
+        self.endpoint = endpoint
+        self.started = time.perf_counter()
+        self.claimed = claimed
+        self.forwarded_for = forwarded_for
+        self.peer = peer
+        self.resolved: ResolvedHost | None = None
+
+    def resolve(self) -> str:
+        self.resolved = resolve_host(self.claimed, self.forwarded_for, self.peer, self.rt.config.trusted_proxies)
+        return self.resolved.name
+
+    def record(self, status: int, revision: str | None = None) -> None:
+        """The fetch record, the counter and the `box request` log line of an answer (no secret in any)."""
+        box = self.resolved.name if self.resolved else None
+        rt = self.rt
+        rt.store.record_fetch(FetchRecord(at=rt.clock(), endpoint=self.endpoint, status=status, peer=self.peer,
+                                          claimed_host=self.claimed, forwarded_for=self.forwarded_for, box=box,
+                                          revision=revision, replica=rt.replica))
+        rt.metrics.box_requests.labels(self.endpoint.value, str(status)).inc()
+        log_event(access_log, "box request", logging.INFO if status < 500 else logging.WARNING,
+                  endpoint=self.endpoint.value, status=status, box=box,
+                  host_source=self.resolved.source.value if self.resolved else None, claimed_host=self.claimed,
+                  peer=self.peer, forwarded_for=self.forwarded_for, revision=revision,
+                  ms=round((time.perf_counter() - self.started) * 1000, 2))
+
+
+@dataclass(frozen=True)
+class ConfigAnswer:
+    """How GET /vllm/config answers a known box: 200 with its JSON, 304, or an error's sentence."""
+
+    status: int
+    body: bytes | None = None  # the box JSON of a 200
+    etag: str | None = None  # 200 and 304
+    revision: str | None = None  # the revision served (X-Fleet-Revision, the fetch record)
+    error: str | None = None  # the sentence of an error answer
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """If-None-Match names `etag` (weak comparison, `*` included), as Werkzeug reads the header."""
+    return bool(if_none_match) and parse_etags(if_none_match).contains_weak(etag.strip('"'))
+
+
+def config_answer(rt: Runtime, served: Rendered, name: str, if_none_match: str | None, *,
+                  wait: bool = True) -> ConfigAnswer | None:
+    """The answer for `name`, a box in `served`'s placement. `wait` False: None when the answer needs
+    the state store or git (rollouts.served_for), so the event loop never waits on either."""
+    chosen = served_for(rt, served, name, wait=wait)  # an agent box: the revision it is released
+    if chosen is None:
+        return None
+    if isinstance(chosen, Unservable):
+        return ConfigAnswer(503, error=f"box {name!r} is released revision {chosen.revision[:12]}, but {chosen.why}; "
+                                       "it keeps its current config, and its operators see why in /health")
+    rendered = chosen.boxes.get(name)
+    if rendered is None:
+        return ConfigAnswer(503, revision=chosen.revision, error=f"the control plane cannot render box {name!r}; "
+                                                                 "its operators see why in its log and /health")
+    if etag_matches(if_none_match, rendered.etag):
+        return ConfigAnswer(304, etag=rendered.etag, revision=chosen.revision)
+    return ConfigAnswer(200, rendered.body, rendered.etag, chosen.revision)

@@ -1,0 +1,215 @@
+"""GET /vllm/config on the event loop (server/boxloop.py) answers exactly as the Flask view does: the same
+status, headers and body, the same fetch record and `box request` log line; and what it cannot answer
+from memory (an unknown box, a report, another method) reaches the Flask app untouched.
+
+Both paths run behind the real HTTP server (httpserver.ControlPlaneHTTPServer and its router) on a
+loopback port, on an event loop in a thread of the test."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from fleetllm.adapters.state.records import FetchRecord
+from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
+from fleetllm.server.accesslog import access_logged
+from fleetllm.server.app import create_app
+from fleetllm.server.boxloop import BoxLoop
+from fleetllm.server.guard import BodyBudget, ConnectionCaps
+from fleetllm.server.httpserver import SMALL_BODY, ControlPlaneHTTPServer, _Container, _Router
+from fleetllm.server.rollouts import release_cache
+from fleetllm.server.runtime import Runtime
+from fleetllm_contract.report import ReportOutcome
+from tests.server.conftest import FLEET_KEY, KNOWN_BOX, LogCapture, box_headers
+
+Answer = tuple[int, list[tuple[str, str]], bytes]
+
+
+@pytest.fixture(autouse=True)
+def releases_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example fleet rolls out automatically, so a config request needs the boxes' releases: the
+    first request reads them (on a thread), the next CACHE_TTL_S use them. Here they stay read."""
+    import fleetllm.server.rollouts as rollouts
+
+    monkeypatch.setattr(rollouts, "CACHE_TTL_S", 600.0)
+
+
+class Served:
+    """The control plane's HTTP server on a loopback port; `app_calls` counts the requests the Flask app saw."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.app_calls = 0
+
+    def request(self, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> Answer:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, [(k, v) for k, v in response.getheaders() if k != "Date"], response.read()
+        finally:
+            connection.close()
+
+
+@contextmanager
+def serving(runtime: Runtime, *, on_loop: bool) -> Iterator[Served]:
+    app: Flask = create_app(runtime)
+    wsgi = access_logged(app)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    box: list[Served] = []
+    executor = ThreadPoolExecutor(2)
+
+    def counted(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        box[0].app_calls += 1
+        return wsgi(environ, start_response)
+
+    async def start() -> ControlPlaneHTTPServer:
+        server = ControlPlaneHTTPServer(_Router(_Container(counted, executor=executor),
+                                                BoxLoop(runtime) if on_loop else None), max_body_size=SMALL_BODY)
+        server.guard(ConnectionCaps(64, 64), BodyBudget(1 << 20, SMALL_BODY), 10.0)
+        server.listen(0, address="127.0.0.1")
+        port = next(iter(server._sockets.values())).getsockname()[1]
+        box.append(Served(port))
+        started.set()
+        return server
+
+    thread = threading.Thread(target=lambda: (asyncio.set_event_loop(loop), loop.run_forever()), daemon=True)
+    thread.start()
+    future = asyncio.run_coroutine_threadsafe(start(), loop)
+    server = future.result(timeout=10)
+    try:
+        yield box[0]
+    finally:
+        loop.call_soon_threadsafe(server.stop)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        executor.shutdown(wait=True)
+
+
+def last_fetch(runtime: Runtime) -> FetchRecord:
+    return runtime.store.recent_fetches(limit=1)[0]
+
+
+def without_times(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if k not in ("ts", "ms")}
+
+
+CASES: dict[str, tuple[dict[str, str], bool]] = {  # headers, answered on the loop
+    "known box": (box_headers(), True),
+    "its config unchanged": (box_headers(**{"If-None-Match": "*"}), True),
+    "the peer's box by X-Forwarded-For": (box_headers(None, **{"X-Forwarded-For": f"{KNOWN_BOX}, 10.0.0.1"}), True),
+    "missing key": (box_headers(key=None), True),
+    "wrong key": (box_headers(key=FLEET_KEY + "x"), True),
+    "bearer scheme in capitals, claim empty": ({"Authorization": f"BEARER {FLEET_KEY}", "X-LLMAO-Host": ""}, False),
+    "a box not in the placement": (box_headers("198.51.100.99"), False),
+    "a legacy pair": (box_headers("198.51.100.23"), True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_loop_answers_as_the_flask_view_does(runtime: Runtime, logs: LogCapture, case: str) -> None:
+    headers, loop_answers = CASES[case]
+    release_cache(runtime).get()
+    answers: list[Answer] = []
+    records: list[FetchRecord] = []
+    lines: list[dict[str, Any]] = []
+    for on_loop in (True, False):
+        with serving(runtime, on_loop=on_loop) as served:
+            answers.append(served.request("GET", "/vllm/config", headers))
+            assert served.app_calls == (0 if on_loop and loop_answers else 1)
+        records.append(last_fetch(runtime))
+        lines.append(without_times(logs.events("box request")[-1]))
+    assert answers[0] == answers[1]
+    assert records[0].endpoint == records[1].endpoint
+    assert {**records[0].__dict__, "id": None} == {**records[1].__dict__, "id": None}
+    assert lines[0] == lines[1]
+    if case == "its config unchanged":
+        assert answers[0][0] == 304
+    if case == "known box":
+        assert answers[0][0] == 200 and b'"servers"' in answers[0][2]
+
+
+def test_the_loop_answers_a_known_etag_with_304_and_refusals_as_the_contract_says(runtime: Runtime) -> None:
+    release_cache(runtime).get()
+    with serving(runtime, on_loop=True) as served:
+        status, headers, body = served.request("GET", "/vllm/config", box_headers())
+        named = {k.lower(): v for k, v in headers}
+        etag = named["etag"]
+        assert (status, named["cache-control"], named["content-type"]) == (200, "no-store", "application/json")
+        assert served.request("GET", "/vllm/config", box_headers(**{"If-None-Match": etag}))[0] == 304
+        assert served.request("GET", "/vllm/config", box_headers(**{"If-None-Match": '"other"'}))[2] == body
+        assert served.request("GET", "/vllm/config", box_headers(key=None))[2] == \
+            b'{"error":"missing fleet key: send Authorization: Bearer <fleet key>"}\n'
+        assert served.request("GET", "/vllm/config", box_headers(key="nope"))[:1] == (403,)
+        assert served.app_calls == 0
+        assert FLEET_KEY.encode() not in body
+
+
+def test_no_fleet_key_configured_is_503_on_the_loop(make_runtime: Callable[..., Runtime]) -> None:
+    runtime = make_runtime(secrets={"fleet_key": None, "vllm_api_salt": "${env:SALT}"})
+    with serving(runtime, on_loop=True) as served:
+        assert served.request("GET", "/vllm/config", box_headers())[0] == 503
+        assert served.app_calls == 0
+
+
+def test_what_the_loop_does_not_answer_reaches_the_app(runtime: Runtime) -> None:
+    with serving(runtime, on_loop=True) as served:
+        assert served.request("HEAD", "/vllm/config", box_headers())[0] == 200
+        assert served.request("GET", "/vllm/config?x=1", box_headers())[0] == 200  # the query is ignored on both
+        calls = served.app_calls
+        assert served.request("POST", "/vllm/report", box_headers(**{"Content-Type": "application/json"}),
+                              b"{}")[0] == 400
+        assert served.request("GET", "/vllm/installer", box_headers())[0] == 200
+        assert served.request("GET", "/vllm/%63onfig", box_headers())[0] == 200
+        assert served.app_calls == calls + 3
+        assert served.request("GET", "/health", {})[0] == 200
+
+
+def test_a_box_whose_releases_are_not_in_memory_is_answered_by_the_app(runtime: Runtime) -> None:
+    """Its releases are read from the state store, which the loop never waits on: a thread reads them;
+    within rollouts.CACHE_TTL_S the next request is answered on the loop from what was read."""
+    served_revision = runtime.tracker.served.revision if runtime.tracker.served else ""
+    runtime.store.record_report(BoxReport(KNOWN_BOX, runtime.clock(), "192.0.2.50", served_revision, "test",
+                                          ReportOutcome.INSTALLED, freeze_mapping({"agent": True})), keep=5)
+    runtime.store.save_rollout(Rollout(served_revision, RolloutState.RUNNING, 1.0, 2.0, waves=1),
+                               {KNOWN_BOX: BoxRelease(KNOWN_BOX, served_revision, served_revision, 2.0,
+                                                      BoxState.WAITING)})
+    with serving(runtime, on_loop=True) as served:
+        first = served.request("GET", "/vllm/config", box_headers())
+        assert served.app_calls == 1  # the releases had not been read yet
+        second = served.request("GET", "/vllm/config", box_headers())
+        assert served.app_calls == 1  # read a moment ago: answered on the loop
+        assert first == second and first[0] == 200
+
+
+def test_an_answer_tornado_changes_for_one_client_is_not_sent_to_the_next(runtime: Runtime) -> None:
+    """Header blocks are kept between answers: one Tornado adds `Connection` to (a client closing, or an
+    HTTP/1.0 client keeping alive) must not reach the next client."""
+    import socket
+
+    release_cache(runtime).get()
+    with serving(runtime, on_loop=True) as served:
+        plain = served.request("GET", "/vllm/config", box_headers())
+        closing = served.request("GET", "/vllm/config", box_headers(Connection="close"))
+        assert ("Connection", "close") in closing[1]
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as raw:
+            lines = [f"{k}: {v}" for k, v in box_headers(Connection="keep-alive").items()]
+            raw.sendall(("GET /vllm/config HTTP/1.0\r\n" + "\r\n".join(lines) + "\r\n\r\n").encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += raw.recv(65536)
+        assert b"Connection: Keep-Alive" in head
+        assert served.request("GET", "/vllm/config", box_headers()) == plain
+        assert not any(k == "Connection" for k, _ in plain[1])
+        assert served.app_calls == 0
