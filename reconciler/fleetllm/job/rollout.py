@@ -21,9 +21,9 @@ from fleetllm.core.fleet.model import Fleet, RolloutMode
 from fleetllm.core.fleet.render import Bearers, RenderError
 from fleetllm.core.judge.assess import Assessment
 from fleetllm.core.judge.intended import Intended, deployment_id, intended_state
-from fleetllm.core.judge.observed import FAILED_PROBES, Observation
+from fleetllm.core.judge.observed import Observation
 from fleetllm.core.judge.plan import ORDER, Action, ActionKind, Plan
-from fleetllm.core.judge.verdict import Verdict
+from fleetllm.core.judge.verdict import SERVING, serving_now
 from fleetllm.core.rollout.configs import box_config
 from fleetllm.core.rollout.control import Request, apply_request
 from fleetllm.core.rollout.model import (
@@ -161,10 +161,10 @@ class RolloutDriver:
                 if managed else target_config,
                 report=report_facts(begun.reports.get(box)),
                 card_gb=placed.card_gb if placed is not None else None)
-        # A server Healthy only by hysteresis (its probe failed this pass: restarting, loading) does not serve.
-        verdicts = {key: "Down" if j.verdict is Verdict.HEALTHY and key in observation.probes
-                    and observation.probes[key].status in FAILED_PROBES else str(j.verdict)
-                    for key, j in assessment.judgements.items()}
+        # A server serving only by hysteresis (no probe succeeded this pass: restarting, loading) does not
+        # serve: the one rule the deployment planner routes by too (core.judge.verdict.serving_now).
+        verdicts = {key: "Down" if j.verdict in SERVING and not serving_now(j.verdict, observation.probes.get(key))
+                    else str(j.verdict) for key, j in assessment.judgements.items()}
         routed = (None if observation.deployments is None
                   else frozenset(d.id for d in observation.deployments if d.managed))
         budgets = {model: target.max_unavailable(model) for model in target.recipes}

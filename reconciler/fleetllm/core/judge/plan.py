@@ -8,7 +8,9 @@ deployment before it loses the old one. Safety valves, all of which hold deletes
   deployments, at least one): no delete at all this pass;
 - `prune: false`, or the server's box or model is `reconcile: paused`;
 - a deployment without our marker is never written, only reported as drift.
-A server whose observation failed (Unknown) keeps whatever deployment it has.
+A server whose observation failed (Unknown) keeps whatever deployment it has. A serving server without a
+deployment gets one only when a probe of this pass succeeded (`verdict.serving_now`, the rule the rollout
+step counts servers up by): one Healthy only by hysteresis keeps a deployment but is never given one.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from fleetllm.core.judge.intended import (
     ServerKey,
 )
 from fleetllm.core.judge.observed import Deployment, Observation, ProbeStatus, assumed_mapping
-from fleetllm.core.judge.verdict import NOT_SERVING, SERVING, Judgement, Verdict
+from fleetllm.core.judge.verdict import NOT_SERVING, SERVING, Judgement, Verdict, serving_now
 
 
 class ActionKind(StrEnum):
@@ -205,6 +207,12 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
                     unrouted[key] = "no deployment, and its public endpoint is unknown this pass: none can be made"
                 continue
             if existing is None:
+                if not serving_now(judgement.verdict, observation.probes.get(key)):
+                    # Serving only by hysteresis (e.g. released from a halted rollout's hold while it
+                    # crash-loops): never routed until a probe of this pass succeeds.
+                    unrouted[key] = ("no deployment, and no probe succeeded this pass (serving only by "
+                                     "hysteresis): created once a probe succeeds")
+                    continue
                 unrouted[key] = ("no deployment yet: held, reconcile: paused" if server.paused
                                  else "no deployment yet: `fleetllm apply` creates it")
                 propose(Action(ActionKind.CREATE, server.id, server.model, f"{judgement.verdict}: {judgement.reason}",
