@@ -35,7 +35,7 @@ SALT = Salt("engine-salt-0123456789abcdef")
 def fleet(ports: list[int]) -> Fleet:
     recipes = {"m": Recipe("m", VllmRecipe(model="org/m", served_model_name="m", max_model_len=4096))}
     boxes = {"127.0.0.1": Box("127.0.0.1", tuple(ServerRow("m", p, f"m-{p}") for p in ports))}
-    settings = FleetSettings(listen_ports=tuple(ports), reconcile=ReconcileSettings(
+    settings = FleetSettings(listen_ports=tuple(ports), fleet_id="test-fleet", reconcile=ReconcileSettings(
         probe_timeout_s=2, down_after_failures=1, up_after_successes=1, max_delete_fraction=1.0))
     return Fleet("e" * 40, settings, frozen_map(recipes), frozen_map(boxes))
 

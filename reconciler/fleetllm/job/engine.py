@@ -27,6 +27,7 @@ from fleetllm.core.judge.adoption import AdoptSource
 from fleetllm.core.judge.assess import assess
 from fleetllm.core.judge.intended import Intended, intended_state
 from fleetllm.core.judge.observed import Observation
+from fleetllm.core.judge.ownership import claim_of, fleet_identity
 from fleetllm.core.judge.plan import Plan, make_plan
 from fleetllm.core.rollout.model import Step
 from fleetllm.core.rollout.transitions import RolloutChange
@@ -89,17 +90,23 @@ class Reconciler:
             api = self.api_factory(session)
             observation = await self.observer.observe(session, intended, api, self.store.box_facts(),
                                                       self._bearer_for(fleet))
+            # Whose deployments this pass writes (FleetIdError: a new fleet without fleet_id, nothing planned).
+            identity = fleet_identity(fleet.settings.fleet_id, fleet.origin, observation.deployments,
+                                      claim_of(intended).boxes)
+            intended = dataclasses.replace(intended, fleet_id=identity.fleet_id)
             assessment = assess(intended, observation, self.store.histories())
             pending = self.store.pending_deletes()
             stepped: Step | None = None
             if self.rollout is not None and begun is not None:
-                stepped = self.rollout.step(begun, assessment, observation, self.clock())
+                stepped = self.rollout.step(begun, assessment, observation, self.clock(), claim_of(intended))
                 drains = frozenset(d.id for d in observation.deployments or () if d.id in stepped.held_out)
                 plan = make_plan(without(intended, stepped.held_out), unlisted(observation, drains), assessment,
                                  pending)
                 plan = drain_actions(plan, observation, drains, stepped)  # on purpose: no delete budget
             else:
                 plan = make_plan(intended, observation, assessment, pending)
+            if identity.note is not None:
+                plan = dataclasses.replace(plan, warnings=(*plan.warnings, identity.note))
             if adopt_from is not None:
                 plan = adopt(plan, intended, observation, assessment, adopt_from, prune_adopted=prune_adopted)
             if saved is not None:
