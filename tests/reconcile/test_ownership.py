@@ -4,10 +4,14 @@ pass owns by, and what the planner does with deployments of another fleet or wri
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 
 import pytest
 
+from fleetllm.adapters.git import read_fleet
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
+from fleetllm.core.fleet.validate import validate_snapshot
 from fleetllm.core.judge.intended import INFO_FLEET, Endpoint, Intended, desired_deployment
 from fleetllm.core.judge.observed import Deployment
 from fleetllm.core.judge.ownership import (
@@ -19,6 +23,7 @@ from fleetllm.core.judge.ownership import (
     owner,
 )
 from fleetllm.core.judge.plan import ActionKind, make_plan
+from tests.conftest import EXAMPLE, git
 
 from .builders import assessed, failed, intended, observation, ok, server, up_history
 
@@ -120,3 +125,32 @@ def test_the_delete_budget_counts_only_the_fleets_own() -> None:
     orphans = [written_by("blue", server("127.0.0.2", port)) for port in (8003, 8004, 8005)]
     plan = plan_for("blue", [A1], {A1.key: ok(A1)}, [written_by("blue"), *orphans, *greens])
     assert plan.count(ActionKind.DELETE) == 0 and plan.blocked  # 3 deletes > max(1, 0.5 * 4 of its own)
+
+
+def test_once_adopted_into_the_derived_id_the_fleet_stays_existing() -> None:
+    """After the adoption nothing is id-less any more: the derived id's own deployments keep it existing."""
+    derived = derived_fleet_id(ROOT)
+    identity = fleet_identity(None, ROOT, [written_by(derived)], frozenset({"127.0.0.2"}))
+    assert identity.fleet_id == derived and identity.note is not None
+    with pytest.raises(FleetIdError):  # another fleet's ids do not make it existing
+        fleet_identity(None, ROOT, [written_by("git-ffffffffffff")], frozenset({"127.0.0.2"}))
+
+
+def test_a_fleet_read_from_git_knows_its_first_commit(tmp_path: Path) -> None:
+    """What an existing fleet's id is derived from: the root commit, at every revision, from the git objects
+    and from a working tree; a directory outside git has none (such a fleet must name itself)."""
+    repo = tmp_path / "fleet"
+    shutil.copytree(EXAMPLE, repo)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "first")
+    root = git(repo, "rev-parse", "HEAD")
+    (repo / "fleet.yaml").write_text((repo / "fleet.yaml").read_text() + "\n")
+    git(repo, "commit", "-q", "-am", "second")
+    assert read_fleet(str(repo), "HEAD").origin == root
+    assert read_fleet(str(repo), None).origin == root  # the working tree
+    fleet = validate_snapshot(read_fleet(str(repo), "HEAD")).fleet
+    assert fleet is not None and fleet.origin == root
+    plain = tmp_path / "plain"
+    shutil.copytree(EXAMPLE, plain)
+    assert read_fleet(str(plain), None).origin is None

@@ -10,6 +10,7 @@ actions; pending deletes do not advance, since nothing was deleted.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +37,10 @@ from fleetllm.job.observer import Observer
 from fleetllm.job.record import pass_record
 from fleetllm.job.rollout import Begun, RolloutDriver, drain_actions, rollout_record, unlisted, without
 from fleetllm.job.saved import SavedPlan
+from fleetllm.logs import get_logger, log_event
 from fleetllm.settings import DEFAULTS
+
+LOG = get_logger("reconcile")
 
 ApiFactory = Callable[[aiohttp.ClientSession], LitellmApi]
 
@@ -105,8 +109,9 @@ class Reconciler:
                 plan = drain_actions(plan, observation, drains, stepped)  # on purpose: no delete budget
             else:
                 plan = make_plan(intended, observation, assessment, pending)
-            if identity.note is not None:
+            if identity.note is not None:  # said on every pass (the plan's text, the log) until fleet.yaml has it
                 plan = dataclasses.replace(plan, warnings=(*plan.warnings, identity.note))
+                log_event(LOG, "fleet id derived", logging.WARNING, fleet_id=identity.fleet_id, what=identity.note)
             if adopt_from is not None:
                 plan = adopt(plan, intended, observation, assessment, adopt_from, prune_adopted=prune_adopted)
             if saved is not None:

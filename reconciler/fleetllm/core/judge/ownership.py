@@ -9,9 +9,9 @@ does not hold may be another fleet's and are never touched.
 
 A fleet without `fleet_id` is judged new or existing by LiteLLM, the one record every control plane and
 CLI of the fleet reads alike: existing when LiteLLM holds a deployment written before fleet ids for one
-of its boxes. A new fleet must name itself; an existing one gets an id derived from its repository's
-first commit (the same on every pass, every clone and every control plane), printed with each pass
-until fleet.yaml holds it.
+of its boxes, or one already adopted into its derived id. A new fleet must name itself; an existing one
+gets an id derived from its repository's first commit (the same on every pass, every clone and every
+control plane), printed with each pass until fleet.yaml holds it.
 """
 
 from __future__ import annotations
@@ -94,6 +94,9 @@ def fleet_identity(declared: str | None, origin: str | None, deployments: Iterab
         return FleetIdentity(declared)
     if deployments is None:  # nothing is planned without the listing: no need to judge
         return FleetIdentity(derived_fleet_id(origin) if origin else None)
+    derived = derived_fleet_id(origin) if origin else None
+    if derived is not None and any(recorded_fleet(d) == derived and d.managed for d in deployments):
+        return FleetIdentity(derived, _derived_note(derived, origin))  # already adopted into it
     existing = sorted({d.id for d in deployments if owner(d, Claim("", boxes)) is Owner.ADOPTABLE})
     if not existing:
         raise FleetIdError(
@@ -105,8 +108,11 @@ def fleet_identity(declared: str | None, origin: str | None, deployments: Iterab
             f"fleet.yaml: fleet_id is required: LiteLLM holds {len(existing)} deployment(s) of this fleet written "
             "before fleet ids (e.g. " + existing[0] + "), and the fleet is not read from a git repository, so no "
             "id can be derived; add `fleet_id: NAME` (they are adopted into it in place)")
-    derived = derived_fleet_id(origin)
-    return FleetIdentity(derived, (
-        f"fleet.yaml has no fleet_id: this fleet owns its LiteLLM deployments as `{derived}` (derived from its "
-        f"repository's first commit {origin[:12]}); add `fleet_id: {derived}` to fleet.yaml to keep it (a "
-        "second fleet forked from the same repository derives the same id: give each its own)"))
+    assert derived is not None
+    return FleetIdentity(derived, _derived_note(derived, origin))
+
+
+def _derived_note(derived: str, origin: str) -> str:
+    return (f"fleet.yaml has no fleet_id: this fleet owns its LiteLLM deployments as `{derived}` (derived from "
+            f"its repository's first commit {origin[:12]}); add `fleet_id: {derived}` to fleet.yaml to keep it (a "
+            "second fleet forked from the same repository derives the same id: give each its own)")
