@@ -95,7 +95,7 @@ def fleet_identity(declared: str | None, origin: str | None, deployments: Iterab
     if deployments is None:  # nothing is planned without the listing: no need to judge
         return FleetIdentity(derived_fleet_id(origin) if origin else None)
     derived = derived_fleet_id(origin) if origin else None
-    if derived is not None and any(recorded_fleet(d) == derived and d.managed for d in deployments):
+    if origin and derived is not None and any(recorded_fleet(d) == derived and d.managed for d in deployments):
         return FleetIdentity(derived, _derived_note(derived, origin))  # already adopted into it
     existing = sorted({d.id for d in deployments if owner(d, Claim("", boxes)) is Owner.ADOPTABLE})
     if not existing:
@@ -108,8 +108,7 @@ def fleet_identity(declared: str | None, origin: str | None, deployments: Iterab
             f"fleet.yaml: fleet_id is required: LiteLLM holds {len(existing)} deployment(s) of this fleet written "
             "before fleet ids (e.g. " + existing[0] + "), and the fleet is not read from a git repository, so no "
             "id can be derived; add `fleet_id: NAME` (they are adopted into it in place)")
-    assert derived is not None
-    return FleetIdentity(derived, _derived_note(derived, origin))
+    return FleetIdentity(derived_fleet_id(origin), _derived_note(derived_fleet_id(origin), origin))
 
 
 def _derived_note(derived: str, origin: str) -> str:
