@@ -154,3 +154,12 @@ def test_a_fleet_read_from_git_knows_its_first_commit(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     shutil.copytree(EXAMPLE, plain)
     assert read_fleet(str(plain), None).origin is None
+
+
+def test_only_the_fleets_own_orphans_are_probed() -> None:
+    """A probe carries this fleet's bearer: another fleet's deployments are never probed."""
+    from fleetllm.job.observer import _orphans
+
+    want = of_fleet(intended([A1]), "blue")
+    ours, theirs = written_by("blue", A2), written_by("green", B1)
+    assert _orphans(want, (written_by("blue"), ours, theirs)) == [ours]
