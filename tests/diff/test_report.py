@@ -109,3 +109,14 @@ def test_numbers_compare_as_json_readers_see_them() -> None:
     assert changes("1", "1.0") == []
     assert changes("[1, 2]", "[1.0, 2]") == []
     assert changes("1", "true") == changes("1", '"1"') == changes("1", "1.5") == ["model_info.weight"]
+
+
+def test_a_changed_fleet_id_is_flagged_and_naming_a_fleet_is_not() -> None:
+    named = FLEET + "fleet_id: blue\n"
+    report = diff({"fleet": named}, {"fleet": FLEET + "fleet_id: green\n"})
+    assert codes(report) == ["fleet-id-changed"]
+    assert report.alerts[0].message.startswith("fleet.yaml fleet_id changes from blue to green: the fleet no longer "
+                                               "owns the LiteLLM deployments written as blue")
+    assert codes(diff({"fleet": named}, {"fleet": FLEET})) == ["fleet-id-changed"]
+    assert codes(diff({"fleet": FLEET}, {"fleet": named})) == []  # naming a fleet: its first id
+    assert [f.path for f in diff({"fleet": FLEET}, {"fleet": named}).settings] == [("fleet_id",)]

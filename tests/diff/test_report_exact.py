@@ -74,11 +74,11 @@ def test_settings_json_names_every_setting() -> None:
     settings = FleetSettings(listen_ports=(8001, 8002), max_servers_per_box=2, allow_empty_placement=True,
                              legacy_servers=frozenset({("b", 8000), ("a", 8001)}),
                              reconcile=ReconcileSettings(interval_s=30, prune=False),
-                             rollout=RolloutSettings(mode=RolloutMode.MANUAL, max_unavailable=2))
+                             rollout=RolloutSettings(mode=RolloutMode.MANUAL, max_unavailable=2), fleet_id="blue")
     defaults = RolloutSettings()
     found = settings_json(settings)
     assert found["reconcile"] == {**ReconcileSettings().__dict__, "interval_s": 30, "prune": False}
-    assert found == {"listen_ports": [8001, 8002], "max_servers_per_box": 2, "allow_empty_placement": True,
+    assert found == {"fleet_id": "blue", "listen_ports": [8001, 8002], "max_servers_per_box": 2, "allow_empty_placement": True,
                      "legacy_servers": ["a:8001", "b:8000"], "reconcile": found["reconcile"],
                      "rollout": {"mode": "manual", "max_unavailable": 2, "poll_s": defaults.poll_s,
                                  "drain_s": defaults.drain_s, "retire_s": defaults.retire_s}}

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow
 def fleet_repo(root: Path, port: int, grace_s: int = 600) -> Path:
     repo = root / "fleet"
     repo.mkdir()
-    (repo / "fleet.yaml").write_text(f"version: 1\nlisten_ports: [{port}]\n"
+    (repo / "fleet.yaml").write_text(f"version: 1\nfleet_id: test-fleet\nlisten_ports: [{port}]\n"
                                      f"reconcile: {{health_grace_s: {grace_s}, probe_timeout_s: 2}}\n"
                                      "rollout: {mode: manual}\n")  # the installer's own failures, no agent
     (repo / "models.yaml").write_text(

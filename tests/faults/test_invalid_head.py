@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 def write_fleet(repo: Path, ports: list[int], placement: str) -> str:
     (repo / "fleet.yaml").write_text(
-        f"version: 1\nlisten_ports: [{', '.join(map(str, ports))}]\n"
+        f"version: 1\nfleet_id: test-fleet\nlisten_ports: [{', '.join(map(str, ports))}]\n"
         "reconcile:\n  probe_timeout_s: 2\n  down_after_failures: 2\n  up_after_successes: 1\n"
         "  max_deletes_per_pass: 10\n  max_delete_fraction: 1.0\n")
     (repo / "models.yaml").write_text(

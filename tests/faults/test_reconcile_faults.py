@@ -66,7 +66,7 @@ def fleet(revision: str, static_ports: list[int], vast_port: int, route: str, kn
     boxes = {STATIC: Box(STATIC, rows, Provider.STATIC),
              VAST_BOX: Box(VAST_BOX, (ServerRow("n", vast_port, "v"),), Provider.VAST)}
     ports = (*static_ports, vast_port)
-    return Fleet(revision * 40, FleetSettings(listen_ports=ports, reconcile=knobs), frozen_map(recipes),
+    return Fleet(revision * 40, FleetSettings(listen_ports=ports, reconcile=knobs, fleet_id="test-fleet"), frozen_map(recipes),
                  frozen_map(boxes))
 
 

@@ -52,7 +52,7 @@ def box(tmp_path: Path) -> Iterator[Box]:
 
 def write_fleet(repo: Path, p1: int, p2: int) -> None:
     (repo / "fleet.yaml").write_text(
-        f"version: 1\nlisten_ports: [{p1}]\nlegacy_servers:\n  - {{host: '{BOX}', port: {p2}}}\n"
+        f"version: 1\nfleet_id: test-fleet\nlisten_ports: [{p1}]\nlegacy_servers:\n  - {{host: '{BOX}', port: {p2}}}\n"
         "reconcile: {probe_timeout_s: 2, up_after_successes: 1, max_delete_fraction: 1.0}\n")
     (repo / "models.yaml").write_text(
         "models:\n  tiny-a:\n    vllm: {model: org/tiny-a, max_model_len: 4096, vram_gb: 2, disk_gb: 1}\n"

@@ -47,7 +47,8 @@ def schema_file_defaults() -> dict[str, Any]:
 SCHEMA = schema_file_defaults()
 # Fields of the model that hold no fleet.yaml default of their own (sections, and a list without one).
 NO_DEFAULT = {"FleetSettings.legacy_servers", "FleetSettings.reconcile", "FleetSettings.rollout",
-              "FleetSettings.capacity", "CapacitySettings.pools"}
+              "FleetSettings.capacity", "CapacitySettings.pools",
+              "FleetSettings.fleet_id"}  # fleet_id has none: a new fleet must name itself
 # Other names the code gives a fleet.yaml setting.
 ALIASES = {"grace_s": "/reconcile/health_grace_s"}
 SETTING_NAMES = {pointer.rsplit("/", 1)[1] for pointer in SCHEMA} | set(ALIASES)

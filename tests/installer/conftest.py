@@ -80,7 +80,7 @@ def write_fleet(directory: Path, ports: list[int], rows: list[tuple[str, int, st
     (no `agent`), which is what the installer's own tests are about; the agent's tests add `agent`."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "fleet.yaml").write_text(
-        f"version: 1\nlisten_ports: [{', '.join(map(str, ports))}]\nmax_servers_per_box: {max(len(ports), len(rows))}\n"
+        f"version: 1\nfleet_id: test-fleet\nlisten_ports: [{', '.join(map(str, ports))}]\nmax_servers_per_box: {max(len(ports), len(rows))}\n"
         f"rollout: {{mode: {rollout}}}\n")
     (directory / "models.yaml").write_text(MODELS)
     lines = ["hosts:", f"  {BOX}:"]

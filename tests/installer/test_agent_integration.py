@@ -58,7 +58,7 @@ models:
 def write_fleet(directory: Path, ports: list[int], rows: list[str], beta_args: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "fleet.yaml").write_text(
-        f"version: 1\nlisten_ports: [{', '.join(map(str, ports))}]\nmax_servers_per_box: {len(ports)}\n"
+        f"version: 1\nfleet_id: test-fleet\nlisten_ports: [{', '.join(map(str, ports))}]\nmax_servers_per_box: {len(ports)}\n"
         "rollout: {mode: manual}\n")  # the proxy below decides whether the box JSON asks for the agent
     (directory / "models.yaml").write_text(MODELS.format(beta_args=beta_args))
     (directory / "placement.yaml").write_text("hosts:\n  " + BOX + ":\n" + "".join(f"    - {r}\n" for r in rows))

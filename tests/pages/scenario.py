@@ -43,7 +43,7 @@ BAD_MODEL_ERROR = "unknown model 'no-such-model'"
 
 def write_fleet(repo: Path, port: int, port2: int) -> None:
     (repo / "fleet.yaml").write_text(
-        "version: 1\n"
+        "version: 1\nfleet_id: test-fleet\n"
         f"listen_ports: [{port}, {port2}]\n"
         "reconcile:\n  interval_s: 60\n  health_grace_s: 600\n  probe_timeout_s: 2\n  down_after_failures: 2\n"
         "  up_after_successes: 1\n  max_deletes_per_pass: 10\n  max_delete_fraction: 1.0\n")

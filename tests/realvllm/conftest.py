@@ -147,7 +147,7 @@ class RealBox:
         git(repo, "init", "-q", "-b", "main")
         ports = sorted(self.ports.values())
         (repo / "fleet.yaml").write_text(
-            "version: 1\n"
+            "version: 1\nfleet_id: test-fleet\n"
             f"listen_ports: [{', '.join(str(p) for p in ports)}]\n"
             "reconcile:\n  health_grace_s: 900\n  probe_timeout_s: 10\n  down_after_failures: 2\n"
             "  up_after_successes: 2\n  max_deletes_per_pass: 10\n  max_delete_fraction: 1.0\n"

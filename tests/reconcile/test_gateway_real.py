@@ -85,7 +85,7 @@ class GatewayBox:
         recipes = {m: Recipe(m, VllmRecipe(model=f"org/{m}", served_model_name=m, max_model_len=4096))
                    for m in self.ports}
         rows = tuple(ServerRow(m, p, m) for m, p in self.ports.items())
-        settings = FleetSettings(listen_ports=(self.gateway_port,), reconcile=ReconcileSettings(
+        settings = FleetSettings(listen_ports=(self.gateway_port,), fleet_id="test-fleet", reconcile=ReconcileSettings(
             probe_timeout_s=5, max_delete_fraction=1.0))
         return Fleet("g" * 40, settings, frozen_map(recipes),
                      frozen_map({BOX: Box(BOX, rows, gateway_port=self.gateway_port)}))

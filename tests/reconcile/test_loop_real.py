@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def write_fleet(repo: Path, ports: list[int], placement: dict[str, list[tuple[str, int]]]) -> None:
     (repo / "fleet.yaml").write_text(
-        "version: 1\n"
+        "version: 1\nfleet_id: test-fleet\n"
         f"listen_ports: [{', '.join(str(p) for p in ports)}]\n"
         "reconcile:\n  health_grace_s: 600\n  probe_timeout_s: 2\n  down_after_failures: 2\n"
         "  up_after_successes: 2\n  max_deletes_per_pass: 10\n  max_delete_fraction: 1.0\n")

@@ -129,7 +129,7 @@ class Fleet:
     def commit(self, placement: str) -> None:
         ports = [self.served, self.dead]
         (self.repo / "fleet.yaml").write_text(
-            f"version: 1\nlisten_ports: [{', '.join(map(str, ports))}]\n"
+            f"version: 1\nfleet_id: test-fleet\nlisten_ports: [{', '.join(map(str, ports))}]\n"
             "reconcile:\n  probe_timeout_s: 2\n  down_after_failures: 1\n  up_after_successes: 1\n"
             "  max_deletes_per_pass: 10\n  max_delete_fraction: 1.0\n")
         (self.repo / "models.yaml").write_text(

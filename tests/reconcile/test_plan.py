@@ -116,6 +116,21 @@ def test_one_failed_probe_keeps_the_deployment() -> None:
     assert plan.judgements[A1.key].verdict == "Healthy"
 
 
+def test_healthy_only_by_hysteresis_is_not_routed_again() -> None:
+    """A server released from a rollout's hold (its deployment drained) that crash-loops: Healthy by
+    hysteresis (one failed probe of three), but its probe failed this pass, so no deployment is created
+    (issue 27: LiteLLM routed to a closed port for seconds). A good probe creates it."""
+    history = {A1.key: dataclasses.replace(up_history(), fail_streak=1, recent="11110")}
+    for status in (ProbeStatus.REFUSED, ProbeStatus.TIMEOUT, ProbeStatus.UNHEALTHY, ProbeStatus.ERROR):
+        plan = plan_of([A1], {A1.key: failed(status)}, [], histories=history)
+        assert plan.judgements[A1.key].verdict in ("Healthy", "Unknown"), status
+        assert plan.empty, status
+        if status is not ProbeStatus.ERROR:  # our own failure: Unknown, which keeps and creates nothing
+            assert "no probe succeeded this pass" in plan.unrouted[A1.key]
+    plan = plan_of([A1], {A1.key: ok(A1)}, [], histories=history)
+    assert kinds(plan) == [("create", A1.id)]
+
+
 def test_unknown_keeps_what_exists_and_creates_nothing() -> None:
     plan = plan_of([A1, A2], {A1.key: failed(ProbeStatus.ERROR), A2.key: failed(ProbeStatus.ERROR)},
                    [deployment_for(A1)])

@@ -44,7 +44,7 @@ R1, R2 = "1" * 40, "2" * 40
 def fleet(revision: str, port: int, arg: str) -> Fleet:
     recipes = {"m": Recipe("m", VllmRecipe(model="org/m", served_model_name="m", max_model_len=4096, args=(arg,)))}
     boxes = {BOX: Box(BOX, (ServerRow("m", port, "m"),))}
-    settings = FleetSettings(listen_ports=(port,), reconcile=ReconcileSettings(
+    settings = FleetSettings(listen_ports=(port,), fleet_id="test-fleet", reconcile=ReconcileSettings(
         probe_timeout_s=2, down_after_failures=1, up_after_successes=1, max_deletes_per_pass=0),
         rollout=RolloutSettings(drain_s=10))
     return Fleet(revision, settings, frozen_map(recipes), frozen_map(boxes))

@@ -135,7 +135,19 @@ def read_directory(directory: str | os.PathLike[str]) -> Snapshot:
         except OSError as exc:
             raise SourceError(f"{path}: {exc.strerror}") from None
     prefix = "" if os.path.abspath(directory) == os.getcwd() else os.fspath(directory)
-    return Snapshot(WORKTREE_REVISION, files, _display_paths(prefix))
+    return Snapshot(WORKTREE_REVISION, files, _display_paths(prefix), _worktree_origin(root))
+
+
+def _worktree_origin(root: Path) -> str | None:
+    """The root commit of the git repository holding a working tree, if any (a fleet id is derived from it)."""
+    try:
+        repo = GitFleetRepo(root)
+        try:
+            return repo.root_of("HEAD")
+        finally:
+            repo.repo.close()
+    except (SourceError, ValueError):
+        return None
 
 
 class GitFleetRepo:
@@ -189,7 +201,18 @@ class GitFleetRepo:
                     files[name] = blob.data_stream.read()
             except (git.GitCommandError, ValueError, OSError) as exc:
                 raise SourceError(f"{sha[:12]}:{path}: cannot read the git object: {exc}") from None
-        return Snapshot(sha, files, _display_paths(self.display_prefix))
+        return Snapshot(sha, files, _display_paths(self.display_prefix), self.root_of(sha))
+
+    def root_of(self, rev: str) -> str | None:
+        """The repository's first commit behind `rev` (the smallest, should history hold several roots):
+        what an existing fleet's id is derived from (fleetllm.core.judge.ownership)."""
+        import git
+
+        try:
+            roots = self.repo.git.rev_list("--max-parents=0", rev).split()
+        except git.GitCommandError:
+            return None
+        return min(roots) if roots else None
 
 
     def first_parent(self, revision: str) -> str | None:

@@ -3,7 +3,8 @@
 Every action re-reads its deployment by id first, so an apply is idempotent and survives a crash
 between any two actions (or a plan made from a stale observation): a create finds the row already
 there and is done; an update of a row that vanished becomes a create; a delete of a row that is gone
-is done; a row that lost our marker is never written. A failure is recorded and retried by the next
+is done; a row that is not this fleet's (core.judge.ownership: no marker, another fleet's id) is never
+written. A failure is recorded and retried by the next
 pass (failed deletes are kept as pending until the deployment is gone).
 """
 
@@ -16,6 +17,7 @@ from enum import StrEnum
 
 from fleetllm.adapters.http import HttpError
 from fleetllm.adapters.litellm import LitellmApi, LitellmError
+from fleetllm.core.judge.ownership import Claim, owner, writable
 from fleetllm.core.judge.plan import Action, ActionKind, PendingDelete, Plan
 from fleetllm.errors import OperationError
 
@@ -46,7 +48,7 @@ class NotOursError(OperationError):
     """The row is not ours (any more): never written."""
 
 
-async def _adopted_delete(api: LitellmApi, action: Action) -> ActionOutcome:
+async def _adopted_delete(api: LitellmApi, action: Action, claim: Claim) -> ActionOutcome:
     """Delete another owner's (llmao's) deployment, only while it is still not ours and, for a replacement,
     only once fleetllm's own deployment for the server is in LiteLLM (re-read now: make-before-break)."""
     current = await api.get(action.id)
@@ -56,18 +58,18 @@ async def _adopted_delete(api: LitellmApi, action: Action) -> ActionOutcome:
         raise NotOursError(f"{action.id} now carries fleetllm's marker: not deleted as an adopted deployment")
     if action.requires is not None:
         ours = await api.get(action.requires)
-        if ours is None or not ours.managed:
+        if ours is None or not writable(ours, claim):
             raise NotOursError(f"fleetllm's deployment {action.requires} is not in LiteLLM: {action.id} kept "
                                "(make-before-break); the next pass retries")
     return ActionOutcome.DELETED if await api.delete(action.id) else ActionOutcome.ALREADY_GONE
 
 
-async def _execute(api: LitellmApi, action: Action) -> ActionOutcome:
+async def _execute(api: LitellmApi, action: Action, claim: Claim) -> ActionOutcome:
     if action.adopted and action.kind is ActionKind.DELETE:
-        return await _adopted_delete(api, action)
+        return await _adopted_delete(api, action, claim)
     current = await api.get(action.id)
-    if current is not None and not current.managed:
-        raise NotOursError(f"{action.id} exists without fleetllm's managed_by marker")
+    if current is not None and not writable(current, claim):
+        raise NotOursError(f"{action.id} is not this fleet's ({owner(current, claim)}): not written")
     if action.kind is ActionKind.DELETE:
         if current is None:
             return ActionOutcome.ALREADY_GONE
@@ -87,10 +89,10 @@ async def _execute(api: LitellmApi, action: Action) -> ActionOutcome:
     return ActionOutcome.UPDATED
 
 
-async def _run(api: LitellmApi, gate: asyncio.Semaphore, action: Action) -> ActionResult:
+async def _run(api: LitellmApi, gate: asyncio.Semaphore, action: Action, claim: Claim) -> ActionResult:
     async with gate:
         try:
-            return ActionResult(action, True, await _execute(api, action))
+            return ActionResult(action, True, await _execute(api, action, claim))
         except NotOursError as exc:
             return ActionResult(action, False, ActionOutcome.REFUSED, str(exc))
         except (LitellmError, HttpError) as exc:
@@ -101,8 +103,8 @@ async def apply_plan(plan: Plan, api: LitellmApi, concurrency: int = 8) -> tuple
     gate = asyncio.Semaphore(max(1, concurrency))
     writes = [a for a in plan.actions if a.kind is not ActionKind.DELETE]
     deletes = [a for a in plan.actions if a.kind is ActionKind.DELETE]
-    results = list(await asyncio.gather(*(_run(api, gate, a) for a in writes)))
-    results += await asyncio.gather(*(_run(api, gate, a) for a in deletes))
+    results = list(await asyncio.gather(*(_run(api, gate, a, plan.claim) for a in writes)))
+    results += await asyncio.gather(*(_run(api, gate, a, plan.claim) for a in deletes))
     return tuple(results)
 
 

@@ -10,6 +10,7 @@ actions; pending deletes do not advance, since nothing was deleted.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from fleetllm.core.judge.adoption import AdoptSource
 from fleetllm.core.judge.assess import assess
 from fleetllm.core.judge.intended import Intended, intended_state
 from fleetllm.core.judge.observed import Observation
+from fleetllm.core.judge.ownership import claim_of, fleet_identity
 from fleetllm.core.judge.plan import ActionKind, Plan, make_plan
 from fleetllm.core.rollout.model import Step
 from fleetllm.core.rollout.transitions import RolloutChange
@@ -35,7 +37,10 @@ from fleetllm.job.observer import Observer
 from fleetllm.job.record import cost_record, pass_record
 from fleetllm.job.rollout import Begun, RolloutDriver, drain_actions, rollout_record, unlisted, without
 from fleetllm.job.saved import SavedPlan
+from fleetllm.logs import get_logger, log_event
 from fleetllm.settings import DEFAULTS
+
+LOG = get_logger("reconcile")
 
 ApiFactory = Callable[[aiohttp.ClientSession], LitellmApi]
 
@@ -89,17 +94,24 @@ class Reconciler:
             api = self.api_factory(session)
             observation = await self.observer.observe(session, intended, api, self.store.box_facts(),
                                                       self._bearer_for(fleet))
+            # Whose deployments this pass writes (FleetIdError: a new fleet without fleet_id, nothing planned).
+            identity = fleet_identity(fleet.settings.fleet_id, fleet.origin, observation.deployments,
+                                      claim_of(intended).boxes)
+            intended = dataclasses.replace(intended, fleet_id=identity.fleet_id)
             assessment = assess(intended, observation, self.store.histories())
             pending = self.store.pending_deletes()
             stepped: Step | None = None
             if self.rollout is not None and begun is not None:
-                stepped = self.rollout.step(begun, assessment, observation, self.clock())
+                stepped = self.rollout.step(begun, assessment, observation, self.clock(), claim_of(intended))
                 drains = frozenset(d.id for d in observation.deployments or () if d.id in stepped.held_out)
                 plan = make_plan(without(intended, stepped.held_out), unlisted(observation, drains), assessment,
                                  pending)
                 plan = drain_actions(plan, observation, drains, stepped)  # on purpose: no delete budget
             else:
                 plan = make_plan(intended, observation, assessment, pending)
+            if identity.note is not None:  # said on every pass (the plan's text, the log) until fleet.yaml has it
+                plan = dataclasses.replace(plan, warnings=(*plan.warnings, identity.note))
+                log_event(LOG, "fleet id derived", logging.WARNING, fleet_id=identity.fleet_id, what=identity.note)
             if adopt_from is not None:
                 plan = adopt(plan, intended, observation, assessment, adopt_from, prune_adopted=prune_adopted)
             if saved is not None:

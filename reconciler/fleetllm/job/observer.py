@@ -28,6 +28,7 @@ from fleetllm.core.judge.observed import (
     Resolution,
     resolve_endpoint,
 )
+from fleetllm.core.judge.ownership import claim_of, writable
 
 BearerFor = Callable[[str, int], str | None]  # (box, listen port) -> bearer, for orphan probes
 
@@ -127,8 +128,13 @@ async def _unlisted() -> tuple[tuple[Deployment, ...] | None, str | None]:
 
 
 def _orphans(intended: Intended, deployments: tuple[Deployment, ...] | None) -> list[Deployment]:
+    """This fleet's deployments of servers it no longer intends. Another fleet's are never probed (the
+    probe would send this fleet's bearer to that fleet's server); a fleet whose id is derived later in the
+    pass (no fleet_id in fleet.yaml) cannot tell yet and probes every marked one."""
     ids = {s.id for s in intended.servers.values()}
-    return [d for d in deployments or () if d.managed and d.id not in ids]
+    claim = claim_of(intended)
+    return [d for d in deployments or () if d.managed and d.id not in ids
+            and (intended.fleet_id is None or writable(d, claim))]
 
 
 def _endpoint_of(api_base: str | None) -> Endpoint | None:

@@ -23,6 +23,7 @@ from fleetllm.core.cost import fleet_cost
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.judge.intended import Intended
 from fleetllm.core.judge.observed import Deployment, Observation, listing_prices
+from fleetllm.core.judge.ownership import writable
 from fleetllm.core.judge.plan import Plan
 from fleetllm.job.apply import ActionOutcome, ActionResult
 
@@ -32,7 +33,8 @@ def _base(api_base: str | None) -> str:
 
 
 def server_records(intended: Intended, observation: Observation, plan: Plan) -> tuple[ServerRecord, ...]:
-    managed = None if observation.deployments is None else {d.id for d in observation.deployments if d.managed}
+    managed = (None if observation.deployments is None
+               else {d.id for d in observation.deployments if writable(d, plan.claim)})  # this fleet's own
     records = []
     for key, server in sorted(intended.servers.items()):
         judgement = plan.judgements.get(key)

@@ -21,9 +21,10 @@ from fleetllm.core.fleet.model import Fleet, RolloutMode
 from fleetllm.core.fleet.render import Bearers, RenderError
 from fleetllm.core.judge.assess import Assessment
 from fleetllm.core.judge.intended import ID_PREFIX, Intended, deployment_id, intended_state
-from fleetllm.core.judge.observed import FAILED_PROBES, Observation
+from fleetllm.core.judge.observed import Observation
+from fleetllm.core.judge.ownership import Claim, writable
 from fleetllm.core.judge.plan import ORDER, Action, ActionKind, Plan
-from fleetllm.core.judge.verdict import Verdict
+from fleetllm.core.judge.verdict import SERVING, serving_now
 from fleetllm.core.rollout.configs import box_config
 from fleetllm.core.rollout.control import Request, apply_request
 from fleetllm.core.rollout.model import (
@@ -137,7 +138,7 @@ class RolloutDriver:
                 servers.update({k: s for k, s in head.servers.items() if s.box == box})
                 continue
             servers.update(at_release.servers)
-        begun.intended = Intended(head.revision, head.settings, servers)
+        begun.intended = replace(head, servers=servers)
         return begun.intended
 
     def _config(self, begun: Begun, box: str, revision: str | None) -> BoxConfig | None:
@@ -151,7 +152,8 @@ class RolloutDriver:
         except RenderError:
             return None
 
-    def step_input(self, begun: Begun, assessment: Assessment, observation: Observation, now: float) -> StepInput:
+    def step_input(self, begun: Begun, assessment: Assessment, observation: Observation, now: float,
+                   claim: Claim) -> StepInput:
         target = begun.target
         boxes: dict[str, BoxInput] = {}
         for box in sorted(set(target.boxes) | begun.managed):
@@ -170,20 +172,22 @@ class RolloutDriver:
                 if managed else target_config,
                 report=report_facts(begun.reports.get(box)),
                 card_gb=placed.card_gb if placed is not None else None)
-        # A server Healthy only by hysteresis (its probe failed this pass: restarting, loading) does not serve.
-        verdicts = {key: "Down" if j.verdict is Verdict.HEALTHY and key in observation.probes
-                    and observation.probes[key].status in FAILED_PROBES else str(j.verdict)
-                    for key, j in assessment.judgements.items()}
+        # A server serving only by hysteresis (no probe succeeded this pass: restarting, loading) does not
+        # serve: the one rule the deployment planner routes by too (core.judge.verdict.serving_now).
+        verdicts = {key: "Down" if j.verdict in SERVING and not serving_now(j.verdict, observation.probes.get(key))
+                    else str(j.verdict) for key, j in assessment.judgements.items()}
         routed = (None if observation.deployments is None
-                  else frozenset(d.id for d in observation.deployments if d.managed))
+                  else frozenset(d.id for d in observation.deployments if writable(d, claim)))
         budgets = {model: target.max_unavailable(model) for model in target.recipes}
         return StepInput(target=target.revision, now=now, boxes=boxes, releases=dict(begun.releases),
                          rollout=begun.rollout, verdicts=verdicts, routed=routed, max_unavailable=budgets,
                          drain_s=target.settings.rollout.drain_s, boxes_route=observation.boxes_route,
                          in_flight=observation.in_flight)
 
-    def step(self, begun: Begun, assessment: Assessment, observation: Observation, now: float) -> Step:
-        return step(self.step_input(begun, assessment, observation, now))
+    def step(self, begun: Begun, assessment: Assessment, observation: Observation, now: float,
+             claim: Claim) -> Step:
+        """`claim`: what the fleet owns in LiteLLM (a deployment routes one of its servers only if it is its own)."""
+        return step(self.step_input(begun, assessment, observation, now, claim))
 
     def retire(self, begun: Begun, result: Step, remaining: frozenset[str] | None, now: float) -> RetireStep:
         """Retirement's pass (core.rollout.retire) after the step and this pass's LiteLLM writes.
@@ -242,8 +246,7 @@ def _only(fleet: Fleet, box: str) -> Fleet:
 
 def without(intended: Intended, held_out: frozenset[str]) -> Intended:
     """The intended state minus servers whose deployment is held out of LiteLLM (draining)."""
-    return Intended(intended.revision, intended.settings,
-                    {k: s for k, s in intended.servers.items() if s.id not in held_out})
+    return replace(intended, servers={k: s for k, s in intended.servers.items() if s.id not in held_out})
 
 
 def unlisted(observation: Observation, ids: frozenset[str]) -> Observation:
@@ -262,7 +265,7 @@ def drain_actions(plan: Plan, observation: Observation, drains: frozenset[str], 
     added = tuple(Action(ActionKind.DELETE, i, listed[i].model_name,
                          f"rollout drain toward {stepped.rollout.target[:12]}: deleted on purpose before its box "
                          "restarts (not held by the delete budget)", before=listed[i])
-                  for i in sorted(drains) if listed[i].managed)
+                  for i in sorted(drains) if writable(listed[i], plan.claim))
     actions = sorted((*plan.actions, *added), key=lambda a: (ORDER[a.kind], a.id))
     return replace(plan, actions=tuple(actions))
 

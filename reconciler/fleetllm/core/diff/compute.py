@@ -169,7 +169,8 @@ def recipe_changes(base: Fleet, head: Fleet) -> tuple[RecipeChange, ...]:
 
 
 def settings_json(settings: FleetSettings) -> dict[str, JSON]:
-    return {"listen_ports": list(settings.listen_ports), "max_servers_per_box": settings.max_servers_per_box,
+    return {"fleet_id": settings.fleet_id,
+            "listen_ports": list(settings.listen_ports), "max_servers_per_box": settings.max_servers_per_box,
             "allow_empty_placement": settings.allow_empty_placement,
             "legacy_servers": [f"{h}:{p}" for h, p in sorted(settings.legacy_servers)],
             "reconcile": dict(asdict(settings.reconcile)),
@@ -208,6 +209,11 @@ def alerts(base: Fleet, head: Fleet, servers: tuple[ServerChange, ...],
         yield Alert(Level.WARNING, "box-removed", f"box {name} leaves the fleet: its deployments are deleted at "
                     "the next reconcile, and the instance keeps running (and billing) until you destroy it", name)
     yield from _prune_alerts(head.settings, deployments, base.server_count)
+    was, now = base.settings.fleet_id, head.settings.fleet_id
+    if was is not None and now != was:
+        yield Alert(Level.WARNING, "fleet-id-changed", f"fleet.yaml fleet_id changes from {was} to {now or 'none'}: "
+                    f"the fleet no longer owns the LiteLLM deployments written as {was} (never updated or deleted "
+                    "again, and its servers' new deployments collide with their ids); keep the id", "fleet_id")
     for box in sorted(set(base.boxes) & set(head.boxes)):
         if head.boxes[box].reconcile is ReconcileMode.PAUSED and any(d.box == box for d in deployments):
             yield Alert(Level.NOTE, "box-paused", f"box {box} is paused: the reconciler applies none of its "

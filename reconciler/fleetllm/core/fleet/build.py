@@ -91,6 +91,7 @@ def build_settings(value: JSON, errors: set[Path_]) -> FleetSettings:
     rollout = build_rollout(value.get("rollout"), errors)
     max_servers = value.get("max_servers_per_box")
     allow_empty = value.get("allow_empty_placement")
+    fleet_id = value.get("fleet_id")
     return FleetSettings(
         listen_ports=listen or defaults.listen_ports,
         max_servers_per_box=max_servers if isinstance(max_servers, int) and max_servers > 0
@@ -100,6 +101,7 @@ def build_settings(value: JSON, errors: set[Path_]) -> FleetSettings:
         reconcile=reconcile,
         rollout=rollout,
         capacity=build_capacity(value.get("capacity"), errors),
+        fleet_id=fleet_id if isinstance(fleet_id, str) and not _tainted(errors, ("fleet_id",)) else None,
     )
 
 

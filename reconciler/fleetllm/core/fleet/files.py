@@ -39,3 +39,4 @@ class Snapshot:
     revision: str
     files: Mapping[str, Content]
     display: Mapping[str, str]
+    origin: str | None = None  # the repository's root commit (None: not read from git); derives a fleet id

@@ -109,6 +109,7 @@ class FleetSettings:
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     capacity: CapacitySettings | None = None  # None: nothing declared, so nothing is ever rented or terminated
+    fleet_id: str | None = None  # fleet.yaml fleet_id: every LiteLLM deployment of the fleet carries it
 
     def is_legacy(self, host: str, port: int) -> bool:
         return (host, port) in self.legacy_servers
@@ -193,6 +194,7 @@ class Fleet:
     settings: FleetSettings
     recipes: Mapping[str, Recipe]
     boxes: Mapping[str, Box]
+    origin: str | None = None  # the repository's root commit: an existing fleet's derived id (judge.ownership)
 
     def box(self, name: str) -> Box | None:
         return self.boxes.get(name)

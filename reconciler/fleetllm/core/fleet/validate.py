@@ -137,5 +137,6 @@ def _validate(snapshot: Snapshot) -> Validation:
         findings = [*built.findings, *rules.check(built, placement_empty)]
         diagnostics.extend(_diagnostic(docs[f.file], f) for f in findings)
         if not has_errors(diagnostics):
-            fleet = Fleet(snapshot.revision, built.settings, frozen_map(built.recipes), frozen_map(built.boxes))
+            fleet = Fleet(snapshot.revision, built.settings, frozen_map(built.recipes), frozen_map(built.boxes),
+                          origin=snapshot.origin)
     return Validation(snapshot.revision, fleet, tuple(sorted(diagnostics)))

@@ -33,6 +33,7 @@ SECRET = "<secret>"  # noqa: S105 - a placeholder, not a password; what the read
 SECRET_FIELDS = (("key",), ("vllm_api_salt",), ("selfhost_api_key",), ("vast", "api_key"))
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MODEL_PREFIXES = ("hosted_vllm/", "openai/")
+IMPORTED_FLEET_ID = "llmao-import"  # fleet.yaml fleet_id of an imported fleet (a new fleet must have one)
 RESERVED_INFO = ("id", "managed_by", "asf_api_base", "db_model")
 
 # llmao's health knobs -> fleetllm's reconcile knobs (name, minimum the schema accepts, type)
@@ -532,7 +533,9 @@ def _fleet_file(fleet_in: Mapping[str, Frozen], boxes: _Boxes) -> _File:
     """fleet.yaml: the listen ports, the capacity per box, the legacy pairs and the reconcile knobs."""
     comments: Comments = {}
     listen, dropped = _listen_ports(boxes)
-    fleet: dict[str, JSON] = {"version": 1, "listen_ports": list[JSON](listen)}
+    fleet: dict[str, JSON] = {"version": 1, "fleet_id": IMPORTED_FLEET_ID, "listen_ports": list[JSON](listen)}
+    comments[("fleet_id",)] = ("this fleet's id in LiteLLM (its deployments carry it): unique among the fleets "
+                               "that share one LiteLLM; keep it once applied")
     comments[("listen_ports",)] = ("llmao's VLLM_LISTEN_PORTS (8001-8003) and every other listen port its "
                                    "rows use (legacy pairs aside)")
     most = max((len(rs) for rs in boxes.rows.values()), default=3)

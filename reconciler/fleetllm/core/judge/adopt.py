@@ -28,6 +28,7 @@ from fleetllm.core.judge.adoption import Adoption, AdoptSource, Fate
 from fleetllm.core.judge.assess import Assessment
 from fleetllm.core.judge.intended import Intended, ServerKey
 from fleetllm.core.judge.observed import Deployment, Observation
+from fleetllm.core.judge.ownership import writable
 from fleetllm.core.judge.plan import ORDER, Action, ActionKind, Drift, Held, Plan, delete_budget
 from fleetllm.core.judge.verdict import SERVING
 from fleetllm_contract.addresses import normalise_host
@@ -126,7 +127,7 @@ def adopt(plan: Plan, intended: Intended, observation: Observation, assessment: 
                                       server.id))
             continue
         ours = listed.get(server.id)
-        has_ours = ((ours is not None and ours.managed and server.id not in planned_deletes)
+        has_ours = ((ours is not None and writable(ours, plan.claim) and server.id not in planned_deletes)
                     or server.id in planned_writes)
         if judgement is None or judgement.verdict not in SERVING or not has_ours:
             verdict = judgement.verdict if judgement is not None else "not judged"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from fleetllm.core.fleet.bearer import bearer_fingerprint
 from fleetllm.core.judge.intended import DeploymentSpec, Intended, IntendedServer, ServerKey, desired_deployment
 from fleetllm.core.judge.observed import BoxFacts, Deployment, Observation, ProbeResult, ProbeStatus
+from fleetllm.core.judge.ownership import claim_of, writable
 from fleetllm.core.judge.verdict import (
     Judgement,
     ServerHistory,
@@ -34,8 +35,9 @@ NO_FACTS = BoxFacts()
 
 def assess(intended: Intended, observation: Observation, histories: Mapping[ServerKey, ServerHistory]) -> Assessment:
     now = observation.observed_at
-    managed_ids = {d.id for d in observation.deployments or () if d.managed}
-    listed = {d.id: d for d in observation.deployments or () if d.managed}
+    claim = claim_of(intended)
+    listed = {d.id: d for d in observation.deployments or () if writable(d, claim)}
+    managed_ids = set(listed)
     judgements: dict[ServerKey, Judgement] = {}
     advanced: dict[ServerKey, ServerHistory] = {}
     desired: dict[ServerKey, DeploymentSpec] = {}
@@ -58,7 +60,7 @@ def assess(intended: Intended, observation: Observation, histories: Mapping[Serv
             judgement = Judgement(judgement.verdict, f"{judgement.reason} [{resolution.note}]")
         judgements[key] = judgement
         if resolution.endpoint is not None:
-            desired[key] = desired_deployment(routed, resolution.endpoint, intended.revision)
+            desired[key] = desired_deployment(routed, resolution.endpoint, intended.revision, intended.fleet_id)
     return Assessment(judgements, advanced, desired)
 
 

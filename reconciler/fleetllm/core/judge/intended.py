@@ -3,9 +3,9 @@ server should have once it serves.
 
 A deployment's identity is deterministic, `fleetllm:<box>:<listen port>` (no `/`: LiteLLM puts the id in
 a URL path), so a pass that crashed half-way or ran twice can never create a duplicate. Ownership and
-provenance sit in `model_info`: the `managed_by` marker, the revision that last wrote it, the bearer's
-fingerprint (LiteLLM never returns `api_key`) and a digest of everything the deployment should carry,
-which is what tells the planner that an update is due.
+provenance sit in `model_info`: the `managed_by` marker and the fleet's id (core.judge.ownership), the
+revision that last wrote it, the bearer's fingerprint (LiteLLM never returns `api_key`) and a digest of
+everything the deployment should carry, which is what tells the planner that an update is due.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ INFO_REVISION, INFO_API_BASE = "fleetllm_revision", "fleetllm_api_base"
 INFO_BEARER, INFO_SPEC, INFO_SERVED = "fleetllm_bearer_fingerprint", "fleetllm_spec", "fleetllm_served_name"
 INFO_PARAMS = "fleetllm_params"  # the litellm_params keys we wrote: PATCH merges, so a removed key needs a replace
 INFO_GATEWAY = "fleetllm_gateway_port"  # set when LiteLLM reaches the server through its box gateway
+INFO_FLEET = "fleetllm_fleet"  # the owning fleet's id (fleet.yaml fleet_id; core.judge.ownership reads it)
 
 ServerKey = tuple[str, int]  # (box, listen port)
 
@@ -100,6 +101,8 @@ class Intended:
     revision: str
     settings: ReconcileSettings
     servers: Mapping[ServerKey, IntendedServer]
+    fleet_id: str | None = None  # fleet.yaml's, or the one a pass derives (core.judge.ownership.fleet_identity)
+    fleet_boxes: frozenset[str] = frozenset()  # every box of the fleet, held out or not: what it may claim
 
     def by_model(self, model: str) -> list[IntendedServer]:
         return [s for s in self.servers.values() if s.model == model]
@@ -130,7 +133,8 @@ def intended_state(fleet: Fleet, bearers: Bearers) -> Intended:
                 health_grace_s=recipe.health_grace_s if recipe.health_grace_s is not None else grace,
                 route=recipe.litellm, gateway_port=box.gateway_port, gateway_models=behind,
                 previous_bearer=previous)
-    return Intended(fleet.revision, fleet.settings.reconcile, servers)
+    return Intended(fleet.revision, fleet.settings.reconcile, servers, fleet.settings.fleet_id,
+                    frozenset(fleet.boxes))
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,8 @@ class DeploymentSpec:
                 "model_info": thaw(self.model_info)}
 
 
-def desired_deployment(server: IntendedServer, endpoint: Endpoint, revision: str) -> DeploymentSpec:
+def desired_deployment(server: IntendedServer, endpoint: Endpoint, revision: str,
+                       fleet_id: str | None = None) -> DeploymentSpec:
     api_base = endpoint.url("/v1")  # LiteLLM appends only /chat/completions
     params: dict[str, JSON] = {"model": f"hosted_vllm/{server.served_model_name}"}
     params.update(thaw(server.route.params))  # type: ignore[arg-type]
@@ -168,6 +173,8 @@ def desired_deployment(server: IntendedServer, endpoint: Endpoint, revision: str
     })
     if server.gateway_port is not None:
         info[INFO_GATEWAY] = server.gateway_port
+    if fleet_id is not None:
+        info[INFO_FLEET] = fleet_id
     # The spec digest covers everything we write except provenance (revision) and the bearer itself
     # (its fingerprint is in `info`): a new commit that changes nothing for this server updates nothing.
     digest_input: dict[str, JSON] = {"model_name": server.model, "litellm_params": dict(params),

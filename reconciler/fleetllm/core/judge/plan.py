@@ -8,7 +8,9 @@ deployment before it loses the old one. Safety valves, all of which hold deletes
   deployments, at least one): no delete at all this pass;
 - `prune: false`, or the server's box or model is `reconcile: paused`;
 - a deployment without our marker is never written, only reported as drift.
-A server whose observation failed (Unknown) keeps whatever deployment it has.
+A server whose observation failed (Unknown) keeps whatever deployment it has. A serving server without a
+deployment gets one only when a probe of this pass succeeded (`verdict.serving_now`, the rule the rollout
+step counts servers up by): one Healthy only by hysteresis keeps a deployment but is never given one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fleetllm.core.judge.assess import Assessment
 from fleetllm.core.judge.intended import (
     ID_PREFIX,
     INFO_BEARER,
+    INFO_FLEET,
     INFO_PARAMS,
     DeploymentSpec,
     Intended,
@@ -32,7 +35,8 @@ from fleetllm.core.judge.intended import (
     ServerKey,
 )
 from fleetllm.core.judge.observed import Deployment, Observation, ProbeStatus, assumed_mapping
-from fleetllm.core.judge.verdict import NOT_SERVING, SERVING, Judgement, Verdict
+from fleetllm.core.judge.ownership import Claim, Owner, claim_of, owner, recorded_fleet, writable
+from fleetllm.core.judge.verdict import NOT_SERVING, SERVING, Judgement, Verdict, serving_now
 
 
 class ActionKind(StrEnum):
@@ -102,6 +106,7 @@ class Plan:
     # under fleetllm's id without the marker, a held create, no public endpoint). Empty when not listed.
     unrouted: Mapping[ServerKey, str] = field(default_factory=lambda: MappingProxyType({}))
     warnings: tuple[str, ...] = ()  # e.g. a provider's port mapping assumed (no key configured)
+    claim: Claim = field(default_factory=lambda: Claim(None))  # what the fleet owns: apply re-reads by it
 
     @property
     def listed(self) -> bool:
@@ -128,6 +133,9 @@ def update_changes(before: Deployment, after: DeploymentSpec, revision: str) -> 
     replace; a new model_name it does take)."""
     changes: list[str] = []
     replace = False
+    fleet = after.model_info.get(INFO_FLEET)
+    if fleet is not None and recorded_fleet(before) is None:
+        changes.append(f"adopted into fleet {fleet} in place (written before fleet ids)")
     if before.model_name != after.model_name:
         changes.append(f"model_name {before.model_name} -> {after.model_name}")
     old_base = before.recorded_api_base
@@ -172,8 +180,10 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
     warnings = _assumed_warnings(intended, observation)
     if observation.deployments is None:
         return Plan(intended.revision, observation.observed_at, (), errors=errors, judgements=judgements,
+                    claim=claim_of(intended),
                     litellm_error=observation.litellm_error or "the LiteLLM listing failed", warnings=warnings)
     listed = {d.id: d for d in observation.deployments}
+    claim = claim_of(intended)
     actions: list[Action] = []
     held: list[Held] = []
     drift: list[Drift] = []
@@ -188,13 +198,17 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
     for key, server in sorted(intended.servers.items()):
         judgement = judgements[key]
         existing = listed.get(server.id)
-        if existing is not None and not existing.managed:
-            drift.append(Drift(existing.id, existing.model_name, "has fleetllm's id for "
-                               f"{server.box}:{server.port} but no managed_by marker: not touched"))
+        if existing is not None and not writable(existing, claim):
+            whose = _not_ours(existing, claim)
+            drift.append(Drift(existing.id, existing.model_name, f"has fleetllm's id for {server.box}:{server.port} "
+                               f"but {whose}: not touched"))
             if judgement.verdict in SERVING:
                 unrouted[key] = (f"LiteLLM holds {existing.id} without fleetllm's managed_by marker, so fleetllm "
                                  "neither uses nor replaces it: delete it in LiteLLM and the next apply creates "
-                                 "fleetllm's own")
+                                 "fleetllm's own" if not existing.managed else
+                                 f"LiteLLM holds {existing.id}, {whose}, so this fleet neither uses nor replaces "
+                                 "it: take the box out of the other fleet, or delete the deployment in LiteLLM, "
+                                 "and the next apply creates this fleet's own")
             continue
         if judgement.verdict in SERVING:
             spec = assessment.desired.get(key)
@@ -205,6 +219,12 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
                     unrouted[key] = "no deployment, and its public endpoint is unknown this pass: none can be made"
                 continue
             if existing is None:
+                if not serving_now(judgement.verdict, observation.probes.get(key)):
+                    # Serving only by hysteresis (e.g. released from a halted rollout's hold while it
+                    # crash-loops): never routed until a probe of this pass succeeds.
+                    unrouted[key] = ("no deployment, and no probe succeeded this pass (serving only by "
+                                     "hysteresis): created once a probe succeeds")
+                    continue
                 unrouted[key] = ("no deployment yet: held, reconcile: paused" if server.paused
                                  else "no deployment yet: `fleetllm apply` creates it")
                 propose(Action(ActionKind.CREATE, server.id, server.model, f"{judgement.verdict}: {judgement.reason}",
@@ -223,8 +243,16 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
     for deployment in sorted(observation.deployments, key=lambda d: d.id):
         if deployment.id in intended_ids:
             continue
-        if not deployment.managed:
+        whose = owner(deployment, claim)
+        if whose is Owner.NOT_FLEETLLM:
             drift.append(Drift(deployment.id, deployment.model_name, _drift_reason(deployment, fleet_bases)))
+            continue
+        if whose is Owner.OTHER_FLEET:  # another fleet on the same LiteLLM: not this fleet's drift
+            continue
+        if whose is Owner.UNCLAIMED:
+            drift.append(Drift(deployment.id, deployment.model_name, "it " + _not_ours(deployment, claim) + ": "
+                               "never touched; delete it in LiteLLM if it is this fleet's (a box removed before "
+                               "fleet ids)"))
             continue
         reason = _orphan_reason(deployment, intended)
         probe = observation.orphan_probes.get(deployment.id)
@@ -241,7 +269,17 @@ def make_plan(intended: Intended, observation: Observation, assessment: Assessme
     actions = [_with_retry(a, pending.get(a.id)) for a in actions]
     actions.sort(key=lambda a: (ORDER[a.kind], a.id))
     return Plan(intended.revision, observation.observed_at, tuple(actions), tuple(held), tuple(drift),
-                tuple(blocked), errors, judgements, unrouted=unrouted, warnings=warnings)
+                tuple(blocked), errors, judgements, unrouted=unrouted, warnings=warnings, claim=claim)
+
+
+def _not_ours(deployment: Deployment, claim: Claim) -> str:
+    """Why a deployment is not this fleet's to write, in words."""
+    whose = owner(deployment, claim)
+    if whose is Owner.OTHER_FLEET:
+        return f"belongs to fleet {recorded_fleet(deployment)!r} (model_info.{INFO_FLEET})"
+    if whose is Owner.UNCLAIMED:
+        return "carries fleetllm's marker without a fleet id, for a box this fleet does not hold"
+    return "no managed_by marker"
 
 
 def _assumed_warnings(intended: Intended, observation: Observation) -> tuple[str, ...]:
@@ -261,7 +299,8 @@ def _delete_valves(actions: list[Action], held: list[Held], intended: Intended, 
     if not deletes:
         return actions, []
     settings = intended.settings
-    managed = sum(1 for d in observation.deployments or () if d.managed)
+    claim = claim_of(intended)
+    managed = sum(1 for d in observation.deployments or () if writable(d, claim))
     budget = delete_budget(settings.max_deletes_per_pass, settings.max_delete_fraction, managed)
     why: str | None = None
     if errors:

@@ -45,6 +45,15 @@ NOT_SERVING = frozenset({Verdict.PENDING, Verdict.LOADING, Verdict.STALLED, Verd
                          Verdict.MISSING})  # a deployment should not exist; Unknown: leave as is
 
 
+def serving_now(verdict: Verdict, probe: ProbeResult | None) -> bool:
+    """The one rule for routing a server that LiteLLM does not route to now (a new server, or one
+    released from being held out by a rollout's halt, abort or pause): it serves by its verdict AND a probe
+    in this pass succeeded. A server Healthy or Stale only by hysteresis (its probe failed this pass, or it
+    was not probed) keeps a deployment it has, but is not given one: it may be crash-looping. The
+    deployment planner creates deployments by it, and the rollout step counts a server as up by it."""
+    return verdict in SERVING and probe is not None and probe.status is ProbeStatus.OK
+
+
 @dataclass(frozen=True)
 class Judgement:
     verdict: Verdict
