@@ -139,15 +139,13 @@ def read_directory(directory: str | os.PathLike[str]) -> Snapshot:
 
 
 def _worktree_origin(root: Path) -> str | None:
-    """The root commit of the git repository holding a working tree, if any (a fleet id is derived from it)."""
+    """The root commit of the git repository holding a working tree, if any (a fleet id is derived from it).
+    One `git rev-list`, not GitPython: `fleetllm validate` of a directory imports no git library."""
     try:
-        repo = GitFleetRepo(root)
-        try:
-            return repo.root_of("HEAD")
-        finally:
-            repo.repo.close()
-    except (SourceError, ValueError):
+        roots = run_git("rev-list", "--max-parents=0", "HEAD", cwd=root).split()
+    except SourceError:
         return None
+    return min(roots) if roots else None
 
 
 class GitFleetRepo:
