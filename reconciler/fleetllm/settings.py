@@ -268,6 +268,7 @@ class ControlPlaneConfig:
     viewer_tokens: tuple[ApiToken, ...]
     oidc: OidcConfig | None  # auth.oidc: single sign-on for the status pages (and, if enabled, bearer JWTs)
     attention_max_entries: int
+    report_key_required: bool  # server.report_key_required: POST /vllm/report needs the box's report key
     threads: int
     timeout_s: int  # a response a client does not read is dropped after this
     limits: ServerLimits
@@ -644,7 +645,8 @@ class _Builder:
             state=self.state(), listen=self.listen(), tls=self.tls(), trusted_proxies=self.networks(),
             admin_tokens=tokens["admin_tokens"], operator_tokens=tokens["operator_tokens"],
             viewer_tokens=tokens["viewer_tokens"], oidc=self.oidc(),
-            attention_max_entries=self.get("/attention/max_entries"), threads=self.get("/server/threads"),
+            attention_max_entries=self.get("/attention/max_entries"),
+            report_key_required=self.get("/server/report_key_required"), threads=self.get("/server/threads"),
             timeout_s=self.get("/server/timeout_s"), limits=ServerLimits(
                 float(self.get("/server/header_timeout_s")), float(self.get("/server/body_timeout_s")),
                 self.get("/server/max_header_bytes"), self.get("/server/max_connections"),

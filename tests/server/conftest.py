@@ -13,6 +13,7 @@ import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
+from fleetllm.core.fleet.bearer import Salt
 from fleetllm.logs import setup_logging
 from fleetllm.server.app import create_app
 from fleetllm.server.runtime import Runtime, start_up
@@ -134,4 +135,6 @@ def box_headers(host: str | None = KNOWN_BOX, key: str | None = FLEET_KEY, **ext
         headers["Authorization"] = f"Bearer {key}"
     if host is not None:
         headers["X-LLMAO-Host"] = host
+        if host:
+            headers["X-Fleetllm-Report-Key"] = Salt(TEST_SALT).report_key(host)  # POST /vllm/report: its own
     return headers

@@ -101,7 +101,7 @@ class AdminClient:
         try:
             answer = fetch(method, self.url + path, what=f"{where}: cannot reach the control plane", headers=headers,
                            data=data, timeout_s=self.timeout_s, context=self._context(),
-                           secrets=(self.token.reveal(),), max_bytes=MAX_ANSWER_BYTES)
+                           max_bytes=MAX_ANSWER_BYTES)  # the Authorization value is scrubbed from any error
         except OutgoingError as exc:
             raise AdminApiError(str(exc)) from None
         if 200 <= answer.status < 300:

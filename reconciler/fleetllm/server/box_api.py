@@ -7,6 +7,7 @@ secret in either): `box_request()` is opened before the view and `finish` record
 
 from __future__ import annotations
 
+import hmac
 import logging
 import time
 from typing import cast
@@ -165,6 +166,10 @@ def vllm_report() -> Response:
     if isinstance(known, Response):
         return known
     served, name = known
+    refused_key = check_report_key(rt, name)
+    if refused_key is not None:
+        refused_key.headers["Connection"] = "close"  # the body is left unread
+        return box.finish(refused_key)
     try:
         body = read_report_body()
     except ReportError as exc:
@@ -180,6 +185,30 @@ def vllm_report() -> Response:
     log_event(access_log, "box report", box=name, outcome=report.outcome.value, revision=report.revision,
               served_revision=served.revision, installer_version=report.installer_version)
     return box.finish(jsonify({"status": "recorded"}), served.revision)
+
+
+REPORT_KEY_HEADER = "X-Fleetllm-Report-Key"
+
+
+def check_report_key(rt: Runtime, name: str) -> Response | None:
+    """The per-box report key (the box JSON's `report_key`, HMAC of the box name under the salt), on top of
+    the fleet key: a leaked fleet key cannot report for another box. A wrong key is always a 403; a
+    missing one is a 403 unless server.report_key_required is false (boxes whose box program predates
+    the key: docs/security.md, "A leaked fleet key")."""
+    given = request.headers.get(REPORT_KEY_HEADER)
+    if given is None:
+        if not rt.config.report_key_required:
+            return None
+        return error(403, f"POST /vllm/report for box {name!r} needs its {REPORT_KEY_HEADER} (the box JSON's "
+                          "report_key): this box's installer predates per-box report keys; re-run it (it fetches "
+                          "the current box program), or set server.report_key_required: false while old boxes "
+                          "are replaced")
+    salts = [rt.tracker.bearers.salt, rt.tracker.bearers.previous_salt]
+    if any(salt is not None and hmac.compare_digest(given.encode(), salt.report_key(name).encode())
+           for salt in salts):
+        return None
+    return error(403, f"{REPORT_KEY_HEADER} is not box {name!r}'s report key: a box reports only for itself "
+                      "(re-fetch the box JSON if the salt was rotated)")
 
 
 @bp.get("/vllm/installer")
