@@ -88,6 +88,7 @@ def test_the_api_refuses_bad_requests_clearly(world: World) -> None:
     for body, status, says in (({}, 400, '"revision"'), ({"revision": "--upload-pack=touch /tmp/x"}, 400,
                                                           "give a commit of the tracked branch"),
                                ({"revision": "f" * 40}, 404, "no such commit"),
+                               ({"revision": "0" * 40}, 404, "no such commit"),
                                ({"revision": world.bad_commit}, 409, "is not a valid fleet revision"),
                                ({"revision": "HEAD~1", "reason": 7}, 400, '"reason" must be a string')):
         answer = client.post("/admin/pin", json=body, headers=ADMIN)
