@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from fleetllm.adapters.notify import Delivery, Notifier
 from fleetllm.adapters.oidc import OidcConfig
+from fleetllm.adapters.outgoing import link_local_problem
 from fleetllm.adapters.state.notifications import NotificationLedger
 from fleetllm.adapters.state.store import FetchRetention, is_postgres, sqlite_path
 from fleetllm.core.fleet import strictyaml
@@ -550,6 +551,9 @@ class _Builder:
             usable = False
         if not usable:
             self.problem([*at, "url"], f"{url.reference} does not hold an http(s) URL")
+            return None
+        if (problem := link_local_problem(parts.hostname or "")) is not None:
+            self.problem([*at, "url"], f"target {raw['name']!r}: {problem}")
             return None
         carries_secret = kind is TargetKind.SLACK or bearer is not None or header_value is not None or not plain
         if parts.scheme == "http" and carries_secret and not is_loopback(parts.hostname or ""):

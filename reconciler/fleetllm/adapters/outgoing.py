@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import ipaddress
 import socket
 import ssl
 import threading
@@ -35,7 +36,7 @@ from fleetllm.adapters.http import scrub
 from fleetllm.errors import UpstreamError
 from fleetllm_contract.addresses import is_loopback
 
-__all__ = ["Answer", "OutgoingError", "fetch", "hidden_forms", "plain_http_problem"]
+__all__ = ["Answer", "OutgoingError", "fetch", "hidden_forms", "link_local_problem", "plain_http_problem"]
 
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
@@ -52,6 +53,22 @@ def plain_http_problem(url: str) -> str | None:
     if parts.scheme == "http" and not is_loopback(parts.hostname):
         return (f"plain http to {parts.hostname} would send the credential in clear; use https:// (http:// only "
                 "to a loopback address)")
+    return None
+
+
+def link_local_problem(host: str) -> str | None:
+    """Why a receiver may not be at `host`: a link-local address (169.254.0.0/16, fe80::/10) is a cloud's
+    metadata service (169.254.169.254 hands out instance credentials) or another machine's neighbour, never
+    a receiver of fleetllm's. None for any other host (names are not resolved here)."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_link_local:
+        return (f"{host} is a link-local address (a cloud's metadata service lives there, e.g. 169.254.169.254): "
+                "give the receiver's own address or name")
     return None
 
 
