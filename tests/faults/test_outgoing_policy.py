@@ -26,9 +26,8 @@ from fleetllm.core.notify import Event, EventKind, Target, TargetKind
 from fleetllm.core.secret import Secret
 from fleetllm.errors import FleetllmError
 from fleetllm.job.pushmetrics import push_metrics
-from fleetllm.logs import setup_logging
 from fleetllm.settings import PushgatewayConfig
-from tests.server.conftest import LogCapture
+from tests.server.conftest import LogCapture, capturing_logs
 
 TOKEN = "tok-Outgoing-9fK2mQ7x"
 PATH_TOKEN = "pathtoken-Zr81Kd03"
@@ -145,10 +144,8 @@ SECRETS = (TOKEN, PATH_TOKEN, PASSWORD, base64.b64encode(f"{USER}:{PASSWORD}".en
 
 @pytest.fixture
 def logs() -> Iterator[LogCapture]:
-    capture = LogCapture()
-    setup_logging(capture.stream, logging.DEBUG)
-    yield capture
-    setup_logging()
+    with capturing_logs(logging.DEBUG) as capture:  # the push's success line is DEBUG
+        yield capture
 
 
 @pytest.mark.parametrize("client", sorted(CLIENTS))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +68,21 @@ class LogCapture:
         return [e for e in map(json.loads, self.text.splitlines()) if e["event"] == name]
 
 
+@contextmanager
+def capturing_logs(level: int = logging.INFO) -> Iterator[LogCapture]:
+    """The `fleetllm` loggers write to a LogCapture at `level` while it is open."""
+    capture = LogCapture()
+    setup_logging(capture.stream, level)
+    try:
+        yield capture
+    finally:
+        setup_logging()
+
+
 @pytest.fixture
 def logs() -> Iterator[LogCapture]:
-    capture = LogCapture()
-    setup_logging(capture.stream, logging.INFO)
-    yield capture
-    setup_logging()
+    with capturing_logs() as capture:
+        yield capture
 
 
 @pytest.fixture

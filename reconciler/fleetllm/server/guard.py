@@ -34,38 +34,36 @@ PREFIX_PEERS = 4  # connections per network prefix: this many peers' max_per_pee
 PEER_BODY_SHARE = 4  # one peer holds at most 1/PEER_BODY_SHARE of the body budget
 
 
-def prefix_key(address: str) -> str:
-    """The network a peer belongs to: the IPv4 /24, or the IPv6 /48 (an IPv4-mapped address as IPv4)."""
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address (an IPv4-mapped IPv6 one as IPv4, a zone dropped), or None when it is not one."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
-        return address
+        return None
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+        return ip.ipv4_mapped
+    return ip
+
+
+def prefix_key(address: str) -> str:
+    """The network a peer belongs to: the IPv4 /24, or the IPv6 /48 (an IPv4-mapped address as IPv4)."""
+    ip = _ip(address)
+    if ip is None:
+        return address
     return str(ipaddress.ip_network((ip, 24 if ip.version == 4 else 48), strict=False))
 
 
 def peer_key(address: str) -> str:
     """The unit a cap counts: the IPv4 address, or the IPv6 /64 (an IPv4-mapped address as IPv4)."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
+    ip = _ip(address)
+    if ip is None:
         return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
+    return str(ip) if ip.version == 4 else str(ipaddress.IPv6Network((ip, 64), strict=False))
 
 
 def is_exempt(address: str, exempt: Sequence[IPNetwork]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip in network for network in exempt)
+    ip = _ip(address)
+    return ip is not None and any(ip in network for network in exempt)
 
 
 @dataclass
