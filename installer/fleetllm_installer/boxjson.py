@@ -100,6 +100,7 @@ class BoxConfig:
     servers: tuple[ServerSpec, ...]
     gateway: GatewaySpec | None = None
     agent: AgentSpec | None = None
+    report_key: str | None = None  # sent with POST /vllm/report (X-Fleetllm-Report-Key); None: an older plane
 
 
 def _is_number(value: Any) -> bool:
@@ -354,8 +355,11 @@ def parse_box(document: Any, expected_host: str | None = None) -> BoxConfig:
         raise BoxJsonError(problems)
     assert isinstance(host, str)
     assert isinstance(revision, str)
+    report_key = document.get("report_key")
     return BoxConfig(host=host, revision=revision, servers=tuple(sorted(servers, key=lambda s: s.name)),
-                     gateway=gateway, agent=agent)
+                     gateway=gateway, agent=agent,
+                     report_key=report_key if isinstance(report_key, str) and report_key.isascii()
+                     and report_key.isprintable() and len(report_key) <= 200 else None)
 
 
 def parse_text(text: str, expected_host: str | None = None, source: str = "the box JSON") -> BoxConfig:

@@ -234,8 +234,9 @@ class Client:
                                            _NoRedirect(_Scrub(self.fleet_key)),
                                            urllib.request.ProxyHandler(proxies_for(self.base_url)))
 
-    def _request(self, method: str, path: str, body: bytes | None) -> bytes:
-        return self._exchange(method, path, body).body
+    def _request(self, method: str, path: str, body: bytes | None,
+                 headers: Mapping[str, str] | None = None) -> bytes:
+        return self._exchange(method, path, body, headers).body
 
     def _exchange(self, method: str, path: str, body: bytes | None,
                   headers: Mapping[str, str] | None = None) -> ConfigAnswer:
@@ -294,13 +295,14 @@ class Client:
             return _RetryableError(f"{path}: the control plane answered {status}", seconds)
         return FetchError(f"{path}: the control plane answered {status} {_Scrub(self.fleet_key)(exc.reason)}")
 
-    def call(self, method: str, path: str, body: bytes | None = None, deadline_s: float | None = None) -> bytes:
+    def call(self, method: str, path: str, body: bytes | None = None, deadline_s: float | None = None,
+             headers: Mapping[str, str] | None = None) -> bytes:
         """One request with retries until the deadline. Raises FetchError."""
         deadline = self.clock() + (self.deadline_s if deadline_s is None else deadline_s)
         attempt = 0
         while True:
             try:
-                data = self._request(method, path, body)
+                data = self._request(method, path, body, headers)
             except _RetryableError as exc:
                 delay = self.jitter(0.0, min(CAP_S, BASE_S * 2 ** attempt))
                 if exc.retry_after is not None:
@@ -329,8 +331,11 @@ class Client:
             raise FetchError(f"/vllm/config: the answer is larger than {MAX_BODY} bytes")
         return answer
 
-    def send_report(self, report: dict[str, Any], deadline_s: float = 60.0) -> dict[str, Any]:
-        data = self.call("POST", "/vllm/report", json.dumps(report).encode(), deadline_s=deadline_s)
+    def send_report(self, report: dict[str, Any], deadline_s: float = 60.0,
+                    report_key: str | None = None) -> dict[str, Any]:
+        """POST /vllm/report, with the box's report key (the box JSON's report_key) when it has one."""
+        data = self.call("POST", "/vllm/report", json.dumps(report).encode(), deadline_s=deadline_s,
+                         headers={"X-Fleetllm-Report-Key": report_key} if report_key else None)
         try:
             answer = json.loads(data)
         except (ValueError, RecursionError):

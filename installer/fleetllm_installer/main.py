@@ -200,7 +200,8 @@ class Installer:
                             units_removed=self.removed, gateway=self.box.gateway if self.box else None,
                             agent=self.agent)
         try:
-            self.client.send_report(body, deadline_s=min(REPORT_DEADLINE_S, self.settings.fetch_deadline_s))
+            self.client.send_report(body, deadline_s=min(REPORT_DEADLINE_S, self.settings.fetch_deadline_s),
+                                    report_key=self.box.report_key if self.box else None)
             log(f"reported {outcome} to the control plane")
         except FetchError as exc:
             logs.log(f"could not report to the control plane (the install stands): {exc}", logging.WARNING)

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from fleetllm.adapters.notify import Delivery, Notifier
 from fleetllm.adapters.oidc import OidcConfig
+from fleetllm.adapters.outgoing import link_local_problem
 from fleetllm.adapters.state.notifications import NotificationLedger
 from fleetllm.adapters.state.store import FetchRetention, is_postgres, sqlite_path
 from fleetllm.core.fleet import strictyaml
@@ -268,6 +269,7 @@ class ControlPlaneConfig:
     viewer_tokens: tuple[ApiToken, ...]
     oidc: OidcConfig | None  # auth.oidc: single sign-on for the status pages (and, if enabled, bearer JWTs)
     attention_max_entries: int
+    report_key_required: bool  # server.report_key_required: POST /vllm/report needs the box's report key
     threads: int
     timeout_s: int  # a response a client does not read is dropped after this
     limits: ServerLimits
@@ -550,6 +552,9 @@ class _Builder:
         if not usable:
             self.problem([*at, "url"], f"{url.reference} does not hold an http(s) URL")
             return None
+        if (problem := link_local_problem(parts.hostname or "")) is not None:
+            self.problem([*at, "url"], f"target {raw['name']!r}: {problem}")
+            return None
         carries_secret = kind is TargetKind.SLACK or bearer is not None or header_value is not None or not plain
         if parts.scheme == "http" and carries_secret and not is_loopback(parts.hostname or ""):
             self.problem([*at, "url"], f"target {raw['name']!r} would send a secret in clear text over http to "
@@ -644,7 +649,8 @@ class _Builder:
             state=self.state(), listen=self.listen(), tls=self.tls(), trusted_proxies=self.networks(),
             admin_tokens=tokens["admin_tokens"], operator_tokens=tokens["operator_tokens"],
             viewer_tokens=tokens["viewer_tokens"], oidc=self.oidc(),
-            attention_max_entries=self.get("/attention/max_entries"), threads=self.get("/server/threads"),
+            attention_max_entries=self.get("/attention/max_entries"),
+            report_key_required=self.get("/server/report_key_required"), threads=self.get("/server/threads"),
             timeout_s=self.get("/server/timeout_s"), limits=ServerLimits(
                 float(self.get("/server/header_timeout_s")), float(self.get("/server/body_timeout_s")),
                 self.get("/server/max_header_bytes"), self.get("/server/max_connections"),

@@ -33,7 +33,7 @@ def rendered(placement: str = GATEWAY_PLACEMENT, bearers: Bearers = BEARERS, mod
 
 def test_servers_listen_on_loopback_and_keep_their_own_bearers() -> None:
     doc = rendered()
-    assert list(doc) == ["host", "revision", "servers", "gateway", "agent"]
+    assert list(doc) == ["host", "revision", "servers", "gateway", "agent", "report_key"]
     first = doc["servers"][0]
     assert list(first)[:7] == ["name", "model", "served_model_name", "host", "port", "listen_host", "api_key"]
     assert (first["port"], first["listen_host"]) == (9001, "127.0.0.1")

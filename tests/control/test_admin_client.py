@@ -20,9 +20,9 @@ def test_the_url_comes_from_the_flag_or_the_environment() -> None:
     assert control_plane_url(None, {"FLEETLLM_URL": "http://127.0.0.1:8080"}) == "http://127.0.0.1:8080"
     with pytest.raises(ConfigurationError, match="give --url https://HOST:PORT or set FLEETLLM_URL"):
         control_plane_url(None, {})
-    with pytest.raises(ConfigurationError, match="plain http would send the admin token in clear"):
+    with pytest.raises(ConfigurationError, match=r"plain http to cp\.example would send the credential in clear"):
         control_plane_url("http://cp.example:8080", {})
-    with pytest.raises(ConfigurationError, match="give https://HOST:PORT"):
+    with pytest.raises(ConfigurationError, match="give an https:// URL"):
         control_plane_url("ftp://cp.example", {})
 
 

@@ -85,3 +85,28 @@ def test_outages_come_first_and_extra_sections_are_rendered() -> None:
     lines = markdown.splitlines()
     assert lines[2] == "> [!CAUTION]" and lines[3].startswith("> **Outage:** model model-3 loses its last server")
     assert "<details><summary>Plan: 1 to destroy</summary>" in markdown
+
+
+def with_allowed(fleet: Fleet, model: str, args: tuple[str, ...], allow: frozenset[str], revision: str) -> Fleet:
+    old = fleet.recipes[model]
+    vllm = VllmRecipe(model=old.vllm.model, served_model_name=old.vllm.served_model_name, args=args,
+                      max_model_len=old.vllm.max_model_len, allow_options=allow)
+    recipes = {**fleet.recipes, model: Recipe(model, vllm, old.litellm)}
+    return Fleet(revision, fleet.settings, frozen_map(recipes), fleet.boxes)
+
+
+def test_a_newly_allowed_risky_option_is_listed_at_the_top_outside_collapsed_sections() -> None:
+    base = big_fleet("a" * 40, 0, 32768)
+    head = with_allowed(big_fleet("b" * 40, 1, 16384), "model-7", ("--trust-remote-code",),
+                        frozenset({"trust-remote-code", "chat-template"}), "b" * 40)
+    markdown = render_markdown(diff_fleets(base, head))
+    top = markdown.split("<details>", 1)[0]
+    assert "**Newly allowed vLLM options**" in top
+    assert "> - `model-7`: --trust-remote-code (used at HEAD; " in top
+    assert "> - `model-7`: --chat-template (allowed, not yet used; " in top
+    assert "Truncated" in markdown  # cut for size, the list still on top
+    assert "--trust-remote-code (used at HEAD" in render_text(diff_fleets(base, head))
+    # Allowed already at BASE: not listed again.
+    again = with_allowed(head, "model-7", ("--trust-remote-code",), frozenset({"trust-remote-code",
+                                                                              "chat-template"}), "c" * 40)
+    assert "Newly allowed" not in render_markdown(diff_fleets(head, again))

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from fleetllm.core.fleet.bearer import Salt
 from tests.support.litellm import LitellmProxy
 from tests.support.plane import ControlPlane
 from tests.support.upstream import litellm_upstream
@@ -52,6 +53,8 @@ def box_headers(host: str | None = KNOWN_BOX, key: str | None = FLEET_KEY) -> di
         headers["Authorization"] = f"Bearer {key}"
     if host is not None:
         headers["X-LLMAO-Host"] = host
+        if host:
+            headers["X-Fleetllm-Report-Key"] = Salt(SALT).report_key(host)  # POST /vllm/report: its own
     return headers
 
 

@@ -434,7 +434,8 @@ def hostile_reports(draw: st.DrawFn) -> bytes:
 @FEW
 @given(hostile_reports())
 def test_hostile_reports_get_a_4xx_and_are_recorded(plane_client: FlaskClient, body: bytes) -> None:
-    headers = {"Authorization": f"Bearer {FLEET_KEY}", "X-LLMAO-Host": KNOWN_BOX}
+    headers = {"Authorization": f"Bearer {FLEET_KEY}", "X-LLMAO-Host": KNOWN_BOX,
+               "X-Fleetllm-Report-Key": Salt(SALT).report_key(KNOWN_BOX)}
     response = plane_client.post("/vllm/report", headers=headers, data=body)
     event(f"HTTP {response.status_code}")
     assert response.status_code in (200, 400, 413), (response.status_code, response.data[:300])

@@ -123,14 +123,15 @@ def test_no_secret_anywhere(tmp_path: Path, upstream: LitellmProxy, box: Box,
 
     # Requests that fail on purpose, and every operator view.
     box_get = {"X-LLMAO-Host": BOX}
+    box_report = {**box_get, "Authorization": f"Bearer {FLEET_KEY}", "X-Fleetllm-Report-Key": Salt(SALT).report_key(BOX)}
     asks: dict[str, tuple[str, str, dict[str, str], bytes | None]] = {
         "config, wrong key": ("GET", "/vllm/config", {**box_get, "Authorization": f"Bearer {FLEET_KEY}x"}, None),
         "config, unknown box": ("GET", "/vllm/config", {"X-LLMAO-Host": "203.0.113.250",
                                                         "Authorization": f"Bearer {FLEET_KEY}"}, None),
         "installer, no key": ("GET", "/vllm/installer", box_get, None),
-        "report, bad JSON": ("POST", "/vllm/report", {**box_get, "Authorization": f"Bearer {FLEET_KEY}"},
+        "report, bad JSON": ("POST", "/vllm/report", box_report,
                              f'{{"api_key": "{bearers[f"bearer {BOX}:{p1}"]}", "x": '.encode()),
-        "report, wrong shape": ("POST", "/vllm/report", {**box_get, "Authorization": f"Bearer {FLEET_KEY}"},
+        "report, wrong shape": ("POST", "/vllm/report", box_report,
                                 json.dumps({"revision": FLEET_KEY, "secret": SALT}).encode()),
         "admin, viewer token": ("POST", "/admin/approve", {"Authorization": f"Bearer {VIEWER_TOKEN}"}, b"{}"),
         "admin, bad approve": ("POST", "/admin/approve", {"Authorization": f"Bearer {ADMIN_TOKEN}",

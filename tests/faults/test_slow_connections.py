@@ -34,7 +34,8 @@ TRICKLE_HEADERS = 200  # a header a second: 200 s to finish, were the server to 
 
 
 def source(i: int) -> str:
-    return f"127.2.0.{i % ADDRESSES + 2}"
+    """One of ADDRESSES hosts, each in a network of its own (one /24 holds at most 4 peers' worth)."""
+    return f"127.2.{i % ADDRESSES}.2"
 
 
 def connect(address: str, port: int) -> socket.socket:
@@ -178,13 +179,17 @@ def test_malformed_and_oversized_requests_get_an_answer_or_a_close(tmp_path: Pat
     answer = raw(plane.port, (f"POST /vllm/report HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {len(body)}\r\n"
                               "Connection: close\r\n\r\n").encode() + body)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-    # the budget: while one large body holds the whole 1 MiB budget, a second large body is refused
-    with socket.create_connection(("127.0.0.1", plane.port)) as holder:
-        holder.sendall(b"POST /hooks/push HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n" + b"x" * 1000)
-        time.sleep(0.5)  # the server has read the headers and taken the share (nothing asserts on time)
+    # the budget: while four hosts' large bodies (a quarter each, the most one peer may hold) fill the whole
+    # 1 MiB budget, a fifth large body is refused
+    with held([connect(f"127.3.{i}.2", plane.port) for i in range(4)]) as holders:
+        for holder in holders:
+            holder.sendall(b"POST /hooks/push HTTP/1.1\r\nHost: x\r\nContent-Length: 262144\r\n\r\n" + b"x" * 1000)
+        time.sleep(0.5)  # the server has read the headers and taken the shares (nothing asserts on time)
+        assert not any(closed_by_server(s) for s in holders)
         answer = raw(plane.port, b"POST /hooks/push HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 400") or answer == b""
     metrics = plane.get("/metrics")[2].decode()
-    assert 'fleetllm_http_connections_refused_total{reason="body_budget"} 1.0' in metrics
+    # two refusals: the 5,000,000-byte report above (more than one peer's quarter of the budget) and this one
+    assert 'fleetllm_http_connections_refused_total{reason="body_budget"} 2.0' in metrics
     status, _, _ = request(plane.url + "/vllm/config", box_headers(), timeout=5)
     assert status == 200

@@ -24,7 +24,7 @@ def example_fleet():  # type: ignore[no-untyped-def]
 
 def test_example_box_json_matches_the_contract() -> None:
     doc = render_box(example_fleet(), "203.0.113.10", BEARERS)
-    assert list(doc) == ["host", "revision", "servers", "agent"]  # rollout mode auto (the default)
+    assert list(doc) == ["host", "revision", "servers", "agent", "report_key"]  # rollout mode auto (the default)
     assert doc["agent"] == {"poll_s": 30}
     assert doc["host"] == "203.0.113.10" and doc["revision"] == "working-tree"
     first = doc["servers"][0]  # type: ignore[index]
@@ -92,7 +92,7 @@ def test_salt_rotation_changes_the_digest_but_never_leaks_the_salt() -> None:
 def test_a_manual_box_json_is_exactly_the_contract() -> None:
     result = validate(fleet=FLEET + "rollout:\n  mode: manual\n")
     assert result.fleet is not None and not result.errors
-    assert list(render_box(result.fleet, "203.0.113.10", BEARERS)) == ["host", "revision", "servers"]
+    assert list(render_box(result.fleet, "203.0.113.10", BEARERS)) == ["host", "revision", "servers", "report_key"]
 
 
 def test_a_placement_override_decides_per_box_and_poll_s_is_rendered() -> None:
@@ -103,3 +103,12 @@ def test_a_placement_override_decides_per_box_and_poll_s_is_rendered() -> None:
     assert "agent" not in render_box(result.fleet, "203.0.113.10", BEARERS)
     others = [name for name in result.fleet.boxes if name != "203.0.113.10"]
     assert render_box(result.fleet, others[0], BEARERS)["agent"] == {"poll_s": 45}
+
+
+def test_each_box_gets_its_own_report_key_from_the_salt() -> None:
+    fleet = example_fleet()
+    keys = {name: render_box(fleet, name, BEARERS)["report_key"] for name in fleet.boxes}
+    assert len(set(keys.values())) == len(keys)  # one per box
+    assert all(key == BEARERS.salt.report_key(name) for name, key in keys.items())
+    assert all(isinstance(k, str) and k.startswith("rk-") and BEARERS.salt.derive(n, 8001) != k
+               for n, k in keys.items())

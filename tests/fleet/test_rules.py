@@ -127,7 +127,7 @@ def test_managed_flag_smuggled_in_a_list_value() -> None:
 
 
 def test_control_character_in_an_argument() -> None:
-    models = MODELS.replace("{model: org/m2,", '{args: ["--chat-template", "a\\nb"], model: org/m2,')
+    models = MODELS.replace("{model: org/m2,", '{args: ["--dtype", "a\\nb"], model: org/m2,')
     assert only(validate(models=models), "unsafe-arg").line == 5
 
 

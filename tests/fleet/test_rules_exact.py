@@ -85,11 +85,11 @@ CASES: dict[str, tuple[dict[str, str], list[Diagnostic]]] = {
         Diagnostic(M, 5, 36, "/models/m2/vllm/settings/port", "settings key 'port' renders --port: --port is a flag "
                    "fleetllm manages: remove it; the port is the placement row's second element", "managed-flag")]),
     "managed-flag, in a settings value": ({"models": MODELS.replace(
-            "{model: org/m2,", "{settings: {lora-modules: [a, --port, '1']}, model: org/m2,")}, [
-        Diagnostic(M, 5, 23, "/models/m2/vllm/settings/lora-modules", "settings key 'lora-modules' renders "
-                   "--lora-modules (in its value '--port'): --port is a flag fleetllm manages: remove it; the port is "
+            "{model: org/m2,", "{settings: {ignore-patterns: [a, --port, '1']}, model: org/m2,")}, [
+        Diagnostic(M, 5, 23, "/models/m2/vllm/settings/ignore-patterns", "settings key 'ignore-patterns' renders "
+                   "--ignore-patterns (in its value '--port'): --port is a flag fleetllm manages: remove it; the port is "
                    "the placement row's second element", "managed-flag")]),
-    "unsafe-arg": ({"models": MODELS.replace("{model: org/m2,", '{args: ["--chat-template", "a\\nb"], model: org/m2,')}, [
+    "unsafe-arg": ({"models": MODELS.replace("{model: org/m2,", '{args: ["--dtype", "a\\nb"], model: org/m2,')}, [
         Diagnostic(M, 5, 11, "/models/m2/vllm", "argument 'a\\nb' holds a control character or line break; the box's "
                    "Supervisor program could not carry it", "unsafe-arg")]),
     "unsafe-arg, cut at 80 characters": ({"models": MODELS.replace(

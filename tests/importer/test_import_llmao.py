@@ -244,3 +244,62 @@ def test_the_imported_control_plane_would_serve(capsys: pytest.CaptureFixture[st
     captured = capsys.readouterr()
     assert "ok: would serve" in captured.out and "(5 boxes, 7 servers)" in captured.out
     assert "shorter than 16 characters" in captured.err
+
+
+AWS_SECRET = "aws-secret-Qm3Zk8Lp2Xv7"
+HEADER_SECRET = "Bearer hdr-secret-Wd5Ty9Nc1"
+
+
+def test_secrets_in_litellm_params_are_left_out_and_said(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                        clean_env: None) -> None:
+    models = MODELS.read_text().replace(
+        "      chat_template_kwargs: {enable_thinking: false}\n",
+        "      chat_template_kwargs: {enable_thinking: false}\n"
+        f"      aws_secret_access_key: {AWS_SECRET}\n"
+        f"      extra_headers: {{Authorization: '{HEADER_SECRET}', X-Team: ml}}\n"
+        "      aws_session_token: os.environ/AWS_SESSION_TOKEN\n"
+        "      max_tokens: 512\n", 1)
+    source = tmp_path / "models.yaml"
+    source.write_text(models)
+    code = main(["import", "llmao", "--config", str(CONFIG), "--models", str(source), "--out", str(tmp_path / "o"),
+                 "--legacy", LEGACY])
+    captured = capsys.readouterr()
+    written = "".join(p.read_text(errors="replace") for p in (tmp_path / "o").rglob("*") if p.is_file())
+    assert code == 0, captured.err
+    assert AWS_SECRET not in written + captured.out + captured.err
+    assert "hdr-secret-Wd5Ty9Nc1" not in written + captured.out + captured.err
+    params = yaml.safe_load((tmp_path / "o" / "models.yaml").read_text())["models"]["qwen3-8b"]["litellm"]["params"]
+    assert params["extra_headers"] == {"X-Team": "ml"} and params["max_tokens"] == 512
+    assert params["aws_session_token"] == "os.environ/AWS_SESSION_TOKEN"  # LiteLLM's reference: kept
+    assert "aws_secret_access_key" not in params
+    assert "litellm_params.aws_secret_access_key" in captured.out + captured.err + written
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)),
+     "expands to more than"),
+    ("models: " + "[" * 2000 + "]" * 2000 + "\n", "models.yaml:1:"),
+    ("models:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 200)), "nesting deeper than"),
+])
+def test_llmao_yaml_is_read_within_the_strict_loaders_limits(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                            clean_env: None, text: str, says: str) -> None:
+    source = tmp_path / "models.yaml"
+    source.write_text(text)
+    code = main(["import", "llmao", "--config", str(CONFIG), "--models", str(source), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code != 0 and says in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_force_replaces_a_symbolic_link_instead_of_writing_through_it(capsys: pytest.CaptureFixture[str],
+                                                                      tmp_path: Path, clean_env: None) -> None:
+    out, victim = tmp_path / "out", tmp_path / "victim.txt"
+    out.mkdir()
+    victim.write_text("keep me\n")
+    for name in ("models.yaml", ".gitignore", "IMPORT-REPORT.md"):
+        (out / name).symlink_to(victim)
+    code, _, err = run_import(capsys, out, "--force")
+    assert code == 0, err
+    assert victim.read_text() == "keep me\n"
+    assert not (out / "models.yaml").is_symlink() and "models:" in (out / "models.yaml").read_text()

@@ -111,15 +111,30 @@ def test_slack_rendering_escapes_and_stays_within_slacks_limits() -> None:
     assert header["type"] == "header" and len(header["text"]["text"]) <= 150
     assert "[WARNING] Invalid commit: main" in header["text"]["text"]
     assert summary["text"]["type"] == "mrkdwn" and len(summary["text"]["text"]) <= 3000
-    assert "<@U123>" not in json.dumps(message["blocks"]) and "&lt;@U123&gt; &amp; &lt;!channel&gt;" in \
+    assert "<@U123>" not in json.dumps(message["blocks"]) and "&lt;@\u2060U123&gt; &amp; &lt;!channel&gt;" in \
         summary["text"]["text"]
     assert len(fields["fields"]) == 10 and fields["fields"][0]["text"] == "*k0*\n&lt;v0&gt;"
     assert "cp-1" in context["elements"][0]["text"]
-    assert len(message["text"]) <= 3000 and "<@U123>" not in message["text"] and "&lt;@U123&gt;" in message["text"]
+    assert len(message["text"]) <= 3000 and "<@U123>" not in message["text"] and "&lt;@\u2060U123&gt;" in message["text"]
     resolved = decide(decision.after, Event.resolved(EventKind.INVALID_COMMIT, "main"), 2.0, RENOTIFY)
     assert resolved is not None
     assert "[RESOLVED] Invalid commit: main" in slack_message(document(resolved))["text"]
     assert slack_escape("a<b>&c") == "a&lt;b&gt;&amp;c"
+
+
+def test_slack_text_has_no_mention_or_link_a_markdown_receiver_would_act_on() -> None:
+    """Mattermost-style receivers read the Slack payload as Markdown: `@channel`, `@here`, `[x](url)` and a bare
+    URL from a commit subject must arrive inert."""
+    hostile = "fix @channel @here @all ping @ops see [docs](https://evil.example/x) or http://evil.example"
+    event = Event(EventKind.INVALID_COMMIT, "main @here", hostile, fingerprint="f" * 40, details={"@channel": hostile})
+    decision = decide(None, event, 1.0, RENOTIFY)
+    assert decision is not None
+    message = slack_message(document(decision))
+    shown = [message["text"], *(json.loads(json.dumps(b)) for b in message["blocks"][1:])]
+    text = json.dumps(shown, ensure_ascii=False)
+    for live in ("@channel", "@here", "@all", "@ops", "](", "://"):
+        assert live not in text, live
+    assert "docs" in text and "evil.example" in text  # still readable
 
 
 def server(model: str, verdict: str, port: int = 8001, paused: bool = False) -> ServerRecord:

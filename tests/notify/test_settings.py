@@ -78,3 +78,15 @@ def test_unknown_events_and_missing_references_are_named(tmp_path: Path) -> None
     assert "/notifications/targets/0/events/0" in message and "pass_broken" in message
     message = refused(tmp_path, {"name": "chat", "kind": "slack", "url": "${env:NOT_SET}", "events": ["pass_failed"]})
     assert "/notifications/targets/0/url" in message and "NOT_SET" in message
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "https://169.254.10.1/hook",
+                                 "http://[fe80::1]/hook", "http://[::ffff:169.254.169.254]/hook"])
+def test_a_receiver_on_a_link_local_address_is_refused(tmp_path: Path, url: str) -> None:
+    message = refused(tmp_path, {"name": "ops", "kind": "webhook", "url": url, "events": ["pass_failed"]})
+    assert "link-local" in message and "/notifications/targets/0/url" in message
+
+
+def test_a_receiver_elsewhere_is_accepted(tmp_path: Path) -> None:
+    for url in ("http://127.0.0.1:9/hook", "https://10.0.0.5/hook", "https://hooks.example.com/x"):
+        assert config(tmp_path, {"name": "ops", "kind": "webhook", "url": url, "events": ["pass_failed"]})

@@ -65,8 +65,9 @@ def fetch_and_report(client: FlaskClient, box: str, *, fits: bool = True, report
     response = client.get("/vllm/config", headers=box_headers(box))
     assert response.status_code == 200, response.get_data(as_text=True)
     if report:
-        posted = client.post("/vllm/report", json=report_body(response.get_json(), fits=fits),
-                             headers=box_headers(box))
+        posted = client.post("/vllm/report", json=report_body(response.get_json(), fits=fits),  # with the
+                             headers={**box_headers(box),  # report key the box JSON delivered, as a box does
+                                      "X-Fleetllm-Report-Key": response.get_json()["report_key"]})
         assert posted.status_code == 200, posted.get_data(as_text=True)
 
 

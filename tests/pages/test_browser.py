@@ -50,7 +50,7 @@ from tests.pages.scenario import (
     seeded_litellm,
 )
 from tests.reconcile.fakes import free_port
-from tests.server.conftest import ADMIN_TOKEN, FLEET_KEY, VIEWER_TOKEN, WEBHOOK_SECRET, write_config
+from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN, WEBHOOK_SECRET, box_headers, write_config
 
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 
@@ -67,7 +67,7 @@ def http(method: str, url: str, body: bytes | None = None, headers: dict[str, st
 
 
 def box(host: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {FLEET_KEY}", "X-LLMAO-Host": host}
+    return box_headers(host)  # the fleet key, the claimed name and that box's report key
 
 
 @dataclass

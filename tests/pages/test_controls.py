@@ -88,6 +88,7 @@ def test_the_api_refuses_bad_requests_clearly(world: World) -> None:
     for body, status, says in (({}, 400, '"revision"'), ({"revision": "--upload-pack=touch /tmp/x"}, 400,
                                                           "give a commit of the tracked branch"),
                                ({"revision": "f" * 40}, 404, "no such commit"),
+                               ({"revision": "0" * 40}, 404, "no such commit"),
                                ({"revision": world.bad_commit}, 409, "is not a valid fleet revision"),
                                ({"revision": "HEAD~1", "reason": 7}, 400, '"reason" must be a string')):
         answer = client.post("/admin/pin", json=body, headers=ADMIN)
@@ -98,3 +99,14 @@ def test_the_api_refuses_bad_requests_clearly(world: World) -> None:
     assert world.runtime.store.control_audit() == []
     assert client.post("/admin/resume", headers=ADMIN).get_json()["status"] == "not suspended"
     assert client.post("/admin/unpin", headers=ADMIN).get_json()["status"] == "not pinned"
+
+
+def test_sync_requests_are_rate_limited_and_a_refusal_leaves_no_record(world: World) -> None:
+    client = world.app.test_client()
+    answers = [client.post("/admin/sync", json={"reason": f"try {i}"}, headers=ADMIN) for i in range(8)]
+    codes = [a.status_code for a in answers]
+    assert codes[:5] == [202] * 5 and 429 in codes[5:]
+    refused = next(a for a in answers if a.status_code == 429)
+    assert int(refused.headers["Retry-After"]) >= 1 and "too many sync requests" in refused.get_json()["error"]
+    assert len([e for e in world.runtime.store.control_audit(limit=100) if e.action.value == "sync"]) == codes.count(202)
+    assert client.post("/admin/suspend", json={"reason": "still possible"}, headers=ADMIN).status_code == 200

@@ -83,7 +83,7 @@ def test_a_box_placed_again_is_a_new_box() -> None:
 def test_forget_and_the_retiring_document() -> None:
     record = forgotten(GONE, None, T1, 50.0, "admin:abcd")
     assert record.state is RetireState.RETIRED and record.reason == "forgotten by admin:abcd"
-    assert retiring_document(GONE, T1) == {"host": GONE, "revision": T1, "servers": []}
+    assert retiring_document(GONE, T1, "rk-x") == {"host": GONE, "revision": T1, "servers": [], "report_key": "rk-x"}
 
 
 def test_the_rollout_releases_a_box_that_left_at_once_and_converges() -> None:

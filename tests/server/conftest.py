@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
+from fleetllm.core.fleet.bearer import Salt
 from fleetllm.logs import setup_logging
 from fleetllm.server.app import create_app
 from fleetllm.server.runtime import Runtime, start_up
@@ -66,12 +68,21 @@ class LogCapture:
         return [e for e in map(json.loads, self.text.splitlines()) if e["event"] == name]
 
 
+@contextmanager
+def capturing_logs(level: int = logging.INFO) -> Iterator[LogCapture]:
+    """The `fleetllm` loggers write to a LogCapture at `level` while it is open."""
+    capture = LogCapture()
+    setup_logging(capture.stream, level)
+    try:
+        yield capture
+    finally:
+        setup_logging()
+
+
 @pytest.fixture
 def logs() -> Iterator[LogCapture]:
-    capture = LogCapture()
-    setup_logging(capture.stream, logging.INFO)
-    yield capture
-    setup_logging()
+    with capturing_logs() as capture:
+        yield capture
 
 
 @pytest.fixture
@@ -134,4 +145,6 @@ def box_headers(host: str | None = KNOWN_BOX, key: str | None = FLEET_KEY, **ext
         headers["Authorization"] = f"Bearer {key}"
     if host is not None:
         headers["X-LLMAO-Host"] = host
+        if host:
+            headers["X-Fleetllm-Report-Key"] = Salt(TEST_SALT).report_key(host)  # POST /vllm/report: its own
     return headers

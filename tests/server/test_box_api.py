@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
 from fleetllm.adapters.state.records import BoxApi
@@ -318,3 +320,32 @@ def test_a_gateway_boxs_report_is_accepted(client: FlaskClient, runtime: Runtime
     assert response.status_code == 200, response.get_json()
     bad = {**report, "gateway": {**report["gateway"], "state": "exploded"}}
     assert post_report(client, bad).status_code == 400
+
+
+OTHER_BOX = "203.0.113.10"  # another box of the example fleet
+
+
+def test_a_box_reports_only_for_itself(client: FlaskClient, runtime: Runtime) -> None:
+    """The fleet key alone does not report: a forged `failed` for another box (its key missing, or this
+    box's key) is refused and not recorded, so it cannot halt that box's rollout."""
+    failed = {**REPORT, "outcome": "failed", "message": "forged"}
+    no_key = box_headers(OTHER_BOX)
+    del no_key["X-Fleetllm-Report-Key"]
+    refused = post_report(client, failed, no_key)
+    assert refused.status_code == 403 and "X-Fleetllm-Report-Key" in refused.get_json()["error"]
+    assert "server.report_key_required" in refused.get_json()["error"]
+    borrowed = {**box_headers(OTHER_BOX), "X-Fleetllm-Report-Key": box_headers(KNOWN_BOX)["X-Fleetllm-Report-Key"]}
+    assert post_report(client, failed, borrowed).status_code == 403
+    assert OTHER_BOX not in runtime.store.latest_reports()
+    assert post_report(client, failed, box_headers(OTHER_BOX)).status_code == 200
+    assert runtime.store.latest_reports()[OTHER_BOX].body["message"] == "forged"
+
+
+def test_old_boxes_report_without_a_key_only_when_the_operator_says_so(client: FlaskClient, runtime: Runtime,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "config", dataclasses.replace(runtime.config, report_key_required=False))
+    no_key = box_headers(OTHER_BOX)
+    del no_key["X-Fleetllm-Report-Key"]
+    assert post_report(client, REPORT, no_key).status_code == 200
+    wrong = {**no_key, "X-Fleetllm-Report-Key": "rk-wrong"}
+    assert post_report(client, REPORT, wrong).status_code == 403  # a wrong key is refused either way

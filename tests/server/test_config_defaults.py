@@ -42,6 +42,7 @@ TAKEN: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     "/state/fetch_log_max_age_days": lambda c: c.state.fetch_log_max_age_days,
     "/state/reports_per_box": lambda c: c.state.reports_per_box,
     "/attention/max_entries": lambda c: c.attention_max_entries,
+    "/server/report_key_required": lambda c: c.report_key_required,
     "/server/threads": lambda c: c.threads,
     "/server/timeout_s": lambda c: c.timeout_s,
     "/server/header_timeout_s": lambda c: c.limits.header_timeout_s,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from fleetllm.server.guard import BodyBudget, ConnectionCaps, Refusal, body_share, is_exempt, peer_key
+from fleetllm.server.guard import BodyBudget, ConnectionCaps, Refusal, body_share, is_exempt, peer_key, prefix_key
+
+MIB = 1024 * 1024
 
 
 def test_peer_key_counts_ipv4_addresses_and_ipv6_slash_64s() -> None:
@@ -65,3 +67,31 @@ def test_body_budget_and_shares() -> None:
     budget.give_back(cap)
     assert budget.used == cap
     assert budget.take(cap // 2)
+
+
+def test_one_network_cannot_hold_the_whole_total() -> None:
+    """70 addresses of one /24 (or /64s of one IPv6 /48) hold at most PREFIX_PEERS peers' worth; other
+    networks still get in."""
+    caps = ConnectionCaps(max_total=1000, max_per_peer=4)
+    admitted = [caps.admit(f"127.0.0.{i}") for i in range(1, 71) for _ in range(4)]
+    assert admitted.count(None) == caps.max_per_prefix == 16
+    assert Refusal.PER_PREFIX in admitted
+    assert caps.admit("192.0.2.9") is None
+    six = [caps.admit(f"2001:db8:7:{i:x}::1") for i in range(40) for _ in range(4)]
+    assert six.count(None) == 16 and caps.admit("2001:db8:8::1") is None
+    assert prefix_key("2001:db8:7:ab::1") == "2001:db8:7::/48" and prefix_key("::ffff:10.1.2.3") == "10.1.2.0/24"
+    for i in range(1, 5):
+        for _ in range(4):
+            caps.release(f"127.0.0.{i}")
+    assert caps.admit("127.0.0.70") is None  # released: the network has room again
+
+
+def test_one_peer_cannot_fill_the_body_budget() -> None:
+    budget = BodyBudget(total=64 * MIB, small=64 * 1024)
+    shares = [budget.take(5 * MIB + 300 * 1024, "203.0.113.5") for _ in range(12)]
+    assert shares.count(True) == 3 and budget.used <= budget.per_peer  # 16 MiB at most for one host
+    assert budget.take(100 * 1024, "198.51.100.7")  # a webhook from elsewhere still gets its share
+    budget.give_back(5 * MIB + 300 * 1024, "203.0.113.5")
+    assert budget.take(5 * MIB + 300 * 1024, "203.0.113.5")
+    proxies = BodyBudget(total=64 * MIB, small=64 * 1024, exempt=(ipaddress.ip_network("10.1.0.0/16"),))
+    assert [proxies.take(8 * MIB, "10.1.0.1") for _ in range(8)] == [True] * 8  # a trusted proxy: the total only

@@ -20,10 +20,10 @@ import pytest
 from fleetllm.adapters.state import open_store
 from fleetllm.demo.procs import free_port, stop
 from fleetllm.server.reports import MAX_REPORT_BYTES, MAX_REPORT_DEPTH
-from tests.server.conftest import ENV, FLEET_KEY, KNOWN_BOX, SECRETS, base_config, write_config
+from tests.server.conftest import ENV, KNOWN_BOX, SECRETS, base_config, box_headers, write_config
 
 VALID = {"revision": "abc123", "installer_version": "0.1.0", "outcome": "installed", "message": "ok"}
-HEADERS = {"Authorization": f"Bearer {FLEET_KEY}", "X-LLMAO-Host": KNOWN_BOX, "Content-Type": "application/json"}
+HEADERS = {**box_headers(KNOWN_BOX), "Content-Type": "application/json"}
 
 
 def _deep(levels: int) -> bytes:

@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 
 from fleetllm.adapters.state.passes import PassMode, PassRecord
 from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.fleet.bearer import Salt
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
 from fleetllm.core.rollout.retire import Retirement, RetireState
@@ -18,7 +19,7 @@ from fleetllm.server.runtime import Runtime
 from fleetllm_contract.report import ReportOutcome
 from tests.conftest import git
 from tests.pages.conftest import login
-from tests.server.conftest import KNOWN_BOX, OPERATOR_NAME, OPERATOR_TOKEN, VIEWER_TOKEN, box_headers
+from tests.server.conftest import KNOWN_BOX, OPERATOR_NAME, OPERATOR_TOKEN, TEST_SALT, VIEWER_TOKEN, box_headers
 
 PEER = "192.0.2.50"
 BLOCK = """  # Vast, 1x RTX A6000 48GB: two processes of one recipe, told apart by the third element.
@@ -76,11 +77,15 @@ def test_a_leaving_box_is_drained_then_served_no_servers_then_answered_404(runti
     retiring = Retirement(KNOWN_BOX, r2, now, RetireState.RETIRING, r1, retiring_at=now)
     save(runtime, r2, {KNOWN_BOX: BoxRelease(KNOWN_BOX, r2, r2, 2.0, BoxState.APPLIED)}, retiring)
     empty = fetch(client)
-    assert empty.status_code == 200 and empty.get_json() == {"host": KNOWN_BOX, "revision": r2, "servers": []}
+    served = empty.get_json()
+    assert empty.status_code == 200 and served == {"host": KNOWN_BOX, "revision": r2, "servers": [],
+                                                    "report_key": Salt(TEST_SALT).report_key(KNOWN_BOX)}
     assert empty.headers["X-Fleet-Revision"] == r2 and empty.headers["Cache-Control"] == "no-store"
     assert fetch(client, **{"If-None-Match": empty.headers["ETag"]}).status_code == 304
     report = {"revision": r2, "installer_version": "0.1.0", "outcome": "installed", "servers": []}
-    took = client.post("/vllm/report", json=report, headers=box_headers(), environ_base={"REMOTE_ADDR": PEER})
+    # with the report key its retiring box JSON delivered (a report without it is refused: docs/security.md)
+    headers = {**box_headers(), "X-Fleetllm-Report-Key": served["report_key"]}
+    took = client.post("/vllm/report", json=report, headers=headers, environ_base={"REMOTE_ADDR": PEER})
     assert took.status_code == 200
     latest = runtime.store.latest_report(KNOWN_BOX)
     assert latest is not None and latest.runs_nothing() and latest.revision == r2

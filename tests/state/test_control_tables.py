@@ -3,7 +3,9 @@ one taker per sync request, idempotent suspend/resume/unpin, and the audit trail
 
 from __future__ import annotations
 
-from fleetllm.adapters.state import open_store
+import pytest
+
+from fleetllm.adapters.state import control, open_store
 from fleetllm.adapters.state.control import pin_of
 from fleetllm.adapters.state.sqlstore import SqlStateStore
 from fleetllm.core.control import MAX_REASON_CHARS, NOTHING, ControlAction
@@ -60,3 +62,16 @@ def test_reasons_are_one_bounded_line(store: SqlStateStore) -> None:
     assert suspended is not None
     assert "\n" not in suspended.reason and "\x1b" not in suspended.reason
     assert len(suspended.reason) == MAX_REASON_CHARS
+
+
+def test_a_burst_of_sync_requests_never_pushes_out_a_suspension_or_a_pin(store: SqlStateStore,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(control, "KEEP_AUDIT", 5)
+    assert store.suspend("admin:aaa", 1.0, "incident")
+    store.pin(REV, "admin:aaa", 2.0, "known good")
+    for i in range(30):
+        store.request_sync(f"token:ci{i}", 10.0 + i)
+    audit = store.control_audit(limit=100)
+    kept = [(e.action, e.at) for e in audit if e.action is not ControlAction.SYNC]
+    assert kept == [(ControlAction.PIN, 2.0), (ControlAction.SUSPEND, 1.0)]
+    assert [e.at for e in audit if e.action is ControlAction.SYNC] == [39.0, 38.0, 37.0, 36.0, 35.0]

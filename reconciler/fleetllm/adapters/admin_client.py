@@ -7,23 +7,22 @@ $FLEETLLM_VIEWER_TOKEN), never from the command line (a process list shows it); 
 Authorization header, and no message quotes it. TLS is verified, against `--ca-file` when given (the
 control plane's own CA).
 
-Standard library HTTP (urllib): one short request per command, nothing to pool, no event loop.
+Standard library HTTP through fleetllm.adapters.outgoing (the policy of every client that carries a secret:
+no redirect followed, no proxy from the environment, an overall deadline, nothing secret in a message):
+one short request per command, nothing to pool, no event loop.
 """
 
 from __future__ import annotations
 
 import json
 import ssl
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from fleetllm.adapters.outgoing import OutgoingError, fetch, plain_http_problem
 from fleetllm.core.secret import Secret
 from fleetllm.errors import ConfigurationError, RequestError, UpstreamError
-from fleetllm_contract.addresses import is_loopback
 
 URL_ENV = "FLEETLLM_URL"
 TOKEN_ENV = "FLEETLLM_ADMIN_TOKEN"  # noqa: S105 (the variable's name)
@@ -48,12 +47,9 @@ def control_plane_url(given: str | None, env: dict[str, str]) -> str:
     url = (given or env.get(URL_ENV) or "").strip().rstrip("/")
     if not url:
         raise ConfigurationError(f"no control plane: give --url https://HOST:PORT or set {URL_ENV}")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(f"--url {url!r}: give https://HOST:PORT (http:// only on a loopback address)")
-    if parts.scheme == "http" and not is_loopback(parts.hostname):
-        raise ConfigurationError(f"--url {url}: plain http would send the admin token in clear; use https:// "
-                                 "(http:// only on a loopback address)")
+    problem = plain_http_problem(url)
+    if problem is not None:
+        raise ConfigurationError(f"--url {url!r}: {problem}")
     return url
 
 
@@ -101,23 +97,24 @@ class AdminClient:
                    "User-Agent": "fleetllm-cli"}
         if data is not None:
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(self.url + path, data=data, method=method,  # noqa: S310 (http(s) only:
-                                         headers=headers)  # control_plane_url checked the scheme)
         where = f"{method} {self.url}{path}"
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s,  # noqa: S310 (as above)
-                                        context=self._context()) as response:
-                return _decode(response.read(MAX_ANSWER_BYTES), where)
-        except urllib.error.HTTPError as exc:
-            answer = _decode(exc.read(MAX_ANSWER_BYTES), where, strict=False)
-            message = answer.get("error") if isinstance(answer, dict) else None
-            text = str(message) if message else f"HTTP {exc.code}"
-            if 400 <= exc.code < 500:  # it was reached: the path is enough
-                raise AdminRefused(f"{method} {path}: HTTP {exc.code}: {text}", exc.code) from None
-            raise AdminApiError(f"{where}: HTTP {exc.code}: {text}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise AdminApiError(f"{where}: cannot reach the control plane: {reason}") from None
+            answer = fetch(method, self.url + path, what=f"{where}: cannot reach the control plane", headers=headers,
+                           data=data, timeout_s=self.timeout_s, context=self._context(),
+                           max_bytes=MAX_ANSWER_BYTES)  # the Authorization value is scrubbed from any error
+        except OutgoingError as exc:
+            raise AdminApiError(str(exc)) from None
+        if 200 <= answer.status < 300:
+            return _decode(answer.body, where)
+        decoded = _decode(answer.body, where, strict=False)
+        message = decoded.get("error") if isinstance(decoded, dict) else None
+        text = str(message)[:300] if message else f"HTTP {answer.status}"
+        if 300 <= answer.status < 400:
+            raise AdminApiError(f"{where}: HTTP {answer.status}: a redirect, not followed (the token goes only to "
+                                "--url); give the control plane's final URL")
+        if 400 <= answer.status < 500:  # it was reached: the path is enough
+            raise AdminRefused(f"{method} {path}: HTTP {answer.status}: {text}", answer.status)
+        raise AdminApiError(f"{where}: HTTP {answer.status}: {text}")
 
 
 def _decode(raw: bytes, where: str, *, strict: bool = True) -> Any:

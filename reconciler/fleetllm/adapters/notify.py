@@ -257,7 +257,7 @@ class Notifier(BackgroundSender[_Item]):
             async def send() -> None:
                 await request_json(session, "POST", url, what=f"notification target {target.name}",
                                    headers=headers, body=body, timeout_s=self.delivery.timeout_s,
-                                   ok=OK_STATUSES, secrets=hidden)
+                                   ok=OK_STATUSES, secrets=hidden, redirects=False)
         kind = str(decision.event.kind)
         for attempt in range(self.delivery.attempts):
             try:

@@ -21,6 +21,7 @@ import yaml
 from fleetllm.adapters.git import read_directory
 from fleetllm.adapters.llmao import fetched_source
 from fleetllm.cli.common import EXIT_INVALID, EXIT_OK, CommandError, eprint
+from fleetllm.core.fleet import strictyaml
 from fleetllm.core.fleet.bearer import LEGACY_KEY_ENV, SALT_ENV, Salt, SaltError
 from fleetllm.core.fleet.diagnostics import format_text
 from fleetllm.core.fleet.jsonvalue import JSON, Frozen, freeze_mapping
@@ -33,6 +34,9 @@ from fleetllm.core.importer.llmao import ENV_FLEET_KEY, SECRET, SECRET_FIELDS, I
 from fleetllm.errors import SourceError
 
 CONTROL_PLANE_FILE = "control-plane.yaml"
+# The strict loader's limits (fleetllm.core.fleet.strictyaml) apply to llmao's files too: an alias bomb or a
+# deep nesting is refused before PyYAML's own loader would expand it (its other rules are llmao's business).
+LIMIT_RULES = frozenset({"yaml-too-large", "yaml-too-deep", "yaml-number-too-large", "yaml-encoding", "yaml-syntax"})
 REPORT_FILE = "IMPORT-REPORT.md"
 LLMAO_URL_ENV = "LLMAO_URL"
 
@@ -72,8 +76,12 @@ def _load(path: str, what: str) -> Any:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise CommandError(f"cannot read llmao's {what} {path}: {exc.strerror}") from None
+    for found in strictyaml.load(text, path).problems:  # its limits first: size, depth, anchors' expansion
+        if found.rule in LIMIT_RULES:
+            raise CommandError(f"{path}:{found.mark.line}:{found.mark.column}: {found.message}; llmao's "
+                               f"{what} is refused before it is read") from None
     try:
-        return yaml.safe_load(text)  # what llmao itself reads its files with
+        return yaml.safe_load(text)  # what llmao itself reads its files with (YAML 1.1), once bounded
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path
@@ -120,13 +128,27 @@ def _write(out: Path, imported: Imported, force: bool) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, doc in files.items():
-            (out / name).write_text(to_yaml(doc), encoding="utf-8")
-        (out / REPORT_FILE).write_text(report(imported), encoding="utf-8")
+            _put(out / name, to_yaml(doc))
+        _put(out / REPORT_FILE, report(imported))
         gitignore = out / ".gitignore"
-        if not gitignore.exists():
-            gitignore.write_text(".fleetllm-state/\n", encoding="utf-8")
+        if not gitignore.exists() and not gitignore.is_symlink():
+            _put(gitignore, ".fleetllm-state/\n")
     except OSError as exc:
         raise CommandError(f"cannot write into {out}: {exc.strerror}") from None
+
+
+def _put(path: Path, text: str) -> None:
+    """Write `path` as a new file renamed over it: a symbolic link there is replaced, never written through
+    (--force in a directory someone else can write to must not write a file elsewhere)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def report(imported: Imported) -> str:

@@ -24,6 +24,7 @@ docs/notifications.md and schemas/notification.schema.json. No secret is ever pu
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -285,8 +286,18 @@ _ICON = {("firing", "critical"): ":red_circle:", ("firing", "warning"): ":large_
          ("resolved", "critical"): ":large_green_circle:", ("resolved", "warning"): ":large_green_circle:"}
 
 
+WORD_JOINER = "\u2060"  # invisible, and no receiver reads a mention or a link across it
+_MENTION = re.compile(r"@(?=[A-Za-z0-9_.-])")
+
+
 def slack_escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Text from events (commit subjects, model names, messages) as inert mrkdwn: Slack's `& < >` escapes
+    (so no `<!channel>` or `<url|text>`), and for Mattermost-style receivers that read the same payload as
+    Markdown, no `@channel`/`@here`/`@user` mention, no `[text](url)` link and no bare URL autolinked: a
+    word joiner after `@`, between `](` and after `:` in `://`."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MENTION.sub("@" + WORD_JOINER, text)
+    return text.replace("](", "]" + WORD_JOINER + "(").replace("://", ":" + WORD_JOINER + "//")
 
 
 def _clip(text: str, limit: int) -> str:
@@ -322,7 +333,7 @@ def slack_message(document: Mapping[str, Any]) -> dict[str, Any]:
     if fields:
         blocks.append({"type": "section", "fields": fields})
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _clip(context, 3000)}]})
-    return {"text": _clip(f"{head}: {summary}", 3000), "blocks": blocks}
+    return {"text": _clip(f"{slack_escape(head)}: {summary}", 3000), "blocks": blocks}
 
 
 # Apprise (https://github.com/caronc/apprise): a title and a plain-text body, which every service it speaks

@@ -10,21 +10,25 @@ temporary file renamed over the target: node_exporter never reads half a file).
 
 Neither may change the pass's outcome: a failure is logged (`metrics_push_failed`, `metrics_file_failed`)
 and returned, and the exit status stays the pass's. The push has a short timeout (timeout_s), so a dead
-Pushgateway cannot hang the Job. The URL may carry a credential: logs and errors name only
-`scheme://host:port`, and the URL and the password are scrubbed from any error text.
+Pushgateway cannot hang the Job: it goes out under fleetllm.adapters.outgoing's policy (an overall
+deadline, no redirect followed, no proxy from the environment, https or loopback only). The URL may carry
+a credential (in user:password@ or its path): logs and errors name only `scheme://host:port` and the
+status, never the answer's reason phrase or body (a Pushgateway error may echo the request), and the URL,
+its path, the password and the basic-auth value are scrubbed from any error text.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from prometheus_client import CollectorRegistry, push_to_gateway, write_to_textfile
-from prometheus_client.exposition import basic_auth_handler, default_handler
 
 from fleetllm.adapters.http import scrub
+from fleetllm.adapters.outgoing import fetch, hidden_forms
 from fleetllm.logs import get_logger, log_event
 from fleetllm.settings import PushgatewayConfig
 
@@ -42,10 +46,20 @@ def _split(parts: SplitResult) -> tuple[str, str | None, str | None]:
     return urlunsplit(parts._replace(netloc=netloc)), unquote(parts.username), unquote(parts.password or "")
 
 
-def _with_basic_auth(user: str, password: str) -> Callable[..., Callable[[], None]]:
+def _handler(user: str | None, password: str | None,
+             secrets: list[str]) -> Callable[..., Callable[[], None]]:
+    """prometheus_client's handler hook, sending through the outgoing policy; an error says only the status."""
     def handler(url: str, method: str, timeout: float | None, headers: list[tuple[str, str]],
                 data: bytes) -> Callable[[], None]:
-        return basic_auth_handler(url, method, timeout, headers, data, user, password)
+        def handle() -> None:
+            sent = dict(headers)
+            if user is not None:
+                sent["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+            answer = fetch(method, url, what="the push", headers=sent, data=data,
+                           timeout_s=timeout or 10.0, secrets=secrets)
+            if answer.status >= 300:
+                raise OSError(f"the Pushgateway answered HTTP {answer.status}")
+        return handle
 
     return handler
 
@@ -56,15 +70,16 @@ def push_metrics(registry: CollectorRegistry, target: PushgatewayConfig) -> str 
     url = target.url.reveal()
     secrets = [url]
     try:
-        gateway, user, password = _split(urlsplit(url))
+        parts = urlsplit(url)
+        gateway, user, password = _split(parts)
+        secrets += [segment for segment in parts.path.split("/") if len(segment) >= 8]
         if target.username is not None and target.password is not None:
             user, password = target.username.reveal(), target.password.reveal()
-        handler: Callable[..., Callable[[], None]] = default_handler
         if user is not None:
             secrets += [password or "", f"{user}:{password}"]
-            handler = _with_basic_auth(user, password or "")
+        secrets = list(hidden_forms(secrets))
         push_to_gateway(gateway, job=JOB, registry=registry, grouping_key={"instance": target.instance},
-                        timeout=target.timeout_s, handler=handler)
+                        timeout=target.timeout_s, handler=_handler(user, password, secrets))
     except Exception as exc:  # any failure of the push: the pass's outcome stands
         error = scrub(f"{type(exc).__name__}: {exc}", secrets)
         log_event(LOG, "metrics_push_failed", logging.WARNING, pushgateway=target.where, job=JOB,

@@ -11,6 +11,7 @@ from memory comes here, as does everything under a test client.
 
 from __future__ import annotations
 
+import hmac
 from typing import cast
 
 from flask import Blueprint, Response, g, jsonify, request
@@ -153,7 +154,8 @@ def leaving_config(box: BoxRequest, gone: Leaving) -> Response:
     """GET /vllm/config of a box that left the placement: while it drains, what it runs; while it retires,
     a box JSON with no servers (its programs are removed); a retired box had its 404 in known_box."""
     if gone.state is RetireState.RETIRING:
-        return box.finish(config_response(rendered_box(gone.document())), gone.revision)
+        report_key = current_runtime().tracker.bearers.salt.report_key(gone.box)
+        return box.finish(config_response(rendered_box(gone.document(report_key))), gone.revision)
     if gone.kept is not None and gone.box in gone.kept.boxes:
         return box.finish(config_response(gone.kept.boxes[gone.box]), gone.kept.revision)
     return box.finish(error(503, f"box {gone.box!r} left the placement: its deployments leave LiteLLM before it is "
@@ -169,6 +171,10 @@ def vllm_report() -> Response:
     if isinstance(known, Response):
         return known
     served, name, _ = known  # a box that left the placement reports too: its empty box is how it retires
+    refused_key = check_report_key(rt, name)
+    if refused_key is not None:
+        refused_key.headers["Connection"] = "close"  # the body is left unread
+        return box.finish(refused_key)
     try:
         body = read_report_body()
     except ReportError as exc:
@@ -184,6 +190,30 @@ def vllm_report() -> Response:
     log_event(access_log, "box report", box=name, outcome=report.outcome.value, revision=report.revision,
               served_revision=served.revision, installer_version=report.installer_version)
     return box.finish(jsonify({"status": "recorded"}), served.revision)
+
+
+REPORT_KEY_HEADER = "X-Fleetllm-Report-Key"
+
+
+def check_report_key(rt: Runtime, name: str) -> Response | None:
+    """The per-box report key (the box JSON's `report_key`, HMAC of the box name under the salt), on top of
+    the fleet key: a leaked fleet key cannot report for another box. A wrong key is always a 403; a
+    missing one is a 403 unless server.report_key_required is false (boxes whose box program predates
+    the key: docs/security.md, "A leaked fleet key")."""
+    given = request.headers.get(REPORT_KEY_HEADER)
+    if given is None:
+        if not rt.config.report_key_required:
+            return None
+        return error(403, f"POST /vllm/report for box {name!r} needs its {REPORT_KEY_HEADER} (the box JSON's "
+                          "report_key): this box's installer predates per-box report keys; re-run it (it fetches "
+                          "the current box program), or set server.report_key_required: false while old boxes "
+                          "are replaced")
+    salts = [rt.tracker.bearers.salt, rt.tracker.bearers.previous_salt]
+    if any(salt is not None and hmac.compare_digest(given.encode(), salt.report_key(name).encode())
+           for salt in salts):
+        return None
+    return error(403, f"{REPORT_KEY_HEADER} is not box {name!r}'s report key: a box reports only for itself "
+                      "(re-fetch the box JSON if the salt was rotated)")
 
 
 @bp.get("/vllm/installer")

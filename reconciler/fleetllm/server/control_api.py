@@ -18,16 +18,18 @@ resume|pin|unpin` call this API.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from fleetllm.core.control import ControlState, clean_reason
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.access import current_caller, requires
 from fleetllm.server.auth import Role
 from fleetllm.server.errors import NO_STORE, error
+from fleetllm.server.ratelimit import LoginLimiter
 from fleetllm.server.revisions import PinError
 from fleetllm.server.runtime import Runtime, current_runtime
 
@@ -133,6 +135,11 @@ def get_control() -> Response:
     return response
 
 
+SYNC_LIMITER = "fleetllm.sync_limiter"  # app.extensions key: per app, as tests run many apps in one process
+# Per caller (the token or session's actor) and in all: a CI job's retries pass, a loop does not.
+SYNC_LIMITS = {"peer_per_minute": 6, "peer_burst": 5, "global_per_minute": 30, "global_burst": 20}
+
+
 @bp.post("/admin/sync")
 @requires(Role.OPERATOR, action="Sync")
 def post_sync() -> Response:
@@ -140,7 +147,18 @@ def post_sync() -> Response:
     if isinstance(body, Response):
         return body
     rt = current_runtime()
-    changed = sync(rt, _actor(), body.get("reason") or "")
+    actor = _actor()
+    limiter = current_app.extensions.setdefault(SYNC_LIMITER, LoginLimiter(**SYNC_LIMITS))
+    verdict = limiter.allow(actor, time.monotonic())
+    if not verdict.allowed:  # each sync fetches the fleet repository and writes the audit trail
+        if verdict.first_refusal:
+            log_event(log, "sync refused", logging.WARNING, actor=actor, scope=verdict.scope,
+                      retry_after_s=verdict.retry_after_s)
+        refused = error(429, f"too many sync requests ({verdict.scope}): a pass is already asked for; "
+                             f"try again in {verdict.retry_after_s} s")
+        refused.headers["Retry-After"] = str(verdict.retry_after_s)
+        return refused
+    changed = sync(rt, actor, body.get("reason") or "")
     status = rt.tracker.refresh_status
     return _answer("requested", 202, refreshed=changed, refresh_error=status.error)
 

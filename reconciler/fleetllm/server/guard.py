@@ -5,6 +5,11 @@ connection or starts buffering a large body; nothing here does I/O or reads a cl
 A peer is an IPv4 address, or an IPv6 /64 (one host usually owns a whole /64, so counting single IPv6
 addresses would cap nothing). Peers in `exempt` (the configured trusted proxies, which carry many
 boxes on few connections' addresses) count toward the total only.
+
+One host often owns more than one peer (an IPv4 /24 of addresses, an IPv6 /48 of /64s): a network
+prefix (IPv4 /24, IPv6 /48) may hold at most PREFIX_PEERS peers' worth of connections, so 70 addresses
+of one network cannot hold the whole total. And one peer may hold at most PEER_BODY_SHARE of the body
+budget, so a few connections declaring large bodies from one host cannot starve everyone's uploads.
 """
 
 from __future__ import annotations
@@ -20,31 +25,45 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 class Refusal(StrEnum):
     PER_PEER = "per_peer"  # the peer already holds max_connections_per_peer
+    PER_PREFIX = "per_prefix"  # its network (IPv4 /24, IPv6 /48) already holds PREFIX_PEERS peers' worth
     TOTAL = "total"  # the server already holds max_connections
     BODY_BUDGET = "body_budget"  # large bodies being buffered already fill the budget
 
 
-def peer_key(address: str) -> str:
-    """The unit a cap counts: the IPv4 address, or the IPv6 /64 (an IPv4-mapped address as IPv4)."""
+PREFIX_PEERS = 4  # connections per network prefix: this many peers' max_per_peer
+PEER_BODY_SHARE = 4  # one peer holds at most 1/PEER_BODY_SHARE of the body budget
+
+
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address (an IPv4-mapped IPv6 one as IPv4, a zone dropped), or None when it is not one."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def prefix_key(address: str) -> str:
+    """The network a peer belongs to: the IPv4 /24, or the IPv6 /48 (an IPv4-mapped address as IPv4)."""
+    ip = _ip(address)
+    if ip is None:
         return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
+    return str(ipaddress.ip_network((ip, 24 if ip.version == 4 else 48), strict=False))
+
+
+def peer_key(address: str) -> str:
+    """The unit a cap counts: the IPv4 address, or the IPv6 /64 (an IPv4-mapped address as IPv4)."""
+    ip = _ip(address)
+    if ip is None:
+        return address
+    return str(ip) if ip.version == 4 else str(ipaddress.IPv6Network((ip, 64), strict=False))
 
 
 def is_exempt(address: str, exempt: Sequence[IPNetwork]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip in network for network in exempt)
+    ip = _ip(address)
+    return ip is not None and any(ip in network for network in exempt)
 
 
 @dataclass
@@ -57,8 +76,13 @@ class ConnectionCaps:
 
     def __post_init__(self) -> None:
         self._per_peer: dict[str, int] = {}
+        self._per_prefix: dict[str, int] = {}
         self._total = 0
         self._lock = threading.Lock()
+
+    @property
+    def max_per_prefix(self) -> int:
+        return self.max_per_peer * PREFIX_PEERS
 
     @property
     def total(self) -> int:
@@ -81,7 +105,12 @@ class ConnectionCaps:
                 held = self._per_peer.get(key, 0)
                 if held >= self.max_per_peer:
                     return Refusal.PER_PEER
+                prefix = prefix_key(address)
+                network = self._per_prefix.get(prefix, 0)
+                if network >= self.max_per_prefix:
+                    return Refusal.PER_PREFIX
                 self._per_peer[key] = held + 1
+                self._per_prefix[prefix] = network + 1
             self._total += 1
             return None
 
@@ -95,34 +124,60 @@ class ConnectionCaps:
                     del self._per_peer[key]
                 else:
                     self._per_peer[key] = held - 1
+                prefix = prefix_key(address)
+                network = self._per_prefix.get(prefix, 0)
+                if network <= 1:
+                    self._per_prefix.pop(prefix, None)
+                else:
+                    self._per_prefix[prefix] = network - 1
 
 
 @dataclass
 class BodyBudget:
-    """Bytes of large request bodies buffered at once, over every connection. Bodies up to `small`
-    bytes (declared by Content-Length) need no share: max_connections of them are the bound there."""
+    """Bytes of large request bodies buffered at once, over every connection, and per peer (at most
+    1/PEER_BODY_SHARE of the total, exempt peers excepted). Bodies up to `small` bytes (declared by
+    Content-Length) need no share: max_connections of them are the bound there."""
 
     total: int
     small: int
+    exempt: Sequence[IPNetwork] = ()
 
     def __post_init__(self) -> None:
         self._used = 0
+        self._per_peer: dict[str, int] = {}
         self._lock = threading.Lock()
 
     @property
     def used(self) -> int:
         return self._used
 
-    def take(self, size: int) -> bool:
+    @property
+    def per_peer(self) -> int:
+        return self.total // PEER_BODY_SHARE
+
+    def take(self, size: int, address: str = "") -> bool:
+        key = peer_key(address) if address and not is_exempt(address, self.exempt) else None
         with self._lock:
             if self._used + size > self.total:
                 return False
+            if key is not None:
+                mine = self._per_peer.get(key, 0)
+                if mine + size > max(self.per_peer, self.small):
+                    return False
+                self._per_peer[key] = mine + size
             self._used += size
             return True
 
-    def give_back(self, size: int) -> None:
+    def give_back(self, size: int, address: str = "") -> None:
+        key = peer_key(address) if address and not is_exempt(address, self.exempt) else None
         with self._lock:
             self._used = max(0, self._used - size)
+            if key is not None and key in self._per_peer:
+                left = self._per_peer[key] - size
+                if left > 0:
+                    self._per_peer[key] = left
+                else:
+                    del self._per_peer[key]
 
 
 def body_share(content_length: str | None, chunked: bool, path_cap: int, small: int) -> int:

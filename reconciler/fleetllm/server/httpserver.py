@@ -121,6 +121,7 @@ class _BudgetedBody(httputil.HTTPMessageDelegate):
         self.connection = connection
         self.server = server
         self.share = 0
+        self.peer = ""
 
     def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
                          headers: httputil.HTTPHeaders) -> Any:
@@ -129,7 +130,8 @@ class _BudgetedBody(httputil.HTTPMessageDelegate):
         chunked = headers.get("Transfer-Encoding", "").lower() == "chunked"
         share = body_share(headers.get("Content-Length"), chunked, cap, SMALL_BODY)
         connection = cast(HTTP1Connection, self.connection)
-        if share and not self.server.budget.take(share):
+        self.peer = self.server.peer_of(connection)
+        if share and not self.server.budget.take(share, self.peer):
             self.server.refused(Refusal.BODY_BUDGET)
             cap = 0  # Tornado answers 400 and closes: the length is over the cap
         else:
@@ -142,7 +144,7 @@ class _BudgetedBody(httputil.HTTPMessageDelegate):
 
     def _give_back(self) -> None:
         if self.share:
-            self.server.budget.give_back(self.share)
+            self.server.budget.give_back(self.share, self.peer)
             self.share = 0
 
     def finish(self) -> None:
@@ -150,7 +152,7 @@ class _BudgetedBody(httputil.HTTPMessageDelegate):
         # is given back when its answer is written (_Container.handle_request).
         request = getattr(self.inner, "request", None)
         if request is not None and self.share:
-            request.fleetllm_share = (self.server.budget, self.share)
+            request.fleetllm_share = (self.server.budget, self.share, self.peer)
             self.share = 0
         self._give_back()
         self.inner.finish()
@@ -175,6 +177,11 @@ class ControlPlaneHTTPServer(HTTPServer):
         self._writing_since: dict[IOStream, float] = {}
         self._refused: dict[Refusal, int] = {}
         self._refusals_logged_at = 0.0
+
+    def peer_of(self, connection: HTTP1Connection) -> str:
+        """The peer address a connection was admitted for ("" when unknown)."""
+        stream = getattr(connection, "stream", None)
+        return self._peers.get(stream, "") if stream is not None else ""
 
     def refused(self, why: Refusal) -> None:
         self._refused[why] = self._refused.get(why, 0) + 1
@@ -282,7 +289,7 @@ def give_back_share(request: httputil.HTTPServerRequest) -> None:
     """Return the body budget's share a request held (_BudgetedBody.finish) once it is answered."""
     held = getattr(request, "fleetllm_share", None)
     if held is not None:
-        held[0].give_back(held[1])
+        held[0].give_back(held[1], held[2])
         request.fleetllm_share = None  # type: ignore[attr-defined]
 
 
@@ -377,7 +384,7 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
         max_header_size=limits.max_header_bytes, idle_connection_timeout=limits.header_timeout_s,
         body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY, decompress_request=False, xheaders=False)
     server.guard(ConnectionCaps(max_total, limits.max_connections_per_peer, config.trusted_proxies),
-                 BodyBudget(limits.body_buffer_bytes, SMALL_BODY), float(config.timeout_s),
+                 BodyBudget(limits.body_buffer_bytes, SMALL_BODY, config.trusted_proxies), float(config.timeout_s),
                  on_change=metrics.connections_open.set if metrics is not None else None,
                  on_refusal=(lambda why: metrics.connections_refused.labels(str(why)).inc())
                  if metrics is not None else None)

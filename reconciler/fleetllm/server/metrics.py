@@ -117,7 +117,8 @@ class Metrics:
                                   "shorter than 16 characters), 0 otherwise.", ["secret"], registry=r)
         self.connections_open = Gauge("fleetllm_http_connections_open", "Open client connections.", registry=r)
         self.connections_refused = Counter("fleetllm_http_connections_refused", "Connections or bodies refused "
-                                           "at a cap (per_peer, total, body_budget).", ["reason"], registry=r)
+                                           "at a cap (per_peer, per_prefix, total, body_budget).", ["reason"],
+                                           registry=r)
         self.login_refused = Counter("fleetllm_login_refused", "Login attempts refused (wrong token, rate "
                                      "limited, or a single sign-on refused).", ["reason"], registry=r)
         self.box_freshness = BoxFreshness()

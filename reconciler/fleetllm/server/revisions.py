@@ -209,7 +209,11 @@ class RevisionTracker:
                 sha = self.repo.resolve(rev)
             except Exception:  # SourceError, or whatever else git's revision parser throws at an odd name
                 raise PinError(f"{rev}: no such commit in {self.repo.where}", 404) from None
-            if not self.repo.in_history(sha, head):
+            try:
+                in_history = self.repo.in_history(sha, head)
+            except Exception:  # git cannot walk from it: the null id, an object that is not there
+                raise PinError(f"{rev}: no such commit in {self.repo.where}", 404) from None
+            if not in_history:
                 raise PinError(f"{sha[:12]} is not in the history of branch {self.repo.branch} (head "
                                  f"{head[:12]}): only a commit the branch has had can be pinned", 409)
             try:

@@ -140,8 +140,8 @@ class Leaving:
     kept: Rendered | None = None  # draining: the revision it runs, rendered (None: none can be served)
     record: Retirement | None = None
 
-    def document(self) -> dict[str, object]:
-        return dict(retiring_document(self.box, self.revision))
+    def document(self, report_key: str) -> dict[str, object]:
+        return dict(retiring_document(self.box, self.revision, report_key))
 
 
 def leaving(rt: Runtime, box: str) -> Leaving | None:

@@ -26,7 +26,7 @@ from fleetllm.core.control import (
     clean_reason,
 )
 
-KEEP_AUDIT = 10_000  # audit rows kept; the oldest go beyond it
+KEEP_AUDIT = 10_000  # audit rows kept of each class (sync requests; every other action); the oldest go beyond it
 SUSPEND, PIN, SYNC = "suspend", "pin", "sync"
 _INSERT = "INSERT INTO control_state (name, revision, actor, reason, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) "
 _INSERT_IF_ABSENT = _INSERT + "DO NOTHING"
@@ -116,8 +116,12 @@ class ControlTables:
                     return False
             tx.execute("INSERT INTO control_audit (at, action, actor, reason, revision) VALUES (?, ?, ?, ?, ?)",
                        (at, action.value, actor, reason, revision))
-            tx.execute("DELETE FROM control_audit WHERE id <= (SELECT id FROM control_audit ORDER BY id DESC "
-                       "LIMIT 1 OFFSET ?)", (KEEP_AUDIT,))
+            # Sync requests (frequent, harmless) and the other actions (suspend, pin, rollout requests) are
+            # kept apart: a burst of syncs pushes out only older syncs, never a suspension's or a pin's record.
+            same = "action = ?" if action is ControlAction.SYNC else "action <> ?"
+            tx.execute(f"DELETE FROM control_audit WHERE {same} AND id <= (SELECT id FROM control_audit "  # noqa: S608
+                       f"WHERE {same} ORDER BY id DESC LIMIT 1 OFFSET ?)",  # (two fixed strings)
+                       (ControlAction.SYNC.value, ControlAction.SYNC.value, KEEP_AUDIT))
         return True
 
     def request_sync(self, actor: str, at: float, reason: str = "") -> None:

@@ -9,6 +9,7 @@ from fleetllm.core.diff.fields import diff_fields
 from fleetllm.core.diff.report import (
     ASSUMED_LOAD_S,
     Alert,
+    AllowedOption,
     BoxImpact,
     BoxStatus,
     DeploymentAction,
@@ -26,6 +27,8 @@ from fleetllm.core.diff.servers import box_documents, process_plans, server_chan
 from fleetllm.core.diff.summary import plural
 from fleetllm.core.fleet.jsonvalue import JSON, thaw
 from fleetllm.core.fleet.model import Box, Fleet, FleetSettings, Recipe, ReconcileMode
+from fleetllm.core.fleet.options import RISKY_OPTIONS, risky_tokens
+from fleetllm.core.fleet.render import vllm_args
 from fleetllm_contract import division
 
 
@@ -43,7 +46,21 @@ def diff_fleets(base: Fleet, head: Fleet) -> Report:
         recipes=recipe_changes(base, head),
         settings=diff_fields(settings_json(base.settings), settings_json(head.settings), _settings_lifetime),
         disruptions=disruptions(head, boxes),
+        allowed=newly_allowed(base, head),
     )
+
+
+def newly_allowed(base: Fleet, head: Fleet) -> tuple[AllowedOption, ...]:
+    """Risky vLLM options a recipe allows at HEAD and did not at BASE (a new recipe: all it allows)."""
+    found: list[AllowedOption] = []
+    for name, recipe in sorted(head.recipes.items()):
+        old = base.recipes.get(name)
+        before = old.vllm.allow_options if old is not None else frozenset()
+        used = {option for _, _, option in risky_tokens(vllm_args(recipe))}
+        found.extend(AllowedOption(name, option, RISKY_OPTIONS.get(option, "not a known risky option"),
+                                   option in used, placed_count(head, name))
+                     for option in sorted(recipe.vllm.allow_options - before))
+    return tuple(found)
 
 
 def redivision(base: Fleet, head: Fleet) -> dict[str, division.BoxChange]:
@@ -132,6 +149,8 @@ def recipe_json(recipe: Recipe) -> dict[str, JSON]:
     vllm = recipe.vllm
     boot: dict[str, JSON] = {"model": vllm.model, "served_model_name": vllm.served_model_name,
                              "args": list(vllm.args), "settings": thaw(vllm.settings)}
+    if vllm.allow_options:
+        boot["allow_options"] = list[JSON](sorted(vllm.allow_options))
     for name in ("max_model_len", "gpu_memory_utilization", "vram_gb", "disk_gb", "kv_bytes_per_token"):
         if (value := getattr(vllm, name)) is not None:
             boot[name] = value
@@ -148,6 +167,8 @@ def recipe_json(recipe: Recipe) -> dict[str, JSON]:
 
 
 def _recipe_lifetime(path: tuple[str, ...]) -> Lifetime:
+    if path[:2] == ("vllm", "allow_options"):
+        return Lifetime.NONE  # validation only: the box JSON does not carry it
     return {"vllm": Lifetime.BOOT, "description": Lifetime.NONE}.get(path[0], Lifetime.LIVE)
 
 

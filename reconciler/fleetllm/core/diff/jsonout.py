@@ -66,6 +66,8 @@ def report_json(report: Report, extra: Mapping[str, JSON] | None = None) -> dict
         "changed": report.changed,
         "summary": summary_line(report),
         "counts": dict(counts(report)),
+        "allowed_options": [{"model": a.model, "option": a.option, "effect": a.effect, "used": a.used,
+                             "servers": a.servers} for a in report.allowed],
         "alerts": [{"level": a.level.value, "code": a.code, "subject": a.subject, "message": a.message}
                    for a in report.alerts],
         "boxes": [{"name": b.name, "status": b.status.value, "instruction": box_verdict(b),

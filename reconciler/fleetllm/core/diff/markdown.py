@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fleetllm.core.diff.report import BoxStatus, Level, Report
 from fleetllm.core.diff.sections import Section, box_verdict, sections
 from fleetllm.core.diff.summary import summary_line
-from fleetllm.core.diff.text import short
+from fleetllm.core.diff.text import allowed_line, short
 
 GITHUB_COMMENT_LIMIT = 65_536
 # Room left for what a workflow adds around the report (the comment marker, a header).
@@ -44,6 +44,11 @@ def _details(section: Section) -> Block:
                   f"{fence}diff"), lines, (fence, "", "</details>", ""))
 
 
+def _code(text: str) -> str:
+    """Plain text inside a blockquote list: backticks, `<` and `@` cannot open code, HTML or a mention."""
+    return text.replace("`", "'").replace("<", "&lt;").replace("@", "&#64;")
+
+
 def _todo(report: Report) -> list[str]:
     return [f"- [ ] {box_verdict(box)}" for box in report.boxes
             if box.status in (BoxStatus.NEW, BoxStatus.RESTART, BoxStatus.REMOVED)]
@@ -52,6 +57,11 @@ def _todo(report: Report) -> list[str]:
 def blocks(report: Report, extra: Sequence[Section], cost: Sequence[str] = ()) -> list[Block]:
     found = [Block((), (f"**fleetllm diff** `{short(report.base)}`..`{short(report.head)}`: "
                         f"{summary_line(report)}", ""))]
+    if report.allowed:
+        found.append(Block(("> [!CAUTION]", "> **Newly allowed vLLM options** (they run code or read files on the "
+                            "box; review each before merging):"),
+                           tuple(f"> - `{a.model}`: {_code(allowed_line(a)[len(a.model) + 2:])}"
+                                 for a in report.allowed), ("",)))
     if cost:  # what the change costs, first thing after the summary (fleetllm.core.cost.CostChange.text_lines)
         found.append(Block(("**Cost** (USD per hour, from the providers' listings)", ""),
                            tuple(f"- {line}" for line in cost), ("",)))

@@ -184,6 +184,18 @@ class RecipeChange:
     servers: int  # servers placed with this recipe (at HEAD; at BASE for a removed one)
 
 
+@dataclass(frozen=True)
+class AllowedOption:
+    """A vLLM option that runs code or reads files on the box, allowed in a recipe at HEAD but not at BASE
+    (fleetllm.core.fleet.options): the pull-request comment lists each one at its top."""
+
+    model: str
+    option: str  # without `--`
+    effect: str  # what it does on the box
+    used: bool  # the recipe's args or settings use it at HEAD (else only allowed, for a later change)
+    servers: int  # servers placed with this recipe at HEAD
+
+
 # How long a restarted vLLM server is out, for the estimates below: fleetllm has no load-time setting
 # (fleet.yaml's health_grace_s is a deadline, not an estimate), so this is stated with every estimate.
 ASSUMED_LOAD_S = 120
@@ -211,6 +223,7 @@ class Report:
     recipes: tuple[RecipeChange, ...]
     settings: tuple[FieldChange, ...]
     disruptions: tuple[Disruption, ...] = ()
+    allowed: tuple[AllowedOption, ...] = ()  # risky vLLM options newly allowed at HEAD
 
     @property
     def changed(self) -> bool:

@@ -65,6 +65,9 @@ class Salt:
     def derive(self, host: str, port: int) -> str:
         return derive_bearer(self, host, port)
 
+    def report_key(self, host: str) -> str:
+        return derive_report_key(self, host)
+
     def fingerprint(self) -> str:
         """A short, non-reversible id of the salt, to tell two salts apart in logs and state."""
         return hashlib.sha256(b"fleetllm.salt.fingerprint\n" + self._key).hexdigest()[:12]
@@ -79,6 +82,21 @@ def derive_bearer(salt: Salt, host: str, port: int) -> str:
     message = f"{DOMAIN}\n{host}\n{port}".encode()
     digest = hmac.new(salt._key, message, hashlib.sha256).digest()
     return PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+REPORT_KEY_DOMAIN = "fleetllm.box.report_key"
+REPORT_KEY_PREFIX = "rk-"
+
+
+def derive_report_key(salt: Salt, host: str) -> str:
+    """A box's report key: what POST /vllm/report must carry (X-Fleetllm-Report-Key) besides the fleet key,
+    so a leaked fleet key cannot report for another box. Derived like a bearer, in its own domain, from
+    the box name alone; delivered in the box's JSON (`report_key`)."""
+    host = normalise_host(host)
+    if not host:
+        raise ValueError("cannot derive a report key for an empty host")
+    digest = hmac.new(salt._key, f"{REPORT_KEY_DOMAIN}\n{host}".encode(), hashlib.sha256).digest()
+    return REPORT_KEY_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def bearer_fingerprint(bearer: str) -> str:

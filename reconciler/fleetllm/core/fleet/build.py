@@ -180,6 +180,8 @@ def build_recipe(name: str, value: dict[str, JSON], findings: list[Finding]) -> 
             vram_gb=_num(vllm.get("vram_gb")),
             disk_gb=_num(vllm.get("disk_gb")),
             kv_bytes_per_token=_int(vllm.get("kv_bytes_per_token")),
+            allow_options=frozenset(o for o in allowed if isinstance(o, str))
+            if isinstance(allowed := vllm.get("allow_options"), list) else frozenset(),
         ),
         litellm=LitellmRoute(
             params=freeze_mapping(litellm.get("params") if isinstance(litellm.get("params"), dict) else {}),

@@ -128,6 +128,7 @@ class VllmRecipe:
     vram_gb: float | None = None
     disk_gb: float | None = None
     kv_bytes_per_token: int | None = None
+    allow_options: frozenset[str] = frozenset()  # risky options it may use (fleetllm.core.fleet.options)
 
 
 @dataclass(frozen=True)

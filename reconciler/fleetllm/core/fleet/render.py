@@ -103,6 +103,7 @@ def render_box(fleet: Fleet, box_name: str, bearers: Bearers) -> dict[str, JSON]
     agent = agent_section(fleet, box.name)
     if agent is not None:
         document["agent"] = agent
+    document["report_key"] = bearers.salt.report_key(box.name)  # POST /vllm/report for this box only
     return document
 
 

@@ -15,6 +15,9 @@
 | max-model-len           | context promised beyond max_model_len, or a KV cache that cannot fit   |
 | managed-flag            | args/settings setting a flag fleetllm manages (--port, --api-ke=, ...) |
 | unsafe-arg              | control/non-ASCII characters in an argument (the unit file refuses them)|
+| option-not-allowed      | an option that runs code or reads files on the box (--trust-remote-code, |
+|                         | --chat-template, plugins, --config, ...) without vllm.allow_options     |
+| unknown-allowed-option  | an allow_options entry that is not such an option (a typo allows nothing)|
 | reserved-route-field    | litellm fields fleetllm sets itself (api_base, api_key, model_info.id) |
 | empty-placement         | no box at all, without allow_empty_placement: true                     |
 | public-port-deprecated  | (warning) a hand-written public port as a row's 4th element            |
@@ -38,6 +41,7 @@ from fleetllm.core.fleet.build import Built, Finding
 from fleetllm.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE
 from fleetllm.core.fleet.flags import managed_tokens, render_settings
 from fleetllm.core.fleet.model import Box, Provider, Recipe
+from fleetllm.core.fleet.options import RISKY_OPTIONS, risky_tokens
 from fleetllm_contract import vllmflags
 from fleetllm_contract.boxjson import GATEWAY_PROGRAM, unsafe_token
 
@@ -217,6 +221,7 @@ def _check_recipe(recipe: Recipe) -> Iterator[Finding]:
             yield Finding(MODELS_FILE, (*base, "vllm", "settings"), f"settings key {key!r} renders "
                           f"{tokens[0]}{rendered_as}: {vllmflags.explain(token, flag)}", "managed-flag", key=key)
     rendered = render_settings(vllm.settings)
+    yield from _check_options(recipe, rendered)
     for token in (*vllm.args, *rendered):
         problem = unsafe_token(token)
         if problem:
@@ -236,6 +241,25 @@ def _check_recipe(recipe: Recipe) -> Iterator[Finding]:
         if key in RESERVED_INFO or key.startswith("fleetllm"):
             yield Finding(MODELS_FILE, (*base, "litellm", "model_info"), f"model_info.{key} is set by "
                           "fleetllm (ownership and provenance); remove it", "reserved-route-field", key=key)
+
+
+def _check_options(recipe: Recipe, rendered: tuple[str, ...]) -> Iterator[Finding]:
+    """Options that run code or read files on the box need the recipe's explicit allow."""
+    base = ("models", recipe.name, "vllm")
+    allowed = recipe.vllm.allow_options
+    for where, argv in (("args", recipe.vllm.args), ("settings", rendered)):
+        for index, token, option in risky_tokens(argv):
+            if option in allowed:
+                continue
+            spelled = "" if vllmflags.spelling(token) == f"--{option}" else f" (read by vLLM as --{option})"
+            at = f"args[{index}]" if where == "args" else "a settings key"
+            yield Finding(MODELS_FILE, (*base, where), f"{at}: {vllmflags.spelling(token)}{spelled} "
+                          f"{RISKY_OPTIONS[option]}; if that is intended, add {option!r} to this recipe's "
+                          "vllm.allow_options (the pull-request comment then lists it at its top)",
+                          "option-not-allowed")
+    for option in sorted(allowed - set(RISKY_OPTIONS)):
+        yield Finding(MODELS_FILE, (*base, "allow_options"), f"{option!r} is not an option that needs an allow "
+                      "(see fleetllm.core.fleet.options); remove it or fix its spelling", "unknown-allowed-option")
 
 
 def check_fleet(built: Built, placement_empty: bool) -> Iterator[Finding]:

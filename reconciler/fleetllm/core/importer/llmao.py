@@ -293,6 +293,13 @@ def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, di
                     params[key] = thaw(param)
             elif key in ("api_base", "api_key"):
                 out.drop(f"{where} litellm_params.{key}", "set by fleetllm for each server; left out")
+            elif (secret := secret_param(key, param)) is not None:
+                out.drop(f"{where} litellm_params.{secret}", "holds a secret, which never goes into the fleet "
+                         "repository; left out: give LiteLLM the value in its environment and write "
+                         "`os.environ/NAME` for it in models.yaml litellm.params")
+                kept = without_secrets(param) if isinstance(param, Mapping) else None
+                if kept:
+                    params[key] = kept
             else:
                 params[key] = thaw(param)
     model_info: dict[str, JSON] = {}
@@ -705,3 +712,28 @@ def import_llmao(config: Mapping[str, Frozen], catalog: Mapping[str, Frozen],
         dropped=(*catalog_out.dropped, *boxes.dropped, *placement.dropped, *fleet.dropped, *left_out,
                  *control_plane.dropped),
         env=control_plane.env, legacy=frozenset(boxes.placed_legacy))
+
+
+SECRET_WORDS = frozenset({"secret", "password", "passwd", "token", "authorization", "cookie", "credential",
+                          "credentials", "signature", "apikey"})
+SECRET_PAIRS = ("api_key", "access_key", "private_key", "secret_key", "auth_key")
+REFERENCE = "os.environ/"  # LiteLLM's own reference to its environment: no secret in the file
+
+
+def _is_secret(key: str, value: Frozen) -> bool:
+    name = key.lower().replace("-", "_")
+    named = bool(SECRET_WORDS & set(name.split("_"))) or any(pair in name for pair in SECRET_PAIRS)
+    return named and not (isinstance(value, str) and value.startswith(REFERENCE))
+
+
+def secret_param(key: str, value: Frozen) -> str | None:
+    """The litellm_params key (or `key.header`) holding a literal secret (an `extra_headers` Authorization, an
+    `aws_secret_access_key`, ...), or None. A value `os.environ/NAME` is LiteLLM's reference, kept."""
+    if isinstance(value, Mapping):
+        inner = [f"{key}.{k}" for k, v in value.items() if _is_secret(str(k), v)]
+        return ", ".join(inner) if inner else None
+    return key if _is_secret(key, value) else None
+
+
+def without_secrets(value: Mapping[str, Frozen]) -> dict[str, JSON]:
+    return {str(k): thaw(v) for k, v in value.items() if not _is_secret(str(k), v)}

@@ -119,10 +119,11 @@ def forgotten(box: str, record: Retirement | None, target: str, now: float, acto
     return replace(base, state=RetireState.RETIRED, retired_at=now, reason=f"forgotten by {actor}")
 
 
-def retiring_document(box: str, revision: str) -> dict[str, JSON]:
+def retiring_document(box: str, revision: str, report_key: str) -> dict[str, JSON]:
     """The box JSON a retiring box is served: the box contract's object with no server (and no gateway
-    nor agent: the installer removes every fleetllm program, the agent's own included)."""
-    return {"host": box, "revision": revision, "servers": []}
+    nor agent: the installer removes every fleetllm program, the agent's own included), with the box's
+    report key, so that its report of an empty box is taken (that report is what retires it)."""
+    return {"host": box, "revision": revision, "servers": [], "report_key": report_key}
 
 
 def shown(record: Retirement) -> str:
