@@ -91,7 +91,8 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
 
     placement = (fleet_dir / "placement.yaml").read_text().split("  # Legacy pair")[0]
     (fleet_dir / "placement.yaml").write_text(placement)
-    (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().split("legacy_servers:")[0])
+    (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().split("legacy_servers:")[0]
+                                         + "fleet_id: example\n")  # what the cut-off tail said
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
     lock = tmp_path / "pass.lock"
     metrics_port = free_port()

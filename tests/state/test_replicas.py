@@ -191,7 +191,8 @@ def test_two_reconcilers_started_together_run_one_pass(tmp_path: Path, fleet_dir
     # No static boxes (nothing is probed) and no provider access: the pass observes LiteLLM only.
     placement = fleet_dir / "placement.yaml"
     placement.write_text(placement.read_text().split("  # Legacy pair")[0])
-    (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().split("legacy_servers:")[0])
+    (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().split("legacy_servers:")[0]
+                                         + "fleet_id: example\n")  # what the cut-off tail said
     litellm = SlowLitellm()
     state, pg_env = state_section(pg_url)
     config = tmp_path / "cp.yaml"

@@ -24,7 +24,8 @@ import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from fleetllm.adapters.background import BackgroundSender
-from fleetllm.adapters.http import HttpError, RetryPolicy, connector, request_json, scrub
+from fleetllm.adapters.http import HttpError, RetryPolicy, connector, request_json
+from fleetllm.adapters.outgoing import scrub
 from fleetllm.core.forge import CommitStatus, ForgeConfig
 from fleetllm.core.secret import Secret
 from fleetllm.logs import get_logger, log_event

@@ -15,13 +15,14 @@ import json
 import math
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
 import aiohttp
 
+from fleetllm.adapters.outgoing import scrub
 from fleetllm.core.fleet.jsonvalue import JSON
 from fleetllm.errors import UpstreamError
 
@@ -102,14 +103,6 @@ def _decode(text: str) -> JSON:
     except ValueError:
         return text[:300]
     return value
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """Error bodies may echo what we sent (a 422 repeats its input): never let a secret through. The
-    longest first, so that a secret containing another is replaced whole."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "<redacted>")
-    return text
 
 
 async def request_json(session: aiohttp.ClientSession, method: str, url: str, *, what: str,

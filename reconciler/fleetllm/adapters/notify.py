@@ -40,7 +40,8 @@ import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from fleetllm.adapters.background import BackgroundSender
-from fleetllm.adapters.http import HttpError, RetryPolicy, connector, request_json, scrub
+from fleetllm.adapters.http import HttpError, RetryPolicy, connector, request_json
+from fleetllm.adapters.outgoing import scrub
 from fleetllm.adapters.state.notifications import MemoryLedger, NotificationLedger
 from fleetllm.core.notify import (
     Decision,

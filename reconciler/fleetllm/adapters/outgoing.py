@@ -32,13 +32,20 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from fleetllm.adapters.http import scrub
 from fleetllm.errors import UpstreamError
 from fleetllm_contract.addresses import is_loopback
 
-__all__ = ["Answer", "OutgoingError", "fetch", "hidden_forms", "link_local_problem", "plain_http_problem"]
+__all__ = ["Answer", "OutgoingError", "fetch", "hidden_forms", "link_local_problem", "plain_http_problem", "scrub"]
 
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """Error bodies may echo what we sent (a 422 repeats its input): never let a secret through. The
+    longest first, so that a secret containing another is replaced whole."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "<redacted>")
+    return text
 
 
 class OutgoingError(UpstreamError):

@@ -27,8 +27,7 @@ from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from prometheus_client import CollectorRegistry, push_to_gateway, write_to_textfile
 
-from fleetllm.adapters.http import scrub
-from fleetllm.adapters.outgoing import fetch, hidden_forms
+from fleetllm.adapters.outgoing import fetch, hidden_forms, scrub
 from fleetllm.logs import get_logger, log_event
 from fleetllm.settings import PushgatewayConfig
 
