@@ -16,7 +16,7 @@ def with_m2(block: str) -> str:
 @pytest.mark.parametrize("args", [
     '["--trust-remote-code"]', '["--tool-parser-plugin", "/tmp/p.py"]', '["--middleware", "x.y"]',
     '["--otlp-traces-endpoint", "http://198.51.100.1:4317"]', '["--chat-template", "/etc/passwd"]',
-    '["--allowed-local-media-path", "/"]', '["--config", "/tmp/c.yaml"]',
+    '["--allowed-local-media-path", "/"]',
     '["--trust_remote_code"]', '["--Trust-Remote"]', '["--middleware=x.y"]', '["--chat-template=/etc/shadow"]',
     '["-sc", "{}"]', '["-sc.model=/x"]', '["-s", "{}"]', '["--speculative-config.model", "/x"]',
     '"--allowed-local-media-path /"', '["--hf-token", "hf_x"]',
@@ -46,6 +46,15 @@ def test_an_allow_is_per_option_and_per_recipe() -> None:
     other = MODELS.replace("{model: org/m1,", "{args: [--trust-remote-code], model: org/m1,")
     other = other.replace("{model: org/m2,", "{allow_options: [trust-remote-code], model: org/m2,")
     assert only(validate(models=other), "option-not-allowed").pointer == "/models/m1/vllm/args"
+
+
+def test_config_is_managed_and_no_allow_admits_it() -> None:
+    """`--config FILE` reads flags from a box file, managed ones included: refused outright (the box refuses
+    it too), and an allow of it is no allow at all."""
+    models = with_m2('args: ["--config", "/tmp/c.yaml"], allow_options: [config]')
+    found = validate(models=models)
+    assert only(found, "managed-flag").pointer == "/models/m2/vllm/args"
+    assert only(found, "unknown-allowed-option").pointer == "/models/m2/vllm/allow_options"
 
 
 def test_a_misspelt_allow_is_refused() -> None:

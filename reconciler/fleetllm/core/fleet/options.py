@@ -3,10 +3,11 @@
 A recipe's args and settings are reviewed in a pull request, but some vLLM options turn a one-line change
 into code execution or a file read on the box: `--trust-remote-code` runs the weights repository's Python,
 plugins and middleware import a module, `--chat-template FILE` and `--allowed-local-media-path` read box
-files, an OTLP endpoint sends every request's traces elsewhere, `--config FILE` sets any flag (managed ones
-included) from a file on the box. Such an option validates only when the recipe lists it in
+files, an OTLP endpoint sends every request's traces elsewhere. Such an option validates only when the recipe lists it in
 `vllm.allow_options` (rule `option-not-allowed`), and the pull-request comment lists each newly allowed one
-at its top (fleetllm.core.diff), outside the collapsed sections.
+at its top (fleetllm.core.diff), outside the collapsed sections. `--config FILE` is not on this list: it
+can set a managed flag from a file on the box, so no allow admits it (fleetllm_contract.vllmflags, rule
+`managed-flag`).
 
 The list was read from vLLM 0.32's `vllm serve --help=all` (every option whose value names a file, a
 directory, a module, a class, a plugin or a remote endpoint, or that runs code it did not ship);
@@ -44,7 +45,6 @@ RISKY_OPTIONS: Mapping[str, str] = {
     "model-loader-extra-config": f"{_FILE}: passes paths and options to the weight loader",
     "speculative-config": f"{_FILE}: may name a draft model path (and trust its remote code)",
     "hf-overrides": f"{_CODE}: may override the model config (auto_map, architectures) the loader imports",
-    "config": f"{_FILE}: sets any flag, managed ones included, from a YAML file on the box",
     "chat-template": f"{_FILE}: a template file path (or an inline template)",
     "tokenizer": f"{_FILE}: a tokenizer directory or repository other than the weights'",
     "hf-config-path": f"{_FILE}: a model config directory or repository other than the weights'",
