@@ -237,7 +237,7 @@ class Agent:
             return
         installer = self.watched
         given_up = sorted(new)
-        installer.states = {**installer.states, **{server: ServerState.FAILED for server in given_up}}
+        installer.states = {**installer.states, **dict.fromkeys(given_up, ServerState.FAILED)}
         shown = ", ".join(f"{self.watch.programs[s]} ({states[self.watch.programs[s]]})" for s in given_up)
         revision = installer.box.revision if installer.box is not None else "unknown"
         message = (f"after revision {revision} was reported installed, supervisord gave up on {shown}: "
