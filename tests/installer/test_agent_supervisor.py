@@ -7,6 +7,7 @@ reported failed, once (issue 27's bad boot)."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 import stat
@@ -15,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from fleetllm.job.rollout import report_facts
+from fleetllm.server.reports import parse_report
 from fleetllm_installer import agent as agent_module
 from fleetllm_installer.agent import USER_AGENT, Agent
 from fleetllm_installer.fetch import Client
@@ -197,3 +200,8 @@ def test_a_server_that_crash_loops_after_the_install_was_reported_is_reported_fa
     assert posts[-1]["headers"].get("x-fleetllm-report-key") == report_key
     for server in box_json["servers"]:
         assert server["api_key"] not in str(report)
+    # The control plane takes it (its schema) and the rollout reads it as a failed install of that
+    # revision, with `large` crash-looping: failure_of halts on either (tests/reconcile/test_rollout_pass.py).
+    facts = report_facts(parse_report(json.dumps(report).encode(), BOX, "127.0.0.1", 1.0))
+    assert facts is not None
+    assert (facts.revision, facts.install_failed, facts.failed) == ("bad-boot-revision", True, {"large"})
