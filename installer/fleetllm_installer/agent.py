@@ -9,6 +9,13 @@ JSON check, fit check, programs written, `supervisorctl reread` + `update` so on
 changed restart and programs that left are stopped and removed, supervisord's verdict, POST /vllm/report
 with `"agent": true`).
 
+After an apply it reported as installed, the agent keeps watching that config's programs: on each poll,
+one `supervisorctl status` of them. supervisord's verdict at install time can come before a server that
+loads for minutes crash-loops (it passed `startsecs` once, then crashed, and its restarts fail), so a
+program that goes FATAL later is reported `failed` for that revision (with the server and supervisord's
+state), once per failure, not once per poll (`crashed`, a pure decision): the rollout halts on it
+(fleetllm.core.rollout.step.failure_of) instead of waiting out its health grace (issue 27).
+
 A retiring box (it left the placement) is served a box JSON with no servers and no agent: applied as any
 other, it removes every fleetllm program, this agent's own included (issue 25).
 
@@ -35,15 +42,23 @@ import random
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from types import FrameType
 
-from fleetllm_contract.boxjson import AGENT_POLL_S, AGENT_PROGRAM
+from fleetllm_contract.boxjson import AGENT_POLL_S, AGENT_PROGRAM, GATEWAY_PROGRAM
+from fleetllm_contract.report import ReportOutcome, ServerState
 from fleetllm_installer import __version__, logs
 from fleetllm_installer.boxgateway import GatewayPlan
 from fleetllm_installer.fetch import Client, FetchError, check_url
-from fleetllm_installer.handover import HandoverError, WriteResult, reread, update_groups, update_later
+from fleetllm_installer.handover import (
+    HandoverError,
+    WriteResult,
+    program_states,
+    reread,
+    update_groups,
+    update_later,
+)
 from fleetllm_installer.main import EXIT_OK, EXIT_USAGE, Installer, log, resolve_vllm, save_applied
 from fleetllm_installer.settings import Settings, SettingsError, load
 from fleetllm_installer.units import PREFIX, Unit, program_name
@@ -99,6 +114,44 @@ class AgentInstaller(Installer):
         update_groups(self.settings, (name for name in changes if name.startswith(PREFIX) and name != OWN_PROGRAM))
 
 
+GIVEN_UP = frozenset({"FATAL"})  # supervisord stopped restarting it (startretries starts that each ended sooner)
+
+
+@dataclass(frozen=True)
+class Watch:
+    """The programs of a config the agent applied and reported as installed: `programs` maps each server
+    (and GATEWAY_PROGRAM for the box gateway) to its Supervisor program; `reported` holds the servers whose
+    failure the control plane already knows (from the install's report, or a `failed` report since)."""
+
+    programs: Mapping[str, str]
+    reported: frozenset[str] = frozenset()
+
+
+def crashed(watch: Watch, states: Mapping[str, str]) -> tuple[frozenset[str], Watch]:
+    """Pure: the servers supervisord gave up on that are not reported yet (empty: send nothing), and the
+    watch after. `states`: program -> supervisord state; a program it does not list (unknown, or the
+    status call answered nothing) changes nothing. A reported server that runs again (restarted by hand)
+    leaves `reported`, so a later failure of it is a new one."""
+    known = {server: states[program] for server, program in watch.programs.items() if program in states}
+    down = frozenset(server for server, state in known.items() if state in GIVEN_UP)
+    still = frozenset(server for server in watch.reported if server not in known) | down
+    return down - watch.reported, replace(watch, reported=still)
+
+
+def watch_of(installer: Installer) -> Watch | None:
+    """What to watch after `installer` applied and reported installed: its servers and box gateway."""
+    box = installer.box
+    if box is None:
+        return None
+    programs = {server.name: program_name(server.name) for server in box.servers}
+    if box.gateway is not None:
+        programs[GATEWAY_PROGRAM] = program_name(GATEWAY_PROGRAM)
+    if not programs:
+        return None
+    return Watch(programs, frozenset(name for name, state in installer.states.items()
+                                     if name in programs and state is ServerState.FAILED))
+
+
 @dataclass
 class Outcome:
     """What one poll did: `fetch` is 200, 304 or "failed"; `result` is "applied", "refused" (reported,
@@ -126,6 +179,8 @@ class Agent:
         self.leaving = False  # the JSON dropped the agent: supervisord removes it
         self.busy = False  # the last poll found another install running
         self.fetch_failed = False
+        self.watch: Watch | None = None  # the programs of the last config this agent applied
+        self.watched: Installer | None = None  # that apply: what a `failed` report about it says
         self.load_state()
 
     def load_state(self) -> None:
@@ -152,14 +207,43 @@ class Agent:
         return delay_s(self.poll_s, self.failures, self.uniform)
 
     def poll(self) -> Outcome:
-        """One poll, and an apply when the served config changed. Raises nothing it can catch."""
+        """One poll, and an apply when the served config changed, then a look at the programs of the
+        config applied. Raises nothing it can catch."""
         try:
-            return self._poll()
+            outcome = self._poll()
         except Exception as exc:  # a bug must not stop the agent; no traceback (it may quote the JSON)
             self.failures += 1
             log(f"agent: internal error ({type(exc).__name__}); the box keeps its programs; "
                 f"next poll in {self.next_delay():.0f} s")
-            return Outcome("failed", "error")
+            outcome = Outcome("failed", "error")
+        try:
+            self.check_programs()
+        except Exception as exc:  # as above
+            log(f"agent: internal error while looking at its programs ({type(exc).__name__})")
+        return outcome
+
+    def check_programs(self) -> None:
+        """One `supervisorctl status` of the programs of the config this agent applied; a `failed` report
+        for its revision when supervisord gave up on one since it was last reported."""
+        if self.watch is None or self.watched is None or self.leaving:
+            return
+        try:
+            states = program_states(self.settings, self.watch.programs.values())
+        except HandoverError as exc:
+            log(f"agent: cannot ask supervisord how its programs are: {exc}")
+            return
+        new, self.watch = crashed(self.watch, states)
+        if not new:
+            return
+        installer = self.watched
+        given_up = sorted(new)
+        installer.states = {**installer.states, **dict.fromkeys(given_up, ServerState.FAILED)}
+        shown = ", ".join(f"{self.watch.programs[s]} ({states[self.watch.programs[s]]})" for s in given_up)
+        revision = installer.box.revision if installer.box is not None else "unknown"
+        message = (f"after revision {revision} was reported installed, supervisord gave up on {shown}: "
+                   f"see their logs in {self.settings.log_dir}")
+        log(f"agent: {message}")
+        installer.report(ReportOutcome.FAILED, message)
 
     def _poll(self) -> Outcome:
         self.busy = False
@@ -202,6 +286,7 @@ class Agent:
             return Outcome(answer.status, "same")
         if code != EXIT_OK and installer.retry:
             self.failures += 1
+            self.watch = self.watched = None  # it may have written and restarted programs: not the watched config's
             log(f"agent: the apply did not finish; it is tried again in about {self.next_delay():.0f} s")
             return Outcome(answer.status, "retry")
         self.failures = 0
@@ -214,6 +299,7 @@ class Agent:
             return Outcome(answer.status, "refused")
         self.applied, self.refused = digest, None
         self.etag = answer.etag
+        self.watch, self.watched = watch_of(installer), installer
         if box is not None and box.agent is not None:
             self.set_poll(box.agent.poll_s)
             try:

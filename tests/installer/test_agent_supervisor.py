@@ -1,11 +1,13 @@
 """The installer installs and removes the box agent under a real supervisord (from PyPI): the program runs
 the agent from its copy of the box program; a JSON without `agent` stops and removes it and its files;
-the report says `agent` only while the agent runs. And an apply that supervisord refuses is tried
-again, not taken as applied."""
+the report says `agent` only while the agent runs. An apply that supervisord refuses is tried
+again, not taken as applied. A server that crash-loops after the agent reported the apply installed is
+reported failed, once (issue 27's bad boot)."""
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 import stat
@@ -14,13 +16,15 @@ from typing import Any
 
 import pytest
 
+from fleetllm.job.rollout import report_facts
+from fleetllm.server.reports import parse_report
 from fleetllm_installer import agent as agent_module
 from fleetllm_installer.agent import USER_AGENT, Agent
 from fleetllm_installer.fetch import Client
 from fleetllm_installer.handover import install_lock, update_later
 from fleetllm_installer.main import main
 from fleetllm_installer.settings import load
-from tests.installer.conftest import BOX, FLEET_KEY, FakeControlPlane
+from tests.installer.conftest import BOX, FLEET_KEY, STUB_VLLM, FakeControlPlane
 from tests.installer.realprocs import Supervisor, pid_alive, wait_until, write_supervisord_conf
 
 pytestmark = pytest.mark.slow
@@ -145,3 +149,59 @@ def applied_by_this_agent(supervisor: Supervisor, plane: FakeControlPlane, agent
     assert later == ["fleetllm-agent"]
     assert supervisor.pid("fleetllm-agent") == agent_pid  # its own update left it alone
     assert "fleetllm-agent: changed" in supervisor.ctl("reread")
+
+
+def test_a_server_that_crash_loops_after_the_install_was_reported_is_reported_failed_once(
+        supervisor: Supervisor, control_plane: FakeControlPlane, box_json: dict[str, Any], box_env: Path,
+        tool_bin: Path, tmp_path: Path, ports: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`large` loads past startsecs (1 s) on its first start, so supervisord's verdict is RUNNING and the
+    agent reports installed; then it exits 1, and every restart exits 1 at once: supervisord retries
+    startretries times and gives up (FATAL). The agent's next polls see it and send one `failed` report
+    for that revision, with the server and supervisord's state, and its report key."""
+    monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
+    report_key = "report-key-for-tests-0001"
+    control_plane.boxes[BOX] = {**box_json, "revision": "bad-boot-revision", "report_key": report_key}
+    marker = tmp_path / "large-started-once"
+    (tool_bin / "vllm").unlink()
+    (tool_bin / "vllm").write_text(
+        "#!/bin/sh\n"
+        f"case \" $* \" in *\" --port {ports[1]} \"*)\n"
+        f"  if [ -e {marker} ]; then exit 1; fi\n"
+        f"  : > {marker}; sleep 4; exit 1;;\n"
+        "esac\n"
+        f"exec {STUB_VLLM} \"$@\"\n")
+    (tool_bin / "vllm").chmod(0o755)
+    settings = load()
+    assert settings.url is not None
+    agent = Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
+                  uniform=lambda low, high: 1.0)
+    assert agent.poll().result == "applied"
+    installed = control_plane.reports[-1]
+    assert installed["outcome"] == "installed"
+    assert {s["name"]: s["state"] for s in installed["servers"]} == {"small": "started", "large": "started"}
+    assert agent.poll().result == "same"  # large still runs: nothing more to say
+    assert len(control_plane.reports) == 1
+
+    def failed() -> list[dict[str, Any]]:
+        agent.poll()
+        return [r for r in control_plane.reports if r["outcome"] == "failed"]
+
+    reports = wait_until("a failed report", failed, 90)
+    assert supervisor.states()["fleetllm-large"] == "FATAL"
+    assert supervisor.states()["fleetllm-small"] == "RUNNING"
+    for _ in range(3):  # later polls find it FATAL still: no second report
+        agent.poll()
+    assert len(control_plane.reports) == 2
+    report = reports[0]
+    assert report["revision"] == "bad-boot-revision"
+    assert {s["name"]: s["state"] for s in report["servers"]} == {"small": "started", "large": "failed"}
+    assert "fleetllm-large (FATAL)" in report["message"]
+    posts = [r for r in control_plane.requests if r["method"] == "POST"]
+    assert posts[-1]["headers"].get("x-fleetllm-report-key") == report_key
+    for server in box_json["servers"]:
+        assert server["api_key"] not in str(report)
+    # The control plane takes it (its schema) and the rollout reads it as a failed install of that
+    # revision, with `large` crash-looping: failure_of halts on either (tests/reconcile/test_rollout_pass.py).
+    facts = report_facts(parse_report(json.dumps(report).encode(), BOX, "127.0.0.1", 1.0))
+    assert facts is not None
+    assert (facts.revision, facts.install_failed, facts.failed) == ("bad-boot-revision", True, {"large"})

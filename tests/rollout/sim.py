@@ -62,6 +62,7 @@ class Sim:
     boxes: dict[str, SimBox]
     load_passes: int = 2
     bad_digests: frozenset[str] = frozenset()
+    late_verdict: bool = False  # a crash is reported as the box agent's later `failed` report (outcome failed)
     budgets: Mapping[str, int] = field(default_factory=dict)
     interval_s: float = 10.0
     drain_s: int = 10
@@ -134,7 +135,8 @@ class Sim:
     def report(self, box: SimBox) -> ReportFacts | None:
         if not box.applied:
             return None
-        return ReportFacts(box.applied, failed=box.failed, reported_at=box.reported_at)
+        return ReportFacts(box.applied, install_failed=self.late_verdict and bool(box.failed), failed=box.failed,
+                           reported_at=box.reported_at)
 
     def step_input(self) -> StepInput:
         boxes: dict[str, BoxInput] = {}

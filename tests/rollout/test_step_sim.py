@@ -318,6 +318,12 @@ def test_the_halt_reasons_name_the_box_and_what_failed() -> None:
     halt = next(s.halt for s in crash.steps if s.halt is not None)
     assert (halt.box, halt.rolled_back_to) == ("a", "r1")
     assert crash.releases["a"].reason == crash.rollout.reason
+    # The box agent's `failed` report of a crash after it reported installed (issue 27) names the crash too.
+    agent = Sim.start("r1", layout, {"m": "v1"}, bad_digests=frozenset({"m:v2:8001"}), late_verdict=True)
+    agent.run(2)
+    agent.commit("r2", layout, {"m": "v2"})
+    agent.run()
+    assert agent.rollout is not None and agent.rollout.reason == crash.rollout.reason
     late = Sim.start("r1", layout, {"m": "v1"}, load_passes=10_000)
     late.run(2)
     late.commit("r2", layout, {"m": "v2"})

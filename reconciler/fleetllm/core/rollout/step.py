@@ -299,11 +299,12 @@ def failure_of(work: Work, box: str, release: BoxRelease) -> str | None:
     changed = servers_named(served, change.started | change.restarted)
     report = b.report
     if report is not None and report.revision == release.revision and report.reported_at >= release.released_at:
-        if report.install_failed:
-            return f"the box reported that installing revision {release.revision[:12]} failed"
+        # the crash first: the box agent reports a crash after its install as a failed install (issue 27)
         crashed = sorted(s.name for s in changed if s.name in report.failed)
         if crashed:
             return f"server(s) {', '.join(crashed)} crash-loop (supervisord gave up on them)"
+        if report.install_failed:
+            return f"the box reported that installing revision {release.revision[:12]} failed"
     grace = max((s.grace_s for s in changed), default=DEFAULT_GRACE_S)
     late = [s for s in changed if inp.verdicts.get(server_key(box, s)) != "Healthy"]
     if late and inp.now - release.released_at > grace:
