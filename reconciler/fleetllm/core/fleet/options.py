@@ -4,10 +4,10 @@ A recipe's args and settings are reviewed in a pull request, but some vLLM optio
 into code execution or a file read on the box: `--trust-remote-code` runs the weights repository's Python,
 plugins and middleware import a module, `--chat-template FILE` and `--allowed-local-media-path` read box
 files, an OTLP endpoint sends every request's traces elsewhere. Such an option validates only when the
-recipe lists it in `vllm.allow_options` (rule `option-not-allowed`), and the pull-request comment lists each newly allowed one
-at its top (fleetllm.core.diff), outside the collapsed sections. `--config FILE` is not on this list: it
-can set a managed flag from a file on the box, so no allow admits it (fleetllm_contract.vllmflags, rule
-`managed-flag`).
+recipe lists it in `vllm.allow_options` (rule `option-not-allowed`), and the pull-request comment lists
+each newly allowed one at its top (fleetllm.core.diff), outside the collapsed sections. `--config FILE`
+is not on this list: it can set a managed flag from a file on the box, so no allow admits it
+(fleetllm_contract.vllmflags, rule `managed-flag`).
 
 The list was read from vLLM 0.32's `vllm serve --help=all` (every option whose value names a file, a
 directory, a module, a class, a plugin or a remote endpoint, or that runs code it did not ship);
