@@ -24,14 +24,11 @@ status line) is shown with the fleet key blanked out, as printable ASCII, cut sh
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import random
 import re
-import socket
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -42,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetllm_contract.addresses import is_loopback
+from fleetllm_contract.deadline import Watchdog, watched
 from fleetllm_installer.errors import InstallerError
 
 BASE_S = 1.0
@@ -104,87 +102,23 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
                          "elsewhere)")
 
 
-class _Watchdog:
-    """One request's overall deadline. Every socket the request opens is registered (a duplicate of its
-    descriptor, so it stays valid after TLS takes the socket over); at the deadline a timer thread shuts
-    them down, and whatever blocks on them (connect, handshake, a read) returns at once with an error.
-    close() cancels the timer and lets go of the duplicates; call it when the request ends."""
-
-    def __init__(self, seconds: float) -> None:
-        self.expired = False
-        self._closed = False
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def watch(self, sock: socket.socket) -> None:
-        duplicate = sock.dup()
-        with self._lock:
-            if self._closed:
-                duplicate.close()
-                return
-            self._sockets.append(duplicate)
-            if self.expired:
-                _shut(duplicate)
-
-    def _expire(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self.expired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-    def close(self) -> None:
-        self._timer.cancel()
-        with self._lock:
-            self._closed = True
-            for sock in self._sockets:
-                sock.close()
-            self._sockets.clear()
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # already closed by the peer
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-def _watched(connection_class: type[http.client.HTTPConnection], watchdog: _Watchdog) -> Any:
-    """A factory of `connection_class` whose every socket (to the server, or to a proxy) the watchdog watches."""
-
-    def connect(address: tuple[str, int], timeout: float | None = None,
-                source_address: tuple[str, int] | None = None) -> socket.socket:
-        sock = socket.create_connection(address, timeout, source_address)
-        watchdog.watch(sock)
-        return sock
-
-    def make(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
-        connection = connection_class(*args, **kwargs)
-        connection._create_connection = connect  # type: ignore[attr-defined]  # http.client's own seam
-        return connection
-
-    return make
-
-
 class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, watchdog: _Watchdog) -> None:
+    def __init__(self, watchdog: Watchdog) -> None:
         super().__init__()
         self.watchdog = watchdog
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_watched(http.client.HTTPConnection, self.watchdog), req)
+        return self.do_open(watched(http.client.HTTPConnection, self.watchdog), req)
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, context: ssl.SSLContext, watchdog: _Watchdog) -> None:
+    def __init__(self, context: ssl.SSLContext, watchdog: Watchdog) -> None:
         super().__init__(context=context)
         self.context = context
         self.watchdog = watchdog
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_watched(http.client.HTTPSConnection, self.watchdog), req, context=self.context)
+        return self.do_open(watched(http.client.HTTPSConnection, self.watchdog), req, context=self.context)
 
 
 def check_url(url: str) -> None:
@@ -226,7 +160,7 @@ class Client:
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, host={self.host!r})"
 
-    def _opener(self, watchdog: _Watchdog) -> urllib.request.OpenerDirector:
+    def _opener(self, watchdog: Watchdog) -> urllib.request.OpenerDirector:
         context = ssl.create_default_context()
         if self.ca_bundle is not None:
             context.load_verify_locations(cafile=str(self.ca_bundle))
@@ -251,7 +185,7 @@ class Client:
             request.add_header("Content-Type", "application/json")
         for name, value in (headers or {}).items():
             request.add_header(name, value)
-        watchdog = _Watchdog(REQUEST_TIMEOUT_S)
+        watchdog = Watchdog(REQUEST_TIMEOUT_S)
         scrub = _Scrub(self.fleet_key)
         try:
             with self._opener(watchdog).open(request, timeout=REQUEST_TIMEOUT_S) as response:

@@ -18,12 +18,9 @@ Standard library only (urllib), one short request at a time.
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.client
 import ipaddress
-import socket
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +31,7 @@ from urllib.parse import urlsplit
 
 from fleetllm.errors import UpstreamError
 from fleetllm_contract.addresses import is_loopback
+from fleetllm_contract.deadline import Watchdog, watched
 
 __all__ = ["Answer", "OutgoingError", "fetch", "hidden_forms", "link_local_problem", "plain_http_problem", "scrub"]
 
@@ -98,62 +96,19 @@ class Answer:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-class _Deadline:
-    """Shuts every socket of one request down when the request's time is up."""
-
-    def __init__(self, seconds: float) -> None:
-        self.expired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Deadline:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-    def watch(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.append(sock)
-            if self.expired:
-                _shut(sock)
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-def _watched(base: type[http.client.HTTPConnection], deadline: _Deadline) -> Any:
-    class Watched(base):  # type: ignore[valid-type,misc]
-        def connect(self) -> None:
-            super().connect()
-            deadline.watch(self.sock)
-    return Watched
-
-
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None  # urllib then raises the 3xx as an HTTPError: an answer, not followed
 
 
-def _opener(deadline: _Deadline, context: ssl.SSLContext | None, proxy: str | None) -> urllib.request.OpenerDirector:
+def _opener(deadline: Watchdog, context: ssl.SSLContext | None, proxy: str | None) -> urllib.request.OpenerDirector:
     class Http(urllib.request.HTTPHandler):
         def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-            return self.do_open(_watched(http.client.HTTPConnection, deadline), req)
+            return self.do_open(watched(http.client.HTTPConnection, deadline), req)
 
     class Https(urllib.request.HTTPSHandler):
         def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-            return self.do_open(_watched(http.client.HTTPSConnection, deadline), req, context=context)
+            return self.do_open(watched(http.client.HTTPSConnection, deadline), req, context=context)
 
     proxies = {"http": proxy, "https": proxy} if proxy else {}
     return urllib.request.build_opener(urllib.request.ProxyHandler(proxies), _NoRedirect(), Http(), Https())
@@ -177,26 +132,28 @@ def fetch(method: str, url: str, *, what: str, headers: Mapping[str, str] | None
             raise OutgoingError(f"{what}: CA file {ca_file}: {exc}") from None
     request = urllib.request.Request(url, data=data, method=method, headers=sent)  # noqa: S310 (checked above)
     started = time.monotonic()
-    with _Deadline(timeout_s) as deadline:
+    deadline = Watchdog(timeout_s)
+    try:
+        opener = _opener(deadline, context, proxy)
+        with opener.open(request, timeout=timeout_s) as response:
+            answer = Answer(response.status, _read(response, max_bytes), dict(response.headers.items()))
+        if deadline.expired:  # a body cut by the deadline may look whole (no length, connection closed)
+            raise OSError("deadline")
+        return answer
+    except urllib.error.HTTPError as exc:
         try:
-            opener = _opener(deadline, context, proxy)
-            with opener.open(request, timeout=timeout_s) as response:
-                answer = Answer(response.status, _read(response, max_bytes), dict(response.headers.items()))
-            if deadline.expired:  # a body cut by the deadline may look whole (no length, connection closed)
-                raise OSError("deadline")
-            return answer
-        except urllib.error.HTTPError as exc:
-            try:
-                body = _read(exc, max_bytes)
-            except OSError:
-                body = b""
-            clean = scrub(body.decode("utf-8", "replace"), hidden).encode()
-            return Answer(exc.code, clean, {k: scrub(v, hidden) for k, v in exc.headers.items()})
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            if deadline.expired or time.monotonic() - started >= timeout_s:
-                raise OutgoingError(f"{what}: timed out: no whole answer within {timeout_s:g} s") from None
-            reason = getattr(exc, "reason", exc)
-            raise OutgoingError(scrub(f"{what}: {type(exc).__name__}: {reason}", hidden)[:300]) from None
+            body = _read(exc, max_bytes)
+        except OSError:
+            body = b""
+        clean = scrub(body.decode("utf-8", "replace"), hidden).encode()
+        return Answer(exc.code, clean, {k: scrub(v, hidden) for k, v in exc.headers.items()})
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        if deadline.expired or time.monotonic() - started >= timeout_s:
+            raise OutgoingError(f"{what}: timed out: no whole answer within {timeout_s:g} s") from None
+        reason = getattr(exc, "reason", exc)
+        raise OutgoingError(scrub(f"{what}: {type(exc).__name__}: {reason}", hidden)[:300]) from None
+    finally:
+        deadline.close()
 
 
 def _read(response: Any, max_bytes: int) -> bytes:
