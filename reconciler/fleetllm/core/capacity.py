@@ -25,14 +25,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.cost import BoxPrice, PriceSource, money
 from fleetllm.core.fleet.jsonvalue import JSON
 from fleetllm.core.fleet.model import CapacitySettings, Pool, Provider
 from fleetllm.core.judge.intended import Intended, ServerKey
 from fleetllm.core.judge.observed import BoxFacts, ProviderListing
 from fleetllm.core.judge.verdict import SERVING, Judgement
-from fleetllm_contract.report import ReportOutcome
 
 LABEL_PREFIX = "fleetllm-"
 
@@ -263,12 +261,7 @@ def retired_boxes(facts: Mapping[str, BoxFacts], placed: Iterable[str], intended
     a removed box is served that empty config and reports so, it is not retired, and nothing terminates it."""
     gone = set(placed) | set(intended)
     return frozenset(box for box, fact in facts.items()
-                     if box not in gone and fact.report is not None and _reported_empty(fact.report))
-
-
-def _reported_empty(report: BoxReport) -> bool:
-    servers = report.body.get("servers")
-    return report.outcome is ReportOutcome.INSTALLED and isinstance(servers, tuple) and not servers
+                     if box not in gone and fact.report is not None and fact.report.runs_nothing())
 
 
 def serving_boxes(intended: Intended, judgements: Mapping[ServerKey, Judgement]) -> dict[str, frozenset[str]]:
