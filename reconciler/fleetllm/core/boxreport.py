@@ -34,8 +34,9 @@ class BoxReport:
                          and isinstance(name := s.get("name"), str))
 
     def runs_nothing(self) -> bool:
-        """The box installed a box JSON with no server (a retiring box's): it runs no program of ours."""
-        servers = self.body.get("servers", ())
+        """The box installed a box JSON with no server (a retiring box's) and says so: it runs no program of
+        ours. A report without `servers` says nothing about them (capacity terminates only on this)."""
+        servers = self.body.get("servers")
         return self.outcome is ReportOutcome.INSTALLED and isinstance(servers, tuple) and not servers
 
     def server_digests(self) -> dict[str, str]:
