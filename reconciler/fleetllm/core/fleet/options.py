@@ -13,7 +13,7 @@ The list was read from vLLM 0.32's `vllm serve --help=all` (every option whose v
 directory, a module, a class, a plugin or a remote endpoint, or that runs code it did not ship);
 tests/realvllm/test_option_policy.py checks each name against the real parser. An option is matched the
 way vLLM's parser reads it (fleetllm_contract.vllmflags.flag_key: `_` for `-`, `--flag=value`,
-`--flag.key`, any case); an abbreviation of a risky option (argparse takes any unambiguous prefix) is
+`--flag.key`, any case); an abbreviation of a risky option (vLLM's option parser takes any unambiguous prefix) is
 matched as the option itself unless it is the full name of an option that is not risky.
 """
 
@@ -76,12 +76,12 @@ RISKY_OPTIONS: Mapping[str, str] = {
     "hf-token": "puts a Hugging Face token on the command line (readable in /proc/*/cmdline)",
 }
 
-# vLLM's single-dash aliases of risky options (`-sc` is --speculative-config); argparse takes a prefix
+# vLLM's single-dash aliases of risky options (`-sc` is --speculative-config); its parser takes a prefix
 # of one too (`-s`), and `-sc.model=x` sets a nested key.
 SHORT_ALIASES: Mapping[str, str] = {"sc": "speculative-config", "cc": "compilation-config"}
 
 
-# Full names of vLLM options that are not risky but are a prefix of one that is: argparse takes an exact
+# Full names of vLLM options that are not risky but are a prefix of one that is: the parser takes an exact
 # name as itself, so `--model` is `--model`, not an abbreviation of `--model-loader-extra-config`
 # (tests/realvllm/test_option_policy.py checks this list against the real parser).
 NOT_ABBREVIATIONS = frozenset({"model", "reasoning-parser"})

@@ -102,6 +102,9 @@ class LlmaoImportError(ConfigurationError, ValueError):
     """llmao's files cannot be imported at all (no fleet section, no hosts...)."""
 
 
+Comments = dict[tuple[str | int, ...], str]  # a provenance comment per path of one output file
+
+
 @dataclass
 class _Out:
     dropped: list[Dropped] = field(default_factory=list)
@@ -205,8 +208,42 @@ def _split_flag(args: list[str], flag: str) -> tuple[list[str], str | None]:
     return rest, value
 
 
-def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, dict[str, JSON],
-                                                                              dict[tuple[str | int, ...], str]] | None:
+def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, dict[str, JSON], Comments] | None:
+    """One catalog entry -> (model name, recipe, the comments to write beside it), or None when the entry
+    cannot become a recipe (each reason in `out`). The steps: is it one of ours, its vLLM part, its
+    LiteLLM part, then whatever the entry had that no step read."""
+    usable = _usable(index, entry, out)
+    if usable is None:
+        return None
+    name, where, info, vllm = usable
+    comments: Comments = {(): f"from {where}", ("vllm",): "from model_info.vllm (boot lifetime)"}
+    recipe_vllm, served = _recipe_vllm(where, entry, name, vllm, out)
+    if served is not None and served != name:
+        comments[("vllm", "served_model_name")] = "litellm_params.model without hosted_vllm/ (what vLLM serves)"
+    recipe: dict[str, JSON] = {"vllm": recipe_vllm}
+    params = _litellm_params(where, entry.get("litellm_params"), served or name, out)
+    model_info = _model_info(where, entry.get("pricing"), info, out)
+    if isinstance(entry.get("pricing"), Mapping):
+        comments[("litellm", "model_info")] = "the entry's pricing and its model_info without vllm"
+    _fit_context_window(where, model_info, recipe_vllm, out)
+    litellm: dict[str, JSON] = {}
+    if params:
+        litellm["params"] = params
+    if model_info:
+        litellm["model_info"] = model_info
+    if litellm:
+        recipe["litellm"] = litellm
+        comments.setdefault(("litellm",), "from litellm_params and model_info (live lifetime)")
+    for key in entry:
+        if key not in ("model_name", "litellm_params", "model_info", "pricing"):
+            out.drop(f"{where} {key}", "not part of a catalog entry fleetllm knows; left out")
+    return name, recipe, comments
+
+
+def _usable(index: int, entry: Mapping[str, Frozen], out: _Out
+            ) -> tuple[str, str, Mapping[str, Frozen], Mapping[str, Frozen]] | None:
+    """(name, where, model_info, model_info.vllm) of an entry fleetllm can manage: named, self-hosted, a
+    name fleetllm allows, a Hugging Face id; None with the reason otherwise."""
     name = entry.get("model_name")
     where = f"models.yaml models[{index}]"
     if not isinstance(name, str):
@@ -228,10 +265,11 @@ def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, di
         out.drop(f"{where} model_info.vllm", "no model_info.vllm.model (the Hugging Face id); left out, with the "
                                              "rows that name it")
         return None
-    comments: dict[tuple[str | int, ...], str] = {
-        (): f"from {where}", ("vllm",): "from model_info.vllm (boot lifetime)"}
-    recipe_vllm: dict[str, JSON] = {"model": str(vllm["model"])}
-    raw_args = vllm.get("args")
+    return name, where, info, vllm
+
+
+def _vllm_args(where: str, raw_args: Frozen | None, out: _Out) -> list[str] | None:
+    """model_info.vllm.args as a list of words (a string is split shell-style), or None."""
     args: list[str] | str | None = None
     if isinstance(raw_args, tuple) and all(isinstance(a, str) for a in raw_args):
         args = [str(a) for a in raw_args]
@@ -241,35 +279,51 @@ def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, di
         out.drop(f"{where} model_info.vllm.args", "neither a list of strings nor a string; left out")
     if isinstance(args, str):
         try:
-            args = shlex.split(args)
+            return shlex.split(args)
         except ValueError:
             out.drop(f"{where} model_info.vllm.args", "cannot be split shell-style; left out")
-            args = None
+            return None
+    return args
+
+
+def _managed_flags(where: str, args: list[str], vllm: Mapping[str, Frozen], recipe_vllm: dict[str, JSON],
+                   served: str | None, out: _Out) -> tuple[list[str], str | None]:
+    """Take the flags fleetllm manages out of args: those a recipe field carries move to it (unless the
+    recipe sets that field itself), those set for each server are left out. Returns (the other args, the
+    served model name)."""
+    for flag, target in FLAG_FIELDS.items():
+        args, value = _split_flag(args, flag)
+        if value is None:
+            continue
+        if target == "served_model_name":
+            served = value
+        elif target in vllm:
+            out.drop(f"{where} model_info.vllm.args --{flag}", f"fleetllm manages --{flag}; the recipe's own "
+                                                               f"vllm.{target} is used", changed=True)
+            continue
+        else:
+            number: JSON = int(value) if value.isdigit() else _float_or_str(value)
+            recipe_vllm[target] = number
+        out.drop(f"{where} model_info.vllm.args --{flag}", f"fleetllm manages --{flag}; carried over as "
+                                                           f"vllm.{target}", changed=True)
+    for flag in ("port", "host", "api-key", "uds"):
+        args, value = _split_flag(args, flag)
+        if value is not None:
+            out.drop(f"{where} model_info.vllm.args --{flag}", "set by fleetllm (and llmao) for each server; "
+                                                               "left out")
+    return args, served
+
+
+def _recipe_vllm(where: str, entry: Mapping[str, Frozen], name: str, vllm: Mapping[str, Frozen],
+                 out: _Out) -> tuple[dict[str, JSON], str | None]:
+    """The recipe's vllm section and the name vLLM serves the model as."""
+    recipe_vllm: dict[str, JSON] = {"model": str(vllm["model"])}
+    args = _vllm_args(where, vllm.get("args"), out)
     served = _served_name(entry, name)
     if args is not None:
-        for flag, target in FLAG_FIELDS.items():
-            args, value = _split_flag(args, flag)
-            if value is None:
-                continue
-            if target == "served_model_name":
-                served = value
-            elif target in vllm:
-                out.drop(f"{where} model_info.vllm.args --{flag}", f"fleetllm manages --{flag}; the recipe's own "
-                                                                   f"vllm.{target} is used", changed=True)
-                continue
-            else:
-                number: JSON = int(value) if value.isdigit() else _float_or_str(value)
-                recipe_vllm[target] = number
-            out.drop(f"{where} model_info.vllm.args --{flag}", f"fleetllm manages --{flag}; carried over as "
-                                                               f"vllm.{target}", changed=True)
-        for flag in ("port", "host", "api-key", "uds"):
-            args, value = _split_flag(args, flag)
-            if value is not None:
-                out.drop(f"{where} model_info.vllm.args --{flag}", "set by fleetllm (and llmao) for each server; "
-                                                                   "left out")
+        args, served = _managed_flags(where, args, vllm, recipe_vllm, served, out)
     if served is not None and served != name:
         recipe_vllm["served_model_name"] = served
-        comments[("vllm", "served_model_name")] = "litellm_params.model without hosted_vllm/ (what vLLM serves)"
     if args:
         recipe_vllm["args"] = list[JSON](args)
     for key in VLLM_FIELDS:
@@ -282,31 +336,37 @@ def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, di
                                                         "did not use source either")
         elif key not in ("model", "args", *VLLM_FIELDS):
             out.drop(f"{where} model_info.vllm.{key}", "not a field of a fleetllm recipe; left out")
-    recipe: dict[str, JSON] = {"vllm": recipe_vllm}
-    params_in = entry.get("litellm_params")
+    return recipe_vllm, served
+
+
+def _litellm_params(where: str, params_in: Frozen | None, served: str, out: _Out) -> dict[str, JSON]:
+    """litellm_params without what fleetllm sets for each server, the default model and literal secrets."""
     params: dict[str, JSON] = {}
-    if isinstance(params_in, Mapping):
-        for key, param in params_in.items():
-            if key == "model":
-                default = f"hosted_vllm/{served or name}"
-                if param != default:
-                    params[key] = thaw(param)
-            elif key in ("api_base", "api_key"):
-                out.drop(f"{where} litellm_params.{key}", "set by fleetllm for each server; left out")
-            elif (secret := secret_param(key, param)) is not None:
-                out.drop(f"{where} litellm_params.{secret}", "holds a secret, which never goes into the fleet "
-                         "repository; left out: give LiteLLM the value in its environment and write "
-                         "`os.environ/NAME` for it in models.yaml litellm.params")
-                kept = without_secrets(param) if isinstance(param, Mapping) else None
-                if kept:
-                    params[key] = kept
-            else:
+    if not isinstance(params_in, Mapping):
+        return params
+    for key, param in params_in.items():
+        if key == "model":
+            if param != f"hosted_vllm/{served}":
                 params[key] = thaw(param)
+        elif key in ("api_base", "api_key"):
+            out.drop(f"{where} litellm_params.{key}", "set by fleetllm for each server; left out")
+        elif (secret := secret_param(key, param)) is not None:
+            out.drop(f"{where} litellm_params.{secret}", "holds a secret, which never goes into the fleet "
+                     "repository; left out: give LiteLLM the value in its environment and write "
+                     "`os.environ/NAME` for it in models.yaml litellm.params")
+            kept = without_secrets(param) if isinstance(param, Mapping) else None
+            if kept:
+                params[key] = kept
+        else:
+            params[key] = thaw(param)
+    return params
+
+
+def _model_info(where: str, pricing: Frozen | None, info: Mapping[str, Frozen], out: _Out) -> dict[str, JSON]:
+    """The entry's pricing and model_info, without vllm and what LiteLLM or fleetllm set per deployment."""
     model_info: dict[str, JSON] = {}
-    pricing = entry.get("pricing")
     if isinstance(pricing, Mapping):
         model_info.update({k: thaw(v) for k, v in pricing.items()})
-        comments[("litellm", "model_info")] = "the entry's pricing and its model_info without vllm"
     for key, extra in info.items():
         if key == "vllm":
             continue
@@ -314,6 +374,12 @@ def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, di
             out.drop(f"{where} model_info.{key}", "set by LiteLLM or fleetllm for each deployment; left out")
             continue
         model_info[key] = thaw(extra)
+    return model_info
+
+
+def _fit_context_window(where: str, model_info: dict[str, JSON], recipe_vllm: Mapping[str, JSON],
+                        out: _Out) -> None:
+    """A context_window larger than max_model_len promises callers more than the server serves: lower it."""
     context = model_info.get("context_window")
     max_len = recipe_vllm.get("max_model_len")
     if (isinstance(context, int) and isinstance(max_len, int) and not isinstance(context, bool)
@@ -321,18 +387,6 @@ def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, di
         model_info["context_window"] = max_len
         out.drop(f"{where} model_info.context_window", f"{context} promised callers more than max_model_len "
                  f"{max_len} serves; lowered to {max_len}", changed=True)
-    litellm: dict[str, JSON] = {}
-    if params:
-        litellm["params"] = params
-    if model_info:
-        litellm["model_info"] = model_info
-    if litellm:
-        recipe["litellm"] = litellm
-        comments.setdefault(("litellm",), "from litellm_params and model_info (live lifetime)")
-    for key in entry:
-        if key not in ("model_name", "litellm_params", "model_info", "pricing"):
-            out.drop(f"{where} {key}", "not part of a catalog entry fleetllm knows; left out")
-    return name, recipe, comments
 
 
 def _float_or_str(value: str) -> JSON:
@@ -342,7 +396,6 @@ def _float_or_str(value: str) -> JSON:
         return value
 
 
-Comments = dict[tuple[str | int, ...], str]  # a provenance comment per path of one output file
 
 
 @dataclass(frozen=True)
