@@ -22,8 +22,8 @@ from fleetllm_installer.agent import (
     observe,
     watch_of,
 )
-from fleetllm_installer.handover import ProgramStatus
 from fleetllm_installer.boxjson import parse_box
+from fleetllm_installer.handover import ProgramStatus
 from fleetllm_installer.main import Installer
 from fleetllm_installer.settings import load
 from tests.installer.conftest import BOX
