@@ -152,6 +152,22 @@ def applied_by_this_agent(supervisor: Supervisor, plane: FakeControlPlane, agent
     assert "fleetllm-agent: changed" in supervisor.ctl("reread")
 
 
+def agent_with_crashing_server(tool_bin: Path, port: int, script: str) -> Agent:
+    """An agent of the box whose `vllm` runs the shell `script` for the server on `port` (the stub for the
+    others); it polls the fake control plane of FLEETLLM_URL."""
+    (tool_bin / "vllm").unlink()
+    (tool_bin / "vllm").write_text(
+        "#!/bin/sh\n"
+        f"case \" $* \" in *\" --port {port} \"*) {script};;\n"
+        "esac\n"
+        f"exec {STUB_VLLM} \"$@\"\n")
+    (tool_bin / "vllm").chmod(0o755)
+    settings = load()
+    assert settings.url is not None
+    return Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
+                 uniform=lambda low, high: 1.0)
+
+
 def test_a_server_that_crash_loops_after_the_install_was_reported_is_reported_failed_once(
         supervisor: Supervisor, control_plane: FakeControlPlane, box_json: dict[str, Any], box_env: Path,
         tool_bin: Path, tmp_path: Path, ports: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,19 +181,8 @@ def test_a_server_that_crash_loops_after_the_install_was_reported_is_reported_fa
     report_key = "report-key-for-tests-0001"
     control_plane.boxes[BOX] = {**box_json, "revision": "bad-boot-revision", "report_key": report_key}
     marker = tmp_path / "large-started-once"
-    (tool_bin / "vllm").unlink()
-    (tool_bin / "vllm").write_text(
-        "#!/bin/sh\n"
-        f"case \" $* \" in *\" --port {ports[1]} \"*)\n"
-        f"  if [ -e {marker} ]; then exit 1; fi\n"
-        f"  : > {marker}; sleep 4; exit 1;;\n"
-        "esac\n"
-        f"exec {STUB_VLLM} \"$@\"\n")
-    (tool_bin / "vllm").chmod(0o755)
-    settings = load()
-    assert settings.url is not None
-    agent = Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
-                  uniform=lambda low, high: 1.0)
+    agent = agent_with_crashing_server(tool_bin, ports[1], f"if [ -e {marker} ]; then exit 1; fi; : > {marker}; "
+                                       "sleep 4; exit 1")
     assert agent.poll().result == "applied"
     installed = control_plane.reports[-1]
     assert installed["outcome"] == "installed"
@@ -220,17 +225,7 @@ def test_a_server_that_keeps_restarting_but_never_goes_fatal_is_reported_failed_
     up; with the detection off (CRASH_RESTARTS out of reach) nothing would be sent, as before."""
     monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
     control_plane.boxes[BOX] = {**box_json, "revision": "restarting-revision", "report_key": "report-key-for-tests-0002"}
-    (tool_bin / "vllm").unlink()
-    (tool_bin / "vllm").write_text(
-        "#!/bin/sh\n"
-        f"case \" $* \" in *\" --port {ports[1]} \"*) sleep 2.5; exit 1;;\n"
-        "esac\n"
-        f"exec {STUB_VLLM} \"$@\"\n")
-    (tool_bin / "vllm").chmod(0o755)
-    settings = load()
-    assert settings.url is not None
-    agent = Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
-                  uniform=lambda low, high: 1.0)
+    agent = agent_with_crashing_server(tool_bin, ports[1], "sleep 2.5; exit 1")
     assert agent.poll().result == "applied"
     assert control_plane.reports[-1]["outcome"] == "installed"  # supervisord's verdict: RUNNING past startsecs
     states_seen: set[str] = set()
