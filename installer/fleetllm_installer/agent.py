@@ -122,7 +122,7 @@ class AgentInstaller(Installer):
 
 GIVEN_UP = frozenset({"FATAL"})  # supervisord stopped restarting it (startretries starts that each ended sooner)
 # A program that has not stayed up: supervisord still restarts it, so it never goes FATAL, but the agent
-# saw it restart CRASH_RESTARTS times within CRASH_WINDOW_S (docs: installer/README.md, "The box agent").
+# saw it restart CRASH_RESTARTS times within CRASH_WINDOW_S (installer/README.md, "Box agent").
 CRASH_RESTARTS = 3
 CRASH_WINDOW_S = 600.0
 
