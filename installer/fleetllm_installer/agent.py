@@ -14,7 +14,11 @@ one `supervisorctl status` of them. supervisord's verdict at install time can co
 loads for minutes crash-loops (it passed `startsecs` once, then crashed, and its restarts fail), so a
 program that goes FATAL later is reported `failed` for that revision (with the server and supervisord's
 state), once per failure, not once per poll (`crashed`, a pure decision): the rollout halts on it
-(fleetllm.core.rollout.step.failure_of) instead of waiting out its health grace (issue 27).
+(fleetllm.core.rollout.step.failure_of) instead of waiting out its health grace (issue 27). So is a program
+that never goes FATAL but has not stayed up: one that lives past `startsecs` and dies again (RUNNING ->
+EXITED -> STARTING under `autorestart`), or cycles BACKOFF -> STARTING under a large `startretries`. The
+looks count its restarts (`observe`: BACKOFF, EXITED, or RUNNING under a new pid) and CRASH_RESTARTS of them
+within CRASH_WINDOW_S make it failed, reported once the same way (whichever comes first, this or FATAL).
 
 A retiring box (it left the placement) is served a box JSON with no servers and no agent: applied as any
 other, it removes every fleetllm program, this agent's own included (issue 25).
@@ -42,8 +46,9 @@ import random
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import FrameType
 
 from fleetllm_contract.boxjson import AGENT_POLL_S, AGENT_PROGRAM, GATEWAY_PROGRAM
@@ -53,8 +58,9 @@ from fleetllm_installer.boxgateway import GatewayPlan
 from fleetllm_installer.fetch import Client, FetchError, check_url
 from fleetllm_installer.handover import (
     HandoverError,
+    ProgramStatus,
     WriteResult,
-    program_states,
+    program_status,
     reread,
     update_groups,
     update_later,
@@ -115,27 +121,84 @@ class AgentInstaller(Installer):
 
 
 GIVEN_UP = frozenset({"FATAL"})  # supervisord stopped restarting it (startretries starts that each ended sooner)
+# A program that has not stayed up: supervisord still restarts it, so it never goes FATAL, but the agent
+# saw it restart CRASH_RESTARTS times within CRASH_WINDOW_S (installer/README.md, "Box agent").
+CRASH_RESTARTS = 3
+CRASH_WINDOW_S = 600.0
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the watch remembers of one program between looks: the state the last look found, the pid it
+    last saw RUNNING under, whether the end of that process was counted already (a look found it BACKOFF
+    or EXITED since), and the restarts it saw within CRASH_WINDOW_S: (when, what showed it) with `when` on
+    the agent's monotonic clock."""
+
+    state: str | None = None
+    pid: int | None = None
+    ended: bool = False
+    restarts: tuple[tuple[float, str], ...] = ()
+
+
+def observe(seen: Seen, status: ProgramStatus, now: float) -> Seen:
+    """Pure: the memory of one program after a look at it. One restart is counted per process that ended,
+    as far as `supervisorctl status` shows it: a look that finds BACKOFF (a start ended before startsecs)
+    or EXITED (it ended after RUNNING; autorestart starts it again) when the look before found something
+    else, or RUNNING under another pid than it last ran under with no end counted since (it ended and
+    started again between two looks). Looks that all find BACKOFF count one (supervisorctl shows nothing
+    that tells two BACKOFF periods apart); STARTING counts nothing (a first start shows it too). Restarts
+    seen CRASH_WINDOW_S or longer ago are forgotten."""
+    recent = tuple(r for r in seen.restarts if now - r[0] < CRASH_WINDOW_S)
+    if status.state in ("BACKOFF", "EXITED"):
+        counted = (*recent, (now, status.state)) if status.state != seen.state else recent
+        return Seen(status.state, seen.pid, True, counted)
+    if status.state == "RUNNING" and status.pid is not None:
+        restarted = seen.pid is not None and status.pid != seen.pid and not seen.ended
+        return Seen(status.state, status.pid, False,
+                    (*recent, (now, "RUNNING under a new pid")) if restarted else recent)
+    return replace(seen, state=status.state, restarts=recent)
 
 
 @dataclass(frozen=True)
 class Watch:
     """The programs of a config the agent applied and reported as installed: `programs` maps each server
     (and GATEWAY_PROGRAM for the box gateway) to its Supervisor program; `reported` holds the servers whose
-    failure the control plane already knows (from the install's report, or a `failed` report since)."""
+    failure the control plane already knows (from the install's report, or a `failed` report since);
+    `seen`, what the looks so far saw of each server's program (`observe`)."""
 
     programs: Mapping[str, str]
     reported: frozenset[str] = frozenset()
+    seen: Mapping[str, Seen] = field(default_factory=dict)
 
 
-def crashed(watch: Watch, states: Mapping[str, str]) -> tuple[frozenset[str], Watch]:
-    """Pure: the servers supervisord gave up on that are not reported yet (empty: send nothing), and the
-    watch after. `states`: program -> supervisord state; a program it does not list (unknown, or the
-    status call answered nothing) changes nothing. A reported server that runs again (restarted by hand)
-    leaves `reported`, so a later failure of it is a new one."""
-    known = {server: states[program] for server, program in watch.programs.items() if program in states}
-    down = frozenset(server for server, state in known.items() if state in GIVEN_UP)
-    still = frozenset(server for server in watch.reported if server not in known) | down
-    return down - watch.reported, replace(watch, reported=still)
+def crashed(watch: Watch, statuses: Mapping[str, ProgramStatus], now: float) -> tuple[dict[str, str], Watch]:
+    """Pure: the servers that failed and are not reported yet, each with what was seen (empty: send
+    nothing), and the watch after. A server failed when supervisord gave up on its program (FATAL) or
+    when the program has not stayed up: CRASH_RESTARTS restarts seen within CRASH_WINDOW_S (`observe`),
+    however supervisord shows it at this look. `statuses`: program -> how supervisord shows it; a program
+    it does not list (unknown, or the status call answered nothing) changes nothing. A reported server
+    that runs again with no restart seen within the window (fixed, or restarted by hand once) leaves
+    `reported`, so a later failure of it is a new one; one that keeps restarting stays reported, once."""
+    seen = dict(watch.seen)
+    failed: dict[str, str] = {}
+    rearmed: set[str] = set()
+    for server, program in watch.programs.items():
+        status = statuses.get(program)
+        if status is None:
+            continue
+        memory = seen[server] = observe(seen.get(server, Seen()), status, now)
+        if status.state in GIVEN_UP:
+            failed[server] = f"supervisord gave up on {program} ({status.state})"
+        elif len(memory.restarts) >= CRASH_RESTARTS:
+            span = now - memory.restarts[0][0]
+            shown = ", ".join(dict.fromkeys(what for _, what in memory.restarts))
+            failed[server] = (f"{program} did not stay up: {len(memory.restarts)} restarts seen in "
+                              f"{span:.0f} s (supervisord showed {shown}; it is {status.state} now)")
+        elif status.state == "RUNNING" and not memory.restarts:
+            rearmed.add(server)
+    reported = (watch.reported - rearmed) | failed.keys()
+    new = {server: what for server, what in failed.items() if server not in watch.reported}
+    return new, replace(watch, reported=frozenset(reported), seen=seen)
 
 
 def watch_of(installer: Installer) -> Watch | None:
@@ -164,8 +227,10 @@ class Outcome:
 
 class Agent:
     def __init__(self, settings: Settings, client: Client, *, stop: threading.Event | None = None,
-                 uniform: Callable[[float, float], float] = random.uniform) -> None:
+                 uniform: Callable[[float, float], float] = random.uniform,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
+        self.clock = clock
         self.client = client
         self.stop = stop or threading.Event()
         self.uniform = uniform
@@ -224,23 +289,23 @@ class Agent:
 
     def check_programs(self) -> None:
         """One `supervisorctl status` of the programs of the config this agent applied; a `failed` report
-        for its revision when supervisord gave up on one since it was last reported."""
+        for its revision when one failed (supervisord gave up on it, or it has not stayed up) since it was
+        last reported."""
         if self.watch is None or self.watched is None or self.leaving:
             return
         try:
-            states = program_states(self.settings, self.watch.programs.values())
+            statuses = program_status(self.settings, self.watch.programs.values())
         except HandoverError as exc:
             log(f"agent: cannot ask supervisord how its programs are: {exc}")
             return
-        new, self.watch = crashed(self.watch, states)
+        new, self.watch = crashed(self.watch, statuses, self.clock())
         if not new:
             return
         installer = self.watched
-        given_up = sorted(new)
-        installer.states = {**installer.states, **dict.fromkeys(given_up, ServerState.FAILED)}
-        shown = ", ".join(f"{self.watch.programs[s]} ({states[self.watch.programs[s]]})" for s in given_up)
+        failed = sorted(new)
+        installer.states = {**installer.states, **dict.fromkeys(failed, ServerState.FAILED)}
         revision = installer.box.revision if installer.box is not None else "unknown"
-        message = (f"after revision {revision} was reported installed, supervisord gave up on {shown}: "
+        message = (f"after revision {revision} was reported installed, {'; '.join(new[s] for s in failed)}: "
                    f"see their logs in {self.settings.log_dir}")
         log(f"agent: {message}")
         installer.report(ReportOutcome.FAILED, message)

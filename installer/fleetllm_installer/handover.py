@@ -211,18 +211,36 @@ def install_lock(settings: Settings, wait_s: float, poll_s: float = 0.5) -> Iter
         os.close(fd)  # releases the lock
 
 
-def program_states(settings: Settings, programs: Iterable[str]) -> dict[str, str]:
-    """Supervisor's state name (RUNNING, STARTING, FATAL...) for each program; absent: not known."""
+@dataclass(frozen=True)
+class ProgramStatus:
+    """One program as `supervisorctl status` shows it: its state name (RUNNING, STARTING, BACKOFF,
+    EXITED, FATAL...) and, while RUNNING, its pid (`pid 1234, uptime 0:00:05`); a new pid is a new process."""
+
+    state: str
+    pid: int | None = None
+
+
+STATUS_PID = re.compile(r"\bpid (\d+),")
+
+
+def program_status(settings: Settings, programs: Iterable[str]) -> dict[str, ProgramStatus]:
+    """How supervisord shows each program; absent: not known (no such program, or no answer)."""
     names = list(programs)
     if not names:
         return {}
     done = supervisorctl(settings, "status", *names)
-    states = {}
+    found = {}
     for line in done.stdout.splitlines():
-        fields = line.split()
+        fields = line.split(None, 2)
         if len(fields) >= 2 and fields[0] in names:
-            states[fields[0]] = fields[1]
-    return states
+            pid = STATUS_PID.search(fields[2]) if len(fields) == 3 and fields[1] == "RUNNING" else None
+            found[fields[0]] = ProgramStatus(fields[1], int(pid.group(1)) if pid else None)
+    return found
+
+
+def program_states(settings: Settings, programs: Iterable[str]) -> dict[str, str]:
+    """Supervisor's state name (RUNNING, STARTING, FATAL...) for each program; absent: not known."""
+    return {name: status.state for name, status in program_status(settings, programs).items()}
 
 
 def supervisord_environment(environ: dict[str, str]) -> dict[str, str]:

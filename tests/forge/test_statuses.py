@@ -25,7 +25,7 @@ from tests.support.fake_forge import ForgeProcess, fake_forge
 SHA1, SHA2 = "a1" * 20, "b2" * 20
 LINK = "https://fleet.example.org"
 FAST = RetryPolicy(attempts=1, base_delay_s=0.01, factor=1.0, max_delay_s=0.05)
-HALT = ("box 127.0.0.3: server(s) qwen3-8b-8001 crash-loop (supervisord gave up on them); rolled back to "
+HALT = ("box 127.0.0.3: server(s) qwen3-8b-8001 crash-loop (the box reports them failed); rolled back to "
         "5c1d0e9a2b44")
 
 

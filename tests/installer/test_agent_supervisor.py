@@ -2,7 +2,8 @@
 the agent from its copy of the box program; a JSON without `agent` stops and removes it and its files;
 the report says `agent` only while the agent runs. An apply that supervisord refuses is tried
 again, not taken as applied. A server that crash-loops after the agent reported the apply installed is
-reported failed, once (issue 27's bad boot)."""
+reported failed, once (issue 27's bad boot), whether supervisord gives up on it (FATAL) or keeps restarting
+it (it lives past startsecs and dies again: never FATAL)."""
 
 from __future__ import annotations
 
@@ -151,30 +152,37 @@ def applied_by_this_agent(supervisor: Supervisor, plane: FakeControlPlane, agent
     assert "fleetllm-agent: changed" in supervisor.ctl("reread")
 
 
+def agent_with_crashing_server(tool_bin: Path, port: int, script: str) -> Agent:
+    """An agent of the box whose `vllm` runs the shell `script` for the server on `port` (the stub for the
+    others); it polls the fake control plane of FLEETLLM_URL."""
+    (tool_bin / "vllm").unlink()
+    (tool_bin / "vllm").write_text(
+        "#!/bin/sh\n"
+        f"case \" $* \" in *\" --port {port} \"*) {script};;\n"
+        "esac\n"
+        f"exec {STUB_VLLM} \"$@\"\n")
+    (tool_bin / "vllm").chmod(0o755)
+    settings = load()
+    assert settings.url is not None
+    return Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
+                 uniform=lambda low, high: 1.0)
+
+
 def test_a_server_that_crash_loops_after_the_install_was_reported_is_reported_failed_once(
         supervisor: Supervisor, control_plane: FakeControlPlane, box_json: dict[str, Any], box_env: Path,
         tool_bin: Path, tmp_path: Path, ports: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     """`large` loads past startsecs (1 s) on its first start, so supervisord's verdict is RUNNING and the
     agent reports installed; then it exits 1, and every restart exits 1 at once: supervisord retries
     startretries times and gives up (FATAL). The agent's next polls see it and send one `failed` report
-    for that revision, with the server and supervisord's state, and its report key."""
+    for that revision, with the server and what supervisord showed, and its report key. Its polls here
+    are 0.1 s apart, so they may count three restarts (EXITED, BACKOFF, BACKOFF) before FATAL: the report
+    then says it did not stay up, and FATAL later sends no second one."""
     monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
     report_key = "report-key-for-tests-0001"
     control_plane.boxes[BOX] = {**box_json, "revision": "bad-boot-revision", "report_key": report_key}
     marker = tmp_path / "large-started-once"
-    (tool_bin / "vllm").unlink()
-    (tool_bin / "vllm").write_text(
-        "#!/bin/sh\n"
-        f"case \" $* \" in *\" --port {ports[1]} \"*)\n"
-        f"  if [ -e {marker} ]; then exit 1; fi\n"
-        f"  : > {marker}; sleep 4; exit 1;;\n"
-        "esac\n"
-        f"exec {STUB_VLLM} \"$@\"\n")
-    (tool_bin / "vllm").chmod(0o755)
-    settings = load()
-    assert settings.url is not None
-    agent = Agent(settings, Client(settings.url, FLEET_KEY, BOX, deadline_s=0.0, user_agent=USER_AGENT),
-                  uniform=lambda low, high: 1.0)
+    agent = agent_with_crashing_server(tool_bin, ports[1], f"if [ -e {marker} ]; then exit 1; fi; : > {marker}; "
+                                       "sleep 4; exit 1")
     assert agent.poll().result == "applied"
     installed = control_plane.reports[-1]
     assert installed["outcome"] == "installed"
@@ -187,7 +195,7 @@ def test_a_server_that_crash_loops_after_the_install_was_reported_is_reported_fa
         return [r for r in control_plane.reports if r["outcome"] == "failed"]
 
     reports = wait_until("a failed report", failed, 90)
-    assert supervisor.states()["fleetllm-large"] == "FATAL"
+    wait_until("supervisord gives up", lambda: agent.poll() and supervisor.states()["fleetllm-large"] == "FATAL", 30)
     assert supervisor.states()["fleetllm-small"] == "RUNNING"
     for _ in range(3):  # later polls find it FATAL still: no second report
         agent.poll()
@@ -195,7 +203,8 @@ def test_a_server_that_crash_loops_after_the_install_was_reported_is_reported_fa
     report = reports[0]
     assert report["revision"] == "bad-boot-revision"
     assert {s["name"]: s["state"] for s in report["servers"]} == {"small": "started", "large": "failed"}
-    assert "fleetllm-large (FATAL)" in report["message"]
+    assert ("supervisord gave up on fleetllm-large (FATAL)" in report["message"]
+            or "fleetllm-large did not stay up: 3 restarts seen" in report["message"])
     posts = [r for r in control_plane.requests if r["method"] == "POST"]
     assert posts[-1]["headers"].get("x-fleetllm-report-key") == report_key
     for server in box_json["servers"]:
@@ -205,3 +214,37 @@ def test_a_server_that_crash_loops_after_the_install_was_reported_is_reported_fa
     facts = report_facts(parse_report(json.dumps(report).encode(), BOX, "127.0.0.1", 1.0))
     assert facts is not None
     assert (facts.revision, facts.install_failed, facts.failed) == ("bad-boot-revision", True, {"large"})
+
+
+def test_a_server_that_keeps_restarting_but_never_goes_fatal_is_reported_failed_once(
+        supervisor: Supervisor, control_plane: FakeControlPlane, box_json: dict[str, Any], box_env: Path,
+        tool_bin: Path, ports: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`large` lives 2.5 s each time, past startsecs (1 s), then exits 1: RUNNING -> EXITED -> STARTING
+    -> RUNNING for ever under autorestart, so supervisord never gives up on it (FATAL is never seen). The
+    agent's polls see it restart (EXITED, a new pid) and send one `failed` report saying it did not stay
+    up; with the detection off (CRASH_RESTARTS out of reach) nothing would be sent, as before."""
+    monkeypatch.setenv("FLEETLLM_URL", control_plane.url)
+    control_plane.boxes[BOX] = {**box_json, "revision": "restarting-revision", "report_key": "report-key-for-tests-0002"}
+    agent = agent_with_crashing_server(tool_bin, ports[1], "sleep 2.5; exit 1")
+    assert agent.poll().result == "applied"
+    assert control_plane.reports[-1]["outcome"] == "installed"  # supervisord's verdict: RUNNING past startsecs
+    states_seen: set[str] = set()
+
+    def failed() -> list[dict[str, Any]]:
+        agent.poll()
+        states_seen.add(supervisor.states()["fleetllm-large"])
+        return [r for r in control_plane.reports if r["outcome"] == "failed"]
+
+    reports = wait_until("a failed report", failed, 60)
+    assert "FATAL" not in states_seen  # supervisord never gave up on it: only the restarts tell
+    assert {"RUNNING", "STARTING"} <= states_seen
+    wait_until("two more restarts", lambda: failed() and len(agent.watch.seen["large"].restarts) >= 5  # type: ignore[union-attr]
+               , 30)
+    assert len(control_plane.reports) == 2  # it kept restarting: still the one report
+    report = reports[0]
+    assert report["revision"] == "restarting-revision"
+    assert {s["name"]: s["state"] for s in report["servers"]} == {"small": "started", "large": "failed"}
+    assert "fleetllm-large did not stay up: 3 restarts seen in" in report["message"]
+    facts = report_facts(parse_report(json.dumps(report).encode(), BOX, "127.0.0.1", 1.0))
+    assert facts is not None
+    assert (facts.revision, facts.install_failed, facts.failed) == ("restarting-revision", True, {"large"})

@@ -18,7 +18,7 @@ from tests.notify.receiver import receiving
 
 R1, R2, R3 = "1" * 40, "2" * 40, "3" * 40
 RENOTIFY = 3600.0
-HALT = "box b1: server(s) m crash-loop (supervisord gave up on them); rolled back to 111111111111"
+HALT = "box b1: server(s) m crash-loop (the box reports them failed); rolled back to 111111111111"
 
 
 def record(target: str, state: str, *changes: RolloutChange, rollbacks: dict[str, str] | None = None) -> PassRecord:

@@ -314,7 +314,7 @@ def test_the_halt_reasons_name_the_box_and_what_failed() -> None:
     crash.commit("r2", layout, {"m": "v2"})
     crash.run()
     assert crash.rollout is not None
-    assert crash.rollout.reason == "box a: server(s) m-8001 crash-loop (supervisord gave up on them); rolled back to r1"
+    assert crash.rollout.reason == "box a: server(s) m-8001 crash-loop (the box reports them failed); rolled back to r1"
     halt = next(s.halt for s in crash.steps if s.halt is not None)
     assert (halt.box, halt.rolled_back_to) == ("a", "r1")
     assert crash.releases["a"].reason == crash.rollout.reason

@@ -26,7 +26,8 @@ class BoxReport:
     agent: bool = False  # sent by the box agent (or an installer that installed it): the box is agent-managed
 
     def failed_servers(self) -> frozenset[str]:
-        """Servers the box reported as failed (supervisord gave up on them, or never had them)."""
+        """Servers the box reported as failed (supervisord gave up on them, they did not stay up, or it
+        never had them)."""
         servers = self.body.get("servers", ())
         if not isinstance(servers, tuple):
             return frozenset()

@@ -302,7 +302,7 @@ def failure_of(work: Work, box: str, release: BoxRelease) -> str | None:
         # the crash first: the box agent reports a crash after its install as a failed install (issue 27)
         crashed = sorted(s.name for s in changed if s.name in report.failed)
         if crashed:
-            return f"server(s) {', '.join(crashed)} crash-loop (supervisord gave up on them)"
+            return f"server(s) {', '.join(crashed)} crash-loop (the box reports them failed)"
         if report.install_failed:
             return f"the box reported that installing revision {release.revision[:12]} failed"
     grace = max((s.grace_s for s in changed), default=DEFAULT_GRACE_S)
