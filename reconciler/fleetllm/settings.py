@@ -227,6 +227,8 @@ class ServerLimits:
     max_connections: int
     max_connections_per_peer: int  # per IPv4 address or IPv6 /64; trusted proxies exempt
     body_buffer_bytes: int  # bodies over 64 KiB being read at once, in all
+    max_connections_per_network: int  # per IPv4 /24 or IPv6 /48; trusted proxies and network_cap_exempt exempt
+    network_cap_exempt: tuple[IPNetwork, ...]  # not counted per network (a provider's NAT, many boxes in one /24)
 
 
 @dataclass(frozen=True)
@@ -460,6 +462,34 @@ class _Builder:
                 self.problem(["trusted_proxies", i], f"{text!r} is not an address range such as 10.0.0.0/8 or ::1")
         return tuple(networks)
 
+    def limits(self) -> ServerLimits:
+        per_peer, per_network = self.get("/server/max_connections_per_peer"), \
+            self.get("/server/max_connections_per_network")
+        if per_network < per_peer:
+            self.problem(["server", "max_connections_per_network"], f"{per_network} is below "
+                         f"server.max_connections_per_peer ({per_peer}): one address could not open the connections "
+                         "it may hold; raise it to at least that, or lower max_connections_per_peer")
+        exempt: list[IPNetwork] = []
+        for i, text in enumerate(self.get("/server/network_cap_exempt")):
+            at: list[str | int] = ["server", "network_cap_exempt", i]
+            try:
+                network = ipaddress.ip_network(text)
+            except ValueError:
+                try:
+                    loose = ipaddress.ip_network(text, strict=False)
+                except ValueError:
+                    self.problem(at, f"{text!r} is not a network such as 203.0.113.0/24 or 2001:db8:5::/48")
+                else:
+                    self.problem(at, f"{text!r} has host bits set: write the network {loose} (or "
+                                 f"{text.split('/', 1)[0]}/{loose.max_prefixlen} "
+                                 "for that one address)")
+                continue
+            exempt.append(network)
+        return ServerLimits(
+            float(self.get("/server/header_timeout_s")), float(self.get("/server/body_timeout_s")),
+            self.get("/server/max_header_bytes"), self.get("/server/max_connections"), per_peer,
+            self.get("/server/body_buffer_bytes"), per_network, tuple(exempt))
+
     def state(self) -> StateConfig:
         url = self.get("/state/url") or MEMORY_STATE  # only the environment-only settings have none
         password = self.secret(["state", "password"])
@@ -651,10 +681,7 @@ class _Builder:
             viewer_tokens=tokens["viewer_tokens"], oidc=self.oidc(),
             attention_max_entries=self.get("/attention/max_entries"),
             report_key_required=self.get("/server/report_key_required"), threads=self.get("/server/threads"),
-            timeout_s=self.get("/server/timeout_s"), limits=ServerLimits(
-                float(self.get("/server/header_timeout_s")), float(self.get("/server/body_timeout_s")),
-                self.get("/server/max_header_bytes"), self.get("/server/max_connections"),
-                self.get("/server/max_connections_per_peer"), self.get("/server/body_buffer_bytes")),
+            timeout_s=self.get("/server/timeout_s"), limits=self.limits(),
             litellm=self.litellm(), providers=self.providers(),
             reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run"),
                                       self.pushgateway(), self.path(self.get("/reconcile/metrics_file"))),

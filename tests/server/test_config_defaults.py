@@ -51,6 +51,8 @@ TAKEN: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     "/server/max_connections": lambda c: c.limits.max_connections,
     "/server/max_connections_per_peer": lambda c: c.limits.max_connections_per_peer,
     "/server/body_buffer_bytes": lambda c: c.limits.body_buffer_bytes,
+    "/server/max_connections_per_network": lambda c: c.limits.max_connections_per_network,
+    "/server/network_cap_exempt": lambda c: list(c.limits.network_cap_exempt),
     "/litellm/timeout_s": lambda c: c.litellm.timeout_s if c.litellm else None,
     "/litellm/write_concurrency": lambda c: c.litellm.write_concurrency if c.litellm else None,
     "/reconcile/enabled": lambda c: c.reconcile.enabled,
