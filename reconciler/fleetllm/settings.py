@@ -52,8 +52,8 @@ DEFAULTS: Mapping[str, Any] = schema_defaults(SCHEMA)  # by pointer: the schema'
 HOW_TO_REFER = (
     "write it as one reference: ${env:NAME}, ${file:/absolute/path} or ${cred:NAME}, never the value")
 _SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/admin_tokens", "/operator_tokens",
-                    "/viewer_tokens", "/auth/oidc/client_secret", "/litellm/master_key", "/providers/vast/api_key",
-                    "/providers/runpod/api_key",
+                    "/viewer_tokens", "/metrics_token", "/auth/oidc/client_secret", "/litellm/master_key",
+                    "/providers/vast/api_key", "/providers/runpod/api_key",
                     "/reconcile/pushgateway/username", "/reconcile/pushgateway/password", "/forge/token")
 # The secrets only the reconcile job uses (its Pushgateway's credential, the forge's token): `fleetllm serve`
 # leaves them unresolved, so its unit or Deployment needs none of them.
@@ -269,6 +269,7 @@ class ControlPlaneConfig:
     admin_tokens: tuple[ApiToken, ...]
     operator_tokens: tuple[ApiToken, ...]
     viewer_tokens: tuple[ApiToken, ...]
+    metrics_token: Secret | None  # GET /metrics of serve and reconcile --metrics-listen needs it (None: public)
     oidc: OidcConfig | None  # auth.oidc: single sign-on for the status pages (and, if enabled, bearer JWTs)
     attention_max_entries: int
     report_key_required: bool  # server.report_key_required: POST /vllm/report needs the box's report key
@@ -416,6 +417,13 @@ class _Builder:
             self.problem([TOKEN_LISTS[0]], f"two tokens are named {name!r}: give each its own name, so the audit "
                          "trail tells them apart")
         return lists
+
+    def metrics_token(self) -> Secret | None:
+        token = self.secret(["metrics_token"])
+        if token is not None and len(token.reveal()) < MIN_TOKEN_CHARS:
+            self.problem(["metrics_token"], f"metrics_token ({token.reference}) is {len(token.reveal())} characters; "
+                         f"it needs at least {MIN_TOKEN_CHARS}: generate one with {HOW_TO_GENERATE}")
+        return token
 
     def oidc(self) -> OidcConfig | None:
         if self.get("/auth/oidc") is None:
@@ -678,7 +686,7 @@ class _Builder:
             source=self.source, repo=repo, secrets=secrets,  # type: ignore[arg-type]  # checked below
             state=self.state(), listen=self.listen(), tls=self.tls(), trusted_proxies=self.networks(),
             admin_tokens=tokens["admin_tokens"], operator_tokens=tokens["operator_tokens"],
-            viewer_tokens=tokens["viewer_tokens"], oidc=self.oidc(),
+            viewer_tokens=tokens["viewer_tokens"], metrics_token=self.metrics_token(), oidc=self.oidc(),
             attention_max_entries=self.get("/attention/max_entries"),
             report_key_required=self.get("/server/report_key_required"), threads=self.get("/server/threads"),
             timeout_s=self.get("/server/timeout_s"), limits=self.limits(),
@@ -699,6 +707,15 @@ def fleet_key_warning(config: ControlPlaneConfig) -> str | None:
     return (f"warning: secrets.fleet_key ({key.reference}) is {len(key.reveal())} characters, shorter than "
             f"{MIN_FLEET_KEY_CHARS}: anyone who guesses it gets every box's config and bearers. It keeps working; "
             "rotate it (docs/runbooks.md, \"Rotate the fleet key\")")
+
+
+def metrics_token_warning(config: ControlPlaneConfig) -> str | None:
+    """No metrics_token: /metrics stays public (as before the setting), with this warning."""
+    if config.metrics_token is not None:
+        return None
+    return ("warning: no metrics_token: GET /metrics is public, and it names every box, pod and whether the salt is "
+            f"weak; set metrics_token: ${{cred:NAME}} (generate one with {HOW_TO_GENERATE}) and give Prometheus "
+            "the same token (docs/security.md, \"Metrics\")")
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *,

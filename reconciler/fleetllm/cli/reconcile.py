@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
                            "reconcile.pushgateway of the config (and writes --metrics-file), a failed push "
                            "never changing the status")
     parser.add_argument("--metrics-listen", metavar="HOST:PORT",
-                        help="serve Prometheus metrics there while looping")
+                        help="serve Prometheus metrics there while looping (/metrics; with metrics_token in the "
+                             "config, only to that bearer; /health answers ok to anyone)")
     parser.add_argument("--invalid-head-exit", type=int, choices=(EXIT_INVALID_HEAD, EXIT_OK),
                         default=EXIT_INVALID_HEAD, metavar="CODE",
                         help=f"with --once: the exit status when the pass ran without errors on the last valid "
@@ -83,9 +84,8 @@ def loop(args: argparse.Namespace, runner: PassRunner) -> int:
         print_outcome(outcome)
         code = apply_exit_code(outcome)
         return args.invalid_head_exit if code == EXIT_OK and runner.invalid_head is not None else code
-    if args.metrics_listen:
-        from prometheus_client import start_http_server
+    if args.metrics_listen:  # /metrics behind metrics_token when the config sets it; /health for probes
+        from fleetllm.job.metrics import serve_metrics
 
-        host, _, port = args.metrics_listen.rpartition(":")
-        start_http_server(int(port), addr=host or "127.0.0.1", registry=runner.metrics.registry)
+        serve_metrics(args.metrics_listen, runner.metrics.registry, runner.config.settings.metrics_token)
     return asyncio.run(runner.loop(args.interval))  # each pass re-reads the branch (PassRunner.scheduled_pass)

@@ -1,11 +1,14 @@
 """GET /health (what is served, the last attempt, refresh and state-store status; 503 until a valid
-revision is loaded) and GET /metrics (Prometheus text). Both are public: they carry no secret."""
+revision is loaded) and GET /metrics (Prometheus text). Both carry no secret; /health is public, /metrics
+too unless metrics_token is set (it names every box and pod): then only for that bearer
+(fleetllm.core.secret.metrics_refusal)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, jsonify, request
 
 from fleetllm.core.control import ControlState
+from fleetllm.core.secret import METRICS_CHALLENGE, metrics_refusal
 from fleetllm.errors import StateError
 from fleetllm.server.metrics import CONTENT_TYPE
 from fleetllm.server.rollouts import rollout_summary
@@ -64,4 +67,12 @@ def control_summary(state: ControlState) -> dict[str, object]:
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    return Response(current_runtime().metrics.exposition(), content_type=CONTENT_TYPE)
+    rt = current_runtime()
+    refusal = metrics_refusal(rt.config.metrics_token, request.headers.get("Authorization"))
+    if refusal is not None:
+        response = jsonify({"error": refusal[1]})
+        response.status_code = refusal[0]
+        if refusal[0] == 401:
+            response.headers["WWW-Authenticate"] = METRICS_CHALLENGE
+        return response
+    return Response(rt.metrics.exposition(), content_type=CONTENT_TYPE)
