@@ -116,7 +116,7 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
         with pytest.raises(urllib.error.HTTPError) as refused:  # no token: 401, no metric
             urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
         assert refused.value.code == 401 and b"fleetllm_" not in refused.value.read()
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/health", timeout=10) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/health/live", timeout=10) as response:
             assert response.read() == b"ok\n"  # the pod's probes send no token
         scrape = urllib.request.Request(f"http://127.0.0.1:{metrics_port}/metrics",
                                         headers={"Authorization": f"Bearer {METRICS_TOKEN}"})

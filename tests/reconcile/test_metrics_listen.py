@@ -1,6 +1,6 @@
 """`fleetllm reconcile --metrics-listen`'s HTTP server (fleetllm.job.metrics.serve_metrics): the pass metrics
 behind metrics_token as the control plane's /metrics (401 without it, 403 with another, no metric either
-way), /health for a pod's probes without any token, and public metrics when no token is configured."""
+way), /health/live for a pod's probes without any token, and public metrics when no token is configured."""
 
 from __future__ import annotations
 
@@ -34,11 +34,12 @@ def test_the_reconcilers_metrics_need_the_token_and_its_health_does_not() -> Non
         assert "metrics_token" in json.loads(body)["error"] and "fleetllm_" not in body
         status, _, body = get(base + "/metrics", "another-token-0123456789abcdef")
         assert status == 403 and "fleetllm_" not in body and "another-token" not in body
-        status, _, body = get(base + "/", None)  # every path but /health is the exposition: guarded alike
+        status, _, body = get(base + "/", None)  # every path but /health/live is the exposition: guarded alike
         assert status == 401
         status, _, body = get(base + "/metrics", TOKEN)
         assert status == 200 and "fleetllm_reconcile_skipped_total 1.0" in body
-        assert get(base + "/health") == (200, get(base + "/health")[1], "ok\n")
+        status, _, body = get(base + "/health/live")  # the pod's probes send no token
+        assert (status, body) == (200, "ok\n")
     finally:
         server.shutdown()
         server.server_close()

@@ -39,6 +39,8 @@ def test_with_a_metrics_token_only_its_bearer_reads_metrics(make_runtime: Callab
     text = served.get_data(as_text=True)
     assert f'box="{KNOWN_BOX}"' in text and 'fleetllm_weak_secret{secret="vllm_api_salt"}' in text
     assert client.get("/health").status_code == 200  # public still
+    live = client.get("/health/live")  # the pods' liveness probe: public, sends no token
+    assert live.status_code == 200 and live.get_json()["status"] == "alive"
 
 
 def test_without_a_metrics_token_metrics_stay_public_with_a_warning(make_runtime: Callable[..., Runtime]) -> None:

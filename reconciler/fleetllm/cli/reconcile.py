@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
                            "never changing the status")
     parser.add_argument("--metrics-listen", metavar="HOST:PORT",
                         help="serve Prometheus metrics there while looping (/metrics; with metrics_token in the "
-                             "config, only to that bearer; /health answers ok to anyone)")
+                             "config, only to that bearer; /health/live answers ok to anyone)")
     parser.add_argument("--invalid-head-exit", type=int, choices=(EXIT_INVALID_HEAD, EXIT_OK),
                         default=EXIT_INVALID_HEAD, metavar="CODE",
                         help=f"with --once: the exit status when the pass ran without errors on the last valid "
@@ -84,7 +84,7 @@ def loop(args: argparse.Namespace, runner: PassRunner) -> int:
         print_outcome(outcome)
         code = apply_exit_code(outcome)
         return args.invalid_head_exit if code == EXIT_OK and runner.invalid_head is not None else code
-    if args.metrics_listen:  # /metrics behind metrics_token when the config sets it; /health for probes
+    if args.metrics_listen:  # /metrics behind metrics_token when the config sets it; /health/live for probes
         from fleetllm.job.metrics import serve_metrics
 
         serve_metrics(args.metrics_listen, runner.metrics.registry, runner.config.settings.metrics_token)

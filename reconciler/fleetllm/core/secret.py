@@ -51,6 +51,7 @@ def matches(given: str | None, expected: Secret) -> bool:
 
 
 METRICS_CHALLENGE = 'Bearer realm="fleetllm metrics"'  # WWW-Authenticate of a refused GET /metrics
+LIVE_PATH = "/health/live"  # beside /metrics, public: the pods' liveness probe, which sends no token
 
 
 def metrics_refusal(token: Secret | None, authorization: str | None) -> tuple[int, str] | None:

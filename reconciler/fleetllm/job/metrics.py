@@ -17,10 +17,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from fleetllm.adapters.state.passes import PassMode, PassRecord, RolloutPassRecord
 from fleetllm.core.judge.verdict import SERVING, Verdict
 from fleetllm.core.rollout.model import BoxState, RolloutState
-from fleetllm.core.secret import METRICS_CHALLENGE, Secret, metrics_refusal
+from fleetllm.core.secret import LIVE_PATH, METRICS_CHALLENGE, Secret, metrics_refusal
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-HEALTH_PATH = "/health"  # answered without the metrics token: the probes of a pod (deploy/helm) send none
 
 
 class PassMetrics:
@@ -157,13 +156,13 @@ class PassMetrics:
 
 
 def metrics_app(registry: CollectorRegistry, token: Secret | None) -> WsgiApp:
-    """The reconciler's metrics over HTTP: GET /health is "ok" for anyone (a liveness probe); every other
+    """The reconciler's metrics over HTTP: GET /health/live is "ok" for anyone (a liveness probe); every other
     path is the exposition, behind metrics_token when it is set (fleetllm.core.secret.metrics_refusal, as
     the control plane's /metrics): 401 without it, 403 with another one, a JSON error and no metric."""
     exposition = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == HEALTH_PATH:
+        if environ.get("PATH_INFO") == LIVE_PATH:
             start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"ok\n"]
         refusal = metrics_refusal(token, environ.get("HTTP_AUTHORIZATION"))

@@ -1,14 +1,15 @@
 """GET /health (what is served, the last attempt, refresh and state-store status; 503 until a valid
-revision is loaded) and GET /metrics (Prometheus text). Both carry no secret; /health is public, /metrics
-too unless metrics_token is set (it names every box and pod): then only for that bearer
-(fleetllm.core.secret.metrics_refusal)."""
+revision is loaded: readiness), GET /health/live (200 while the process answers requests at all, whatever
+it serves: liveness and start-up) and GET /metrics (Prometheus text). None carries a secret; the two
+health views are public, /metrics too unless metrics_token is set (it names every box and pod): then only
+for that bearer (fleetllm.core.secret.metrics_refusal)."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
 
 from fleetllm.core.control import ControlState
-from fleetllm.core.secret import METRICS_CHALLENGE, metrics_refusal
+from fleetllm.core.secret import LIVE_PATH, METRICS_CHALLENGE, metrics_refusal
 from fleetllm.errors import StateError
 from fleetllm.server.metrics import CONTENT_TYPE
 from fleetllm.server.rollouts import rollout_summary
@@ -49,6 +50,15 @@ def health() -> Response:
         body["render_errors"] = dict(served.render_errors)
     response = jsonify(body)
     response.status_code = 200 if served else 503
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@bp.get(LIVE_PATH)
+def live() -> Response:
+    """The pods' liveness and start-up probe (deploy/): through the request threads like any view, but
+    public and the same whatever is served (a bad commit must not restart a pod serving the last good one)."""
+    response = jsonify({"status": "alive", "replica": current_runtime().replica})
     response.headers["Cache-Control"] = "no-store"
     return response
 
