@@ -709,9 +709,10 @@ def fleet_key_warning(config: ControlPlaneConfig) -> str | None:
             "rotate it (docs/runbooks.md, \"Rotate the fleet key\")")
 
 
-def metrics_token_warning(config: ControlPlaneConfig) -> str | None:
-    """No metrics_token: /metrics stays public (as before the setting), with this warning."""
-    if config.metrics_token is not None:
+def metrics_token_warning(config: ControlPlaneConfig, listen: Listen) -> str | None:
+    """No metrics_token: /metrics stays public (as before the setting), with this warning, unless `listen`
+    is a loopback address (the demo, a machine's local Prometheus): nobody else reaches it then."""
+    if config.metrics_token is not None or listen.is_loopback:
         return None
     return ("warning: no metrics_token: GET /metrics is public, and it names every box, pod and whether the salt is "
             f"weak; set metrics_token: ${{cred:NAME}} (generate one with {HOW_TO_GENERATE}) and give Prometheus "

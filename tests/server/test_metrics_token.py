@@ -10,14 +10,14 @@ from pathlib import Path
 
 from fleetllm.server.app import create_app
 from fleetllm.server.runtime import Runtime
-from fleetllm.settings import metrics_token_warning
+from fleetllm.settings import Listen, metrics_token_warning
 from tests.server.conftest import ENV, KNOWN_BOX, METRICS_TOKEN, VIEWER_TOKEN, base_config, write_config
 from tests.server.test_config import problems
 
 
 def test_with_a_metrics_token_only_its_bearer_reads_metrics(make_runtime: Callable[..., Runtime]) -> None:
     runtime = make_runtime(metrics_token="${env:METRICS}")
-    assert metrics_token_warning(runtime.config) is None
+    assert metrics_token_warning(runtime.config, Listen("192.0.2.10", 8080)) is None
     client = create_app(runtime).test_client()
     refused = client.get("/metrics")
     assert refused.status_code == 401
@@ -47,8 +47,9 @@ def test_without_a_metrics_token_metrics_stay_public_with_a_warning(make_runtime
     runtime = make_runtime()
     client = create_app(runtime).test_client()
     assert client.get("/metrics").status_code == 200
-    warning = metrics_token_warning(runtime.config)
+    warning = metrics_token_warning(runtime.config, Listen("192.0.2.10", 8080))
     assert warning is not None and "GET /metrics is public" in warning and "set metrics_token" in warning
+    assert metrics_token_warning(runtime.config, Listen("127.0.0.1", 8080)) is None  # nobody else reaches it
 
 
 def test_metrics_token_is_a_reference_of_24_characters_or_more(tmp_path: Path) -> None:
@@ -69,14 +70,16 @@ def test_serve_check_warns_of_public_metrics(tmp_path: Path, fleet_git: Path) ->
     from tests.conftest import ROOT
 
     document = base_config(fleet_git, tmp_path / "cp.sqlite3")
-    config = write_config(tmp_path / "cp.yaml", document)
     env = {**os.environ, **ENV}
-    public = subprocess.run([sys.executable, "-m", "fleetllm", "serve", "--check", "--config", str(config)],
-                            capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False)
-    assert public.returncode == 0, public.stderr
-    assert "warning: no metrics_token: GET /metrics is public" in public.stderr
-    config = write_config(tmp_path / "cp.yaml", {**document, "metrics_token": "${env:METRICS}"})
-    guarded = subprocess.run([sys.executable, "-m", "fleetllm", "serve", "--check", "--config", str(config)],
-                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False)
-    assert guarded.returncode == 0, guarded.stderr
-    assert "metrics_token" not in guarded.stderr
+
+    def check(extra: dict[str, str], *flags: str) -> str:
+        config = write_config(tmp_path / "cp.yaml", {**document, **extra})
+        done = subprocess.run([sys.executable, "-m", "fleetllm", "serve", "--check", "--config", str(config), *flags],
+                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    beyond = ("--listen", "0.0.0.0:8080", "--insecure-http")  # reachable from other machines
+    assert "warning: no metrics_token: GET /metrics is public" in check({}, *beyond)
+    assert "metrics_token" not in check({"metrics_token": "${env:METRICS}"}, *beyond)
+    assert "metrics_token" not in check({})  # the default listen, 127.0.0.1: nobody else reaches it

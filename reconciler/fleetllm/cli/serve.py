@@ -115,7 +115,7 @@ def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> t
                       reference=config.secrets.fleet_key.reference if config.secrets.fleet_key else None,
                       length=len(config.secrets.fleet_key.reveal()) if config.secrets.fleet_key else 0,
                       minimum=MIN_FLEET_KEY_CHARS)
-        if (public_metrics := metrics_token_warning(config)) is not None:  # serving: logged as a start-up warning
+        if (public_metrics := metrics_token_warning(config, listen)) is not None:  # serving: a start-up warning
             warnings.append(public_metrics)
         scheme = "https" if config.tls else "http"
         verdict = (f"ok: would serve {served.revision} ({len(served.fleet.boxes)} boxes, {served.fleet.server_count} "
