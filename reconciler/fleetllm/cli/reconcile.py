@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from fleetllm.cli.passes import (
@@ -86,6 +87,12 @@ def loop(args: argparse.Namespace, runner: PassRunner) -> int:
         return args.invalid_head_exit if code == EXIT_OK and runner.invalid_head is not None else code
     if args.metrics_listen:  # /metrics behind metrics_token when the config sets it; /health/live for probes
         from fleetllm.job.metrics import serve_metrics
+        from fleetllm.logs import get_logger, log_event
+        from fleetllm.settings import Listen, metrics_token_warning
 
-        serve_metrics(args.metrics_listen, runner.metrics.registry, runner.config.settings.metrics_token)
+        settings = runner.config.settings
+        server = serve_metrics(args.metrics_listen, runner.metrics.registry, settings.metrics_token)
+        bound = Listen(str(server.server_address[0]), server.server_port)
+        if (public := metrics_token_warning(settings, bound)) is not None:
+            log_event(get_logger("reconcile"), "public metrics", logging.WARNING, warning=public)
     return asyncio.run(runner.loop(args.interval))  # each pass re-reads the branch (PassRunner.scheduled_pass)
