@@ -204,7 +204,9 @@ def run_bare(config: Any, listen: Any, body: bytes) -> None:
                                         idle_connection_timeout=limits.header_timeout_s,
                                         body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY,
                                         decompress_request=False, xheaders=False)
-        server.guard(ConnectionCaps(limits.max_connections, limits.max_connections_per_peer, config.trusted_proxies),
+        server.guard(ConnectionCaps(limits.max_connections, limits.max_connections_per_peer,
+                                    limits.max_connections_per_network, config.trusted_proxies,
+                                    limits.network_cap_exempt),
                      BodyBudget(limits.body_buffer_bytes, SMALL_BODY), float(config.timeout_s))
         server.listen(listen.port, address=listen.host, backlog=1024)
         await asyncio.Event().wait()

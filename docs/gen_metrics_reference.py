@@ -61,12 +61,14 @@ class Source:
 
 
 SOURCES = (
-    Source("control-plane", "Control plane", "`fleetllm serve`, at `GET /metrics` (no token; expose it to your "
-           "Prometheus only). Each replica exports its own; the `fleetllm_box_last_*` and `fleetllm_unknown_*` "
+    Source("control-plane", "Control plane", "`fleetllm serve`, at `GET /metrics` (for the bearer `metrics_token` "
+           "only, where it is set: the series name every box and pod; without it, public). Each replica "
+           "exports its own; the `fleetllm_box_last_*` and `fleetllm_unknown_*` "
            "series are read from the shared state store (at most once every 30 s; scrapes between reuse the "
            "read), so every replica shows the same."),
     Source("reconciler", "Reconciler", "`fleetllm reconcile --metrics-listen HOST:PORT` (`/metrics`, the "
-           "long-running loop). A batch `fleetllm reconcile --once` (the CronJob, the systemd timer) hands each "
+           "long-running loop; behind `metrics_token` as the control plane's, `/health/live` for probes). A "
+           "batch `fleetllm reconcile --once` (the CronJob, the systemd timer) hands each "
            "pass's metrics over when the pass ends: a PUT to a Pushgateway (`reconcile.pushgateway` in the "
            "config: the group `job=\"fleetllm_reconcile\"`, `instance=` its instance, replaced by the next pass; "
            "scrape the Pushgateway with `honor_labels: true`), and/or a file for node_exporter's textfile "

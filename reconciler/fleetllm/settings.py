@@ -52,8 +52,8 @@ DEFAULTS: Mapping[str, Any] = schema_defaults(SCHEMA)  # by pointer: the schema'
 HOW_TO_REFER = (
     "write it as one reference: ${env:NAME}, ${file:/absolute/path} or ${cred:NAME}, never the value")
 _SECRET_POINTERS = ("/repo/webhook_secret", "/secrets", "/state/password", "/admin_tokens", "/operator_tokens",
-                    "/viewer_tokens", "/auth/oidc/client_secret", "/litellm/master_key", "/providers/vast/api_key",
-                    "/providers/runpod/api_key",
+                    "/viewer_tokens", "/metrics_token", "/auth/oidc/client_secret", "/litellm/master_key",
+                    "/providers/vast/api_key", "/providers/runpod/api_key",
                     "/reconcile/pushgateway/username", "/reconcile/pushgateway/password", "/forge/token")
 # The secrets only the reconcile job uses (its Pushgateway's credential, the forge's token): `fleetllm serve`
 # leaves them unresolved, so its unit or Deployment needs none of them.
@@ -227,6 +227,8 @@ class ServerLimits:
     max_connections: int
     max_connections_per_peer: int  # per IPv4 address or IPv6 /64; trusted proxies exempt
     body_buffer_bytes: int  # bodies over 64 KiB being read at once, in all
+    max_connections_per_network: int  # per IPv4 /24 or IPv6 /48; trusted proxies and network_cap_exempt exempt
+    network_cap_exempt: tuple[IPNetwork, ...]  # not counted per network (a provider's NAT, many boxes in one /24)
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,7 @@ class ControlPlaneConfig:
     admin_tokens: tuple[ApiToken, ...]
     operator_tokens: tuple[ApiToken, ...]
     viewer_tokens: tuple[ApiToken, ...]
+    metrics_token: Secret | None  # GET /metrics of serve and reconcile --metrics-listen needs it (None: public)
     oidc: OidcConfig | None  # auth.oidc: single sign-on for the status pages (and, if enabled, bearer JWTs)
     attention_max_entries: int
     report_key_required: bool  # server.report_key_required: POST /vllm/report needs the box's report key
@@ -415,6 +418,13 @@ class _Builder:
                          "trail tells them apart")
         return lists
 
+    def metrics_token(self) -> Secret | None:
+        token = self.secret(["metrics_token"])
+        if token is not None and len(token.reveal()) < MIN_TOKEN_CHARS:
+            self.problem(["metrics_token"], f"metrics_token ({token.reference}) is {len(token.reveal())} characters; "
+                         f"it needs at least {MIN_TOKEN_CHARS}: generate one with {HOW_TO_GENERATE}")
+        return token
+
     def oidc(self) -> OidcConfig | None:
         if self.get("/auth/oidc") is None:
             return None
@@ -459,6 +469,34 @@ class _Builder:
             except ValueError:
                 self.problem(["trusted_proxies", i], f"{text!r} is not an address range such as 10.0.0.0/8 or ::1")
         return tuple(networks)
+
+    def limits(self) -> ServerLimits:
+        per_peer, per_network = self.get("/server/max_connections_per_peer"), \
+            self.get("/server/max_connections_per_network")
+        if per_network < per_peer:
+            self.problem(["server", "max_connections_per_network"], f"{per_network} is below "
+                         f"server.max_connections_per_peer ({per_peer}): one address could not open the connections "
+                         "it may hold; raise it to at least that, or lower max_connections_per_peer")
+        exempt: list[IPNetwork] = []
+        for i, text in enumerate(self.get("/server/network_cap_exempt")):
+            at: list[str | int] = ["server", "network_cap_exempt", i]
+            try:
+                network = ipaddress.ip_network(text)
+            except ValueError:
+                try:
+                    loose = ipaddress.ip_network(text, strict=False)
+                except ValueError:
+                    self.problem(at, f"{text!r} is not a network such as 203.0.113.0/24 or 2001:db8:5::/48")
+                else:
+                    self.problem(at, f"{text!r} has host bits set: write the network {loose} (or "
+                                 f"{text.split('/', 1)[0]}/{loose.max_prefixlen} "
+                                 "for that one address)")
+                continue
+            exempt.append(network)
+        return ServerLimits(
+            float(self.get("/server/header_timeout_s")), float(self.get("/server/body_timeout_s")),
+            self.get("/server/max_header_bytes"), self.get("/server/max_connections"), per_peer,
+            self.get("/server/body_buffer_bytes"), per_network, tuple(exempt))
 
     def state(self) -> StateConfig:
         url = self.get("/state/url") or MEMORY_STATE  # only the environment-only settings have none
@@ -648,13 +686,10 @@ class _Builder:
             source=self.source, repo=repo, secrets=secrets,  # type: ignore[arg-type]  # checked below
             state=self.state(), listen=self.listen(), tls=self.tls(), trusted_proxies=self.networks(),
             admin_tokens=tokens["admin_tokens"], operator_tokens=tokens["operator_tokens"],
-            viewer_tokens=tokens["viewer_tokens"], oidc=self.oidc(),
+            viewer_tokens=tokens["viewer_tokens"], metrics_token=self.metrics_token(), oidc=self.oidc(),
             attention_max_entries=self.get("/attention/max_entries"),
             report_key_required=self.get("/server/report_key_required"), threads=self.get("/server/threads"),
-            timeout_s=self.get("/server/timeout_s"), limits=ServerLimits(
-                float(self.get("/server/header_timeout_s")), float(self.get("/server/body_timeout_s")),
-                self.get("/server/max_header_bytes"), self.get("/server/max_connections"),
-                self.get("/server/max_connections_per_peer"), self.get("/server/body_buffer_bytes")),
+            timeout_s=self.get("/server/timeout_s"), limits=self.limits(),
             litellm=self.litellm(), providers=self.providers(),
             reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run"),
                                       self.pushgateway(), self.path(self.get("/reconcile/metrics_file"))),
@@ -672,6 +707,16 @@ def fleet_key_warning(config: ControlPlaneConfig) -> str | None:
     return (f"warning: secrets.fleet_key ({key.reference}) is {len(key.reveal())} characters, shorter than "
             f"{MIN_FLEET_KEY_CHARS}: anyone who guesses it gets every box's config and bearers. It keeps working; "
             "rotate it (docs/runbooks.md, \"Rotate the fleet key\")")
+
+
+def metrics_token_warning(config: ControlPlaneConfig, listen: Listen) -> str | None:
+    """No metrics_token: /metrics stays public (as before the setting), with this warning, unless `listen`
+    is a loopback address (the demo, a machine's local Prometheus): nobody else reaches it then."""
+    if config.metrics_token is not None or listen.is_loopback:
+        return None
+    return ("warning: no metrics_token: GET /metrics is public, and it names every box, pod and whether the salt is "
+            f"weak; set metrics_token: ${{cred:NAME}} (generate one with {HOW_TO_GENERATE}) and give Prometheus "
+            "the same token (docs/security.md, \"Metrics\")")
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *,

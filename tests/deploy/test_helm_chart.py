@@ -311,8 +311,8 @@ def test_the_everything_config_reads_what_its_values_say(tmp_path: Path) -> None
     path = writable_config(config_text(documents), tmp_path)
     names = cred_names(path.read_text())
     assert names == {"webhook-secret", "fleet-key", "vllm-api-salt", "previous-vllm-api-salt", "admin-token",
-                     "admin-token-1", "operator-token", "operator-token-1", "viewer-token", "oidc-client-secret",
-                     "pg-password", "litellm-master-key", "runpod-api-key", "slack-webhook-url"}
+                     "admin-token-1", "operator-token", "operator-token-1", "viewer-token", "metrics-token",
+                     "oidc-client-secret", "pg-password", "litellm-master-key", "runpod-api-key", "slack-webhook-url"}
     config = load_config(path, {"CREDENTIALS_DIRECTORY": str(credentials(tmp_path, names))})
     assert config.repo.branch == "production" and config.repo.refresh_interval_s == 30
     assert config.state.url.startswith("postgresql://fleet_eu@db.example.com:5432/fleet?")
@@ -322,6 +322,7 @@ def test_the_everything_config_reads_what_its_values_say(tmp_path: Path) -> None
     assert tokens == {"admin": [("alice", "${cred:admin-token}"), (None, "${cred:admin-token-1}")],
                       "operator": [("deploy-bot", "${cred:operator-token}"), (None, "${cred:operator-token-1}")],
                       "viewer": [("dashboard@grafana", "${cred:viewer-token}")]}
+    assert config.metrics_token is not None and config.metrics_token.reference == "${cred:metrics-token}"
     oidc = config.oidc
     assert oidc is not None
     assert (oidc.issuer, oidc.client_id, oidc.redirect_base) == (
@@ -342,6 +343,7 @@ def test_the_everything_config_reads_what_its_values_say(tmp_path: Path) -> None
     assert files["operator-token"] == ("fleet-eu-ci", "deploy-bot")
     assert files["oidc-client-secret"] == ("fleet-eu-sso", "client-secret")
     assert files["slack-webhook-url"] == ("fleet-eu-slack", "url")
+    assert files["metrics-token"] == ("fleet-eu-monitoring", "scrape-token")
 
 
 def test_single_sign_on_takes_the_control_planes_defaults_and_the_ingress_host(tmp_path: Path) -> None:

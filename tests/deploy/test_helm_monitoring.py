@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.chart import CHART, SCENARIOS, one, render
+from tests.deploy.chart import CHART, SCENARIOS, config_text, one, render
 from tests.deploy.promql import dashboard_file, rules_file
 from tests.deploy.test_prometheus_rules import TESTS, alerts, run
 
@@ -121,8 +121,33 @@ def test_the_service_monitor_reaches_every_metrics_port(scenario: str, expected:
         if workload["kind"] != "Deployment":
             continue
         for container in workload["spec"]["template"]["spec"]["containers"]:
-            probe = container["livenessProbe"]["httpGet"]
-            assert probe["path"] == "/metrics"  # what is scraped is what keeps the pod alive
+            for probe in (container["livenessProbe"]["httpGet"], container["startupProbe"]["httpGet"]):
+                # the scraped process keeps the pod alive, on a path the probe may ask without a token
+                assert probe["path"] == "/health/live"
+                assert probe["port"] in {p["name"] for p in container["ports"]}
+
+
+@pytest.mark.parametrize(("scenario", "secret", "key"), [
+    ("everything", "fleet-eu-monitoring", "scrape-token"),  # a Secret of its own
+    ("loop", "fleetllm-credentials", "metrics-token"),  # the default: existingSecret's metrics-token
+    ("sqlite", "fleetllm-credentials", "metrics-token"),
+])
+def test_every_endpoint_sends_the_metrics_token_the_config_requires(scenario: str, secret: str, key: str) -> None:
+    """/metrics needs metrics_token (issue 27: it names every box and pod): the config refers to the same Secret
+    key that every endpoint of the ServiceMonitor sends as its bearer."""
+    documents = render(SCENARIOS[scenario])
+    monitor = one(documents, "ServiceMonitor")
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": secret, "key": key}}
+        assert "bearerTokenSecret" not in endpoint  # the deprecated field: one way only
+    assert "metrics_token: ${cred:metrics-token}" in config_text(documents)
+
+
+def test_a_metrics_token_key_of_nothing_leaves_metrics_public() -> None:
+    documents = render(SCENARIOS["loop"], sets=("metricsToken.key=",))
+    monitor = one(documents, "ServiceMonitor")
+    assert all("authorization" not in endpoint for endpoint in monitor["spec"]["endpoints"])
+    assert "metrics_token" not in config_text(documents)
 
 
 def test_with_tls_in_the_pod_prometheus_scrapes_https() -> None:

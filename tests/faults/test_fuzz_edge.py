@@ -88,7 +88,7 @@ def test_stored_client_text_fits_its_cap(host: str, xff: str, peer: str) -> None
 @given(st.lists(st.tuples(st.booleans(), st.sampled_from(["10.0.0.1", "10.0.0.2", "2001:db8::1", "2001:db8::2",
                                                           "::ffff:10.0.0.1", "bogus"])), max_size=200))
 def test_connection_caps_hold_under_any_order(steps: list[tuple[bool, str]]) -> None:
-    caps = ConnectionCaps(max_total=6, max_per_peer=2)
+    caps = ConnectionCaps(max_total=6, max_per_peer=2, max_per_prefix=8)
     held: list[str] = []
     for admit, peer in steps:
         if admit:

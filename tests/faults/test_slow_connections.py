@@ -151,6 +151,32 @@ def test_connections_over_the_per_peer_cap_are_closed_at_once(tmp_path: Path,
     assert FLEET_KEY not in plane.log.read_text()
 
 
+def test_a_listed_network_holds_more_than_the_network_cap_and_an_unlisted_one_does_not(
+        tmp_path: Path, start_plane: Callable[..., ControlPlane], figures: Callable[..., None]) -> None:
+    """server.network_cap_exempt and max_connections_per_network (a provider's NAT, a boot storm of many
+    boxes in one /24): 20 addresses of the listed 127.4.1.0/24 keep 2 connections each (40, over the
+    network allowance of 8); the same from the unlisted 127.4.2.0/24 gets 8 in and the other 32 closed at once."""
+    plane = start_plane(plane_document(tmp_path, repo_path=ROOT / "fleet-repo-example",
+                                       server={"max_connections_per_peer": 2, "max_connections_per_network": 8,
+                                               "network_cap_exempt": ["127.4.1.0/24"]}))
+    with held([connect(f"127.4.1.{1 + i // 2}", plane.port) for i in range(40)]) as listed, \
+            held([connect(f"127.4.2.{1 + i // 2}", plane.port) for i in range(40)]) as unlisted:
+        deadline = time.monotonic() + 30
+        while sum(closed_by_server(s) for s in unlisted) < 32 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sum(closed_by_server(s) for s in unlisted) == 32
+        assert not any(closed_by_server(s) for s in unlisted[:8])  # the first 8 of the network are kept
+        assert not any(closed_by_server(s) for s in listed)
+        listed[-1].setblocking(True)  # the 40th connection of the listed network is served
+        listed[-1].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert listed[-1].recv(65536).startswith(b"HTTP/1.1 200")
+        metrics = plane.get("/metrics")[2].decode()
+    refused = metric(metrics.replace('{reason="per_prefix"}', ""), "fleetllm_http_connections_refused_total")
+    assert refused == 32
+    figures(case="per-network cap, a listed network", allowance=8, listed_open=40, unlisted_open=8,
+            refused=int(refused))
+
+
 def raw(port: int, data: bytes, *, read_timeout: float = 30) -> bytes:
     """Send `data` on a fresh connection and read until the server closes it (or answers and waits)."""
     with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as sock:

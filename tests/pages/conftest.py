@@ -44,6 +44,7 @@ PAGE_SECRETS = (*SECRETS, MASTER_KEY)
 def page_config(repo: Path, state: Path, **extra: Any) -> dict[str, Any]:
     document = base_config(repo, state)
     document["litellm"] = {"url": "http://127.0.0.1:9", "master_key": "${env:MASTER}"}
+    document["metrics_token"] = "${env:METRICS}"  # /metrics for that bearer only (test_openapi's metricsToken)
     document.update(extra)
     return document
 

@@ -15,7 +15,9 @@ from flask.testing import FlaskClient
 from fleetllm.server.app import create_app
 from fleetllm.server.session import COOKIE, SESSION_HOURS, safe_next
 from tests.pages.conftest import LogCapture, World, build_world, csrf_of
-from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN
+from tests.server.conftest import ADMIN_TOKEN, METRICS_TOKEN, VIEWER_TOKEN
+
+METRICS = {"Authorization": f"Bearer {METRICS_TOKEN}"}  # metrics_token of the pages' world
 
 
 def session_cookie(client: FlaskClient) -> str:
@@ -195,7 +197,7 @@ def test_login_is_rate_limited_per_peer_and_logged_without_the_token(world: Worl
     assert [e["reason"] for e in refused] == ["not a viewer, operator or admin token"] * 10 + ["rate limited"]
     assert all("guess-" not in json.dumps(e) for e in refused)
     assert VIEWER_TOKEN not in logs.text
-    metrics = client.get("/metrics").get_data(as_text=True)
+    metrics = client.get("/metrics", headers=METRICS).get_data(as_text=True)
     assert 'fleetllm_login_refused_total{reason="rate_limited"} 51.0' in metrics
     assert 'fleetllm_login_refused_total{reason="wrong_token"} 10.0' in metrics
 

@@ -9,11 +9,12 @@ from flask.testing import FlaskClient
 from fleetllm.server.auth import token_fingerprint
 from tests.conftest import git
 from tests.pages.conftest import World, csrf_of, login
-from tests.server.conftest import ADMIN_TOKEN, VIEWER_TOKEN
+from tests.server.conftest import ADMIN_TOKEN, METRICS_TOKEN, VIEWER_TOKEN
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 VIEWER = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
 PAGES = ("/", "/models", "/revision", "/history")
+METRICS = {"Authorization": f"Bearer {METRICS_TOKEN}"}  # metrics_token of the pages' world
 
 
 def test_every_page_shows_a_suspension_and_a_pin_in_red(world: World, viewer: FlaskClient) -> None:
@@ -37,7 +38,7 @@ def test_every_page_shows_a_suspension_and_a_pin_in_red(world: World, viewer: Fl
     health = client.get("/health").get_json()["control"]
     assert health["suspended"] is True and health["pinned_revision"] == served.revision
     assert health["suspended_by"] == actor
-    metrics = client.get("/metrics").get_data(as_text=True)
+    metrics = client.get("/metrics", headers=METRICS).get_data(as_text=True)
     assert "fleetllm_suspended 1.0" in metrics and "fleetllm_pinned 1.0" in metrics
     control = client.get("/admin/control", headers=VIEWER).get_json()
     assert [e["action"] for e in control["audit"]] == ["pin", "suspend"]

@@ -31,7 +31,14 @@ from schemathesis.specs.openapi.checks import ignored_auth, positive_data_accept
 from fleetllm.core.fleet.schema import schema_dir
 from fleetllm.server.openapi import source_document
 from tests.pages.conftest import World
-from tests.server.conftest import ADMIN_TOKEN, FLEET_KEY, OPERATOR_TOKEN, VIEWER_TOKEN, WEBHOOK_SECRET
+from tests.server.conftest import (
+    ADMIN_TOKEN,
+    FLEET_KEY,
+    METRICS_TOKEN,
+    OPERATOR_TOKEN,
+    VIEWER_TOKEN,
+    WEBHOOK_SECRET,
+)
 
 DOCUMENT = source_document()
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -55,10 +62,12 @@ CREDENTIALS: dict[str | None, dict[str, tuple[str | None, set[int] | None]]] = {
     "admin": {"admin": (ADMIN_TOKEN, None), "operator": (OPERATOR_TOKEN, {403}), "viewer": (VIEWER_TOKEN, {403}),
               "wrong": (WRONG, {403}), "none": (None, {401})},
     "fleetKey": {"fleet": (FLEET_KEY, None), "admin": (ADMIN_TOKEN, {403}), "none": (None, {403})},
+    "metricsToken": {"metrics": (METRICS_TOKEN, None), "viewer": (VIEWER_TOKEN, {403}), "admin": (ADMIN_TOKEN, {403}),
+                     "none": (None, {401})},
     "webhookSignature": {"signed": (WEBHOOK_SECRET, None), "unsigned": (None, {403})},
     None: {"anyone": (None, None)},
 }
-ADMITTED = {"viewer", "operator", "admin", "fleet", "anyone", "signed"}
+ADMITTED = {"viewer", "operator", "admin", "fleet", "anyone", "signed", "metrics"}
 
 
 def html_routes(app: Flask) -> set[tuple[str, str]]:
@@ -142,7 +151,7 @@ def seen_statuses(world: World, path: str, method: str, mode: GenerationMode) ->
 def test_every_operation_conforms_to_the_document(world: World, path: str, method: str) -> None:
     seen = seen_statuses(world, path, method, GenerationMode.POSITIVE)
     scheme = scheme_of(path, method)
-    if scheme in ("bearer", "operator", "admin"):
+    if scheme in ("bearer", "operator", "admin", "metricsToken"):
         assert {401, 403} <= seen, seen
     if scheme == "webhookSignature":
         assert 200 in seen, seen  # a signed push is taken (refreshed, ignored or pong)

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.pages.conftest import LogCapture, build_world, login
-from tests.server.conftest import VIEWER_TOKEN
+from tests.server.conftest import METRICS_TOKEN, VIEWER_TOKEN
 
 SHORT_SALT = "salt12chars!"
+METRICS = {"Authorization": f"Bearer {METRICS_TOKEN}"}  # metrics_token of the pages' world
 
 
 def test_a_short_salt_is_served_with_a_warning(tmp_path: Path, logs: LogCapture) -> None:
@@ -21,7 +22,7 @@ def test_a_short_salt_is_served_with_a_warning(tmp_path: Path, logs: LogCapture)
         assert "Rotate the salt" in attention["secrets"][0]
         page = client.get("/").get_data(as_text=True)
         assert "Weak secret" in page and 'data-kind="secret"' in page
-        metrics = client.get("/metrics").get_data(as_text=True)
+        metrics = client.get("/metrics", headers=METRICS).get_data(as_text=True)
         assert 'fleetllm_weak_secret{secret="vllm_api_salt"} 1.0' in metrics
         for shown in (str(attention), page, metrics, logs.text):
             assert SHORT_SALT not in shown
@@ -35,6 +36,6 @@ def test_a_long_salt_raises_no_warning(tmp_path: Path, logs: LogCapture) -> None
         client = world.app.test_client()
         assert login(client, VIEWER_TOKEN).status_code == 302
         assert client.get("/api/attention").get_json()["secrets"] == []
-        assert 'fleetllm_weak_secret{secret="vllm_api_salt"} 0.0' in client.get("/metrics").get_data(as_text=True)
+        assert 'fleetllm_weak_secret{secret="vllm_api_salt"} 0.0' in client.get("/metrics", headers=METRICS).get_data(as_text=True)
     finally:
         world.runtime.stop()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .fakes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +31,9 @@ def config(tmp_path: Path, litellm_url: str, legacy: bool = True) -> Path:
     return path
 
 
-ENV = {"T_MK": "sk-master-cmd-secret", "T_SALT": SALT, "FLEETLLM_LEGACY_API_KEY": "sk-legacy-cmd-secret"}
+METRICS_TOKEN = "reconcile-loop-metrics-token-0123"
+ENV = {"T_MK": "sk-master-cmd-secret", "T_SALT": SALT, "FLEETLLM_LEGACY_API_KEY": "sk-legacy-cmd-secret",
+       "T_METRICS": METRICS_TOKEN}
 
 
 def test_plan_needs_the_legacy_key_for_legacy_servers(fleet_dir: Path, tmp_path: Path) -> None:
@@ -94,6 +98,7 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
     (fleet_dir / "fleet.yaml").write_text((fleet_dir / "fleet.yaml").read_text().split("legacy_servers:")[0]
                                          + "fleet_id: example\n")  # what the cut-off tail said
     cfg = config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    cfg.write_text(cfg.read_text() + "metrics_token: '${env:T_METRICS}'\n")  # /metrics for that bearer only
     lock = tmp_path / "pass.lock"
     metrics_port = free_port()
     args = [sys.executable, "-m", "fleetllm", "reconcile", "--config", str(cfg), "--repo", str(fleet_dir),
@@ -105,9 +110,17 @@ def test_reconcile_loop_runs_passes_until_sigterm_and_two_loops_never_overlap(fl
         while time.monotonic() < deadline and not lock.exists():
             time.sleep(0.1)
         time.sleep(3)
+        import urllib.error
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
+        with pytest.raises(urllib.error.HTTPError) as refused:  # no token: 401, no metric
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
+        assert refused.value.code == 401 and b"fleetllm_" not in refused.value.read()
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/health/live", timeout=10) as response:
+            assert response.read() == b"ok\n"  # the pod's probes send no token
+        scrape = urllib.request.Request(f"http://127.0.0.1:{metrics_port}/metrics",
+                                        headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        with urllib.request.urlopen(scrape, timeout=10) as response:
             exposition = response.read().decode()
     finally:
         first.send_signal(signal.SIGTERM)

@@ -129,3 +129,47 @@ def test_a_fleet_without_an_id_is_refused_when_new_and_adopts_in_place_when_exis
             assert again.plan.empty
 
     run(scenario)
+
+
+def test_a_fleet_without_an_id_goes_on_when_its_litellm_is_emptied_and_a_new_one_is_still_refused() -> None:
+    """The existing fleet's passes record its derived id in the state store; LiteLLM is emptied (a reset
+    proxy): the next pass recreates its deployment under that id instead of refusing the fleet as new. The
+    same fleet with a fresh state store (a truly new fleet: no deployment, no history) is refused, and a
+    plan-only pass or a refused one records nothing."""
+    from fleetllm.core.judge.ownership import FleetIdError
+
+    litellm, vllm = FakeLitellmHttp(), FakeVllm()
+    root = "c0ffee" + "0" * 34
+    store, fresh = MemoryStore(), MemoryStore()
+
+    async def scenario() -> None:
+        async with serve(litellm.app()) as (lport,), serve(vllm.app(), [0]) as (port,):
+            vllm.servers[port] = FakeServer("m", SALT.derive("127.0.0.1", port), "org/m")
+
+            def reconciler(state: MemoryStore) -> Reconciler:
+                return Reconciler(Bearers(SALT), Observer({}, 2, 8), lambda s: LitellmClient(
+                    s, f"http://127.0.0.1:{lport}", Secret(litellm.master_key, "test")), state)
+
+            named = fleet([port])
+            unnamed = dataclasses.replace(named, settings=dataclasses.replace(named.settings, fleet_id=None),
+                                          origin=root)
+            legacy = dataclasses.replace(intended_state(named, Bearers(SALT)), fleet_id=None)
+            server = next(iter(legacy.servers.values()))
+            spec = desired_deployment(server, Endpoint(server.box, server.port), named.revision)
+            litellm.rows[spec.id] = {"model_name": spec.model_name, "litellm_params": dict(spec.litellm_params),
+                                     "model_info": dict(spec.model_info)}
+            await reconciler(store).run_pass(unnamed, apply=False)  # plan only: records nothing
+            assert store.recorded_fleet_id() is None
+            await reconciler(store).run_pass(unnamed, apply=True)  # adopted, and its id recorded
+            assert store.recorded_fleet_id() == "git-c0ffee000000"
+
+            litellm.rows.clear()  # LiteLLM emptied
+            with pytest.raises(FleetIdError, match="fleet_id is required for a new fleet"):
+                await reconciler(fresh).run_pass(unnamed, apply=True)  # no history: new, refused
+            assert litellm.rows == {} and fresh.recorded_fleet_id() is None and fresh.passes == []
+            recreated = await reconciler(store).run_pass(unnamed, apply=True)
+            assert [(str(r.action.kind), str(r.outcome)) for r in recreated.results] == [("create", "created")]
+            assert [row["model_info"]["fleetllm_fleet"] for row in litellm.rows.values()] == ["git-c0ffee000000"]
+            assert any("add `fleet_id: git-c0ffee000000` to fleet.yaml" in w for w in recreated.plan.warnings)
+
+    run(scenario)

@@ -136,6 +136,28 @@ def test_once_adopted_into_the_derived_id_the_fleet_stays_existing() -> None:
         fleet_identity(None, ROOT, [written_by("git-ffffffffffff")], frozenset({"127.0.0.2"}))
 
 
+def test_an_existing_fleet_whose_litellm_was_emptied_is_known_by_the_id_its_passes_recorded() -> None:
+    """LiteLLM holds nothing of the fleet (a reset proxy, a new database), but the state store records that
+    its passes owned by its derived id: existing, not new. A fresh store (a new fleet) is still refused;
+    an id recorded by another repository, or a declared id taken out of fleet.yaml, does not count (that
+    one is named in the refusal)."""
+    derived = derived_fleet_id(ROOT)
+    identity = fleet_identity(None, ROOT, [], frozenset({"127.0.0.2"}), recorded=derived)
+    assert identity.fleet_id == derived and identity.settled
+    assert identity.note is not None and f"add `fleet_id: {derived}`" in identity.note
+    assert fleet_identity(None, ROOT, [written_by("green")], frozenset({"127.0.0.2"}), derived).fleet_id == derived
+    with pytest.raises(FleetIdError, match="no earlier pass recorded this fleet's derived id"):
+        fleet_identity(None, ROOT, [], frozenset({"127.0.0.2"}), recorded=None)
+    with pytest.raises(FleetIdError) as caught:
+        fleet_identity(None, ROOT, [], frozenset({"127.0.0.2"}), recorded="git-ffffffffffff")
+    assert "put `fleet_id: git-ffffffffffff` back" in str(caught.value)
+    with pytest.raises(FleetIdError, match="put `fleet_id: blue` back"):
+        fleet_identity(None, ROOT, [], frozenset({"127.0.0.2"}), recorded="blue")
+    with pytest.raises(FleetIdError, match="fleet_id is required for a new fleet"):
+        fleet_identity(None, None, [], frozenset({"127.0.0.2"}), recorded=derived)  # no origin: no derived id
+    assert not fleet_identity(None, ROOT, None, frozenset()).settled  # derived unjudged: never recorded
+
+
 def test_a_fleet_read_from_git_knows_its_first_commit(tmp_path: Path) -> None:
     """What an existing fleet's id is derived from: the root commit, at every revision, from the git objects
     and from a working tree; a directory outside git has none (such a fleet must name itself)."""

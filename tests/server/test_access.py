@@ -15,9 +15,10 @@ from fleetllm.server.auth import Role
 from fleetllm.server.runtime import Runtime
 from tests.server.conftest import ADMIN_TOKEN, SECRETS, VIEWER_TOKEN, LogCapture, box_headers
 
-PUBLIC = {"health.health", "health.metrics", "admin.push_hook", "pages.login", "pages.logout", "pages.openapi",
-          "pages.static", "pages.sso_login", "pages.sso_callback"}
-# the webhook is signed; login and logout carry their own CSRF check; single sign-on its state and nonce
+PUBLIC = {"health.health", "health.live", "health.metrics", "admin.push_hook", "pages.login", "pages.logout",
+          "pages.openapi", "pages.static", "pages.sso_login", "pages.sso_callback"}
+# the webhook is signed; login and logout carry their own CSRF check; single sign-on its state and nonce;
+# /metrics its own bearer, metrics_token (fleetllm.core.secret.metrics_refusal), not a role
 EXPECTED_ROLES = {
     "box.vllm_config": Role.FLEET, "box.vllm_report": Role.FLEET, "box.vllm_installer": Role.FLEET,
     "admin.attention": Role.VIEWER, "admin.reports": Role.VIEWER, "admin.fetches": Role.VIEWER,

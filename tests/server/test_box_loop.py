@@ -77,7 +77,7 @@ def serving(runtime: Runtime, *, on_loop: bool) -> Iterator[Served]:
     async def start() -> ControlPlaneHTTPServer:
         server = ControlPlaneHTTPServer(_Router(_Container(counted, executor=executor),
                                                 BoxLoop(runtime) if on_loop else None), max_body_size=SMALL_BODY)
-        server.guard(ConnectionCaps(64, 64), BodyBudget(1 << 20, SMALL_BODY), 10.0)
+        server.guard(ConnectionCaps(64, 64, 256), BodyBudget(1 << 20, SMALL_BODY), 10.0)
         server.listen(0, address="127.0.0.1")
         port = next(iter(server._sockets.values())).getsockname()[1]
         box.append(Served(port))

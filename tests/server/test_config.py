@@ -155,6 +155,24 @@ def test_bad_values(tmp_path: Path) -> None:
     assert "/tls/cert: /no/cert: no such file" in message
 
 
+def test_per_network_allowance_and_exempt_networks(tmp_path: Path) -> None:
+    head = "repo: {path: /x}\nsecrets: {vllm_api_salt: '${env:SALT}'}\nstate: {url: 'sqlite:///s.db'}\n"
+    path = tmp_path / "ok.yaml"
+    path.write_text(head + "server: {max_connections_per_network: 2048, "
+                           "network_cap_exempt: [203.0.113.0/24, '2001:db8:5::/48', 198.51.100.7]}\n")
+    limits = load_config(path, env=ENV).limits
+    assert limits.max_connections_per_network == 2048
+    assert [str(n) for n in limits.network_cap_exempt] == ["203.0.113.0/24", "2001:db8:5::/48", "198.51.100.7/32"]
+    message = problems(tmp_path, head + "server: {max_connections_per_peer: 64, max_connections_per_network: 32, "
+                                        "network_cap_exempt: [203.0.113.9/24, 10.0.0.0/33, nowhere]}\n")
+    assert ("/server/max_connections_per_network: 32 is below server.max_connections_per_peer (64): one address "
+            "could not open the connections it may hold") in message
+    assert ("/server/network_cap_exempt/0: '203.0.113.9/24' has host bits set: write the network 203.0.113.0/24 "
+            "(or 203.0.113.9/32 for that one address)") in message
+    assert "/server/network_cap_exempt/1: '10.0.0.0/33' is not a network such as 203.0.113.0/24" in message
+    assert "/server/network_cap_exempt/2: 'nowhere' is not a network" in message
+
+
 def test_unreadable_and_empty_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the config file"):
         load_config(tmp_path / "missing.yaml")

@@ -51,6 +51,8 @@ TAKEN: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     "/server/max_connections": lambda c: c.limits.max_connections,
     "/server/max_connections_per_peer": lambda c: c.limits.max_connections_per_peer,
     "/server/body_buffer_bytes": lambda c: c.limits.body_buffer_bytes,
+    "/server/max_connections_per_network": lambda c: c.limits.max_connections_per_network,
+    "/server/network_cap_exempt": lambda c: list(c.limits.network_cap_exempt),
     "/litellm/timeout_s": lambda c: c.litellm.timeout_s if c.litellm else None,
     "/litellm/write_concurrency": lambda c: c.litellm.write_concurrency if c.litellm else None,
     "/reconcile/enabled": lambda c: c.reconcile.enabled,
@@ -210,8 +212,10 @@ def test_the_environment_only_settings_name_what_is_missing() -> None:
 REVEALED = {
     "adapters/litellm.py": 1, "adapters/providers.py": 1, "adapters/state/postgres.py": 1, "adapters/state/__init__.py": 1,
     "adapters/admin_client.py": 1,
-    "settings.py": 14, "cli/serve.py": 1, "job/wiring.py": 1,
-    "server/auth.py": 2, "server/session.py": 3, "server/runtime.py": 1,
+    "settings.py": 16, "cli/serve.py": 1, "job/wiring.py": 1,
+    "server/auth.py": 1, "server/session.py": 3, "server/runtime.py": 1,
+    # a presented token compared with a configured one in constant time (matches: tokens, fleet key, metrics)
+    "core/secret.py": 1,
     # single sign-on: the client's secret onto the wire (the token endpoint, adapters/oidc.py) and into the
     # session cookies' signing key (server/session.py)
     "adapters/oidc.py": 1,

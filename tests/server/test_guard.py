@@ -20,7 +20,7 @@ def test_peer_key_counts_ipv4_addresses_and_ipv6_slash_64s() -> None:
 
 
 def test_per_peer_and_total_caps() -> None:
-    caps = ConnectionCaps(max_total=5, max_per_peer=2)
+    caps = ConnectionCaps(max_total=5, max_per_peer=2, max_per_prefix=8)
     assert caps.admit("10.0.0.1") is None
     assert caps.admit("10.0.0.1") is None
     assert caps.admit("10.0.0.1") is Refusal.PER_PEER
@@ -40,7 +40,7 @@ def test_per_peer_and_total_caps() -> None:
 
 def test_trusted_proxies_count_toward_the_total_only() -> None:
     proxies = (ipaddress.ip_network("10.1.0.0/16"),)
-    caps = ConnectionCaps(max_total=4, max_per_peer=1, exempt=proxies)
+    caps = ConnectionCaps(max_total=4, max_per_peer=1, max_per_prefix=4, exempt=proxies)
     assert is_exempt("10.1.2.3", proxies)
     assert not is_exempt("10.2.0.1", proxies)
     assert [caps.admit("10.1.2.3") for _ in range(3)] == [None, None, None]
@@ -70,9 +70,9 @@ def test_body_budget_and_shares() -> None:
 
 
 def test_one_network_cannot_hold_the_whole_total() -> None:
-    """70 addresses of one /24 (or /64s of one IPv6 /48) hold at most PREFIX_PEERS peers' worth; other
-    networks still get in."""
-    caps = ConnectionCaps(max_total=1000, max_per_peer=4)
+    """70 addresses of one /24 (or /64s of one IPv6 /48) hold at most max_per_prefix; other networks
+    still get in."""
+    caps = ConnectionCaps(max_total=1000, max_per_peer=4, max_per_prefix=16)
     admitted = [caps.admit(f"127.0.0.{i}") for i in range(1, 71) for _ in range(4)]
     assert admitted.count(None) == caps.max_per_prefix == 16
     assert Refusal.PER_PREFIX in admitted
@@ -95,3 +95,20 @@ def test_one_peer_cannot_fill_the_body_budget() -> None:
     assert budget.take(5 * MIB + 300 * 1024, "203.0.113.5")
     proxies = BodyBudget(total=64 * MIB, small=64 * 1024, exempt=(ipaddress.ip_network("10.1.0.0/16"),))
     assert [proxies.take(8 * MIB, "10.1.0.1") for _ in range(8)] == [True] * 8  # a trusted proxy: the total only
+
+
+def test_an_exempt_network_holds_more_than_the_network_cap_and_keeps_its_per_peer_cap() -> None:
+    """server.network_cap_exempt: the listed /24 holds every peer's per-peer cap; an unlisted one only the
+    network's allowance; the total still bounds both."""
+    caps = ConnectionCaps(max_total=300, max_per_peer=2, max_per_prefix=8,
+                          prefix_exempt=(ipaddress.ip_network("203.0.113.0/24"),))
+    listed = [caps.admit(f"203.0.113.{i}") for i in range(1, 101) for _ in range(3)]
+    assert listed.count(None) == 200  # 100 peers x 2: far beyond 8
+    assert listed.count(Refusal.PER_PEER) == 100 and Refusal.PER_PREFIX not in listed
+    unlisted = [caps.admit(f"198.51.100.{i}") for i in range(1, 101) for _ in range(2)]
+    assert unlisted.count(None) == 8 and unlisted.count(Refusal.PER_PREFIX) == 192
+    assert [caps.admit(f"192.0.{i}.1") for i in range(1, 101)].count(Refusal.TOTAL) == 8  # 300 in all
+    for i in range(1, 101):
+        caps.release(f"203.0.113.{i}")
+        caps.release(f"203.0.113.{i}")
+    assert caps.total == 100 and caps.admit("203.0.113.1") is None

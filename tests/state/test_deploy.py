@@ -76,7 +76,7 @@ def test_kubernetes_manifests(tmp_path: Path) -> None:
     container = pod["containers"][0]
     assert found["Deployment"]["spec"]["replicas"] >= 2
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/metrics"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"  # public: /metrics needs its token
     assert {"name": "CREDENTIALS_DIRECTORY", "value": "/run/credentials/fleetllm"} in container["env"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     selector = found["Deployment"]["spec"]["selector"]["matchLabels"]
@@ -104,6 +104,7 @@ def test_kubernetes_manifests(tmp_path: Path) -> None:
     assert config.state.url.startswith("postgresql://")
     assert config.state.password is not None
     assert config.state.password.reveal() == "value-of-pg-password-0123456789abcdef"
+    assert config.metrics_token is not None  # /metrics is for Prometheus' bearer only
     # the Job mounts only the keys a pass uses, and its config loads with exactly those
     job_volumes = {v["name"]: v for v in job["volumes"]}
     items = job_volumes["credentials"]["secret"]["items"]

@@ -72,6 +72,12 @@ def test_store_round_trips(reconcile_store: ReconcileState) -> None:
     store.record_pass(PassRecord(200.0, 0.5, "b" * 40, "apply", {}))
     assert [p.started_at for p in store.recent_passes(5)] == [200.0, 100.0]
     assert store.recent_passes(5)[1] == RECORD
+    assert store.recorded_fleet_id() is None  # a fresh store: no history of a fleet id
+    store.record_fleet_id("git-0123456789ab", "a" * 40, 300.0)
+    store.record_fleet_id("git-0123456789ab", "b" * 40, 400.0)  # unchanged: nothing written
+    assert store.recorded_fleet_id() == "git-0123456789ab"
+    store.record_fleet_id("blue", "c" * 40, 500.0)
+    assert store.recorded_fleet_id() == "blue"
 
 
 def test_passes_survive_reopen(store_url: str) -> None:
@@ -83,6 +89,14 @@ def test_passes_survive_reopen(store_url: str) -> None:
     assert isinstance(again, SqlStateStore)
     try:
         assert again.recent_passes(1) == [RECORD]
+        assert again.recorded_fleet_id() is None
+        again.record_fleet_id("git-0123456789ab", "a" * 40, 300.0)
+    finally:
+        again.close()
+    third = open_reconcile_state(store_url)
+    assert isinstance(third, SqlStateStore)
+    try:
+        assert third.recorded_fleet_id() == "git-0123456789ab"  # the fleet's history outlives the process
     finally:
         again.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from fleetllm.cli.passes import (
@@ -50,7 +51,8 @@ def register(subparsers: Any) -> None:
                            "reconcile.pushgateway of the config (and writes --metrics-file), a failed push "
                            "never changing the status")
     parser.add_argument("--metrics-listen", metavar="HOST:PORT",
-                        help="serve Prometheus metrics there while looping")
+                        help="serve Prometheus metrics there while looping (/metrics; with metrics_token in the "
+                             "config, only to that bearer; /health/live answers ok to anyone)")
     parser.add_argument("--invalid-head-exit", type=int, choices=(EXIT_INVALID_HEAD, EXIT_OK),
                         default=EXIT_INVALID_HEAD, metavar="CODE",
                         help=f"with --once: the exit status when the pass ran without errors on the last valid "
@@ -83,9 +85,14 @@ def loop(args: argparse.Namespace, runner: PassRunner) -> int:
         print_outcome(outcome)
         code = apply_exit_code(outcome)
         return args.invalid_head_exit if code == EXIT_OK and runner.invalid_head is not None else code
-    if args.metrics_listen:
-        from prometheus_client import start_http_server
+    if args.metrics_listen:  # /metrics behind metrics_token when the config sets it; /health/live for probes
+        from fleetllm.job.metrics import serve_metrics
+        from fleetllm.logs import get_logger, log_event
+        from fleetllm.settings import Listen, metrics_token_warning
 
-        host, _, port = args.metrics_listen.rpartition(":")
-        start_http_server(int(port), addr=host or "127.0.0.1", registry=runner.metrics.registry)
+        settings = runner.config.settings
+        server = serve_metrics(args.metrics_listen, runner.metrics.registry, settings.metrics_token)
+        bound = Listen(str(server.server_address[0]), server.server_port)
+        if (public := metrics_token_warning(settings, bound)) is not None:
+            log_event(get_logger("reconcile"), "public metrics", logging.WARNING, warning=public)
     return asyncio.run(runner.loop(args.interval))  # each pass re-reads the branch (PassRunner.scheduled_pass)

@@ -80,7 +80,7 @@ def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> t
     warnings; raises CommandError on failure. `dry` (serve --check): the real store is only looked at,
     the start-up path runs on a memory store."""
     from fleetllm.server.runtime import start_up
-    from fleetllm.settings import MIN_FLEET_KEY_CHARS, fleet_key_warning
+    from fleetllm.settings import MIN_FLEET_KEY_CHARS, fleet_key_warning, metrics_token_warning
 
     state = look_at_state(config) if dry else None
     trial = dataclasses.replace(config, state=dataclasses.replace(config.state, url="sqlite:///:memory:")) if dry \
@@ -115,6 +115,8 @@ def check(config: ControlPlaneConfig, listen: Listen, *, dry: bool = False) -> t
                       reference=config.secrets.fleet_key.reference if config.secrets.fleet_key else None,
                       length=len(config.secrets.fleet_key.reveal()) if config.secrets.fleet_key else 0,
                       minimum=MIN_FLEET_KEY_CHARS)
+        if (public_metrics := metrics_token_warning(config, listen)) is not None:  # serving: a start-up warning
+            warnings.append(public_metrics)
         scheme = "https" if config.tls else "http"
         verdict = (f"ok: would serve {served.revision} ({len(served.fleet.boxes)} boxes, {served.fleet.server_count} "
                    f"servers) from {runtime.repo.where} branch {runtime.repo.branch} at {scheme}://{listen.bind}"

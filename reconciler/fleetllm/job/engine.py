@@ -96,7 +96,7 @@ class Reconciler:
                                                       self._bearer_for(fleet))
             # Whose deployments this pass writes (FleetIdError: a new fleet without fleet_id, nothing planned).
             identity = fleet_identity(fleet.settings.fleet_id, fleet.origin, observation.deployments,
-                                      claim_of(intended).boxes)
+                                      claim_of(intended).boxes, self.store.recorded_fleet_id())
             intended = dataclasses.replace(intended, fleet_id=identity.fleet_id)
             assessment = assess(intended, observation, self.store.histories())
             pending = self.store.pending_deletes()
@@ -121,6 +121,8 @@ class Reconciler:
                 results = await apply_plan(plan, api, self.write_concurrency)
         if record:
             self.store.save_histories(assessment.histories)
+            if identity.settled and identity.fleet_id is not None:  # the fleet's own history of its id
+                self.store.record_fleet_id(identity.fleet_id, fleet.revision, self.clock())
         if apply and observation.deployments is not None:
             self.store.save_pending_deletes(next_pending(pending, plan, results, self.clock()))
         changes: tuple[RolloutChange, ...] = ()  # the rollout's transitions: only a pass that records its step

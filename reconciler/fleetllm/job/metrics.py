@@ -1,15 +1,25 @@
-"""Prometheus metrics of reconcile passes (own registry: several reconcilers may share a process in tests)."""
+"""Prometheus metrics of reconcile passes (own registry: several reconcilers may share a process in tests),
+and the HTTP server `fleetllm reconcile --metrics-listen` exposes them with (`serve_metrics`)."""
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
 from collections import Counter as Counter_
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 
 from fleetllm.adapters.state.passes import PassMode, PassRecord, RolloutPassRecord
 from fleetllm.core.judge.verdict import SERVING, Verdict
 from fleetllm.core.rollout.model import BoxState, RolloutState
+from fleetllm.core.secret import LIVE_PATH, METRICS_CHALLENGE, Secret, metrics_refusal
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 class PassMetrics:
@@ -143,3 +153,49 @@ class PassMetrics:
     def observe_litellm(self, listed: bool) -> None:
         """Whether the pass could list LiteLLM's deployments (its reachability, as the reconciler sees it)."""
         self.litellm_up.set(1 if listed else 0)
+
+
+def metrics_app(registry: CollectorRegistry, token: Secret | None) -> WsgiApp:
+    """The reconciler's metrics over HTTP: GET /health/live is "ok" for anyone (a liveness probe); every other
+    path is the exposition, behind metrics_token when it is set (fleetllm.core.secret.metrics_refusal, as
+    the control plane's /metrics): 401 without it, 403 with another one, a JSON error and no metric."""
+    exposition = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == LIVE_PATH:
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"ok\n"]
+        refusal = metrics_refusal(token, environ.get("HTTP_AUTHORIZATION"))
+        if refusal is None:
+            return exposition(environ, start_response)  # type: ignore[no-any-return]
+        status, message = refusal
+        headers = [("Content-Type", "application/json"), ("Cache-Control", "no-store")]
+        if status == 401:
+            headers.append(("WWW-Authenticate", METRICS_CHALLENGE))
+        start_response(f"{status} {'Unauthorized' if status == 401 else 'Forbidden'}", headers)
+        return [json.dumps({"error": message}).encode()]
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """The log is JSON lines (fleetllm.logs): no access line per scrape on stderr."""
+
+
+def serve_metrics(listen: str, registry: CollectorRegistry, token: Secret | None) -> WSGIServer:
+    """Serve `metrics_app` at HOST:PORT (`[v6]:PORT`; no host: 127.0.0.1) on a daemon thread; returns the
+    server (its `shutdown()` stops it)."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+
+    class Server(_Server):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    server = make_server(host, int(port), metrics_app(registry, token), Server, _Quiet)
+    threading.Thread(target=server.serve_forever, name="fleetllm-metrics", daemon=True).start()
+    return server

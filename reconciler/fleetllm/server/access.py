@@ -35,6 +35,7 @@ from flask import current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from fleetllm.adapters.oidc import ProviderError, TokenRefused
+from fleetllm.core.secret import bearer_token
 from fleetllm.errors import RequestError
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.accesslog import ROLE_KEY
@@ -42,7 +43,6 @@ from fleetllm.server.auth import (
     PEOPLE_ROLES,
     Caller,
     Role,
-    bearer_token,
     covers,
     fleet_key_refusal,
     person_actor,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from fleetllm.core.secret import Secret
+from fleetllm.core.secret import Secret, bearer_token, matches
 from fleetllm.settings import ApiToken, ControlPlaneConfig
 
 
@@ -86,23 +86,6 @@ def role_for_groups(groups: Iterable[str], mapping: Mapping[str, str]) -> Role |
     """The highest role any of `groups` maps to (auth.oidc.roles), else None."""
     granted = [Role(mapping[g]) for g in groups if g in mapping]
     return max(granted, key=PEOPLE_ROLES.index, default=None)
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of `Authorization: Bearer <token>` (scheme case-insensitive), else None."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
-
-
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
-
-
-def matches(given: str | None, expected: Secret) -> bool:
-    return given is not None and hmac.compare_digest(_digest(given), _digest(expected.reveal()))
 
 
 def matches_any(given: str | None, tokens: Sequence[Secret]) -> bool:

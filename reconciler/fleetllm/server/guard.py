@@ -7,8 +7,10 @@ addresses would cap nothing). Peers in `exempt` (the configured trusted proxies,
 boxes on few connections' addresses) count toward the total only.
 
 One host often owns more than one peer (an IPv4 /24 of addresses, an IPv6 /48 of /64s): a network
-prefix (IPv4 /24, IPv6 /48) may hold at most PREFIX_PEERS peers' worth of connections, so 70 addresses
-of one network cannot hold the whole total. And one peer may hold at most PEER_BODY_SHARE of the body
+prefix (IPv4 /24, IPv6 /48) may hold at most `max_per_prefix` connections (server.max_connections_per_network,
+4 peers' worth at the defaults), so 70 addresses of one network cannot hold the whole total. Peers in
+`prefix_exempt` (server.network_cap_exempt: a provider's NAT, a boot storm of many boxes in one /24) are
+not counted per network; they keep their per-peer cap. And one peer may hold at most PEER_BODY_SHARE of the body
 budget, so a few connections declaring large bodies from one host cannot starve everyone's uploads.
 """
 
@@ -25,12 +27,11 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 class Refusal(StrEnum):
     PER_PEER = "per_peer"  # the peer already holds max_connections_per_peer
-    PER_PREFIX = "per_prefix"  # its network (IPv4 /24, IPv6 /48) already holds PREFIX_PEERS peers' worth
+    PER_PREFIX = "per_prefix"  # its network (IPv4 /24, IPv6 /48) already holds max_per_prefix
     TOTAL = "total"  # the server already holds max_connections
     BODY_BUDGET = "body_budget"  # large bodies being buffered already fill the budget
 
 
-PREFIX_PEERS = 4  # connections per network prefix: this many peers' max_per_peer
 PEER_BODY_SHARE = 4  # one peer holds at most 1/PEER_BODY_SHARE of the body budget
 
 
@@ -68,21 +69,20 @@ def is_exempt(address: str, exempt: Sequence[IPNetwork]) -> bool:
 
 @dataclass
 class ConnectionCaps:
-    """Open connections, per peer and in all. `admit` then, once the connection is gone, `release`."""
+    """Open connections, per peer, per network prefix and in all. `admit` then, once the connection is
+    gone, `release`. `exempt`: counted in the total only; `prefix_exempt`: not counted per network."""
 
     max_total: int
     max_per_peer: int
+    max_per_prefix: int
     exempt: Sequence[IPNetwork] = ()
+    prefix_exempt: Sequence[IPNetwork] = ()
 
     def __post_init__(self) -> None:
         self._per_peer: dict[str, int] = {}
         self._per_prefix: dict[str, int] = {}
         self._total = 0
         self._lock = threading.Lock()
-
-    @property
-    def max_per_prefix(self) -> int:
-        return self.max_per_peer * PREFIX_PEERS
 
     @property
     def total(self) -> int:
@@ -105,12 +105,13 @@ class ConnectionCaps:
                 held = self._per_peer.get(key, 0)
                 if held >= self.max_per_peer:
                     return Refusal.PER_PEER
-                prefix = prefix_key(address)
-                network = self._per_prefix.get(prefix, 0)
-                if network >= self.max_per_prefix:
+                prefix = None if is_exempt(address, self.prefix_exempt) else prefix_key(address)
+                network = self._per_prefix.get(prefix, 0) if prefix is not None else 0
+                if prefix is not None and network >= self.max_per_prefix:
                     return Refusal.PER_PREFIX
                 self._per_peer[key] = held + 1
-                self._per_prefix[prefix] = network + 1
+                if prefix is not None:
+                    self._per_prefix[prefix] = network + 1
             self._total += 1
             return None
 
@@ -124,6 +125,8 @@ class ConnectionCaps:
                     del self._per_peer[key]
                 else:
                     self._per_peer[key] = held - 1
+                if is_exempt(address, self.prefix_exempt):
+                    return  # never counted per network
                 prefix = prefix_key(address)
                 network = self._per_prefix.get(prefix, 0)
                 if network <= 1:

@@ -1,11 +1,15 @@
 """GET /health (what is served, the last attempt, refresh and state-store status; 503 until a valid
-revision is loaded) and GET /metrics (Prometheus text). Both are public: they carry no secret."""
+revision is loaded: readiness), GET /health/live (200 while the process answers requests at all, whatever
+it serves: liveness and start-up) and GET /metrics (Prometheus text). None carries a secret; the two
+health views are public, /metrics too unless metrics_token is set (it names every box and pod): then only
+for that bearer (fleetllm.core.secret.metrics_refusal)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, jsonify, request
 
 from fleetllm.core.control import ControlState
+from fleetllm.core.secret import LIVE_PATH, METRICS_CHALLENGE, metrics_refusal
 from fleetllm.errors import StateError
 from fleetllm.server.metrics import CONTENT_TYPE
 from fleetllm.server.rollouts import rollout_summary
@@ -50,6 +54,15 @@ def health() -> Response:
     return response
 
 
+@bp.get(LIVE_PATH)
+def live() -> Response:
+    """The pods' liveness and start-up probe (deploy/): through the request threads like any view, but
+    public and the same whatever is served (a bad commit must not restart a pod serving the last good one)."""
+    response = jsonify({"status": "alive", "replica": current_runtime().replica})
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
 def control_summary(state: ControlState) -> dict[str, object]:
     """The operator controls in force (as this replica last read them, within a few seconds): whether
     the fleet is suspended, and the pinned revision; who and when, never a token."""
@@ -64,4 +77,12 @@ def control_summary(state: ControlState) -> dict[str, object]:
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    return Response(current_runtime().metrics.exposition(), content_type=CONTENT_TYPE)
+    rt = current_runtime()
+    refusal = metrics_refusal(rt.config.metrics_token, request.headers.get("Authorization"))
+    if refusal is not None:
+        response = jsonify({"error": refusal[1]})
+        response.status_code = refusal[0]
+        if refusal[0] == 401:
+            response.headers["WWW-Authenticate"] = METRICS_CHALLENGE
+        return response
+    return Response(rt.metrics.exposition(), content_type=CONTENT_TYPE)

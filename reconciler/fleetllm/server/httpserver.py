@@ -383,7 +383,8 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
         _Router(container, BoxLoop(runtime) if isinstance(runtime, Runtime) else None), ssl_options=tls_context(config),
         max_header_size=limits.max_header_bytes, idle_connection_timeout=limits.header_timeout_s,
         body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY, decompress_request=False, xheaders=False)
-    server.guard(ConnectionCaps(max_total, limits.max_connections_per_peer, config.trusted_proxies),
+    server.guard(ConnectionCaps(max_total, limits.max_connections_per_peer, limits.max_connections_per_network,
+                                config.trusted_proxies, limits.network_cap_exempt),
                  BodyBudget(limits.body_buffer_bytes, SMALL_BODY, config.trusted_proxies), float(config.timeout_s),
                  on_change=metrics.connections_open.set if metrics is not None else None,
                  on_refusal=(lambda why: metrics.connections_refused.labels(str(why)).inc())
@@ -393,7 +394,9 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     sweeper.start()
     log_event(log, "serving", listen=listen.bind, tls=config.tls is not None, threads=config.threads,
               header_timeout_s=limits.header_timeout_s, body_timeout_s=limits.body_timeout_s,
-              max_connections=max_total, max_connections_per_peer=limits.max_connections_per_peer)
+              max_connections=max_total, max_connections_per_peer=limits.max_connections_per_peer,
+              max_connections_per_network=limits.max_connections_per_network,
+              network_cap_exempt=[str(n) for n in limits.network_cap_exempt])
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

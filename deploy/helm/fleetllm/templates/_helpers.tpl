@@ -97,6 +97,7 @@ the install notes ("" for the rest).
 {{- $refs = append $refs (list (include "fleetllm.tokenFile" (list (index $tokens 1) $i)) (dict "secret" $token.secret "key" $token.key) true $note) -}}
 {{- end -}}
 {{- end -}}
+{{- $refs = append $refs (list "metrics-token" $v.metricsToken false "the metrics token: GET /metrics, sent by the ServiceMonitor") -}}
 {{- if include "fleetllm.oidc" . -}}
 {{- $refs = append $refs (list "oidc-client-secret" $v.auth.oidc.clientSecret true "the single sign-on client's secret") -}}
 {{- end -}}
@@ -169,6 +170,7 @@ the install notes ("" for the rest).
 {{- end -}}
 {{- with $tokens }}{{ $_ := set $config (index $lists 2) . }}{{ end -}}
 {{- end -}}
+{{- with (get $names "metrics-token") }}{{ $_ := set $config "metrics_token" . }}{{ end -}}
 {{- if include "fleetllm.oidc" . -}}
 {{- $o := $v.auth.oidc -}}
 {{- $oidc := dict "issuer" $o.issuer "client_id" $o.clientId "redirect_base" (include "fleetllm.redirectBase" .) "roles" $o.roles -}}
@@ -270,12 +272,12 @@ the install notes ("" for the rest).
   {{- if .metrics }}
   ports:
     - {name: metrics, containerPort: {{ $v.reconcile.metricsPort }}}
-  startupProbe:  # it serves /metrics once the first fetch of the fleet repository is in
-    httpGet: {path: /metrics, port: metrics}
+  startupProbe:  # it serves /metrics and /health/live once the first fetch of the fleet repository is in
+    httpGet: {path: /health/live, port: metrics}
     periodSeconds: 5
     failureThreshold: 60
-  livenessProbe:
-    httpGet: {path: /metrics, port: metrics}
+  livenessProbe:  # /health/live: public (the probe sends no metrics token)
+    httpGet: {path: /health/live, port: metrics}
     periodSeconds: 10
     failureThreshold: 6
   {{- end }}
@@ -308,4 +310,15 @@ tolerations: {{- toYaml . | nindent 2 }}
 {{- with .values.affinity }}
 affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+{{/* The ServiceMonitor endpoint's bearer: the metrics token from its Secret key, if there is one. */}}
+{{- define "fleetllm.metricsAuthorization" -}}
+{{- range (include "fleetllm.credentials" . | fromJsonArray) -}}
+{{- if eq .name "metrics-token" -}}
+authorization:
+  type: Bearer
+  credentials: {name: {{ .secret }}, key: {{ .key | quote }}}
+{{- end -}}
+{{- end -}}
 {{- end -}}

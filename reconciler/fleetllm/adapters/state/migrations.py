@@ -166,4 +166,14 @@ MIGRATIONS: tuple[str, ...] = (
         reason TEXT NOT NULL
     );
     """,
+    # 9: the fleet id this store's passes owned LiteLLM's deployments by (fleetllm.core.judge.ownership): one
+    # row, so a fleet without fleet.yaml fleet_id stays known as existing when its LiteLLM has been emptied.
+    """
+    CREATE TABLE fleet_identity (
+        name TEXT PRIMARY KEY,
+        fleet_id TEXT NOT NULL,
+        revision TEXT NOT NULL,
+        at {real} NOT NULL
+    );
+    """,
 )

@@ -3,6 +3,7 @@
 - per server: the probe history (hysteresis, first seen, last healthy);
 - pending deletes (a failed delete is retried next pass, never forgotten);
 - pass records (reconciler/fleetllm/adapters/state/passes.py);
+- the fleet id the passes owned LiteLLM's deployments by (fleetllm.core.judge.ownership.fleet_identity);
 - per box, written by the control plane: the last config fetch and the last report-back.
 
 `MemoryStore` for tests. Otherwise the control plane's state store is the reconciler's too: one
@@ -48,6 +49,14 @@ class ReconcileState(ControlReader, Protocol):
 
     def recent_passes(self, limit: int = 20) -> list[PassRecord]: ...
 
+    def recorded_fleet_id(self) -> str | None:
+        """The fleet id the last recording pass owned LiteLLM's deployments by (None: none recorded)."""
+        ...
+
+    def record_fleet_id(self, fleet_id: str, revision: str, at: float) -> None:
+        """Keep the fleet id a pass owned by (written only when it changes)."""
+        ...
+
     def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
         """Single flight for passes (LockHeld when another holds it): a file lock, or PostgreSQL's
         advisory lock when the state is there."""
@@ -61,6 +70,7 @@ class MemoryStore:
     history: dict[ServerKey, ServerHistory] = field(default_factory=dict)
     pending: dict[str, PendingDelete] = field(default_factory=dict)
     passes: list[PassRecord] = field(default_factory=list)
+    fleet_id: str | None = None  # recorded_fleet_id
     controls: ControlState = NOTHING  # the operator controls (fleetllm.core.control); tests set them
 
     def box_facts(self) -> dict[str, BoxFacts]:
@@ -90,6 +100,12 @@ class MemoryStore:
 
     def recent_passes(self, limit: int = 20) -> list[PassRecord]:
         return list(reversed(self.passes[-limit:]))
+
+    def recorded_fleet_id(self) -> str | None:
+        return self.fleet_id
+
+    def record_fleet_id(self, fleet_id: str, revision: str, at: float) -> None:
+        self.fleet_id = fleet_id
 
     def pass_lock(self, lock_file: str | Path | None = None) -> AbstractContextManager[None]:
         return file_lock(lock_file or default_lock_path(None))

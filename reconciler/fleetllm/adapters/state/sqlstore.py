@@ -342,6 +342,18 @@ class SqlStateStore(ControlTables):
         rows = self.db.read("SELECT record FROM reconcile_pass ORDER BY seq DESC LIMIT ?", (limit,))
         return [PassRecord.from_json(json.loads(r["record"])) for r in rows]
 
+    def recorded_fleet_id(self) -> str | None:
+        rows = self.db.read("SELECT fleet_id FROM fleet_identity WHERE name = 'fleet'")
+        return str(rows[0]["fleet_id"]) if rows else None
+
+    def record_fleet_id(self, fleet_id: str, revision: str, at: float) -> None:
+        if self.recorded_fleet_id() == fleet_id:
+            return
+        with self.db.transaction() as tx:
+            tx.execute("INSERT INTO fleet_identity (name, fleet_id, revision, at) VALUES ('fleet', ?, ?, ?) "
+                       "ON CONFLICT (name) DO UPDATE SET fleet_id = excluded.fleet_id, revision = excluded.revision, "
+                       "at = excluded.at", (fleet_id, revision, at))
+
     # RolloutStore
     def current_rollout(self) -> tuple[Rollout | None, Request | None, str | None]:
         rows = self.db.read("SELECT * FROM rollouts ORDER BY id DESC LIMIT 1")

@@ -11,7 +11,10 @@ A fleet without `fleet_id` is judged new or existing by LiteLLM, the one record 
 CLI of the fleet reads alike: existing when LiteLLM holds a deployment written before fleet ids for one
 of its boxes, or one already adopted into its derived id. A new fleet must name itself; an existing one
 gets an id derived from its repository's first commit (the same on every pass, every clone and every
-control plane), printed with each pass until fleet.yaml holds it.
+control plane), printed with each pass until fleet.yaml holds it. It is existing by its own history too:
+each pass that records keeps the id it owned by in the state store, so a fleet whose LiteLLM was emptied
+(a reset proxy, a new database) is still known by the derived id its earlier passes recorded, and its
+passes go on (recreating its deployments). A fresh state store records nothing: a new fleet stays refused.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class FleetIdError(OperationError):
 class FleetIdentity:
     fleet_id: str | None  # None only when LiteLLM was not listed and no id can be had: nothing is written
     note: str | None = None  # said on every pass while the id is derived, not written in fleet.yaml
+    settled: bool = True  # declared, or judged existing; False: derived unjudged (LiteLLM was not listed)
 
 
 def derived_fleet_id(origin: str) -> str:
@@ -87,22 +91,29 @@ def derived_fleet_id(origin: str) -> str:
 
 
 def fleet_identity(declared: str | None, origin: str | None, deployments: Iterable[Deployment] | None,
-                   boxes: frozenset[str]) -> FleetIdentity:
+                   boxes: frozenset[str], recorded: str | None = None) -> FleetIdentity:
     """The id a pass writes and owns by. `declared`: fleet.yaml fleet_id; `origin`: the repository's root
-    commit (None: not read from git); `deployments`: LiteLLM's (None: the listing failed)."""
+    commit (None: not read from git); `deployments`: LiteLLM's (None: the listing failed); `recorded`: the
+    id the state store's earlier passes owned by (ReconcileState.recorded_fleet_id; None: none)."""
     if declared is not None:
         return FleetIdentity(declared)
     if deployments is None:  # nothing is planned without the listing: no need to judge
-        return FleetIdentity(derived_fleet_id(origin) if origin else None)
+        return FleetIdentity(derived_fleet_id(origin) if origin else None, settled=False)
     derived = derived_fleet_id(origin) if origin else None
     if origin and derived is not None and any(recorded_fleet(d) == derived and d.managed for d in deployments):
         return FleetIdentity(derived, _derived_note(derived, origin))  # already adopted into it
+    if origin and derived is not None and recorded == derived:  # its own passes owned by it: LiteLLM was emptied
+        return FleetIdentity(derived, _derived_note(derived, origin))
     existing = sorted({d.id for d in deployments if owner(d, Claim("", boxes)) is Owner.ADOPTABLE})
     if not existing:
+        earlier = "" if recorded is None else (
+            f"; the state store records that this fleet's passes owned LiteLLM's deployments as `{recorded}`: if "
+            f"fleet_id was taken out of fleet.yaml, put `fleet_id: {recorded}` back")
         raise FleetIdError(
             "fleet.yaml: fleet_id is required for a new fleet (LiteLLM holds no deployment of this fleet's boxes "
-            "written before fleet ids): add `fleet_id: NAME` (lower-case letters, digits and '-'), unique among "
-            "the fleets that share this LiteLLM")
+            "written before fleet ids, and no earlier pass recorded this fleet's derived id in the state store): add "
+            "`fleet_id: NAME` (lower-case letters, digits and '-'), unique among the fleets that share this LiteLLM"
+            + earlier)
     if not origin:
         raise FleetIdError(
             f"fleet.yaml: fleet_id is required: LiteLLM holds {len(existing)} deployment(s) of this fleet written "
