@@ -55,6 +55,12 @@ class SimBox:
     gpus: int
     gpu_memory_gb: float  # all GPUs together, what its simulated nvidia-smi reports
     real_vllm: bool = False  # runs the real vLLM CPU harness instead of the stub (fleetllm demo --real-vllm)
+    address: str = ""  # where its servers listen when its name is not an address (a rented pod): "" is `name`
+
+    @property
+    def listen(self) -> str:
+        """The loopback address its servers listen on."""
+        return self.address or self.name
 
     @property
     def nvidia_smi_gpus(self) -> str:

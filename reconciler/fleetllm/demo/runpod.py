@@ -204,7 +204,7 @@ async def serve(app: web.Application, ports: Sequence[int] = (0,), host: str = "
             await site.start()
             server = site._server
             assert server is not None
-            bound.append(int(server.sockets[0].getsockname()[1]))  # type: ignore[union-attr]
+            bound.append(int(server.sockets[0].getsockname()[1]))  # type: ignore[attr-defined]
         yield bound
     finally:
         await runner.cleanup()

@@ -11,6 +11,11 @@ a box.
 - retire-box:  a box leaves placement.yaml: drained, served a box JSON with no servers, its agent removes every
                program and reports, retired (issue 25); then a recipe change converges, the attention list clear;
 - empty-box:   the same after a move that empties a box (its only server moves to another box).
+- rent-box:    fleet.yaml declares a capacity pool of one box; the reconciler rents it from the simulated RunPod
+               (rentals.py), which boots it (runpod.sh, the installer): it presents itself and waits on the
+               attention list; it is approved (the commit `fleetllm approve` makes, merged; the pod restarted, as
+               the runbook says) and serves through LiteLLM; then it leaves the placement and its pool's count goes
+               to 0: drained, retired, and terminated by the reconciler (issue 25).
 
 With LiteLLM a load generator sends chat completions to every model through the proxy for the whole of
 each scenario; the scenario prints per model requests and failures, the seconds from commit to
@@ -28,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetllm.core.fleet.files import FLEET_FILES, MODELS_FILE
+from fleetllm.core.capacity import pool_label
+from fleetllm.core.fleet.files import FLEET_FILE, FLEET_FILES, MODELS_FILE
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.rollout.model import BoxState, RolloutState
 from fleetllm.core.rollout.retire import RetireState
@@ -37,14 +43,19 @@ from fleetllm.demo.fleet import DemoError
 from fleetllm.demo.litellm import Litellm
 from fleetllm.demo.load import LoadGenerator
 from fleetllm.demo.move import Move
+from fleetllm.demo.rentals import GPU, PRICE, Rentals
 from fleetllm.demo.rollouts import (
+    POOL,
     Change,
     Played,
+    approve_change,
     bad_boot_change,
+    capacity_change,
     empty_box_change,
     move_change,
     play,
     recipe_change,
+    release_change,
     retire_box_change,
     single_move_change,
 )
@@ -52,7 +63,7 @@ from fleetllm.demo.stage import Stage
 from fleetllm.job.runner import PassRunner
 
 ROLLOUTS = ("move-model", "move-single", "bad-boot")  # what `rollouts` plays, in this order
-SCENARIOS = (*ROLLOUTS, "rollouts", "retire-box", "empty-box")
+SCENARIOS = (*ROLLOUTS, "rollouts", "retire-box", "empty-box", "rent-box")
 RATE_PER_MODEL = 2.0  # chat completions per second per model, the issue's floor
 
 
@@ -113,20 +124,74 @@ def retired_missing(demo: Stage, box: str) -> list[str]:
     programs = demo.boxes[box].states() if box in demo.boxes else {}
     if programs is None or programs:
         missing.append(f"{box}'s supervisord runs {', '.join(sorted(programs)) if programs else 'unknown programs'}")
-    unknown = [e.box for e in store.attention()]
+    unknown = unknown_boxes(demo)
     if unknown:
         missing.append(f"the attention list has unknown boxes: {', '.join(unknown)}")
     return missing
 
 
+def unknown_boxes(demo: Stage) -> list[str]:
+    """The attention list's unknown boxes as the status pages show them: sightings of boxes neither in the
+    placement nor leaving it (a rented box's sighting before it was approved is not one once it is placed)."""
+    store, runner = demo.store, demo.runner
+    assert store is not None
+    assert runner is not None
+    placed = runner.fleet.boxes if runner.fleet is not None else {}
+    leaving = store.retirements()
+    return [e.box for e in store.attention() if e.box not in placed and e.box not in leaving]
+
+
+def rented_missing(demo: Stage, rentals: Rentals, label: str) -> list[str]:
+    """What is still missing before the pool's box is rented and booted: the provider lists a pod labelled
+    `label`, its simulated box booted, and it presented itself to the control plane (the attention list)."""
+    rented = rentals.by_label(label)
+    if rented is None:
+        return [f"no pod labelled {label} rented yet"]
+    if rented.boot is not None or rented.booted is None:
+        return [f"pod {rented.pod} still boots"]
+    assert demo.store is not None
+    if rented.pod not in unknown_boxes(demo):
+        return [f"the attention list does not show the rented box {rented.pod}"]
+    return []
+
+
+def serving_missing(demo: Stage, box: str) -> list[str]:
+    """What the approved rented box still lacks (beyond the rollout's convergence: its servers Healthy and
+    routed): every program of it RUNNING under its supervisord, and the attention list clear."""
+    assert demo.store is not None
+    assert demo.runner is not None
+    assert demo.runner.fleet is not None
+    placed = demo.runner.fleet.boxes.get(box)
+    if placed is None:
+        return [f"{box} is not in the placement"]
+    states = demo.boxes[box].states() if box in demo.boxes else None
+    missing = [f"{box}: {row.name} is {(states or {}).get('fleetllm-' + row.name, 'not a program')}"
+               for row in placed.servers if (states or {}).get("fleetllm-" + row.name) != "RUNNING"]
+    unknown = unknown_boxes(demo)
+    if unknown:
+        missing.append(f"the attention list has unknown boxes: {', '.join(unknown)}")
+    return missing
+
+
+def terminated_missing(demo: Stage, rentals: Rentals, box: str) -> list[str]:
+    """What is still missing before the released box is gone: retired (retired_missing), terminated at the
+    provider, and its simulated box stopped."""
+    missing = retired_missing(demo, box)
+    if any(p["id"] == box for p in rentals.pods()):
+        missing.append(f"the provider still lists pod {box}")
+    if box not in rentals.terminated:
+        missing.append(f"the box of pod {box} still runs")
+    return missing
+
+
 def _play(demo: Stage, results: Results, change: Change, message: str, litellm: Litellm | None, *,
           timeout_s: float, interval_s: float, until: Callable[[], list[str]] | None = None,
-          unloaded: frozenset[str] = frozenset()) -> Played:
+          unloaded: frozenset[str] = frozenset(), after_commit: Callable[[str], None] | None = None) -> Played:
     if unloaded and litellm is not None:
         demo.say(f"no load for {', '.join(sorted(unloaded))}: the change restarts its only server (the card it "
                  "shares is divided afresh), as fleetllm diff warns", "yellow")
     played = play(demo, change, message, load=_load(demo, litellm, unloaded), rollout=lambda: _probe(demo),
-                  timeout_s=timeout_s, interval_s=interval_s, until=until)
+                  timeout_s=timeout_s, interval_s=interval_s, until=until, after_commit=after_commit)
     for line in played.lines():
         demo.say(line, "bold" if not line.startswith(" ") else "")
     results.played.append(played)
@@ -192,9 +257,43 @@ def _changes_servers(runner: PassRunner, box: str, before: str, after: str) -> b
     return servers(old) != servers(new)
 
 
+def rent_box(demo: Stage, results: Results, litellm: Litellm | None, rentals: Rentals | None,
+             timing: dict[str, Any]) -> None:
+    """The rent-box scenario: declare a pool, see its box rented and booted; approve it and see it serve; release
+    it and see it retired and terminated."""
+    if rentals is None:
+        raise DemoError("rent-box needs the simulated RunPod, which the demo starts for that scenario only")
+    runner = demo.runner
+    assert runner is not None
+    assert runner.fleet is not None
+    files = _files(demo)
+    change = capacity_change(files[FLEET_FILE], gpu=GPU, max_per_hour=round(PRICE + 0.31, 2))
+    label = pool_label(POOL, 1)
+    _play(demo, results, change, f"Declare capacity: pool {POOL}", litellm,
+          until=functools.partial(rented_missing, demo, rentals, label), **timing)
+    rented = rentals.by_label(label)
+    assert rented is not None
+    box = rented.pod
+    assert runner.fleet is not None
+    approval = approve_change(runner.fleet, _files(demo), box)
+
+    def restart(head: str) -> None:  # the runbook's "Merge, then restart the box"
+        assert demo.control_plane is not None
+        demo.control_plane.wait_for(head)
+        fleet = runner.fleet_at(head)
+        assert fleet is not None
+        rentals.restart(demo, box, fleet, "restarts (RunPod restart: approved, it fetches its config)")
+
+    _play(demo, results, approval, f"Approve box {box} (runpod): rented for pool {POOL}", litellm,
+          until=functools.partial(serving_missing, demo, box), after_commit=restart, **timing)
+    _play(demo, results, release_change(_files(demo), box), f"Release box {box}: pool {POOL} count 0", litellm,
+          until=functools.partial(terminated_missing, demo, rentals, box), **timing)
+
+
 def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s: float,
-                  interval_s: float) -> Results:
-    """Play scenario `name` (or all of them for `rollouts`) on the running demo."""
+                  interval_s: float, rentals: Rentals | None = None) -> Results:
+    """Play scenario `name` (or all of them for `rollouts`) on the running demo; `rentals`: the simulated
+    provider of rent-box."""
     if name not in SCENARIOS:
         raise DemoError(f"no scenario {name!r}: pick one of {', '.join(SCENARIOS)}")
     runner = demo.runner
@@ -225,6 +324,8 @@ def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s:
             assert fleet is not None
             _play(demo, results, recipe_change(fleet, files), "Change a recipe after the box left", litellm,
                   until=until, **timing)
+        elif scenario == "rent-box":
+            rent_box(demo, results, litellm, rentals, timing)
         elif scenario == "move-single":
             change, results.move = single_move_change(fleet, files)
             _play(demo, results, change, f"Move the only server of {results.move.model}", litellm, **timing)

@@ -162,14 +162,17 @@ def forge_section(forge: DemoForge | None, port: int) -> str:
 
 
 def control_plane_config(workspace: Workspace, port: int, litellm_url: str | None,
-                         forge: DemoForge | None = None) -> Path:
+                         forge: DemoForge | None = None, runpod_url: str | None = None) -> Path:
     """The control plane's config: every secret a ${file:} reference into <scratch>/secrets (the forge's
-    token: a reference to the file given)."""
+    token: a reference to the file given). `runpod_url`: the simulated RunPod (rentals.py), its API key the
+    secret runpod-api-key."""
     def ref(name: str) -> str:
         return "${file:" + str(workspace.secret_file(name)) + "}"
 
     litellm = (f"litellm:\n  url: {litellm_url}\n  master_key: {ref('litellm-master-key')}\n"
                if litellm_url else "# litellm: none given, so the boxes route and the rollouts run without it\n")
+    runpod = (f"  runpod:  # the simulated RunPod of the rent-box scenario\n    api_key: {ref('runpod-api-key')}\n"
+              f"    url: {runpod_url}\n" if runpod_url else "")
     workspace.config.write_text(f"""\
 # The control plane of `fleetllm demo` (a simulated fleet). Secrets are files in {workspace.secrets}.
 repo:
@@ -186,5 +189,5 @@ state:
 admin_tokens: ["{ref('admin-token')}"]
 {litellm}providers:
   static: {{}}
-{forge_section(forge, port)}""", encoding="utf-8")
+{runpod}{forge_section(forge, port)}""", encoding="utf-8")
     return workspace.config
