@@ -138,6 +138,7 @@ class FakeVast:
     violations: list[str] = field(default_factory=lambda: [])  # (`list` is the method above here)
     next_contract: int = 9_000_001
     destroyed: list[int] = field(default_factory=lambda: [])  # (`list` is the method above here)
+    accepted: list[dict[str, Any]] = field(default_factory=lambda: [])  # the bodies of the asks accepted
 
     def _auth(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bearer {self.api_key}"
@@ -177,6 +178,7 @@ class FakeVast:
                                       "msg": f"error 404/3603: no_such_ask Instance type by id {ask} is not available."},
                                      status=404)
         self.offers.remove(offer)
+        self.accepted.append(body)
         contract, self.next_contract = self.next_contract, self.next_contract + 1
         item = vast_instance(contract, offer.get("public_ipaddr", f"198.18.0.{contract % 250}"), None,
                              status="loading", label=body.get("label"))

@@ -149,6 +149,28 @@ def test_a_box_beyond_the_count_is_terminated_only_once_retired() -> None:
     assert termination.line() == "- terminate runpod pod2 (pod2, pool h100 declares fewer boxes): -$2.69/h"
 
 
+def test_a_rental_placed_by_its_label_is_approved_by_that_placement() -> None:
+    """Issue 25: a rental presents itself under its label (LLMAO_HOST), so the commit that declares its pool places
+    it by that label. Placed, serving or retired by label is placed, serving or retired: the box's pod id plays
+    no part (it is still honoured for a box approved by hand under it)."""
+    boxes = [pod(1), pod(2)]
+    label = pool_label("h100", 2)
+    assert boxes[1].names == {"pod2", label}
+    placed = plan_capacity(settings(count=1), boxes, {}, placed=frozenset({"pod1", label}), retired=NONE,
+                           last_servers={})
+    assert placed.terminations == () and "placement.yaml still places it" in placed.held[0].reason
+    last = plan_capacity(settings(count=1), boxes, {}, placed=frozenset({"pod1"}), retired=frozenset({label}),
+                         last_servers={"qwen": frozenset({label})})
+    assert last.terminations == () and "still serves the last server of qwen" in last.held[0].reason
+    done = plan_capacity(settings(count=1), boxes, {}, placed=frozenset({"pod1"}), retired=frozenset({label}),
+                         last_servers={"qwen": frozenset({label, "pod1"})})
+    assert [t.box.ident for t in done.terminations] == ["pod2"]
+    # a pool's box count counts rentals, not names: the one placed by label is the one kept
+    ranked = plan_capacity(settings(count=1), boxes, {}, placed=frozenset({label}), retired=frozenset({"pod1"}),
+                           last_servers={})
+    assert [t.box.ident for t in ranked.terminations] == ["pod1"]
+
+
 def test_never_the_last_server_of_a_model() -> None:
     plan = plan_capacity(settings(count=0), [pod(1)], {}, placed=NONE, retired=frozenset({"pod1"}),
                          last_servers={"qwen": frozenset({"pod1"}), "llama": frozenset({"pod1", "x"})})
@@ -247,3 +269,26 @@ def test_the_loop_rents_with_back_off_and_counts_failures(monkeypatch: pytest.Mo
     assert settled[2][0].startswith("fleetllm-h100-1: fleetllm-h100-1: failed 2 time(s)")
     assert settled[-1] == []  # the rental succeeded: resolved
     assert all(fake.api_key not in line for lines in settled for line in lines)
+
+
+def test_the_listings_name_a_rental_by_its_label_with_its_endpoints() -> None:
+    """What lets the reconciler dial a box placed by label: the listing maps the label to the pod or instance, its
+    public ports included; a pod not labelled as a rental is listed under its id only."""
+    from fleetllm.adapters.providers import by_label, runpod_boxes, vast_labelled
+    from tests.reconcile.fakes import runpod_pod, vast_instance
+
+    labelled = {**runpod_pod("k7v2m9x4q1w8e3", {8001: 41001}, ip="203.0.113.7"), "name": "fleetllm-h100-1"}
+    mine = runpod_pod("handmade", {8001: 41002}, ip="203.0.113.8")
+    boxes = by_label(runpod_boxes([labelled, mine]))
+    assert set(boxes) == {"k7v2m9x4q1w8e3", "fleetllm-h100-1", "handmade"}
+    named = boxes["fleetllm-h100-1"]
+    assert (named.box, named.ident, named.endpoints[8001].host, named.endpoints[8001].port) == \
+        ("fleetllm-h100-1", "pod k7v2m9x4q1w8e3", "203.0.113.7", 41001)
+    clash = {**mine, "id": "fleetllm-h100-1"}  # a box of that name is listed already: it keeps the name
+    assert by_label(runpod_boxes([labelled, clash]))["fleetllm-h100-1"].ident == "pod fleetllm-h100-1"
+    running = vast_instance(7, "198.51.100.4", {8001: 40001}, label="fleetllm-a100-1")
+    loading = vast_instance(8, "198.51.100.5", None, status="loading", label="fleetllm-a100-2")
+    vast = vast_labelled([running, loading, vast_instance(9, "198.51.100.6", {8001: 1}, label="my-box")])
+    assert set(vast) == {"fleetllm-a100-1", "fleetllm-a100-2"}
+    assert vast["fleetllm-a100-1"].endpoints[8001].port == 40001 and vast["fleetllm-a100-1"].ident == "instance 7"
+    assert dict(vast["fleetllm-a100-2"].endpoints) == {}

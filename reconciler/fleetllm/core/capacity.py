@@ -7,8 +7,13 @@ hour, at most N rentals and N terminations per pass.
 
 A rented box belongs to a pool by its label at the provider (`fleetllm-POOL-N`: RunPod's pod `name`,
 Vast's instance `label`), so the provider's listing is the truth about what is rented; nothing without
-such a label is ever terminated. `plan_capacity` decides, from the declaration, what is rented (with
-prices), the offers found, the placement and which boxes have retired:
+such a label is ever terminated. The label is also the box's name in the fleet: it is rented with LLMAO_HOST
+set to it, so the commit that declares the pool places its boxes by label and they are approved by it
+(fleetllm.adapters.providers lists a rental under its label); `RentedBox.names` holds both that and the
+provider's name (a box approved by hand under its pod id or IP).
+
+`plan_capacity` decides, from the declaration, what is rented (with prices), the offers found, the placement
+and which boxes have retired:
 
 - a pool with fewer boxes than declared rents the cheapest offer at or under its `max_per_hour`, while
   the fleet stays at or under `max_fleet_per_hour` and the pass's rental budget lasts;
@@ -92,6 +97,12 @@ class RentedBox:
     per_hour: float | None = None
     gpu: str = ""
     gpus: int | None = None
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The names the fleet may know it by: its label (what it presents itself as, rented with LLMAO_HOST set
+        to it, and how the declaring commit places it) and its provider's name (a box approved by hand)."""
+        return frozenset(name for name in (self.label, self.box) if name)
 
 
 @dataclass(frozen=True)
@@ -222,18 +233,18 @@ def plan_capacity(settings: CapacitySettings, rented: Iterable[RentedBox], offer
                                               pool.disk_gb), offer))
         extra = len(have) - pool.count
         if extra > 0:  # the unplaced first, the newest (highest index) first among equals
-            ranked = sorted(have, key=lambda b: (b.box in placed, -int(b.label.rsplit("-", 1)[1])))
+            ranked = sorted(have, key=lambda b: (bool(b.names & placed), -int(b.label.rsplit("-", 1)[1])))
             orphans.extend(ranked[:extra])
     for box in sorted(orphans, key=lambda b: b.label):
         why = "its pool is no longer declared" if box.pool is None or box.pool not in settings.pools else \
             f"pool {box.pool} declares fewer boxes"
         what = f"terminate {box.provider} {box.ident} ({box.box or box.label})"
-        only = sorted(model for model, serving in last_servers.items() if box.box is not None and serving == {box.box})
-        if box.box is not None and box.box in placed:
+        only = sorted(model for model, serving in last_servers.items() if serving and serving <= box.names)
+        if box.names & placed:
             held.append(Held(what, f"{why}, but placement.yaml still places it: remove its servers first"))
         elif only:
             held.append(Held(what, f"{why}, but it still serves the last server of {', '.join(only)}"))
-        elif box.box is not None and box.box not in retired:
+        elif box.box is not None and not box.names & retired:
             held.append(Held(what, f"{why}; waiting for it to retire (its servers stopped, reported empty)"))
         elif len(terminations) >= settings.max_terminations_per_pass:
             held.append(Held(what, f"max_terminations_per_pass ({settings.max_terminations_per_pass}) reached: "

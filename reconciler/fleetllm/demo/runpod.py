@@ -137,7 +137,7 @@ class FakeRunPod:
         pod.update(name=body["name"], gpu={"id": gpu, "count": count},
                    cost=round((known["price"]["secure"] if known else 1.0) * count, 4),
                    image=body.get("image") or body.get("imageName") or "from-template",
-                   template=body.get("templateId"))
+                   template=body.get("templateId"), env=dict(body.get("env") or {}))
         self.pods.append(pod)
         if self.on_create is not None:
             self.on_create(dict(pod))

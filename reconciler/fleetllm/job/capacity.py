@@ -98,7 +98,7 @@ async def plan_pass_capacity(fleet: Fleet, outcome: PassOutcome,
                 held.append(Held(f"rent for pool {name}", f"the offer search failed ({exc})"))
                 offers[name] = []
     pools_seen = {name: pool for name, pool in capacity.pools.items() if pool.provider in listings}
-    pooled = {box.box for box in rented if box.box}
+    pooled = {name for box in rented for name in box.names}
     placed_cost = fleet_cost(fleet, listing_prices(outcome.observation.listings))
     others = sum(p.per_hour for name, p in placed_cost.boxes.items() if name not in pooled)
     plan = plan_capacity(replace(capacity, pools=pools_seen), rented, offers, placed=frozenset(fleet.boxes),
@@ -143,7 +143,7 @@ async def _rent(session: aiohttp.ClientSession, rental: Rental, access: Provider
         rented = await renter(rental.offer.provider, access).rent(session, rental.request)
     except RentalError as exc:
         return CapacityResult(what, False, str(exc))
-    named = f"box {rented.box}" if rented.box else "named by its public IP once it runs"
+    named = f"box {rented.box}" if rented.box else "unnamed"
     return CapacityResult(what, True, f"{rental.offer.provider} id {rented.ident}, {named}", rented)
 
 
