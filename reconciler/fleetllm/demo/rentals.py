@@ -3,10 +3,11 @@ plane's config as `providers.runpod` (its URL and a generated API key), so the s
 it and terminates there what fleet.yaml's `capacity:` says (fleetllm.job.capacity).
 
 Each pod it creates is a box rented: between two passes (`step`, from Demo.tick) the demo boots a simulated box
-for it as RunPod would start the pod: named by its pod id (RUNPOD_POD_ID), listening on a loopback address of
-its own (the pod's listing maps each listen port there), booted by runpod.sh, which runs the installer and
-becomes supervisord (boxes.py). Each pod it terminates is stopped. Nothing else: whether the box is approved,
-serves, retires and is terminated is the control plane's and the reconciler's doing.
+for it as RunPod would start the pod: with the pod's id (RUNPOD_POD_ID) and environment (the rental's LLMAO_HOST:
+its label, the name it presents itself under), listening on a loopback address of its own (the pod's listing
+maps each listen port there), booted by runpod.sh, which runs the installer and becomes supervisord (boxes.py).
+Each pod it terminates is stopped. Nothing else: whether the box is approved, serves, retires and is terminated
+is the control plane's and the reconciler's doing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from fleetllm.core.fleet.model import Fleet
 from fleetllm.demo import procs
 from fleetllm.demo.boxes import INSTALL_TIMEOUT_S, Provisioned, SimulatedBox
 from fleetllm.demo.fleet import DEFAULT_GPU_MEMORY_GB, DemoError, SimBox, Template, addresses
@@ -37,6 +37,7 @@ class Rented:
 
     pod: str
     label: str
+    name: str  # what the box presents itself as: its environment's LLMAO_HOST, else its pod id
     box: SimulatedBox
     boot: threading.Thread | None = None
     booted: Provisioned | None = None
@@ -50,7 +51,7 @@ class Rentals:
                                on_create=self._created, on_terminate=self._terminated)
         self.server = ProviderThread(self.fake.app())
         self.url = ""
-        self.events: queue.Queue[tuple[str, str, str]] = queue.Queue()  # (created|terminated, pod id, label)
+        self.events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()  # (created|terminated, the pod)
         self.rented: dict[str, Rented] = {}  # by pod id
         self.terminated: list[str] = []  # pod ids, once their box is stopped
 
@@ -66,10 +67,10 @@ class Rentals:
 
     # -- on the provider's event loop: only noted, acted on between passes -------------------------------
     def _created(self, pod: dict[str, Any]) -> None:
-        self.events.put(("created", str(pod["id"]), str(pod["name"])))
+        self.events.put(("created", pod))
 
     def _terminated(self, pod_id: str) -> None:
-        self.events.put(("terminated", pod_id, ""))
+        self.events.put(("terminated", {"id": pod_id}))
 
     # -- between passes ------------------------------------------------------------------------------------
     def pods(self) -> list[dict[str, Any]]:
@@ -85,23 +86,23 @@ class Rentals:
         and say what a boot ended in."""
         while True:
             try:
-                kind, pod, label = self.events.get_nowait()
+                kind, pod = self.events.get_nowait()
             except queue.Empty:
                 break
             if kind == "created":
-                self._boot(demo, pod, label)
+                self._boot(demo, pod)
             else:
-                self._stop(demo, pod)
+                self._stop(demo, str(pod["id"]))
         for rented in self.rented.values():
             if rented.boot is not None and not rented.boot.is_alive():
                 rented.boot = None
                 booted = rented.booted
                 if booted is not None and booted.ok:
-                    demo.say(f"rented box {rented.pod} booted: installer done")
+                    demo.say(f"rented box {rented.name} (pod {rented.pod}) booted: installer done")
                 else:
-                    demo.say(f"rented box {rented.pod} booted; it is not in the placement, so the control plane "
-                             "answered its fetch 404 and it waits, on the attention list, to be approved",
-                             "yellow")
+                    demo.say(f"rented box {rented.name} (pod {rented.pod}) booted, its installer failed (not in "
+                             "the placement, it waits on the attention list to be approved):\n"
+                             + (booted.log if booted is not None else ""), "yellow")
 
     def _address(self, demo: Stage) -> str:
         taken = {box.sim.listen for box in demo.boxes.values()}
@@ -113,23 +114,25 @@ class Rentals:
                 return address
         raise DemoError(f"no free loopback address within {MAX_ADDRESSES} of {self.first_address} for a rented box")
 
-    def _boot(self, demo: Stage, pod: str, label: str) -> None:
+    def _boot(self, demo: Stage, pod: dict[str, Any]) -> None:
         assert demo.workspace is not None
         assert demo.runner is not None
         assert demo.runner.fleet is not None
         fleet = demo.runner.fleet
+        ident, label = str(pod["id"]), str(pod["name"])
+        env = {str(k): str(v) for k, v in (pod.get("env") or {}).items()}
+        name = env.get("LLMAO_HOST") or ident  # runpod.sh: LLMAO_HOST, else RUNPOD_POD_ID
         address = self._address(demo)
-        sim = SimBox(pod, f"pod {label} of the simulated RunPod", Template.RUNPOD, 1, DEFAULT_GPU_MEMORY_GB,
-                     address=address)
-        box = SimulatedBox(sim, demo.workspace.boxes / pod, demo.workspace.sockets / f"{pod}.sock",
+        sim = SimBox(name, f"pod {ident} of the simulated RunPod", Template.RUNPOD, 1, DEFAULT_GPU_MEMORY_GB,
+                     address=address, provider_id=ident, env=tuple(sorted(env.items())))
+        box = SimulatedBox(sim, demo.workspace.boxes / name, demo.workspace.sockets / f"{name}.sock",
                            demo.workspace.tag)
-        demo.boxes[pod] = box
-        demo.owned.add(pod)
+        demo.boxes[name] = box
+        demo.owned.add(name)
         box.prepare(fleet)
         ports = {port: port for port in fleet.settings.listen_ports}
-        self.server.call(lambda: self.fake.start_pod(pod, ports, address))
-        rented = self.rented[pod] = Rented(pod, label, box)
-
+        self.server.call(lambda: self.fake.start_pod(ident, ports, address))
+        rented = self.rented[ident] = Rented(ident, label, name, box)
         assert demo.control_plane is not None
         url, key = demo.control_plane.url, demo.workspace.secret("fleet-key")
 
@@ -139,24 +142,16 @@ class Rentals:
             except DemoError as exc:
                 rented.booted = Provisioned(False, str(exc))
 
-        rented.boot = threading.Thread(target=boot, name=f"boot-{pod}", daemon=True)
+        rented.boot = threading.Thread(target=boot, name=f"boot-{ident}", daemon=True)
         rented.boot.start()
-        demo.say(f"the simulated RunPod created pod {pod} ({label}): its box boots (runpod.sh) on {address}")
-
-    def restart(self, demo: Stage, pod: str, fleet: Fleet, why: str) -> None:
-        """A pod restarted (RunPod's restart: runpod.sh again), with the weights `fleet` places on it."""
-        rented = self.rented[pod]
-        if rented.boot is not None:
-            rented.boot.join(BOOT_JOIN_S)
-            rented.boot = None
-        rented.box.prepare(fleet)
-        demo.provision(rented.box, why)
+        demo.say(f"the simulated RunPod created pod {ident} ({label}): its box boots (runpod.sh) as {name} on "
+                 f"{address}")
 
     def _stop(self, demo: Stage, pod: str) -> None:
         rented = self.rented.get(pod)
         if rented is not None and rented.boot is not None:
             rented.boot.join(BOOT_JOIN_S)
-        box = demo.boxes.pop(pod, None)
+        box = demo.boxes.pop(rented.name, None) if rented is not None else None
         if box is not None:
             box.stop()
         self.terminated.append(pod)

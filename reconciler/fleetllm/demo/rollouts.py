@@ -13,9 +13,9 @@ The edits are pure (text in, text out, as a person would write them in a pull re
                 servers and its agent removes every program and reports, it is retired (issue 25); then a
                 recipe change converges and the attention list stays clear;
 - empty-box:    the same, the box emptied by moving its only server to another box.
-- rent-box:     fleet.yaml declares a capacity pool of one box (capacity_change); once the box is rented and
-                presents itself, it is approved (approve_change: the commit `fleetllm approve` makes, merged);
-                then the pool's count goes to 0 and the box leaves the placement (release_change).
+- rent-box:     one commit declares a capacity pool of one box in fleet.yaml and places that box by its label
+                (capacity_change): rented, it is approved by that commit; then one commit takes it out of the
+                placement with its pool's count 0 (release_change).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from fleetllm.core.capacity import pool_label
 from fleetllm.core.fleet import strictyaml
 from fleetllm.core.fleet.approve import ApproveError, add_box, assign_rows
 from fleetllm.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE
@@ -35,7 +36,7 @@ from fleetllm.demo.fleet import DEFAULT_GPU_MEMORY_GB, DemoError
 from fleetllm.demo.load import LoadGenerator, LoadReport
 from fleetllm.demo.move import CEILING, Move, choose_move, move_row, remove_box
 from fleetllm.demo.stage import Stage
-from fleetllm.demo.workspace import commit_file
+from fleetllm.demo.workspace import commit_files
 from fleetllm.job.engine import PassOutcome
 
 BAD_SETTING = ("dtype", "bogus")  # vLLM 0.32 exits 2 at start: "argument --dtype: invalid choice: 'bogus'"
@@ -238,18 +239,28 @@ def bad_boot_change(fleet: Fleet, files: Mapping[str, str]) -> Change:
 POOL = "demo"  # the rent-box scenario's capacity pool (its rentals are labelled fleetllm-demo-N)
 
 
-def capacity_change(fleet_yaml: str, *, gpu: str, max_per_hour: float, count: int = 1) -> Change:
-    """fleet.yaml with a `capacity:` section appended: pool POOL of `count` boxes of one `gpu` on RunPod at most
-    `max_per_hour` each, the fleet's rented boxes at most twice that."""
+def capacity_change(fleet: Fleet, files: Mapping[str, str], *, gpu: str, max_per_hour: float) -> Change:
+    """One commit that declares pool POOL of one `gpu` box on RunPod at most `max_per_hour` (fleet.yaml's
+    `capacity:` appended, the fleet's rented boxes at most twice that) and places its box by its label,
+    `fleetllm-demo-1`, with the most replicated model (placement.yaml, as `fleetllm approve LABEL MODEL
+    --provider runpod` would write it): the box is rented with its label as its name, so this commit approves it."""
+    fleet_yaml = files[FLEET_FILE]
     declared = strictyaml.load(fleet_yaml, FLEET_FILE).value
     if isinstance(declared, dict) and "capacity" in declared:
         raise DemoError(f"{FLEET_FILE} already declares capacity: the rent-box scenario adds its own")
     section = (f"\n# fleetllm demo rent-box: boxes rented from the simulated RunPod (docs/runbooks.md \"Capacity\")\n"
                f"capacity:\n  max_fleet_per_hour: {2 * max_per_hour:g}\n  pools:\n    {POOL}:\n"
-               f"      provider: runpod\n      gpu: {gpu}\n      gpus: 1\n      count: {count}\n"
+               f"      provider: runpod\n      gpu: {gpu}\n      gpus: 1\n      count: 1\n"
                f"      max_per_hour: {max_per_hour:g}\n      template: fleetllm-demo\n")
-    return Change(f"declare capacity: pool {POOL}, {count} × {gpu} on RunPod at most ${max_per_hour:g}/h",
-                  {FLEET_FILE: fleet_yaml.rstrip("\n") + "\n" + section})
+    label, model = pool_label(POOL, 1), most_replicated(fleet)
+    try:
+        rows = assign_rows(fleet, label, [model])
+    except ApproveError as exc:
+        raise DemoError(f"rent-box cannot place {label}: {exc}") from None
+    placement = add_box(files[PLACEMENT_FILE], label, rows, f"rented for capacity pool {POOL}", Provider.RUNPOD)
+    return Change(f"declare capacity: pool {POOL}, 1 × {gpu} on RunPod at most ${max_per_hour:g}/h, its box "
+                  f"{label} placed with {model}",
+                  {FLEET_FILE: fleet_yaml.rstrip("\n") + "\n" + section, PLACEMENT_FILE: placement})
 
 
 def with_count(fleet_yaml: str, count: int) -> str:
@@ -269,21 +280,9 @@ def with_count(fleet_yaml: str, count: int) -> str:
     return "\n".join(lines)
 
 
-def approve_change(fleet: Fleet, files: Mapping[str, str], box: str) -> Change:
-    """placement.yaml with the rented box added (provider runpod) running the most replicated model: the edit
-    `fleetllm approve BOX MODEL --provider runpod` commits (fleetllm.core.fleet.approve), as merged."""
-    model = most_replicated(fleet)
-    try:
-        rows = assign_rows(fleet, box, [model])
-    except ApproveError as exc:
-        raise DemoError(f"rent-box cannot approve {box}: {exc}") from None
-    text = add_box(files[PLACEMENT_FILE], box, rows, "rented for capacity pool " + POOL, Provider.RUNPOD)
-    return Change(f"approve the rented box {box} with {model}", {PLACEMENT_FILE: text})
-
-
 def release_change(files: Mapping[str, str], box: str) -> Change:
-    """The rented box leaves: out of placement.yaml first, then its pool's count 0 in fleet.yaml (two commits:
-    a box is terminated once it left the placement and retired)."""
+    """The rented box leaves, in one commit: out of placement.yaml, and its pool's count 0 in fleet.yaml (it is
+    terminated once it has retired)."""
     return Change(f"release the rented box {box}: out of the placement, pool {POOL} count 0",
                   {PLACEMENT_FILE: remove_box(files[PLACEMENT_FILE], box),
                    FLEET_FILE: with_count(files[FLEET_FILE], 0)})
@@ -322,9 +321,7 @@ def play(demo: Stage, change: Change, message: str, *, load: LoadGenerator | Non
     assert workspace is not None
     if load is not None:
         load.start()
-    head = ""
-    for name, text in change.files.items():
-        head = commit_file(workspace, name, text, message)
+    head = commit_files(workspace, change.files, message)
     started = time.monotonic()
     demo.say(f"committed {head[:12]}: {change.title}; no manual step from here", "bold")
     assert demo.control_plane is not None

@@ -11,11 +11,11 @@ a box.
 - retire-box:  a box leaves placement.yaml: drained, served a box JSON with no servers, its agent removes every
                program and reports, retired (issue 25); then a recipe change converges, the attention list clear;
 - empty-box:   the same after a move that empties a box (its only server moves to another box).
-- rent-box:    fleet.yaml declares a capacity pool of one box; the reconciler rents it from the simulated RunPod
-               (rentals.py), which boots it (runpod.sh, the installer): it presents itself and waits on the
-               attention list; it is approved (the commit `fleetllm approve` makes, merged; the pod restarted, as
-               the runbook says) and serves through LiteLLM; then it leaves the placement and its pool's count goes
-               to 0: drained, retired, and terminated by the reconciler (issue 25).
+- rent-box:    one commit declares a capacity pool of one box in fleet.yaml and places that box by its label; the
+               reconciler rents it from the simulated RunPod (rentals.py), which boots it (runpod.sh, the
+               installer) under its label: approved by that commit, it never waits on the attention list, and
+               serves through LiteLLM; then one commit takes it out of the placement with its pool's count 0:
+               drained, retired, and terminated by the reconciler (issue 25).
 
 With LiteLLM a load generator sends chat completions to every model through the proxy for the whole of
 each scenario; the scenario prints per model requests and failures, the seconds from commit to
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetllm.core.capacity import pool_label
-from fleetllm.core.fleet.files import FLEET_FILE, FLEET_FILES, MODELS_FILE
+from fleetllm.core.fleet.files import FLEET_FILES, MODELS_FILE
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.rollout.model import BoxState, RolloutState
 from fleetllm.core.rollout.retire import RetireState
@@ -48,7 +48,6 @@ from fleetllm.demo.rollouts import (
     POOL,
     Change,
     Played,
-    approve_change,
     bad_boot_change,
     capacity_change,
     empty_box_change,
@@ -60,6 +59,7 @@ from fleetllm.demo.rollouts import (
     single_move_change,
 )
 from fleetllm.demo.stage import Stage
+from fleetllm.demo.view import PROGRAM_PREFIX
 from fleetllm.job.runner import PassRunner
 
 ROLLOUTS = ("move-model", "move-single", "bad-boot")  # what `rollouts` plays, in this order
@@ -142,45 +142,48 @@ def unknown_boxes(demo: Stage) -> list[str]:
 
 
 def rented_missing(demo: Stage, rentals: Rentals, label: str) -> list[str]:
-    """What is still missing before the pool's box is rented and booted: the provider lists a pod labelled
-    `label`, its simulated box booted, and it presented itself to the control plane (the attention list)."""
+    """What is still missing before the pool's box serves (beyond the rollout's convergence: its servers Healthy
+    and routed): a pod labelled `label` rented, its simulated box booted, every program of it RUNNING under its
+    supervisord, and the attention list clear."""
     rented = rentals.by_label(label)
     if rented is None:
         return [f"no pod labelled {label} rented yet"]
     if rented.boot is not None or rented.booted is None:
         return [f"pod {rented.pod} still boots"]
-    assert demo.store is not None
-    if rented.pod not in unknown_boxes(demo):
-        return [f"the attention list does not show the rented box {rented.pod}"]
-    return []
-
-
-def serving_missing(demo: Stage, box: str) -> list[str]:
-    """What the approved rented box still lacks (beyond the rollout's convergence: its servers Healthy and
-    routed): every program of it RUNNING under its supervisord, and the attention list clear."""
-    assert demo.store is not None
     assert demo.runner is not None
-    assert demo.runner.fleet is not None
-    placed = demo.runner.fleet.boxes.get(box)
+    placed = demo.runner.fleet.boxes.get(rented.name) if demo.runner.fleet is not None else None
     if placed is None:
-        return [f"{box} is not in the placement"]
-    states = demo.boxes[box].states() if box in demo.boxes else None
-    missing = [f"{box}: {row.name} is {(states or {}).get('fleetllm-' + row.name, 'not a program')}"
-               for row in placed.servers if (states or {}).get("fleetllm-" + row.name) != "RUNNING"]
+        return [f"{rented.name} is not in the placement"]
+    states = demo.boxes[rented.name].states() if rented.name in demo.boxes else None
+    missing = [f"{rented.name}: {row.name} is {(states or {}).get(PROGRAM_PREFIX + row.name, 'not a program')}"
+               for row in placed.servers if (states or {}).get(PROGRAM_PREFIX + row.name) != "RUNNING"]
     unknown = unknown_boxes(demo)
     if unknown:
         missing.append(f"the attention list has unknown boxes: {', '.join(unknown)}")
     return missing
 
 
-def terminated_missing(demo: Stage, rentals: Rentals, box: str) -> list[str]:
+def never_waited(demo: Stage, rentals: Rentals, label: str) -> list[str]:
+    """The problem, if any, of a rented box that had to wait for an approval: the control plane noted it as
+    an unknown box (under its label or its pod id) at some fetch."""
+    rented = rentals.by_label(label)
+    assert demo.store is not None
+    names = {rented.name, rented.pod} if rented is not None else {label}
+    seen = sorted(e.box for e in demo.store.attention() if e.box in names)
+    return [f"rent-box: the rented box was an unknown box ({', '.join(seen)}): the commit that declared its pool "
+            "did not approve it"] if seen else []
+
+
+def terminated_missing(demo: Stage, rentals: Rentals, label: str) -> list[str]:
     """What is still missing before the released box is gone: retired (retired_missing), terminated at the
     provider, and its simulated box stopped."""
-    missing = retired_missing(demo, box)
-    if any(p["id"] == box for p in rentals.pods()):
-        missing.append(f"the provider still lists pod {box}")
-    if box not in rentals.terminated:
-        missing.append(f"the box of pod {box} still runs")
+    rented = rentals.by_label(label)
+    assert rented is not None
+    missing = retired_missing(demo, rented.name)
+    if any(p["id"] == rented.pod for p in rentals.pods()):
+        missing.append(f"the provider still lists pod {rented.pod}")
+    if rented.pod not in rentals.terminated:
+        missing.append(f"the box of pod {rented.pod} still runs")
     return missing
 
 
@@ -259,35 +262,21 @@ def _changes_servers(runner: PassRunner, box: str, before: str, after: str) -> b
 
 def rent_box(demo: Stage, results: Results, litellm: Litellm | None, rentals: Rentals | None,
              timing: dict[str, Any]) -> None:
-    """The rent-box scenario: declare a pool, see its box rented and booted; approve it and see it serve; release
-    it and see it retired and terminated."""
+    """The rent-box scenario: one commit declares a pool and places its box by label; see the box rented, booted,
+    approved by that commit (never an unknown box) and serving; then one commit releases it: see it drained,
+    retired and terminated."""
     if rentals is None:
         raise DemoError("rent-box needs the simulated RunPod, which the demo starts for that scenario only")
     runner = demo.runner
     assert runner is not None
     assert runner.fleet is not None
-    files = _files(demo)
-    change = capacity_change(files[FLEET_FILE], gpu=GPU, max_per_hour=round(PRICE + 0.31, 2))
+    change = capacity_change(runner.fleet, _files(demo), gpu=GPU, max_per_hour=round(PRICE + 0.31, 2))
     label = pool_label(POOL, 1)
-    _play(demo, results, change, f"Declare capacity: pool {POOL}", litellm,
+    _play(demo, results, change, f"Declare capacity: pool {POOL}, its box {label} placed", litellm,
           until=functools.partial(rented_missing, demo, rentals, label), **timing)
-    rented = rentals.by_label(label)
-    assert rented is not None
-    box = rented.pod
-    assert runner.fleet is not None
-    approval = approve_change(runner.fleet, _files(demo), box)
-
-    def restart(head: str) -> None:  # the runbook's "Merge, then restart the box"
-        assert demo.control_plane is not None
-        demo.control_plane.wait_for(head)
-        fleet = runner.fleet_at(head)
-        assert fleet is not None
-        rentals.restart(demo, box, fleet, "restarts (RunPod restart: approved, it fetches its config)")
-
-    _play(demo, results, approval, f"Approve box {box} (runpod): rented for pool {POOL}", litellm,
-          until=functools.partial(serving_missing, demo, box), after_commit=restart, **timing)
-    _play(demo, results, release_change(_files(demo), box), f"Release box {box}: pool {POOL} count 0", litellm,
-          until=functools.partial(terminated_missing, demo, rentals, box), **timing)
+    results.problems += never_waited(demo, rentals, label)
+    _play(demo, results, release_change(_files(demo), label), f"Release box {label}: pool {POOL} count 0", litellm,
+          until=functools.partial(terminated_missing, demo, rentals, label), **timing)
 
 
 def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s: float,

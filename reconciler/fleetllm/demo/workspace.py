@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetllm.adapters.git import commit_worktree_file, identity, run_git
+from fleetllm.adapters.git import commit_worktree_files, identity, run_git
 from fleetllm.demo.fleet import DemoError
 from fleetllm.errors import SourceError
 from fleetllm_installer.settings import SAFE_PATH
@@ -139,8 +139,13 @@ def init_fleet_repo(workspace: Workspace, files: Mapping[str, bytes]) -> str:
 
 
 def commit_file(workspace: Workspace, name: str, content: str, message: str) -> str:
+    return commit_files(workspace, {name: content}, message)
+
+
+def commit_files(workspace: Workspace, files: Mapping[str, str], message: str) -> str:
+    """One commit of every file given (a pull request's change, merged); returns it."""
     try:
-        return commit_worktree_file(workspace.fleet, name, content, message, base_env=workspace.git_env)
+        return commit_worktree_files(workspace.fleet, files, message, base_env=workspace.git_env)
     except SourceError as exc:
         raise DemoError(f"{exc} (in {workspace.fleet})") from None
 
