@@ -1,0 +1,102 @@
+"""Issue 25's rent-box acceptance, end to end with the demo's real processes (the control plane, the shipped
+reconcile passes, per box a provisioning script, the installer and a supervisord running the stub vLLM, the box
+agents) and the simulated RunPod (fleetllm.demo.runpod) the passes rent from; under load through the real
+LiteLLM when CI provides one, else with the demo's in-memory routing table: one commit declares a capacity pool
+and places its box by label; the pass rents a pod, which boots under its label (runpod.sh, the installer) and is
+approved by that commit (never an unknown box), serves (routed by LiteLLM); then one commit releases it (out of
+the placement, its pool's count 0), it is drained, retires and is terminated, its box stopped."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleetllm.adapters.state import open_store
+from fleetllm.core.rollout.model import RolloutState
+from fleetllm.core.rollout.retire import RetireState
+from fleetllm.demo.fleet import addresses
+from fleetllm.demo.procs import pids_mentioning
+from tests.demo.test_demo_real import (
+    _clean_env,
+    _provisioned_once,
+    _rollout_lines,
+    assert_no_secret,
+    demo_command,
+    free_block,
+    logs,
+)
+from tests.support.litellm import LitellmProxy, proxy_from_env
+
+pytestmark = pytest.mark.slow
+LABEL = "fleetllm-demo-1"
+
+
+@pytest.mark.timeout(1000)
+def test_a_box_declared_in_git_is_rented_serves_and_is_terminated(tmp_path: Path) -> None:
+    proxy: LitellmProxy | None = proxy_from_env()
+    workdir, first = tmp_path / "demo", free_block()
+    boxes = addresses(first, 4)
+    env = _clean_env()
+    extra: tuple[str, ...] = ()
+    if proxy is not None:
+        env["LITELLM_MASTER_KEY"] = proxy.master_key
+        extra = ("--litellm-url", proxy.url)
+    with subprocess.Popen(demo_command(workdir, first, "--scenario", "rent-box", "--once", *extra), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as demo:
+        try:
+            stdout, stderr = demo.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            demo.send_signal(signal.SIGINT)
+            stdout, stderr = demo.communicate(timeout=120)
+            raise AssertionError(f"the demo did not end in 900 s:\n{stdout}\n{stderr}") from None
+    out = stdout + stderr
+    assert demo.returncode == 0, out
+    assert "final state: as expected" in out
+    summary = _rollout_lines(out)
+    assert summary[0].startswith("  declare capacity: pool demo, ") and "converged in" in summary[0], out
+    assert summary[1].startswith(f"  release the rented box {LABEL}: ") and "converged in" in summary[1], out
+    if proxy is not None:  # under load through the real LiteLLM: not one request failed, in either commit
+        tallies = re.findall(r"^  (\S+): (\d+) requests, (\d+) answered, (\d+) failed$", out, re.MULTILINE)
+        assert len({model for model, *_ in tallies}) >= 4 and len(tallies) >= 8, out
+        for model, sent, answered, failed in tallies:
+            assert int(failed) == 0 and int(sent) == int(answered) > 0, (model, out)
+        assert f"LiteLLM create fleetllm:{LABEL}:8001" in out and f"LiteLLM delete fleetllm:{LABEL}:8001" in out
+
+    # Rented by the shipped pass from the simulated RunPod, and terminated by it, each once.
+    reconciled = (workdir / "control-plane" / "reconcile.log").read_text()
+    done = [json.loads(line) for line in reconciled.splitlines() if '"capacity_done"' in line]
+    assert [d["what"].split(" ")[0] for d in done] == ["rent", "terminate"], done
+    pod = re.search(r"runpod id (\S+), box " + LABEL, done[0]["detail"])
+    assert pod is not None, done
+    assert done[1]["what"] == f"terminate runpod {pod.group(1)} ({pod.group(1)})"
+    # Booted once, by runpod.sh and the installer, as its label (no restart, no approval step); the agent then
+    # emptied it at one poll and reported.
+    _provisioned_once(workdir, [*boxes, LABEL])
+    provisioned = (workdir / "simulated-boxes" / LABEL / "provision.log").read_text()
+    assert f"running the installer for {LABEL}" in provisioned and "handed to supervisord" in provisioned
+    agent_log = (workdir / "simulated-boxes" / LABEL / "data" / "fleetllm" / "logs" / "agent.log").read_text()
+    assert f"box {LABEL} at revision " in agent_log and ": 0 server(s)" in agent_log, agent_log
+
+    store = open_store(f"sqlite:///{workdir / 'control-plane' / 'state.sqlite3'}")
+    try:
+        retirement = store.retirements()[LABEL]
+        releases = store.box_releases()
+        rollout, _, _ = store.current_rollout()
+        attention = store.attention()
+        report = store.latest_report(LABEL)
+    finally:
+        store.close()
+    assert retirement.state is RetireState.RETIRED
+    assert report is not None and report.runs_nothing()
+    assert LABEL not in releases and set(releases) == set(boxes)
+    assert rollout is not None and rollout.state is RolloutState.CONVERGED
+    assert attention == []  # approved by the commit that declared it: never an unknown box
+    assert pids_mentioning(str(workdir)) == []
+    assert_no_secret(workdir, out, logs(workdir))
+    runpod_key = (workdir / "secrets" / "runpod-api-key").read_text()
+    assert runpod_key not in out and runpod_key not in logs(workdir)
