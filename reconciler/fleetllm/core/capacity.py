@@ -148,6 +148,8 @@ class CapacityPlan:
     held: tuple[Held, ...] = ()
     before_per_hour: float = 0.0  # the rented boxes' sum now
     after_per_hour: float = 0.0  # after the rentals and terminations
+    rented: tuple[RentedBox, ...] = ()  # the labelled rentals the listings show
+    listed: frozenset[Provider] = frozenset()  # the providers whose listing was read (the rest are unknown)
 
     @property
     def empty(self) -> bool:
@@ -252,7 +254,8 @@ def plan_capacity(settings: CapacitySettings, rented: Iterable[RentedBox], offer
         else:
             terminations.append(Termination(box, why))
             total -= box.per_hour or 0.0
-    return CapacityPlan(tuple(rentals), tuple(terminations), tuple(held), round(before, 4), round(total, 4))
+    return CapacityPlan(tuple(rentals), tuple(terminations), tuple(held), round(before, 4), round(total, 4),
+                        tuple(boxes))
 
 
 def rented_boxes(listings: Iterable[ProviderListing], pools: Iterable[str]) -> list[RentedBox]:
@@ -331,3 +334,48 @@ def rental_key(rental: Rental) -> str:
 
 def termination_key(termination: Termination) -> str:
     return f"{termination.box.provider}:{termination.box.ident}"
+
+
+SLOW_RENTAL_S = 1800.0  # a rental whose box has neither fetched its config nor reported after this is slow
+
+
+@dataclass(frozen=True)
+class RentalWait:
+    """A box the reconcile loop rented that has not presented itself yet (kept in the state store)."""
+
+    label: str
+    provider: Provider
+    ident: str
+    rented_at: float
+
+
+@dataclass(frozen=True)
+class CapacityIssue:
+    """A rental or termination that needs a person: failing (backing off) or slow (rented, never heard of)."""
+
+    kind: str  # failing | slow
+    subject: str  # the rental's label, or a termination's provider:id
+    text: str
+
+
+def waiting(waits: Mapping[str, RentalWait], listed: Iterable[str], heard: Iterable[str]) -> dict[str, RentalWait]:
+    """The rentals still waiting: listed by their provider (`listed`: the rentals' labels) and not `heard` of (no
+    box of that label has fetched its config or reported)."""
+    known, seen = set(listed), set(heard)
+    return {label: wait for label, wait in waits.items() if label in known and label not in seen}
+
+
+def capacity_issues(attempts: Attempts, waits: Mapping[str, RentalWait], now: float) -> tuple[CapacityIssue, ...]:
+    """What the attention list shows of capacity: each key backing off after a failure, with when it is tried again,
+    and each rental still unheard of SLOW_RENTAL_S after it was rented (its pod or instance may not boot: look at it
+    at the provider, or lower the pool's count to give it back)."""
+    failing = [CapacityIssue("failing", key, f"{'rent' if ':' not in key else 'terminate'} {key} failed {count} "
+                                             f"time(s), last at {int(now - at)} s ago: {why}; tried again in "
+                                             f"{max(0, int(at + Attempts.wait_s(count) - now))} s")
+               for key, (count, at, why) in sorted(attempts.failures.items())]
+    slow = [CapacityIssue("slow", label, f"{label} ({wait.provider} {wait.ident}) was rented "
+                                         f"{int(now - wait.rented_at)} s ago and has not fetched its config: it may "
+                                         f"not boot; look at it at {wait.provider}, or lower its pool's count to give "
+                                         "it back")
+            for label, wait in sorted(waits.items()) if now - wait.rented_at >= SLOW_RENTAL_S]
+    return (*failing, *slow)
