@@ -44,6 +44,8 @@ class Rented:
 
 
 class Rentals:
+    """The simulated RunPod of one demo run and the boxes rented from it (the module's docstring)."""
+
     def __init__(self, first_address: str) -> None:
         self.first_address = first_address
         self.api_key = "rp-demo-" + secrets.token_urlsafe(24)

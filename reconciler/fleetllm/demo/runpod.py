@@ -26,6 +26,8 @@ from typing import Any
 
 from aiohttp import web
 
+from fleetllm.demo.fleet import DemoError
+
 Validate = Callable[[str, Any], list[str]]  # (version, request body) -> what is wrong with it
 
 
@@ -225,7 +227,7 @@ class ProviderThread:
     def start(self) -> str:
         self._thread.start()
         if not self._ready.wait(30) or not self.port:
-            raise RuntimeError("the simulated provider did not start on 127.0.0.1")
+            raise DemoError("the simulated provider did not start on 127.0.0.1 within 30 s")
         return f"http://127.0.0.1:{self.port}"
 
     def _run(self) -> None:

@@ -39,6 +39,7 @@ from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.rollout.model import BoxState, RolloutState
 from fleetllm.core.rollout.retire import RetireState
 from fleetllm.core.secret import Secret
+from fleetllm.demo import procs
 from fleetllm.demo.fleet import DemoError
 from fleetllm.demo.litellm import Litellm
 from fleetllm.demo.load import LoadGenerator
@@ -144,7 +145,8 @@ def unknown_boxes(demo: Stage) -> list[str]:
 def rented_missing(demo: Stage, rentals: Rentals, label: str) -> list[str]:
     """What is still missing before the pool's box serves (beyond the rollout's convergence: its servers Healthy
     and routed): a pod labelled `label` rented, its simulated box booted, every program of it RUNNING under its
-    supervisord, and the attention list clear."""
+    supervisord, the attention list clear, and with LiteLLM a caller's chat completion answered by it (the stub
+    vLLM's access log)."""
     rented = rentals.by_label(label)
     if rented is None:
         return [f"no pod labelled {label} rented yet"]
@@ -160,6 +162,11 @@ def rented_missing(demo: Stage, rentals: Rentals, label: str) -> list[str]:
     unknown = unknown_boxes(demo)
     if unknown:
         missing.append(f"the attention list has unknown boxes: {', '.join(unknown)}")
+    if demo.applying and not missing:  # with LiteLLM, callers reach it: its server answered a chat completion
+        box = demo.boxes[rented.name]
+        logs = [box.data / "fleetllm" / "logs" / f"{row.name}.log" for row in placed.servers]
+        if not any('"POST /v1/chat/completions" 200' in procs.tail(log, 400) for log in logs):
+            missing.append(f"no chat completion through LiteLLM reached {rented.name} yet")
     return missing
 
 
