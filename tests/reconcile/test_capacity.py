@@ -376,3 +376,4 @@ def test_capacity_issues_say_what_fails_and_what_is_slow() -> None:
     assert capacity_issues(Attempts(), waits, SLOW_RENTAL_S - 1) == ()
     assert set(waiting(waits, ["fleetllm-h100-1", "fleetllm-h100-2"], ["fleetllm-h100-2"])) == {"fleetllm-h100-1"}
     assert waiting(waits, ["fleetllm-h100-2"], []) == {"fleetllm-h100-2": waits["fleetllm-h100-2"]}
+    assert waiting(waits, ["fleetllm-h100-1"], ["p1"]) == {}  # heard of under its pod id (approved by hand)

@@ -360,9 +360,11 @@ class CapacityIssue:
 
 def waiting(waits: Mapping[str, RentalWait], listed: Iterable[str], heard: Iterable[str]) -> dict[str, RentalWait]:
     """The rentals still waiting: listed by their provider (`listed`: the rentals' labels) and not `heard` of (no
-    box of that label has fetched its config or reported)."""
+    box of that label, nor of its provider id (a RunPod pod approved by hand under it), has fetched its config or
+    reported)."""
     known, seen = set(listed), set(heard)
-    return {label: wait for label, wait in waits.items() if label in known and label not in seen}
+    return {label: wait for label, wait in waits.items()
+            if label in known and label not in seen and wait.ident not in seen}
 
 
 def capacity_issues(attempts: Attempts, waits: Mapping[str, RentalWait], now: float) -> tuple[CapacityIssue, ...]:
