@@ -14,20 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetllm.adapters.state import open_store
-from fleetllm.core.rollout.model import RolloutState
-from fleetllm.core.rollout.retire import RetireState
 from fleetllm.demo.fleet import addresses
-from fleetllm.demo.procs import pids_mentioning
-from tests.demo.test_demo_real import (
-    _provisioned_once,
-    _rollout_lines,
-    assert_no_secret,
-    free_block,
-    logs,
-    none_failed,
-    run_scenario,
-)
+from tests.demo.test_demo_real import _provisioned_once, _rollout_lines, free_block, logs, none_failed, run_scenario
+from tests.demo.test_retire_real import assert_retired
 from tests.support.litellm import LitellmProxy, proxy_from_env
 
 pytestmark = pytest.mark.slow
@@ -65,21 +54,6 @@ def test_a_box_declared_in_git_is_rented_serves_and_is_terminated(tmp_path: Path
     agent_log = (workdir / "simulated-boxes" / LABEL / "data" / "fleetllm" / "logs" / "agent.log").read_text()
     assert f"box {LABEL} at revision " in agent_log and ": 0 server(s)" in agent_log, agent_log
 
-    store = open_store(f"sqlite:///{workdir / 'control-plane' / 'state.sqlite3'}")
-    try:
-        retirement = store.retirements()[LABEL]
-        releases = store.box_releases()
-        rollout, _, _ = store.current_rollout()
-        attention = store.attention()
-        report = store.latest_report(LABEL)
-    finally:
-        store.close()
-    assert retirement.state is RetireState.RETIRED
-    assert report is not None and report.runs_nothing()
-    assert LABEL not in releases and set(releases) == set(boxes)
-    assert rollout is not None and rollout.state is RolloutState.CONVERGED
-    assert attention == []  # approved by the commit that declared it: never an unknown box
-    assert pids_mentioning(str(workdir)) == []
-    assert_no_secret(workdir, out, logs(workdir))
+    assert_retired(workdir, LABEL, set(boxes), out)  # approved by the commit that declared it: never unknown
     runpod_key = (workdir / "secrets" / "runpod-api-key").read_text()
     assert runpod_key not in out and runpod_key not in logs(workdir)
