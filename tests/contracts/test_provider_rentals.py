@@ -140,7 +140,8 @@ def request(pool: Pool, offer: Offer) -> RentRequest:
 @pytest.mark.parametrize("versions", [frozenset({"v1", "v2"}), frozenset({"v1"})])
 def test_runpod_renter_prices_rents_and_terminates_through_the_fake(versions: frozenset[str]) -> None:
     """The client's requests pass the fake's checks, in v2 or (an account without the v2 beta) v1; the new pod
-    is listed under its label with its price, then gone."""
+    is listed under its label with its price, then gone. It is named by its label: its environment sets
+    LLMAO_HOST (what runpod.sh presents the box as) to it, and the listing names the pod so too."""
     fake = FakeRunPod(catalog=[runpod_gpu(H100, "H100 SXM", 2.69), runpod_gpu("NVIDIA L4", "L4", 0.43)],
                       versions=versions)
 
@@ -157,11 +158,15 @@ def test_runpod_renter_prices_rents_and_terminates_through_the_fake(versions: fr
 
     offers, rented, listed, after = run(go)
     assert offers == [Offer(Provider.RUNPOD, H100, "H100 SXM", 1, 2.69)]
-    assert rented.box == rented.ident and rented.per_hour == 2.69
+    assert (rented.box, rented.per_hour) == ("fleetllm-h100-1", 2.69) and rented.ident.startswith("newpod")
     pod = listed.rentals[rented.ident]
     assert (pod.label, pod.price, pod.status) == ("fleetllm-h100-1", 2.69, "provisioning" if "v2" in versions
                                                   else "running")
-    assert after.rentals == {} and fake.violations == []
+    assert fake.terminated == [rented.ident] and fake.violations == []
+    named = listed.boxes["fleetllm-h100-1"]
+    assert (named.box, named.ident, named.price) == ("fleetllm-h100-1", f"pod {rented.ident}", 2.69)
+    assert listed.boxes[rented.ident].box == rented.ident  # still listed under its pod id (approved by hand)
+    assert after.rentals == {} and "fleetllm-h100-1" not in after.boxes
 
 
 def test_vast_renter_searches_accepts_and_destroys_through_the_fake() -> None:
@@ -181,9 +186,13 @@ def test_vast_renter_searches_accepts_and_destroys_through_the_fake() -> None:
     offers, rented, listed, after = run(go)
     assert sorted(o.per_hour for o in offers) == [1.29, 1.45]  # the search's ceiling is the pool's max_per_hour
     assert offers[0].region == "US"
-    assert rented.box is None  # named by its public IP once it runs
+    assert rented.box == "fleetllm-a100-1"  # named by its label (its environment's LLMAO_HOST, vast.sh presents it)
+    assert fake.accepted[0]["env"] == "-e LLMAO_HOST=fleetllm-a100-1"
     box = listed.rentals[rented.ident]
     assert (box.label, box.price, box.gpu) == ("fleetllm-a100-1", 1.29, "A100 SXM4")
+    named = listed.boxes["fleetllm-a100-1"]
+    assert (named.box, named.ident, named.status, dict(named.endpoints)) == (
+        "fleetllm-a100-1", f"instance {rented.ident}", "loading", {})  # no endpoint until it runs
     assert after.rentals == {} and fake.violations == [] and fake.destroyed == [int(rented.ident)]
 
 

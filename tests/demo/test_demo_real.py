@@ -70,6 +70,37 @@ def _rollout_lines(out: str) -> list[str]:
     return out[out.index("Rollouts, commit to converged:"):].split("\n")[1:]
 
 
+def run_scenario(workdir: Path, first: str, scenario: str, proxy: LitellmProxy | None) -> str:
+    """`fleetllm demo --scenario SCENARIO --once`, through the proxy when there is one: its output, once it exited 0
+    with its final state as expected."""
+    env = _clean_env()
+    extra: tuple[str, ...] = ()
+    if proxy is not None:
+        env["LITELLM_MASTER_KEY"] = proxy.master_key
+        extra = ("--litellm-url", proxy.url)
+    with subprocess.Popen(demo_command(workdir, first, "--scenario", scenario, "--once", *extra), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as demo:
+        try:
+            stdout, stderr = demo.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            demo.send_signal(signal.SIGINT)
+            stdout, stderr = demo.communicate(timeout=120)
+            raise AssertionError(f"the demo did not end in 900 s:\n{stdout}\n{stderr}") from None
+    out = stdout + stderr
+    assert demo.returncode == 0, out
+    assert "final state: as expected" in out
+    return out
+
+
+def none_failed(out: str) -> list[tuple[str, int]]:
+    """Each scenario step's requests per model, asserting that every one was answered: (model, sent)."""
+    tallies = re.findall(r"^  (\S+): (\d+) requests, (\d+) answered, (\d+) failed$", out, re.MULTILINE)
+    assert tallies, out
+    for model, sent, answered, failed in tallies:
+        assert int(failed) == 0 and int(sent) == int(answered) > 0, (model, out)
+    return [(model, int(sent)) for model, sent, _, _ in tallies]
+
+
 # Four scenarios in one demo run: 112 s alone on 2 cores, over 300 s (the suite's hang guard) on a loaded
 # CI machine. The run's own timeout comes first, so a hang still fails, with the demo's output.
 @pytest.mark.timeout(1000)

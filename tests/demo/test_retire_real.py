@@ -8,8 +8,6 @@ and the attention list stays clear."""
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,13 +18,13 @@ from fleetllm.core.rollout.retire import RetireState
 from fleetllm.demo.fleet import addresses
 from fleetllm.demo.procs import pids_mentioning
 from tests.demo.test_demo_real import (
-    _clean_env,
     _provisioned_once,
     _rollout_lines,
     assert_no_secret,
-    demo_command,
     free_block,
     logs,
+    none_failed,
+    run_scenario,
 )
 from tests.support.litellm import LitellmProxy, proxy_from_env
 
@@ -41,32 +39,14 @@ def test_a_removed_box_stops_its_servers_and_the_next_rollout_converges(tmp_path
     workdir, first = tmp_path / "demo", free_block()
     boxes = addresses(first, 4)
     gone = boxes[leaving]  # the 48 GB box: its two qwen3-8b servers run elsewhere too, and fit elsewhere
-    env = _clean_env()
-    extra: tuple[str, ...] = ()
-    if proxy is not None:
-        env["LITELLM_MASTER_KEY"] = proxy.master_key
-        extra = ("--litellm-url", proxy.url)
-    with subprocess.Popen(demo_command(workdir, first, "--scenario", scenario, "--once", *extra), env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as demo:
-        try:
-            stdout, stderr = demo.communicate(timeout=900)
-        except subprocess.TimeoutExpired:
-            demo.send_signal(signal.SIGINT)
-            stdout, stderr = demo.communicate(timeout=120)
-            raise AssertionError(f"the demo did not end in 900 s:\n{stdout}\n{stderr}") from None
-    out = stdout + stderr
-    assert demo.returncode == 0, out
-    assert "final state: as expected" in out
+    out = run_scenario(workdir, first, scenario, proxy)
     _provisioned_once(workdir, boxes)  # no manual step: the box was told to stop by its agent's poll
     summary = _rollout_lines(out)
     assert f"emptying {gone}" in summary[0] if scenario == "empty-box" else summary[0].startswith(
         f"  remove box {gone}: converged in"), out
     assert "converged in" in summary[0] and "a recipe change: " in summary[1] and "converged in" in summary[1], out
     if proxy is not None:  # under load through the real LiteLLM: not one request failed
-        tallies = re.findall(r"^  (\S+): (\d+) requests, (\d+) answered, (\d+) failed$", out, re.MULTILINE)
-        assert tallies, out
-        for model, sent, answered, failed in tallies:
-            assert int(failed) == 0 and int(sent) == int(answered) > 0, (model, out)
+        none_failed(out)
 
     # The box's agent applied a box JSON with no servers at one poll, removed every program (its own
     # included) and reported; it never got a failed fetch (a 404 or 503 would have left its programs).
@@ -78,6 +58,12 @@ def test_a_removed_box_stops_its_servers_and_the_next_rollout_converges(tmp_path
     assert "keeps its programs" not in agent_log, agent_log
     assert "agent: stopped" in agent_log
 
+    assert_retired(workdir, gone, set(boxes) - {gone}, out)
+
+
+def assert_retired(workdir: Path, gone: str, staying: set[str], out: str) -> None:
+    """The demo ended with `gone` retired by its empty report, forgotten by the rollout (which converged with the
+    `staying` boxes), never an unknown box, no process left, no secret in its output or a log."""
     store = open_store(f"sqlite:///{workdir / 'control-plane' / 'state.sqlite3'}")
     try:
         retirement = store.retirements()[gone]
@@ -89,7 +75,7 @@ def test_a_removed_box_stops_its_servers_and_the_next_rollout_converges(tmp_path
         store.close()
     assert retirement.state is RetireState.RETIRED and retirement.reason == "it reported that it runs no server"
     assert report is not None and report.runs_nothing() and report.revision == retirement.revision
-    assert gone not in releases and set(releases) == set(boxes) - {gone}
+    assert gone not in releases and set(releases) == staying
     assert rollout is not None and rollout.state is RolloutState.CONVERGED
     assert attention == []  # never an unknown box
     assert pids_mentioning(str(workdir)) == []

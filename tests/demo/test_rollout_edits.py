@@ -108,3 +108,35 @@ def test_the_recipe_change_after_a_removal_restarts_a_model_that_keeps_a_server(
     changed = _valid({**files, **change.files, **recipe.files})
     model = next(m for m in changed.recipes if changed.recipes[m] != after.recipes[m])
     assert sum(r.model == model for b in after.boxes.values() for r in b.servers) >= 2
+
+
+def test_rent_box_declares_a_pool_and_places_its_box_by_label_in_one_commit_then_releases_it() -> None:
+    from fleetllm.core.fleet.model import Provider
+    from fleetllm.demo.rollouts import capacity_change, release_change
+
+    files, fleet = _demo()
+    change = capacity_change(fleet, files, gpu="NVIDIA H100 80GB HBM3", max_per_hour=3.0)  # type: ignore[arg-type]
+    assert set(change.files) == {"fleet.yaml", "placement.yaml"}  # one commit: the pool and its box
+    declared = _valid({**files, **change.files})
+    capacity = declared.settings.capacity
+    assert capacity is not None and capacity.max_fleet_per_hour == 6.0
+    pool = capacity.pools["demo"]
+    assert (pool.provider, pool.gpu, pool.count, pool.max_per_hour) == (Provider.RUNPOD, "NVIDIA H100 80GB HBM3", 1,
+                                                                         3.0)
+    box = declared.boxes["fleetllm-demo-1"]  # placed by its label: the name the rental presents itself under
+    assert box.provider is Provider.RUNPOD and [(r.model, r.port) for r in box.servers] == [("qwen3-8b", 8001)]
+    assert not [line for line in _changed(files["placement.yaml"], change.files["placement.yaml"])
+                if line.startswith("-")]  # added only
+    merged = {**files, **change.files}
+    released = release_change(merged, "fleetllm-demo-1")
+    after = _valid({**merged, **released.files})
+    assert "fleetllm-demo-1" not in after.boxes and set(after.boxes) == set(fleet.boxes)  # type: ignore[attr-defined]
+    assert after.settings.capacity is not None and after.settings.capacity.pools["demo"].count == 0
+    assert _changed(merged["fleet.yaml"], released.files["fleet.yaml"]) == ["-      count: 1", "+      count: 0"]
+
+
+def test_the_command_line_offers_every_scenario_the_demo_plays() -> None:
+    from fleetllm.cli.demo import SCENARIOS as OFFERED
+    from fleetllm.demo.scenario import SCENARIOS
+
+    assert OFFERED == SCENARIOS and "rent-box" in SCENARIOS

@@ -192,3 +192,28 @@ def test_without_litellm_the_fleet_page_says_the_boxes_route(tmp_path: Path, log
         assert "none: the boxes route" in page and ">unknown<" not in page
     finally:
         world.runtime.stop()
+
+
+def test_failing_and_slow_rentals_need_attention(world: World, viewer: FlaskClient) -> None:
+    """Issue 25: capacity the reconcile loop could not rent (backing off) and a rental whose box never presented
+    itself are on the attention list, counted, with what to do; a rental heard of in time is not."""
+    from fleetllm.core.capacity import SLOW_RENTAL_S, Attempts, RentalWait
+    from fleetllm.core.fleet.model import Provider
+
+    now = world.clock.now
+    before = viewer.get("/api/attention").get_json()
+    assert before["capacity"] == []
+    world.runtime.store.save_capacity(
+        Attempts({"fleetllm-h100-2": (3, now - 10, "RunPod POST /v2/pods (fleetllm-h100-2): HTTP 500")}),
+        {"fleetllm-h100-1": RentalWait("fleetllm-h100-1", Provider.RUNPOD, "k7v2m9x4q1w8e3", now - SLOW_RENTAL_S),
+         "fleetllm-h100-3": RentalWait("fleetllm-h100-3", Provider.RUNPOD, "p3", now - 60)})
+    after = viewer.get("/api/attention").get_json()
+    assert [(c["kind"], c["subject"]) for c in after["capacity"]] == [("failing", "fleetllm-h100-2"),
+                                                                      ("slow", "fleetllm-h100-1")]
+    assert after["count"] == before["count"] + 2
+    failing, slow = (c["text"] for c in after["capacity"])
+    assert failing == ("rent fleetllm-h100-2 failed 3 time(s), last at 10 s ago: RunPod POST /v2/pods "
+                       "(fleetllm-h100-2): HTTP 500; tried again in 230 s")  # the third back-off: 240 s
+    assert "k7v2m9x4q1w8e3" in slow and "has not fetched its config" in slow and "lower its pool's count" in slow
+    page = viewer.get("/").get_data(as_text=True)
+    assert 'data-kind="capacity-failing"' in page and 'data-kind="capacity-slow"' in page and "Rental slow" in page

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from fleetllm.demo.procs import free_port as free_port  # re-exported for this package's tests
+from fleetllm.demo.runpod import FakeRunPod as ShippedRunPod
+from fleetllm.demo.runpod import Validate
+from fleetllm.demo.runpod import problem as problem  # re-exported for this package's tests
+from fleetllm.demo.runpod import runpod_gpu as runpod_gpu
+from fleetllm.demo.runpod import runpod_pod as runpod_pod
+from fleetllm.demo.runpod import runpod_pod_v1 as runpod_pod_v1
+from fleetllm.demo.runpod import serve as serve
 from tests.contracts.openapi import load, problems, request_schema
 
 VAST_DOCUMENT = load("vast.openapi.yaml")
@@ -133,6 +138,7 @@ class FakeVast:
     violations: list[str] = field(default_factory=lambda: [])  # (`list` is the method above here)
     next_contract: int = 9_000_001
     destroyed: list[int] = field(default_factory=lambda: [])  # (`list` is the method above here)
+    accepted: list[dict[str, Any]] = field(default_factory=lambda: [])  # the bodies of the asks accepted
 
     def _auth(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bearer {self.api_key}"
@@ -172,6 +178,7 @@ class FakeVast:
                                       "msg": f"error 404/3603: no_such_ask Instance type by id {ask} is not available."},
                                      status=404)
         self.offers.remove(offer)
+        self.accepted.append(body)
         contract, self.next_contract = self.next_contract, self.next_contract + 1
         item = vast_instance(contract, offer.get("public_ipaddr", f"198.18.0.{contract % 250}"), None,
                              status="loading", label=body.get("label"))
@@ -225,173 +232,18 @@ def vast_instance(ident: int, ip: str, ports: dict[int, int] | None, status: str
     return item
 
 
-def problem(status: int, title: str, detail: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response({"title": title, "status": status, "detail": detail}, status=status, headers=headers,
-                             content_type="application/problem+json")
+def _validate_runpod(version: str, body: Any) -> list[str]:
+    """A create request's problems against RunPod's published document of that version."""
+    document, path = (RUNPOD_V2_DOCUMENT, "/v2/pods") if version == "v2" else (RUNPOD_V1_DOCUMENT, "/pods")
+    return problems(request_schema(document, path, "post", "application/json"), body)
 
 
 @dataclass
-class FakeRunPod:
-    """RunPod's pod listing in both published shapes (tests/contracts/: the REST v1 and v2 OpenAPI documents):
-    `GET /v2/pods` -> {"pods": [Pod]} and `GET /v1/pods` -> [Pod], the v1 pods rendered from the same v2
-    ones. `versions` says which the "account" answers: one left out answers 404, as for an account without
-    the v2 beta."""
+class FakeRunPod(ShippedRunPod):
+    """The demo's simulated RunPod (fleetllm.demo.runpod) with every create request's body checked against the
+    published REST documents kept in tests/contracts (400 and `violations` if not)."""
 
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    api_key: str = "runpod-test-key"
-    throttle: int = 0
-    calls: int = 0
-    versions: frozenset[str] = frozenset({"v1", "v2"})
-
-    def _refuse(self, request: web.Request, version: str) -> web.Response | None:
-        self.calls += 1
-        # v2's errors are RFC 9457 problems (application/problem+json with title, status, detail); v1
-        # documents no error bodies, so its fake answers the same.
-        if version not in self.versions:
-            return problem(404, "Not Found", f"no {version} API for this account")
-        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
-            return problem(401, "Unauthorized", "invalid bearer token")
-        if self.calls <= self.throttle:
-            return problem(429, "Too Many Requests", "rate limit exceeded for the minute window",
-                           {"Retry-After": "0"})
-        return None
-
-    async def list(self, request: web.Request) -> web.Response:
-        return self._refuse(request, "v2") or web.json_response({"pods": self.pods})
-
-    async def list_v1(self, request: web.Request) -> web.Response:
-        return self._refuse(request, "v1") or web.json_response([runpod_pod_v1(pod) for pod in self.pods])
-
-    # Renting (tests/contracts/runpod-rest-v{1,2}.openapi.json): the GPU catalog, create and terminate a pod in
-    # both versions. Request bodies are checked against the published schemas (400 and `violations` if not).
-    catalog: list[dict[str, Any]] = field(default_factory=lambda: [])  # (`list` is the method above here)
-    violations: list[str] = field(default_factory=lambda: [])  # (`list` is the method above here)
-    created: int = 0
-    terminated: list[str] = field(default_factory=lambda: [])  # (`list` is the method above here)
-
-    async def gpus(self, request: web.Request) -> web.Response:
-        return self._refuse(request, "v2") or web.json_response({"gpus": self.catalog})
-
-    async def _create(self, request: web.Request, version: str) -> web.Response:
-        refused = self._refuse(request, version)
-        if refused is not None:
-            return refused
-        body = await request.json()
-        document, path, schema = ((RUNPOD_V2_DOCUMENT, "/v2/pods", "CreatePodRequest") if version == "v2" else
-                                  (RUNPOD_V1_DOCUMENT, "/pods", "PodCreateInput"))
-        wrong = problems(request_schema(document, path, "post", "application/json"), body)
-        if wrong:
-            self.violations += [f"POST {path}: {p}" for p in wrong]
-            return problem(400, "Bad Request", f"{schema}: " + "; ".join(wrong))
-        gpu = body["gpu"]["id"] if version == "v2" else body["gpuTypeIds"][0]
-        count = body["gpu"].get("count", 1) if version == "v2" else body.get("gpuCount", 1)
-        known = next((g for g in self.catalog if g["id"] == gpu), None)
-        self.created += 1
-        pod = runpod_pod(f"newpod{self.created:08d}", None, status="PROVISIONING")
-        pod.update(name=body["name"], gpu={"id": gpu, "count": count},
-                   cost=round((known["price"]["secure"] if known else 1.0) * count, 4),
-                   image=body.get("image") or body.get("imageName") or "from-template",
-                   template=body.get("templateId"))
-        self.pods.append(pod)
-        return web.json_response(pod if version == "v2" else runpod_pod_v1(pod), status=201)
-
-    async def create(self, request: web.Request) -> web.Response:
-        return await self._create(request, "v2")
-
-    async def create_v1(self, request: web.Request) -> web.Response:
-        return await self._create(request, "v1")
-
-    async def _terminate(self, request: web.Request, version: str) -> web.Response:
-        refused = self._refuse(request, version)
-        if refused is not None:
-            return refused
-        pod_id = request.match_info["pod"]
-        pod = next((p for p in self.pods if p["id"] == pod_id), None)
-        if pod is None:
-            return problem(404, "Not Found", f"no pod {pod_id}")
-        self.pods.remove(pod)
-        self.terminated.append(pod_id)
-        return web.Response(status=204)
-
-    async def terminate(self, request: web.Request) -> web.Response:
-        return await self._terminate(request, "v2")
-
-    async def terminate_v1(self, request: web.Request) -> web.Response:
-        return await self._terminate(request, "v1")
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/v2/pods", self.list)
-        app.router.add_get("/v1/pods", self.list_v1)
-        app.router.add_get("/v2/catalog/gpus", self.gpus)
-        app.router.add_post("/v2/pods", self.create)
-        app.router.add_post("/v1/pods", self.create_v1)
-        app.router.add_delete("/v2/pods/{pod}", self.terminate)
-        app.router.add_delete("/v1/pods/{pod}", self.terminate_v1)
-        return app
-
-
-def runpod_gpu(ident: str, name: str, secure: float, memory: int = 80) -> dict[str, Any]:
-    """A `GpuType` of RunPod's v2 catalog with every field its schema requires."""
-    return {"id": ident, "name": name, "pool": None, "manufacturer": "NVIDIA", "memory": memory, "secure": True,
-            "community": True, "price": {"secure": secure, "community": round(secure * 0.8, 2)},
-            "maxCount": {"secure": 8, "community": 4}}
-
-
-def runpod_pod(pod_id: str, ports: dict[int, int] | None, status: str = "RUNNING",
-               ip: str = "127.0.0.1") -> dict[str, Any]:
-    """A v2 `Pod` with every field the published schema requires (shaped after its documented example)."""
-    running = ports is not None
-    runtime = None if not running else {"uptime": 60, "ports": [
-        {"private": 22, "public": 34446, "type": "tcp", "ip": ip},
-        *({"private": listen, "public": public, "type": "tcp", "ip": ip} for listen, public in ports.items())]}
-    direct = {"host": ip, "port": 34446, "username": "root", "command": f"ssh root@{ip} -p 34446"} if running else None
-    return {"id": pod_id, "name": pod_id, "image": "fleetllm/vllm:1", "args": "", "disk": 50,
-            "ports": ["8001/tcp", "22/tcp"], "env": {}, "registry": None, "status": status,
-            "actions": ["stop", "restart", "terminate"] if running else ["terminate"],
-            "mounts": {"persistent": {"size": 100, "path": "/workspace"}},
-            "gpu": {"id": "NVIDIA H100 80GB HBM3", "count": 1}, "cloud": "SECURE", "dataCenterId": "US-KS-2",
-            "cudaVersion": "12.8",
-            "ssh": {"proxy": {"host": "ssh.runpod.io", "port": 22, "username": f"{pod_id}-64411eb2",
-                              "command": f"ssh {pod_id}-64411eb2@ssh.runpod.io"}, "direct": direct},
-            "template": None, "cost": 2.69 if running else 0.0, "locked": False, "globalNetworking": {"enabled": False},
-            "runtime": runtime, "createdAt": "2026-11-01T12:00:00Z",
-            "startedAt": "2026-11-01T12:02:00Z" if running else None}
-
-
-def runpod_pod_v1(pod: dict[str, Any]) -> dict[str, Any]:
-    """The same pod as REST v1 lists it: `desiredStatus`, `publicIp`, `portMappings` of its TCP ports."""
-    runtime = pod.get("runtime") or {}
-    tcp = [p for p in runtime.get("ports") or [] if p.get("type") == "tcp" and p.get("public")]
-    desired = {"RUNNING": "RUNNING", "STARTING": "RUNNING", "PROVISIONING": "RUNNING", "TERMINATED": "TERMINATED"}
-    return {"id": pod["id"], "name": pod["name"], "image": pod["image"], "desiredStatus": desired.get(pod["status"], "EXITED"),
-            "publicIp": tcp[0]["ip"] if tcp else None,
-            "portMappings": {str(p["private"]): p["public"] for p in tcp} if tcp else None,
-            "ports": pod["ports"], "env": pod["env"], "containerDiskInGb": pod["disk"], "volumeInGb": 100,
-            "volumeMountPath": "/workspace", "costPerHr": pod["cost"], "adjustedCostPerHr": pod["cost"],
-            "gpu": {"id": pod["gpu"]["id"], "count": pod["gpu"]["count"], "displayName": "H100 SXM"},
-            "machineId": "s194cr8pls2z", "locked": False, "interruptible": False, "memoryInGb": 125, "vcpuCount": 16,
-            "lastStatusChange": "Rented by User: Sun Nov 01 2026 12:02:00 GMT+0000",
-            "lastStartedAt": pod["startedAt"] or "2026-11-01T12:02:00Z"}
-
-
-@contextlib.asynccontextmanager
-async def serve(app: web.Application, ports: Sequence[int] = (0,), host: str = "127.0.0.1",
-                backlog: int = 1024) -> AsyncIterator[list[int]]:
-    """Serve `app` on each port (0 = ephemeral); yields the bound ports."""
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    bound: list[int] = []
-    try:
-        for port in ports:
-            site = web.TCPSite(runner, host, port, backlog=backlog, reuse_address=True)
-            await site.start()
-            server = site._server
-            assert server is not None
-            bound.append(int(server.sockets[0].getsockname()[1]))  # type: ignore[union-attr]
-        yield bound
-    finally:
-        await runner.cleanup()
+    validate: Validate | None = _validate_runpod
 
 
 @dataclass

@@ -4,6 +4,8 @@ model's last server, or not retired yet."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from fleetllm.core.capacity import (
@@ -149,6 +151,28 @@ def test_a_box_beyond_the_count_is_terminated_only_once_retired() -> None:
     assert termination.line() == "- terminate runpod pod2 (pod2, pool h100 declares fewer boxes): -$2.69/h"
 
 
+def test_a_rental_placed_by_its_label_is_approved_by_that_placement() -> None:
+    """Issue 25: a rental presents itself under its label (LLMAO_HOST), so the commit that declares its pool places
+    it by that label. Placed, serving or retired by label is placed, serving or retired: the box's pod id plays
+    no part (it is still honoured for a box approved by hand under it)."""
+    boxes = [pod(1), pod(2)]
+    label = pool_label("h100", 2)
+    assert boxes[1].names == {"pod2", label}
+    placed = plan_capacity(settings(count=1), boxes, {}, placed=frozenset({"pod1", label}), retired=NONE,
+                           last_servers={})
+    assert placed.terminations == () and "placement.yaml still places it" in placed.held[0].reason
+    last = plan_capacity(settings(count=1), boxes, {}, placed=frozenset({"pod1"}), retired=frozenset({label}),
+                         last_servers={"qwen": frozenset({label})})
+    assert last.terminations == () and "still serves the last server of qwen" in last.held[0].reason
+    done = plan_capacity(settings(count=1), boxes, {}, placed=frozenset({"pod1"}), retired=frozenset({label}),
+                         last_servers={"qwen": frozenset({label, "pod1"})})
+    assert [t.box.ident for t in done.terminations] == ["pod2"]
+    # a pool's box count counts rentals, not names: the one placed by label is the one kept
+    ranked = plan_capacity(settings(count=1), boxes, {}, placed=frozenset({label}), retired=frozenset({"pod1"}),
+                           last_servers={})
+    assert [t.box.ident for t in ranked.terminations] == ["pod1"]
+
+
 def test_never_the_last_server_of_a_model() -> None:
     plan = plan_capacity(settings(count=0), [pod(1)], {}, placed=NONE, retired=frozenset({"pod1"}),
                          last_servers={"qwen": frozenset({"pod1"}), "llama": frozenset({"pod1", "x"})})
@@ -247,3 +271,109 @@ def test_the_loop_rents_with_back_off_and_counts_failures(monkeypatch: pytest.Mo
     assert settled[2][0].startswith("fleetllm-h100-1: fleetllm-h100-1: failed 2 time(s)")
     assert settled[-1] == []  # the rental succeeded: resolved
     assert all(fake.api_key not in line for lines in settled for line in lines)
+
+
+def test_the_listings_name_a_rental_by_its_label_with_its_endpoints() -> None:
+    """What lets the reconciler dial a box placed by label: the listing maps the label to the pod or instance, its
+    public ports included; a pod not labelled as a rental is listed under its id only."""
+    from fleetllm.adapters.providers import by_label, runpod_boxes, vast_labelled
+    from tests.reconcile.fakes import runpod_pod, vast_instance
+
+    labelled = {**runpod_pod("k7v2m9x4q1w8e3", {8001: 41001}, ip="203.0.113.7"), "name": "fleetllm-h100-1"}
+    mine = runpod_pod("handmade", {8001: 41002}, ip="203.0.113.8")
+    boxes = by_label(runpod_boxes([labelled, mine]))
+    assert set(boxes) == {"k7v2m9x4q1w8e3", "fleetllm-h100-1", "handmade"}
+    named = boxes["fleetllm-h100-1"]
+    assert (named.box, named.ident, named.endpoints[8001].host, named.endpoints[8001].port) == \
+        ("fleetllm-h100-1", "pod k7v2m9x4q1w8e3", "203.0.113.7", 41001)
+    clash = {**mine, "id": "fleetllm-h100-1"}  # a box of that name is listed already: it keeps the name
+    assert by_label(runpod_boxes([labelled, clash]))["fleetllm-h100-1"].ident == "pod fleetllm-h100-1"
+    running = vast_instance(7, "198.51.100.4", {8001: 40001}, label="fleetllm-a100-1")
+    loading = vast_instance(8, "198.51.100.5", None, status="loading", label="fleetllm-a100-2")
+    vast = vast_labelled([running, loading, vast_instance(9, "198.51.100.6", {8001: 1}, label="my-box")])
+    assert set(vast) == {"fleetllm-a100-1", "fleetllm-a100-2"}
+    assert vast["fleetllm-a100-1"].endpoints[8001].port == 40001 and vast["fleetllm-a100-1"].ident == "instance 7"
+    assert dict(vast["fleetllm-a100-2"].endpoints) == {}
+
+
+def test_the_back_off_and_the_rentals_waiting_outlive_a_restart(tmp_path: object,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop keeps its back-off and the rentals not heard of yet in the state store: a new loop on the same
+    store (a restarted reconciler) does not try a failed rental again before its back-off, and still knows the
+    rental it made; a rental whose box fetched its config, or that its provider no longer lists, waits no more."""
+    import asyncio
+    from pathlib import Path
+
+    from fleetllm.adapters.http import RetryPolicy
+    from fleetllm.adapters.providers import ProviderAccess
+    from fleetllm.adapters.state import open_store
+    from fleetllm.adapters.state.records import BoxApi, FetchRecord
+    from fleetllm.core.capacity import RentalWait
+    from fleetllm.core.secret import Secret
+    from fleetllm.job import capacity as job_capacity
+    from fleetllm.job.metrics import PassMetrics
+    from tests.reconcile.fakes import FakeRunPod, runpod_gpu, serve
+
+    plans = [plan_capacity(settings(count=1), [], OFFERS, placed=NONE, retired=NONE, last_servers={})]
+
+    async def planned(*_: object) -> CapacityPlan:
+        return plans[-1]
+
+    monkeypatch.setattr(job_capacity, "plan_pass_capacity", planned)
+    fake = FakeRunPod(catalog=[runpod_gpu(H100, "H100 SXM", 2.69)], versions=frozenset())  # every call 404s
+    url = f"sqlite:///{Path(str(tmp_path)) / 'state.sqlite3'}"
+
+    async def go() -> list[list[bool]]:
+        async with serve(fake.app()) as (port,):
+            access = {Provider.RUNPOD: ProviderAccess(Secret(fake.api_key, "t"), f"http://127.0.0.1:{port}", 5,
+                                                      RetryPolicy(attempts=1))}
+            steps = []
+            store = open_store(url)
+            loop = job_capacity.CapacityLoop(access, PassMetrics(), None, store)
+            steps.append([r.ok for r in await loop.step(None, None, 0.0)])  # type: ignore[arg-type]
+            store.close()
+            store = open_store(url)  # the reconciler restarts
+            loop = job_capacity.CapacityLoop(access, PassMetrics(), None, store)
+            assert loop.attempts.failures["fleetllm-h100-1"][0] == 1
+            steps.append([r.ok for r in await loop.step(None, None, 30.0)])  # type: ignore[arg-type]
+            fake.versions = frozenset({"v1", "v2"})
+            steps.append([r.ok for r in await loop.step(None, None, 61.0)])  # type: ignore[arg-type]
+            store.close()
+            store = open_store(url)
+            pod = fake.pods[0]["id"]
+            assert store.capacity_attempts().failures == {}
+            assert store.rental_waits() == {"fleetllm-h100-1": RentalWait("fleetllm-h100-1", Provider.RUNPOD, pod,
+                                                                          61.0)}
+            listed = replace(plans[0], rentals=(), rented=(pod_box := RentedBox(
+                Provider.RUNPOD, pod, pod, "fleetllm-h100-1", "h100", 2.69),), listed=frozenset({Provider.RUNPOD}))
+            plans.append(listed)
+            loop = job_capacity.CapacityLoop(access, PassMetrics(), None, store)
+            await loop.step(None, None, 70.0)  # type: ignore[arg-type]
+            assert set(store.rental_waits()) == {"fleetllm-h100-1"}  # listed, not heard of: still waiting
+            store.record_fetch(FetchRecord(75.0, BoxApi.CONFIG, 200, "127.0.0.1", "fleetllm-h100-1",
+                                           None, "fleetllm-h100-1", "r"))
+            store.flush()
+            await loop.step(None, None, 80.0)  # type: ignore[arg-type]
+            assert store.rental_waits() == {}  # its box fetched its config
+            loop.waits = {"fleetllm-h100-9": RentalWait("fleetllm-h100-9", Provider.RUNPOD, "gone", 1.0)}
+            await loop.step(None, None, 90.0)  # type: ignore[arg-type]
+            assert store.rental_waits() == {} and pod_box.label == "fleetllm-h100-1"  # not listed any more
+            store.close()
+            return steps
+
+    assert asyncio.run(go()) == [[False], [], [True]]  # 30 s after a restart: still backing off (60 s)
+
+
+def test_capacity_issues_say_what_fails_and_what_is_slow() -> None:
+    from fleetllm.core.capacity import SLOW_RENTAL_S, RentalWait, capacity_issues, waiting
+
+    waits = {"fleetllm-h100-1": RentalWait("fleetllm-h100-1", Provider.RUNPOD, "p1", 0.0),
+             "fleetllm-h100-2": RentalWait("fleetllm-h100-2", Provider.RUNPOD, "p2", 100.0)}
+    attempts = Attempts().failed("runpod:p9", 0.0, "HTTP 500").failed("runpod:p9", 60.0, "HTTP 500")
+    issues = capacity_issues(attempts, waits, SLOW_RENTAL_S)
+    assert [(i.kind, i.subject) for i in issues] == [("failing", "runpod:p9"), ("slow", "fleetllm-h100-1")]
+    assert issues[0].text.startswith("terminate runpod:p9 failed 2 time(s)")
+    assert capacity_issues(Attempts(), waits, SLOW_RENTAL_S - 1) == ()
+    assert set(waiting(waits, ["fleetllm-h100-1", "fleetllm-h100-2"], ["fleetllm-h100-2"])) == {"fleetllm-h100-1"}
+    assert waiting(waits, ["fleetllm-h100-2"], []) == {"fleetllm-h100-2": waits["fleetllm-h100-2"]}
+    assert waiting(waits, ["fleetllm-h100-1"], ["p1"]) == {}  # heard of under its pod id (approved by hand)

@@ -74,7 +74,8 @@ def test_plan_lists_the_rental_with_its_price_and_apply_asks_then_rents(
     assert code == 0, out
     [pod] = runpod.pods
     assert (pod["name"], pod["template"], pod["gpu"]) == ("fleetllm-h100-1", "tmpl", {"id": H100, "count": 1})
-    assert f"ok     rent fleetllm-h100-1 (runpod {H100}): runpod id {pod['id']}, box {pod['id']}" in out
+    assert f"ok     rent fleetllm-h100-1 (runpod {H100}): runpod id {pod['id']}, box fleetllm-h100-1" in out
+    assert pod["env"] == {"LLMAO_HOST": "fleetllm-h100-1"}  # the box presents itself under its label
     assert runpod.violations == []
     result = fleetllm("plan", "--config", str(config), env=env)  # rented: nothing more to rent
     assert "Capacity: 0 to rent, 0 to terminate; rented boxes $2.69/h -> $2.69/h" in result.stdout

@@ -28,6 +28,7 @@ __all__ = [
     "TrackedRepo",
     "commit_blob",
     "commit_worktree_file",
+    "commit_worktree_files",
     "identity",
     "is_bare_repository",
     "read_commit",
@@ -395,9 +396,17 @@ def commit_blob(git_dir: str, base: str, path: str, content: str, branch: str, m
     return commit
 
 
+def commit_worktree_files(worktree: Path, files: Mapping[str, str], message: str,
+                          base_env: Mapping[str, str] | None = None) -> str:
+    """Write each of `files` (name: content) in a working tree, commit just those in one commit, and return the
+    new HEAD."""
+    for name, content in files.items():
+        (worktree / name).write_text(content, encoding="utf-8")
+    run_git("commit", "-q", "-m", message, "--", *files, cwd=worktree, base_env=base_env)
+    return run_git("rev-parse", "HEAD", cwd=worktree, base_env=base_env).strip()
+
+
 def commit_worktree_file(worktree: Path, name: str, content: str, message: str,
                          base_env: Mapping[str, str] | None = None) -> str:
     """Write `name` in a working tree, commit just that file, and return the new HEAD."""
-    (worktree / name).write_text(content, encoding="utf-8")
-    run_git("commit", "-q", "-m", message, "--", name, cwd=worktree, base_env=base_env)
-    return run_git("rev-parse", "HEAD", cwd=worktree, base_env=base_env).strip()
+    return commit_worktree_files(worktree, {name: content}, message, base_env)

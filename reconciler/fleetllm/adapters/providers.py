@@ -13,6 +13,10 @@
 - The price of each box, USD per hour, is read from the same listing: Vast `dph_total` (with `gpu_name`,
   `num_gpus`), RunPod v2 `cost` and v1 `costPerHr` (with `gpu`: `id` or v1's `displayName`, `count`).
   A price missing or not a number leaves the box unpriced (`fleetllm.core.cost`), never 0.
+- A capacity pool's rental (labelled `fleetllm-POOL-N`: RunPod's pod name, Vast's instance label) is listed
+  under its label too: it is rented with LLMAO_HOST set to the label, so it presents itself under it and the
+  placement places it so, in the commit that declares its pool (issue 25); the listing says which pod or
+  instance, and where, that name is.
 - Static boxes are not listed: public port = listen port (see `observed.resolve_endpoint`).
 
 A listing that fails, or answers something we cannot read, is a failed observation: the planner then
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import aiohttp
@@ -125,6 +129,30 @@ def vast_rentals(instances: list[JSON]) -> dict[str, ProviderBox]:
             ip = item.get("public_ipaddr")
             out[str(ident)] = _vast_box(ip.strip() if isinstance(ip, str) else "", item, {})
     return out
+
+
+def vast_labelled(instances: list[JSON]) -> dict[str, ProviderBox]:
+    """Pure: each instance labelled as a capacity pool's rental, named by its label (`fleetllm-POOL-N`): the name
+    it presents itself under (the rental's LLMAO_HOST) and the placement places it by; its endpoints while
+    it runs and has a public IP."""
+    out: dict[str, ProviderBox] = {}
+    for item in instances:
+        if not (isinstance(item, dict) and isinstance(label := item.get("label"), str)
+                and label.startswith(RENTAL_PREFIX)):
+            continue
+        ip = item.get("public_ipaddr")
+        running = item.get("actual_status") == "running" and isinstance(ip, str) and ip.strip()
+        endpoints = _vast_endpoints(ip.strip(), item.get("ports")) if running and isinstance(ip, str) else {}
+        out[label] = _vast_box(label, item, endpoints)
+    return out
+
+
+def by_label(boxes: Mapping[str, ProviderBox]) -> dict[str, ProviderBox]:
+    """Each box labelled as a capacity pool's rental also under its label (its name in the fleet), unless a box
+    of that name is listed already."""
+    labelled = {box.label: replace(box, box=box.label) for box in boxes.values()
+                if box.label.startswith(RENTAL_PREFIX) and box.label not in boxes}
+    return {**boxes, **labelled}
 
 
 def _price(value: JSON) -> float | None:
@@ -237,7 +265,8 @@ class VastClient:
                 instances.extend(page)
                 next_token = body.get("next_token")
                 if not next_token:
-                    return ProviderListing(Provider.VAST, vast_boxes(instances), rentals=vast_rentals(instances))
+                    boxes = {**vast_labelled(instances), **vast_boxes(instances)}
+                    return ProviderListing(Provider.VAST, boxes, rentals=vast_rentals(instances))
                 if not isinstance(next_token, str) or next_token == token:
                     raise ListingError("Vast GET /api/v1/instances/: bad next_token (paging does not advance)")
                 token = next_token
@@ -264,7 +293,7 @@ class RunPodClient:
         if not isinstance(body, dict) or not isinstance(pods := body.get("pods"), list):
             return ProviderListing(Provider.RUNPOD, error="RunPod GET /v2/pods: the answer has no `pods` list")
         boxes = runpod_boxes(pods)
-        return ProviderListing(Provider.RUNPOD, boxes, rentals=runpod_rentals(boxes))
+        return ProviderListing(Provider.RUNPOD, by_label(boxes), rentals=runpod_rentals(boxes))
 
     async def list_v1(self, session: aiohttp.ClientSession, why: str) -> ProviderListing:
         what = f"RunPod GET /v1/pods ({why})"
@@ -277,12 +306,17 @@ class RunPodClient:
         if not isinstance(body, list):
             return ProviderListing(Provider.RUNPOD, error=f"{what}: the answer is not a list of pods")
         boxes = runpod_v1_boxes(body)
-        return ProviderListing(Provider.RUNPOD, boxes, rentals=runpod_rentals(boxes))
+        return ProviderListing(Provider.RUNPOD, by_label(boxes), rentals=runpod_rentals(boxes))
 
 
 # Renting and terminating (fleetllm.core.capacity plans them). A create is never retried within a call: a
 # timeout may have rented all the same, and the next pass sees the rental in the listing by its label
-# (fleetllm-POOL-N) and does not rent it again. Terminations retry (deleting twice is harmless).
+# (fleetllm-POOL-N) and does not rent it again. Terminations retry (deleting twice is harmless). A rental's
+# environment sets LLMAO_HOST to its label (RunPod `env`; Vast `env`, Docker flags merged into the template's):
+# the provisioning scripts present the box under that name rather than its pod id or public IP.
+
+HOST_VARIABLE = "LLMAO_HOST"  # a rental's environment names the box by its label: vast.sh and runpod.sh present it
+
 
 class RentalError(UpstreamError):
     """A provider refused or failed a rental, a termination or an offer search (the message says which)."""
@@ -290,8 +324,9 @@ class RentalError(UpstreamError):
 
 @dataclass(frozen=True)
 class Rented:
-    """What a rental call answered: the provider's id of the new box, its name when already known (a RunPod
-    pod id; a Vast box is named by its public IP, known only once it runs) and the price it bills."""
+    """What a rental call answered: the provider's id of the new box, its name (its label: the rental's
+    environment sets LLMAO_HOST to it, so the box presents itself so and the placement places it so) and the
+    price it bills, when the answer says."""
 
     ident: str
     box: str | None
@@ -366,7 +401,7 @@ class VastRenter:
 
     async def rent(self, session: aiohttp.ClientSession, request: RentRequest) -> Rented:
         body: dict[str, JSON] = {"image": request.image or "", "label": request.label, "target_state": "running",
-                                 "cancel_unavail": True}
+                                 "cancel_unavail": True, "env": f"-e {HOST_VARIABLE}={request.label}"}
         if request.template:
             body["template_hash_id"] = request.template
         if request.disk_gb:
@@ -380,7 +415,7 @@ class VastRenter:
         contract = answer.get("new_contract") if isinstance(answer, dict) else None
         if not isinstance(contract, int) or isinstance(contract, bool):
             raise RentalError(f"{what}: the answer has no new_contract")
-        return Rented(str(contract), None, None)
+        return Rented(str(contract), request.label, None)
 
     async def terminate(self, session: aiohttp.ClientSession, ident: str) -> None:
         what = f"Vast DELETE /api/v0/instances/{ident}/"
@@ -412,9 +447,10 @@ class RunPodRenter:
         return runpod_offers(body, pool)
 
     async def rent(self, session: aiohttp.ClientSession, request: RentRequest) -> Rented:
-        v2: dict[str, JSON] = {"name": request.label, "gpu": {"id": request.ask, "count": request.gpus}}
+        env: dict[str, JSON] = {HOST_VARIABLE: request.label}
+        v2: dict[str, JSON] = {"name": request.label, "gpu": {"id": request.ask, "count": request.gpus}, "env": env}
         v1: dict[str, JSON] = {"name": request.label, "gpuTypeIds": [request.ask], "gpuCount": request.gpus,
-                               "cloudType": "SECURE"}
+                               "cloudType": "SECURE", "env": env}
         if request.image:
             v2["image"] = v1["imageName"] = request.image
         if request.template:
@@ -442,7 +478,7 @@ class RunPodRenter:
             price_key = "costPerHr"
         if not isinstance(pod, dict) or not isinstance(pod_id := pod.get("id"), str) or not pod_id:
             raise RentalError(f"{what}: the answer has no pod id")
-        return Rented(pod_id, pod_id, _price(pod.get(price_key)))
+        return Rented(pod_id, request.label, _price(pod.get(price_key)))
 
     async def terminate(self, session: aiohttp.ClientSession, ident: str) -> None:
         """v2 first; where it answers 404 or 403 (no beta, or no such pod there), v1. A pod v1 does not know either

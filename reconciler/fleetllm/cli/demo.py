@@ -11,7 +11,7 @@ import fleetllm
 from fleetllm.cli.common import CommandError
 
 SCENARIOS = ("move-model", "move-single", "bad-boot", "rollouts", "retire-box",  # fleetllm.demo.scenario.SCENARIOS
-             "empty-box")
+             "empty-box", "rent-box")
 
 DESCRIPTION = """\
 Run a whole fleet locally: the example fleet repository in a scratch git repository with every box
@@ -44,7 +44,9 @@ def register(subparsers: Any) -> None:
                              "another box, move-single moves the only server of a model, bad-boot commits a "
                              "recipe vLLM refuses (the rollout halts and rolls back; a revert converges), "
                              "rollouts plays all three; retire-box removes a box (drained, emptied, retired) and "
-                             "empty-box moves the only server of a box away, each then a recipe change")
+                             "empty-box moves the only server of a box away, each then a recipe change; rent-box "
+                             "declares capacity in fleet.yaml and a simulated RunPod rents a box for it (booted, "
+                             "approved, serving), then releases it (retired, terminated)")
     parser.add_argument("--once", action="store_true",
                         help="run to the end without a live display and exit 0 only if the final state is right")
     parser.add_argument("--litellm-url", metavar="URL", help="a running LiteLLM proxy (with a database) to converge")

@@ -7,8 +7,13 @@ hour, at most N rentals and N terminations per pass.
 
 A rented box belongs to a pool by its label at the provider (`fleetllm-POOL-N`: RunPod's pod `name`,
 Vast's instance `label`), so the provider's listing is the truth about what is rented; nothing without
-such a label is ever terminated. `plan_capacity` decides, from the declaration, what is rented (with
-prices), the offers found, the placement and which boxes have retired:
+such a label is ever terminated. The label is also the box's name in the fleet: it is rented with LLMAO_HOST
+set to it, so the commit that declares the pool places its boxes by label and they are approved by it
+(fleetllm.adapters.providers lists a rental under its label); `RentedBox.names` holds both that and the
+provider's name (a box approved by hand under its pod id or IP).
+
+`plan_capacity` decides, from the declaration, what is rented (with prices), the offers found, the placement
+and which boxes have retired:
 
 - a pool with fewer boxes than declared rents the cheapest offer at or under its `max_per_hour`, while
   the fleet stays at or under `max_fleet_per_hour` and the pass's rental budget lasts;
@@ -93,6 +98,12 @@ class RentedBox:
     gpu: str = ""
     gpus: int | None = None
 
+    @property
+    def names(self) -> frozenset[str]:
+        """The names the fleet may know it by: its label (what it presents itself as, rented with LLMAO_HOST set
+        to it, and how the declaring commit places it) and its provider's name (a box approved by hand)."""
+        return frozenset(name for name in (self.label, self.box) if name)
+
 
 @dataclass(frozen=True)
 class Rental:
@@ -137,6 +148,8 @@ class CapacityPlan:
     held: tuple[Held, ...] = ()
     before_per_hour: float = 0.0  # the rented boxes' sum now
     after_per_hour: float = 0.0  # after the rentals and terminations
+    rented: tuple[RentedBox, ...] = ()  # the labelled rentals the listings show
+    listed: frozenset[Provider] = frozenset()  # the providers whose listing was read (the rest are unknown)
 
     @property
     def empty(self) -> bool:
@@ -222,18 +235,18 @@ def plan_capacity(settings: CapacitySettings, rented: Iterable[RentedBox], offer
                                               pool.disk_gb), offer))
         extra = len(have) - pool.count
         if extra > 0:  # the unplaced first, the newest (highest index) first among equals
-            ranked = sorted(have, key=lambda b: (b.box in placed, -int(b.label.rsplit("-", 1)[1])))
+            ranked = sorted(have, key=lambda b: (bool(b.names & placed), -int(b.label.rsplit("-", 1)[1])))
             orphans.extend(ranked[:extra])
     for box in sorted(orphans, key=lambda b: b.label):
         why = "its pool is no longer declared" if box.pool is None or box.pool not in settings.pools else \
             f"pool {box.pool} declares fewer boxes"
         what = f"terminate {box.provider} {box.ident} ({box.box or box.label})"
-        only = sorted(model for model, serving in last_servers.items() if box.box is not None and serving == {box.box})
-        if box.box is not None and box.box in placed:
+        only = sorted(model for model, serving in last_servers.items() if serving and serving <= box.names)
+        if box.names & placed:
             held.append(Held(what, f"{why}, but placement.yaml still places it: remove its servers first"))
         elif only:
             held.append(Held(what, f"{why}, but it still serves the last server of {', '.join(only)}"))
-        elif box.box is not None and box.box not in retired:
+        elif box.box is not None and not box.names & retired:
             held.append(Held(what, f"{why}; waiting for it to retire (its servers stopped, reported empty)"))
         elif len(terminations) >= settings.max_terminations_per_pass:
             held.append(Held(what, f"max_terminations_per_pass ({settings.max_terminations_per_pass}) reached: "
@@ -241,7 +254,8 @@ def plan_capacity(settings: CapacitySettings, rented: Iterable[RentedBox], offer
         else:
             terminations.append(Termination(box, why))
             total -= box.per_hour or 0.0
-    return CapacityPlan(tuple(rentals), tuple(terminations), tuple(held), round(before, 4), round(total, 4))
+    return CapacityPlan(tuple(rentals), tuple(terminations), tuple(held), round(before, 4), round(total, 4),
+                        tuple(boxes))
 
 
 def rented_boxes(listings: Iterable[ProviderListing], pools: Iterable[str]) -> list[RentedBox]:
@@ -320,3 +334,50 @@ def rental_key(rental: Rental) -> str:
 
 def termination_key(termination: Termination) -> str:
     return f"{termination.box.provider}:{termination.box.ident}"
+
+
+SLOW_RENTAL_S = 1800.0  # a rental whose box has neither fetched its config nor reported after this is slow
+
+
+@dataclass(frozen=True)
+class RentalWait:
+    """A box the reconcile loop rented that has not presented itself yet (kept in the state store)."""
+
+    label: str
+    provider: Provider
+    ident: str
+    rented_at: float
+
+
+@dataclass(frozen=True)
+class CapacityIssue:
+    """A rental or termination that needs a person: failing (backing off) or slow (rented, never heard of)."""
+
+    kind: str  # failing | slow
+    subject: str  # the rental's label, or a termination's provider:id
+    text: str
+
+
+def waiting(waits: Mapping[str, RentalWait], listed: Iterable[str], heard: Iterable[str]) -> dict[str, RentalWait]:
+    """The rentals still waiting: listed by their provider (`listed`: the rentals' labels) and not `heard` of (no
+    box of that label, nor of its provider id (a RunPod pod approved by hand under it), has fetched its config or
+    reported)."""
+    known, seen = set(listed), set(heard)
+    return {label: wait for label, wait in waits.items()
+            if label in known and label not in seen and wait.ident not in seen}
+
+
+def capacity_issues(attempts: Attempts, waits: Mapping[str, RentalWait], now: float) -> tuple[CapacityIssue, ...]:
+    """What the attention list shows of capacity: each key backing off after a failure, with when it is tried again,
+    and each rental still unheard of SLOW_RENTAL_S after it was rented (its pod or instance may not boot: look at it
+    at the provider, or lower the pool's count to give it back)."""
+    failing = [CapacityIssue("failing", key, f"{'rent' if ':' not in key else 'terminate'} {key} failed {count} "
+                                             f"time(s), last at {int(now - at)} s ago: {why}; tried again in "
+                                             f"{max(0, int(at + Attempts.wait_s(count) - now))} s")
+               for key, (count, at, why) in sorted(attempts.failures.items())]
+    slow = [CapacityIssue("slow", label, f"{label} ({wait.provider} {wait.ident}) was rented "
+                                         f"{int(now - wait.rented_at)} s ago and has not fetched its config: it may "
+                                         f"not boot; look at it at {wait.provider}, or lower its pool's count to give "
+                                         "it back")
+            for label, wait in sorted(waits.items()) if now - wait.rented_at >= SLOW_RENTAL_S]
+    return (*failing, *slow)

@@ -130,14 +130,15 @@ files = {self.conf_dir}/*.conf
         provider_name = "RUNPOD_POD_ID" if self.sim.template is Template.RUNPOD else "PUBLIC_IPADDR"
         return {
             "PATH": os.pathsep.join([str(self.bin), venv_bin, "/usr/local/bin", "/usr/bin", "/bin"]),
-            "HOME": str(self.root), "LANG": "C.UTF-8", provider_name: self.name,
+            "HOME": str(self.root), "LANG": "C.UTF-8", provider_name: self.sim.provider_id or self.name,
             "FLEETLLM_URL": url, "FLEETLLM_FLEET_KEY": fleet_key, "FLEETLLM_PYTHON": sys.executable,
             "FLEETLLM_DATA_DIR": str(self.data), "FLEETLLM_SUPERVISOR_CONF_DIR": str(self.conf_dir),
-            "FLEETLLM_SUPERVISOR_CONFIG": str(self.config), "FLEETLLM_LISTEN_HOST": self.name,
+            "FLEETLLM_SUPERVISOR_CONFIG": str(self.config), "FLEETLLM_LISTEN_HOST": self.sim.listen,
             "FLEETLLM_VLLM_BIN": str(self.bin / "vllm"), "FLEETLLM_GATEWAY_PYTHON": sys.executable,
             "FLEETLLM_STARTSECS": "1", "FLEETLLM_FETCH_DEADLINE_S": "30",
             # a real vLLM on shared CPU cores takes a minute or more before the next on its card may start
             "FLEETLLM_START_TIMEOUT_S": "900" if self.harness is not None else "300",
+            **dict(self.sim.env),
         }
 
     def _start_supervisord(self) -> None:

@@ -55,6 +55,14 @@ class SimBox:
     gpus: int
     gpu_memory_gb: float  # all GPUs together, what its simulated nvidia-smi reports
     real_vllm: bool = False  # runs the real vLLM CPU harness instead of the stub (fleetllm demo --real-vllm)
+    address: str = ""  # where its servers listen when its name is not an address (a rented pod): "" is `name`
+    provider_id: str = ""  # RUNPOD_POD_ID or PUBLIC_IPADDR, when not its name (a rented pod): "" is `name`
+    env: tuple[tuple[str, str], ...] = ()  # more of its environment (a rented pod's, from the provider)
+
+    @property
+    def listen(self) -> str:
+        """The loopback address its servers listen on."""
+        return self.address or self.name
 
     @property
     def nvidia_smi_gpus(self) -> str:

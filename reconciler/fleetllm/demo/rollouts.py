@@ -13,6 +13,9 @@ The edits are pure (text in, text out, as a person would write them in a pull re
                 servers and its agent removes every program and reports, it is retired (issue 25); then a
                 recipe change converges and the attention list stays clear;
 - empty-box:    the same, the box emptied by moving its only server to another box.
+- rent-box:     one commit declares a capacity pool of one box in fleet.yaml and places that box by its label
+                (capacity_change): rented, it is approved by that commit; then one commit takes it out of the
+                placement with its pool's count 0 (release_change).
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from fleetllm.core.capacity import pool_label
 from fleetllm.core.fleet import strictyaml
-from fleetllm.core.fleet.files import MODELS_FILE, PLACEMENT_FILE
-from fleetllm.core.fleet.model import Fleet
+from fleetllm.core.fleet.approve import ApproveError, add_box, assign_rows
+from fleetllm.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE
+from fleetllm.core.fleet.model import Fleet, Provider
 from fleetllm.core.rollout.model import RolloutState
 from fleetllm.demo.check import waiting_for
 from fleetllm.demo.ciwait import CiWait, Waited
@@ -31,7 +36,7 @@ from fleetllm.demo.fleet import DEFAULT_GPU_MEMORY_GB, DemoError
 from fleetllm.demo.load import LoadGenerator, LoadReport
 from fleetllm.demo.move import CEILING, Move, choose_move, move_row, remove_box
 from fleetllm.demo.stage import Stage
-from fleetllm.demo.workspace import commit_file
+from fleetllm.demo.workspace import commit_files
 from fleetllm.job.engine import PassOutcome
 
 BAD_SETTING = ("dtype", "bogus")  # vLLM 0.32 exits 2 at start: "argument --dtype: invalid choice: 'bogus'"
@@ -231,6 +236,58 @@ def bad_boot_change(fleet: Fleet, files: Mapping[str, str]) -> Change:
                   {MODELS_FILE: with_setting(files[MODELS_FILE], model, key, value)}, halts=True)
 
 
+POOL = "demo"  # the rent-box scenario's capacity pool (its rentals are labelled fleetllm-demo-N)
+
+
+def capacity_change(fleet: Fleet, files: Mapping[str, str], *, gpu: str, max_per_hour: float) -> Change:
+    """One commit that declares pool POOL of one `gpu` box on RunPod at most `max_per_hour` (fleet.yaml's
+    `capacity:` appended, the fleet's rented boxes at most twice that) and places its box by its label,
+    `fleetllm-demo-1`, with the most replicated model (placement.yaml, as `fleetllm approve LABEL MODEL
+    --provider runpod` would write it): the box is rented with its label as its name, so this commit approves it."""
+    fleet_yaml = files[FLEET_FILE]
+    declared = strictyaml.load(fleet_yaml, FLEET_FILE).value
+    if isinstance(declared, dict) and "capacity" in declared:
+        raise DemoError(f"{FLEET_FILE} already declares capacity: the rent-box scenario adds its own")
+    section = (f"\n# fleetllm demo rent-box: boxes rented from the simulated RunPod (docs/runbooks.md \"Capacity\")\n"
+               f"capacity:\n  max_fleet_per_hour: {2 * max_per_hour:g}\n  pools:\n    {POOL}:\n"
+               f"      provider: runpod\n      gpu: {gpu}\n      gpus: 1\n      count: 1\n"
+               f"      max_per_hour: {max_per_hour:g}\n      template: fleetllm-demo\n")
+    label, model = pool_label(POOL, 1), most_replicated(fleet)
+    try:
+        rows = assign_rows(fleet, label, [model])
+    except ApproveError as exc:
+        raise DemoError(f"rent-box cannot place {label}: {exc}") from None
+    placement = add_box(files[PLACEMENT_FILE], label, rows, f"rented for capacity pool {POOL}", Provider.RUNPOD)
+    return Change(f"declare capacity: pool {POOL}, 1 × {gpu} on RunPod at most ${max_per_hour:g}/h, its box "
+                  f"{label} placed with {model}",
+                  {FLEET_FILE: fleet_yaml.rstrip("\n") + "\n" + section, PLACEMENT_FILE: placement})
+
+
+def with_count(fleet_yaml: str, count: int) -> str:
+    """fleet.yaml with pool POOL's `count` replaced (one line)."""
+    doc = strictyaml.load(fleet_yaml, FLEET_FILE)
+    pool: object = doc.value
+    for step in ("capacity", "pools", POOL):
+        pool = pool.get(step) if isinstance(pool, dict) else None
+    if not isinstance(pool, dict) or not isinstance(pool.get("count"), int):
+        raise DemoError(f"{FLEET_FILE} declares no pool {POOL} with a count")
+    mark = doc.mark_at(["capacity", "pools", POOL, "count"])
+    lines = fleet_yaml.split("\n")
+    line = lines[mark.line - 1]
+    start = mark.column - 1
+    end = start + len(line[start:]) - len(line[start:].lstrip("0123456789"))
+    lines[mark.line - 1] = line[:start] + str(count) + line[end:]
+    return "\n".join(lines)
+
+
+def release_change(files: Mapping[str, str], box: str) -> Change:
+    """The rented box leaves, in one commit: out of placement.yaml, and its pool's count 0 in fleet.yaml (it is
+    terminated once it has retired)."""
+    return Change(f"release the rented box {box}: out of the placement, pool {POOL} count 0",
+                  {PLACEMENT_FILE: remove_box(files[PLACEMENT_FILE], box),
+                   FLEET_FILE: with_count(files[FLEET_FILE], 0)})
+
+
 # -- playing one change ----------------------------------------------------------------------------
 RolloutProbe = Callable[[], "tuple[str | None, int | None]"]  # (halt reason or None, waves so far or None)
 
@@ -255,22 +312,24 @@ def converged(demo: Stage, outcome: PassOutcome, head: str) -> list[str]:
 
 
 def play(demo: Stage, change: Change, message: str, *, load: LoadGenerator | None, rollout: RolloutProbe,
-         timeout_s: float, interval_s: float, until: Callable[[], list[str]] | None = None) -> Played:
-    """Commit the change, then only passes (no manual step) until it converged (and `until` finds nothing
-    missing) or, for a halting change, halted; the load runs from before the commit to the end."""
+         timeout_s: float, interval_s: float, until: Callable[[], list[str]] | None = None,
+         after_commit: Callable[[str], None] | None = None) -> Played:
+    """Commit the change, then only passes (no manual step but `after_commit`, given the commit) until it
+    converged (and `until` finds nothing missing) or, for a halting change, halted; the load runs from before
+    the commit to the end."""
     workspace = demo.workspace
     assert workspace is not None
     if load is not None:
         load.start()
-    head = ""
-    for name, text in change.files.items():
-        head = commit_file(workspace, name, text, message)
+    head = commit_files(workspace, change.files, message)
     started = time.monotonic()
     demo.say(f"committed {head[:12]}: {change.title}; no manual step from here", "bold")
     assert demo.control_plane is not None
     ci = CiWait(workspace, demo.control_plane.url, head, timeout_s)  # the CI job after the merge
     passes, halted, waves = 0, None, None
     try:
+        if after_commit is not None:
+            after_commit(head)
         while True:
             outcome = demo.tick()
             passes += 1

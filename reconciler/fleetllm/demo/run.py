@@ -39,6 +39,7 @@ from fleetllm.demo.guide import banner, where_to_look
 from fleetllm.demo.litellm import Litellm, build, check_shared, remove_demo_deployments
 from fleetllm.demo.move import Move
 from fleetllm.demo.reconciler import reconciler
+from fleetllm.demo.rentals import Rentals
 from fleetllm.demo.scenario import Results, run_scenarios
 from fleetllm.demo.view import BoxStates, screen, written
 from fleetllm.demo.workspace import DemoForge, Workspace, control_plane_config, create, init_fleet_repo
@@ -106,6 +107,7 @@ class Demo:
         self.first_model = ""  # the model the printed curl asks for
         self.reported_invalid: str | None = None
         self.owned: set[str] = set()  # every box name the demo simulated: its deployments are the demo's
+        self.rentals: Rentals | None = None  # the simulated RunPod of the rent-box scenario
 
     # -- output ------------------------------------------------------------------------------------
     def say(self, message: str, style: str = "") -> None:
@@ -156,7 +158,13 @@ class Demo:
             f"{b.example_name} -> {b.name}" for b in demo_fleet.boxes))
         self.litellm = self._litellm(workspace, [b.name for b in demo_fleet.boxes])
         port = procs.free_port()
-        control_plane_config(workspace, port, self.litellm.url if self.litellm else None, options.forge)
+        if options.scenario == "rent-box":
+            self.rentals = Rentals(options.first_address)
+            workspace.write_secret("runpod-api-key", self.rentals.api_key)
+            self.say(f"simulated RunPod (its pod API, in this process) at {self.rentals.start()}: the control plane's "
+                     "providers.runpod")
+        control_plane_config(workspace, port, self.litellm.url if self.litellm else None, options.forge,
+                             self.rentals.url if self.rentals is not None else None)
         if options.forge is not None:
             self.say(f"commit statuses: each rollout sets its commit's status on {options.forge.repository} at "
                      f"{options.forge.api_url} (forge in the control plane's config)")
@@ -208,6 +216,8 @@ class Demo:
     def tick(self, note: str = "") -> PassOutcome | None:
         """One pass of the reconcile job (PassRunner.scheduled_pass), then what it found, said."""
         assert self.runner is not None
+        if self.rentals is not None:  # boot what the provider rented since the last pass, stop what it terminated
+            self.rentals.step(self)
         outcome = asyncio.run(self.runner.scheduled_pass())
         invalid = self.runner.invalid_head
         if invalid is not None and invalid.revision != self.reported_invalid:
@@ -281,7 +291,7 @@ class Demo:
         if self.options.scenario is None:
             return
         self.results = run_scenarios(self, self.options.scenario, self.litellm, timeout_s=self.options.timeout_s,
-                                     interval_s=self.options.interval_s)
+                                     interval_s=self.options.interval_s, rentals=self.rentals)
         self.move = self.results.move
 
     def run_once(self) -> int:
@@ -344,6 +354,8 @@ class Demo:
                 self.say(f"could not remove the demo's deployments from {self.litellm.url}: {exc}", "red")
         for box in self.boxes.values():
             box.stop()
+        if self.rentals is not None:
+            self.rentals.stop()
         if self.control_plane is not None:
             self.control_plane.stop()
         if self.litellm is not None:

@@ -11,6 +11,11 @@ a box.
 - retire-box:  a box leaves placement.yaml: drained, served a box JSON with no servers, its agent removes every
                program and reports, retired (issue 25); then a recipe change converges, the attention list clear;
 - empty-box:   the same after a move that empties a box (its only server moves to another box).
+- rent-box:    one commit declares a capacity pool of one box in fleet.yaml and places that box by its label; the
+               reconciler rents it from the simulated RunPod (rentals.py), which boots it (runpod.sh, the
+               installer) under its label: approved by that commit, it never waits on the attention list, and
+               serves through LiteLLM; then one commit takes it out of the placement with its pool's count 0:
+               drained, retired, and terminated by the reconciler (issue 25).
 
 With LiteLLM a load generator sends chat completions to every model through the proxy for the whole of
 each scenario; the scenario prints per model requests and failures, the seconds from commit to
@@ -28,31 +33,38 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetllm.core.capacity import pool_label
 from fleetllm.core.fleet.files import FLEET_FILES, MODELS_FILE
 from fleetllm.core.fleet.model import Fleet
 from fleetllm.core.rollout.model import BoxState, RolloutState
 from fleetllm.core.rollout.retire import RetireState
 from fleetllm.core.secret import Secret
+from fleetllm.demo import procs
 from fleetllm.demo.fleet import DemoError
 from fleetllm.demo.litellm import Litellm
 from fleetllm.demo.load import LoadGenerator
 from fleetllm.demo.move import Move
+from fleetllm.demo.rentals import GPU, PRICE, Rentals
 from fleetllm.demo.rollouts import (
+    POOL,
     Change,
     Played,
     bad_boot_change,
+    capacity_change,
     empty_box_change,
     move_change,
     play,
     recipe_change,
+    release_change,
     retire_box_change,
     single_move_change,
 )
 from fleetllm.demo.stage import Stage
+from fleetllm.demo.view import PROGRAM_PREFIX
 from fleetllm.job.runner import PassRunner
 
 ROLLOUTS = ("move-model", "move-single", "bad-boot")  # what `rollouts` plays, in this order
-SCENARIOS = (*ROLLOUTS, "rollouts", "retire-box", "empty-box")
+SCENARIOS = (*ROLLOUTS, "rollouts", "retire-box", "empty-box", "rent-box")
 RATE_PER_MODEL = 2.0  # chat completions per second per model, the issue's floor
 
 
@@ -113,20 +125,83 @@ def retired_missing(demo: Stage, box: str) -> list[str]:
     programs = demo.boxes[box].states() if box in demo.boxes else {}
     if programs is None or programs:
         missing.append(f"{box}'s supervisord runs {', '.join(sorted(programs)) if programs else 'unknown programs'}")
-    unknown = [e.box for e in store.attention()]
+    unknown = unknown_boxes(demo)
     if unknown:
         missing.append(f"the attention list has unknown boxes: {', '.join(unknown)}")
     return missing
 
 
+def unknown_boxes(demo: Stage) -> list[str]:
+    """The attention list's unknown boxes as the status pages show them: sightings of boxes neither in the
+    placement nor leaving it (a rented box's sighting before it was approved is not one once it is placed)."""
+    store, runner = demo.store, demo.runner
+    assert store is not None
+    assert runner is not None
+    placed = runner.fleet.boxes if runner.fleet is not None else {}
+    leaving = store.retirements()
+    return [e.box for e in store.attention() if e.box not in placed and e.box not in leaving]
+
+
+def rented_missing(demo: Stage, rentals: Rentals, label: str) -> list[str]:
+    """What is still missing before the pool's box serves (beyond the rollout's convergence: its servers Healthy
+    and routed): a pod labelled `label` rented, its simulated box booted, every program of it RUNNING under its
+    supervisord, the attention list clear, and with LiteLLM a caller's chat completion answered by it (the stub
+    vLLM's access log)."""
+    rented = rentals.by_label(label)
+    if rented is None:
+        return [f"no pod labelled {label} rented yet"]
+    if rented.boot is not None or rented.booted is None:
+        return [f"pod {rented.pod} still boots"]
+    assert demo.runner is not None
+    placed = demo.runner.fleet.boxes.get(rented.name) if demo.runner.fleet is not None else None
+    if placed is None:
+        return [f"{rented.name} is not in the placement"]
+    states = demo.boxes[rented.name].states() if rented.name in demo.boxes else None
+    missing = [f"{rented.name}: {row.name} is {(states or {}).get(PROGRAM_PREFIX + row.name, 'not a program')}"
+               for row in placed.servers if (states or {}).get(PROGRAM_PREFIX + row.name) != "RUNNING"]
+    unknown = unknown_boxes(demo)
+    if unknown:
+        missing.append(f"the attention list has unknown boxes: {', '.join(unknown)}")
+    if demo.applying and not missing:  # with LiteLLM, callers reach it: its server answered a chat completion
+        box = demo.boxes[rented.name]
+        logs = [box.data / "fleetllm" / "logs" / f"{row.name}.log" for row in placed.servers]
+        if not any('"POST /v1/chat/completions" 200' in procs.tail(log, 400) for log in logs):
+            missing.append(f"no chat completion through LiteLLM reached {rented.name} yet")
+    return missing
+
+
+def never_waited(demo: Stage, rentals: Rentals, label: str) -> list[str]:
+    """The problem, if any, of a rented box that had to wait for an approval: the control plane noted it as
+    an unknown box (under its label or its pod id) at some fetch."""
+    rented = rentals.by_label(label)
+    assert demo.store is not None
+    names = {rented.name, rented.pod} if rented is not None else {label}
+    seen = sorted(e.box for e in demo.store.attention() if e.box in names)
+    return [f"rent-box: the rented box was an unknown box ({', '.join(seen)}): the commit that declared its pool "
+            "did not approve it"] if seen else []
+
+
+def terminated_missing(demo: Stage, rentals: Rentals, label: str) -> list[str]:
+    """What is still missing before the released box is gone: retired (retired_missing), terminated at the
+    provider, and its simulated box stopped."""
+    rented = rentals.by_label(label)
+    assert rented is not None
+    missing = retired_missing(demo, rented.name)
+    if any(p["id"] == rented.pod for p in rentals.pods()):
+        missing.append(f"the provider still lists pod {rented.pod}")
+    if rented.pod not in rentals.terminated:
+        missing.append(f"the box of pod {rented.pod} still runs")
+    return missing
+
+
 def _play(demo: Stage, results: Results, change: Change, message: str, litellm: Litellm | None, *,
           timeout_s: float, interval_s: float, until: Callable[[], list[str]] | None = None,
-          unloaded: frozenset[str] = frozenset()) -> Played:
+          unloaded: frozenset[str] = frozenset(), after_commit: Callable[[str], None] | None = None) -> Played:
     if unloaded and litellm is not None:
         demo.say(f"no load for {', '.join(sorted(unloaded))}: the change restarts its only server (the card it "
                  "shares is divided afresh), as fleetllm diff warns", "yellow")
     played = play(demo, change, message, load=_load(demo, litellm, unloaded), rollout=lambda: _probe(demo),
-                  timeout_s=timeout_s, interval_s=interval_s, until=until)
+                  timeout_s=timeout_s, interval_s=interval_s, until=until, after_commit=after_commit)
     for line in played.lines():
         demo.say(line, "bold" if not line.startswith(" ") else "")
     results.played.append(played)
@@ -192,9 +267,29 @@ def _changes_servers(runner: PassRunner, box: str, before: str, after: str) -> b
     return servers(old) != servers(new)
 
 
+def rent_box(demo: Stage, results: Results, litellm: Litellm | None, rentals: Rentals | None,
+             timing: dict[str, Any]) -> None:
+    """The rent-box scenario: one commit declares a pool and places its box by label; see the box rented, booted,
+    approved by that commit (never an unknown box) and serving; then one commit releases it: see it drained,
+    retired and terminated."""
+    if rentals is None:
+        raise DemoError("rent-box needs the simulated RunPod, which the demo starts for that scenario only")
+    runner = demo.runner
+    assert runner is not None
+    assert runner.fleet is not None
+    change = capacity_change(runner.fleet, _files(demo), gpu=GPU, max_per_hour=round(PRICE + 0.31, 2))
+    label = pool_label(POOL, 1)
+    _play(demo, results, change, f"Declare capacity: pool {POOL}, its box {label} placed", litellm,
+          until=functools.partial(rented_missing, demo, rentals, label), **timing)
+    results.problems += never_waited(demo, rentals, label)
+    _play(demo, results, release_change(_files(demo), label), f"Release box {label}: pool {POOL} count 0", litellm,
+          until=functools.partial(terminated_missing, demo, rentals, label), **timing)
+
+
 def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s: float,
-                  interval_s: float) -> Results:
-    """Play scenario `name` (or all of them for `rollouts`) on the running demo."""
+                  interval_s: float, rentals: Rentals | None = None) -> Results:
+    """Play scenario `name` (or all of them for `rollouts`) on the running demo; `rentals`: the simulated
+    provider of rent-box."""
     if name not in SCENARIOS:
         raise DemoError(f"no scenario {name!r}: pick one of {', '.join(SCENARIOS)}")
     runner = demo.runner
@@ -225,6 +320,8 @@ def run_scenarios(demo: Stage, name: str, litellm: Litellm | None, *, timeout_s:
             assert fleet is not None
             _play(demo, results, recipe_change(fleet, files), "Change a recipe after the box left", litellm,
                   until=until, **timing)
+        elif scenario == "rent-box":
+            rent_box(demo, results, litellm, rentals, timing)
         elif scenario == "move-single":
             change, results.move = single_move_change(fleet, files)
             _play(demo, results, change, f"Move the only server of {results.move.model}", litellm, **timing)

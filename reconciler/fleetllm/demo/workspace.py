@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetllm.adapters.git import commit_worktree_file, identity, run_git
+from fleetllm.adapters.git import commit_worktree_files, identity, run_git
 from fleetllm.demo.fleet import DemoError
 from fleetllm.errors import SourceError
 from fleetllm_installer.settings import SAFE_PATH
@@ -139,8 +139,13 @@ def init_fleet_repo(workspace: Workspace, files: Mapping[str, bytes]) -> str:
 
 
 def commit_file(workspace: Workspace, name: str, content: str, message: str) -> str:
+    return commit_files(workspace, {name: content}, message)
+
+
+def commit_files(workspace: Workspace, files: Mapping[str, str], message: str) -> str:
+    """One commit of every file given (a pull request's change, merged); returns it."""
     try:
-        return commit_worktree_file(workspace.fleet, name, content, message, base_env=workspace.git_env)
+        return commit_worktree_files(workspace.fleet, files, message, base_env=workspace.git_env)
     except SourceError as exc:
         raise DemoError(f"{exc} (in {workspace.fleet})") from None
 
@@ -162,14 +167,17 @@ def forge_section(forge: DemoForge | None, port: int) -> str:
 
 
 def control_plane_config(workspace: Workspace, port: int, litellm_url: str | None,
-                         forge: DemoForge | None = None) -> Path:
+                         forge: DemoForge | None = None, runpod_url: str | None = None) -> Path:
     """The control plane's config: every secret a ${file:} reference into <scratch>/secrets (the forge's
-    token: a reference to the file given)."""
+    token: a reference to the file given). `runpod_url`: the simulated RunPod (rentals.py), its API key the
+    secret runpod-api-key."""
     def ref(name: str) -> str:
         return "${file:" + str(workspace.secret_file(name)) + "}"
 
     litellm = (f"litellm:\n  url: {litellm_url}\n  master_key: {ref('litellm-master-key')}\n"
                if litellm_url else "# litellm: none given, so the boxes route and the rollouts run without it\n")
+    runpod = (f"  runpod:  # the simulated RunPod of the rent-box scenario\n    api_key: {ref('runpod-api-key')}\n"
+              f"    url: {runpod_url}\n" if runpod_url else "")
     workspace.config.write_text(f"""\
 # The control plane of `fleetllm demo` (a simulated fleet). Secrets are files in {workspace.secrets}.
 repo:
@@ -186,5 +194,5 @@ state:
 admin_tokens: ["{ref('admin-token')}"]
 {litellm}providers:
   static: {{}}
-{forge_section(forge, port)}""", encoding="utf-8")
+{runpod}{forge_section(forge, port)}""", encoding="utf-8")
     return workspace.config

@@ -27,12 +27,14 @@ from fleetllm.adapters.providers import (
     VastClient,
     VastRenter,
 )
+from fleetllm.adapters.state.reconcile import ReconcileState
 from fleetllm.core.capacity import (
     Attempts,
     CapacityPlan,
     Held,
     Offer,
     Rental,
+    RentalWait,
     Termination,
     plan_capacity,
     rental_key,
@@ -40,6 +42,7 @@ from fleetllm.core.capacity import (
     retired_boxes,
     serving_boxes,
     termination_key,
+    waiting,
 )
 from fleetllm.core.cost import fleet_cost
 from fleetllm.core.fleet.model import Fleet, Provider
@@ -98,7 +101,7 @@ async def plan_pass_capacity(fleet: Fleet, outcome: PassOutcome,
                 held.append(Held(f"rent for pool {name}", f"the offer search failed ({exc})"))
                 offers[name] = []
     pools_seen = {name: pool for name, pool in capacity.pools.items() if pool.provider in listings}
-    pooled = {box.box for box in rented if box.box}
+    pooled = {name for box in rented for name in box.names}
     placed_cost = fleet_cost(fleet, listing_prices(outcome.observation.listings))
     others = sum(p.per_hour for name, p in placed_cost.boxes.items() if name not in pooled)
     plan = plan_capacity(replace(capacity, pools=pools_seen), rented, offers, placed=frozenset(fleet.boxes),
@@ -109,7 +112,7 @@ async def plan_pass_capacity(fleet: Fleet, outcome: PassOutcome,
     orphaned = {t for t in plan.terminations if t.box.pool is not None and t.box.pool in capacity.pools
                 and t.box.pool not in pools_seen}
     return replace(plan, terminations=tuple(t for t in plan.terminations if t not in orphaned),
-                   held=(*held, *plan.held))
+                   held=(*held, *plan.held), listed=frozenset(listings))
 
 
 def signature(plan: CapacityPlan) -> tuple[tuple[str, ...], ...]:
@@ -143,7 +146,7 @@ async def _rent(session: aiohttp.ClientSession, rental: Rental, access: Provider
         rented = await renter(rental.offer.provider, access).rent(session, rental.request)
     except RentalError as exc:
         return CapacityResult(what, False, str(exc))
-    named = f"box {rented.box}" if rented.box else "named by its public IP once it runs"
+    named = f"box {rented.box}" if rented.box else "unnamed"
     return CapacityResult(what, True, f"{rental.offer.provider} id {rented.ident}, {named}", rented)
 
 
@@ -160,25 +163,45 @@ async def _terminate(session: aiohttp.ClientSession, termination: Termination,
 
 class CapacityLoop:
     """Capacity in the reconcile loop: after each pass that wrote (not a dry run, not suspended), plan the
-    capacity again and execute what is due, with back-off on failures (fleetllm.core.capacity.Attempts, kept for
-    the life of the process). Each result is logged; failures count in `fleetllm_capacity_actions_total{result=
-    "failed"}` and `fleetllm_capacity_failing` (the alert to set)."""
+    capacity again and execute what is due, with back-off on failures (fleetllm.core.capacity.Attempts). Each result
+    is logged; failures count in `fleetllm_capacity_actions_total{result="failed"}` and `fleetllm_capacity_failing`
+    (the alert to set). With a state store the back-off and the rentals not heard of yet are kept there (a restart
+    keeps them; the status pages' attention list shows both: capacity_issues)."""
 
     def __init__(self, providers: Mapping[Provider, ProviderAccess], metrics: PassMetrics,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None, store: ReconcileState | None = None) -> None:
         self.providers = providers
         self.metrics = metrics
         self.notifier = notifier  # capacity_failed: firing while a key backs off, resolved when it succeeds
-        self.attempts = Attempts()
+        self.store = store
+        self.attempts = store.capacity_attempts() if store is not None else Attempts()
+        self.waits: dict[str, RentalWait] = store.rental_waits() if store is not None else {}
 
     async def step(self, fleet: Fleet, outcome: PassOutcome, now: float) -> list[CapacityResult]:
+        try:
+            return await self._step(fleet, outcome, now)
+        finally:
+            if self.store is not None:
+                self.store.save_capacity(self.attempts, self.waits)
+
+    def _heard(self) -> set[str]:
+        """The boxes that fetched their config or reported (none without a store: then nothing is slow)."""
+        if self.store is None:
+            return set(self.waits)
+        return {box for box, facts in self.store.box_facts().items()
+                if facts.fetched_at is not None or facts.report is not None}
+
+    async def _step(self, fleet: Fleet, outcome: PassOutcome, now: float) -> list[CapacityResult]:
         plan = await plan_pass_capacity(fleet, outcome, self.providers)
         planned = {rental_key(r) for r in plan.rentals} | {termination_key(t) for t in plan.terminations} \
             if plan is not None else set()
         self.attempts = Attempts({k: v for k, v in self.attempts.failures.items() if k in planned})  # gone: forgotten
         if plan is None:
+            self.waits = {}
             self.settle()
             return []
+        unknown = {label: w for label, w in self.waits.items() if w.provider not in plan.listed}  # kept as they are
+        self.waits = {**waiting(self.waits, (b.label for b in plan.rented), self._heard()), **unknown}
         due = self.attempts.due_plan(plan, now)
         self.metrics.capacity_held.set(len(due.held))
         for held in due.held:
@@ -190,6 +213,9 @@ class CapacityLoop:
             self.metrics.capacity_actions.labels(kind, "ok" if result.ok else "failed").inc()
             if result.ok:
                 self.attempts = self.attempts.succeeded(key)
+                if result.rented is not None and kind == "rent":
+                    rental = next(r for r in due.rentals if rental_key(r) == key)
+                    self.waits[key] = RentalWait(key, rental.offer.provider, result.rented.ident, now)
                 log_event(LOG, "capacity_done", what=result.what, detail=result.detail)
             else:
                 self.attempts = self.attempts.failed(key, now, result.detail)

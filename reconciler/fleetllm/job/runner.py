@@ -285,8 +285,8 @@ class PassRunner:
         from fleetllm.job.capacity import CapacityLoop
 
         if self.capacity is None:
-            self.capacity = CapacityLoop(self.config.providers, self.metrics,
-                                         self.notifications(self.build(fleet).store))
+            store = self.build(fleet).store
+            self.capacity = CapacityLoop(self.config.providers, self.metrics, self.notifications(store), store)
         try:
             await self.capacity.step(fleet, outcome, time.time())
         except Exception as exc:

@@ -78,7 +78,9 @@ def attention() -> Response:
     rt = current_runtime()
     served = rt.tracker.served
     placed = served.fleet.boxes if served else {}
-    return jsonify({"entries": [asdict(e) for e in rt.store.attention() if e.box not in placed],
+    leaving = rt.store.retirements()  # a box that left the placement is retired, never unknown (as on the pages)
+    return jsonify({"entries": [asdict(e) for e in rt.store.attention()
+                                if e.box not in placed and e.box not in leaving],
                     "max_entries": rt.config.attention_max_entries})
 
 

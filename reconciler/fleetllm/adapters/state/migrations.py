@@ -176,4 +176,20 @@ MIGRATIONS: tuple[str, ...] = (
         at {real} NOT NULL
     );
     """,
+    # 10: capacity in the reconcile loop (issue 25, fleetllm.job.capacity): the rentals and terminations backing
+    # off after a failure (a restart keeps their back-off), and the rentals not yet heard of (slow ones are shown).
+    """
+    CREATE TABLE capacity_failures (
+        key TEXT PRIMARY KEY,
+        failures INTEGER NOT NULL,
+        last_failed_at {real} NOT NULL,
+        error TEXT NOT NULL
+    );
+    CREATE TABLE capacity_rentals (
+        label TEXT PRIMARY KEY,
+        provider TEXT NOT NULL,
+        ident TEXT NOT NULL,
+        rented_at {real} NOT NULL
+    );
+    """,
 )

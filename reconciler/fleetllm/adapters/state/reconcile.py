@@ -2,6 +2,7 @@
 
 - per server: the probe history (hysteresis, first seen, last healthy);
 - pending deletes (a failed delete is retried next pass, never forgotten);
+- capacity: failed rentals and terminations backing off, and rentals not heard of yet;
 - pass records (reconciler/fleetllm/adapters/state/passes.py);
 - the fleet id the passes owned LiteLLM's deployments by (fleetllm.core.judge.ownership.fleet_identity);
 - per box, written by the control plane: the last config fetch and the last report-back.
@@ -24,6 +25,7 @@ from fleetllm.adapters.state.control import ControlReader
 from fleetllm.adapters.state.locks import default_lock_path, file_lock
 from fleetllm.adapters.state.passes import PassRecord
 from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.capacity import Attempts, RentalWait
 from fleetllm.core.control import NOTHING, ControlState, SyncRequest
 from fleetllm.core.judge.intended import ServerKey
 from fleetllm.core.judge.observed import BoxFacts
@@ -31,7 +33,20 @@ from fleetllm.core.judge.plan import PendingDelete
 from fleetllm.core.judge.verdict import ServerHistory
 
 
-class ReconcileState(ControlReader, Protocol):
+class CapacityRecords(Protocol):
+    """Capacity in the reconcile loop (fleetllm.job.capacity): the back-off of failed rentals and terminations and
+    the rentals not heard of yet, kept across restarts; the status pages read them for the attention list."""
+
+    def capacity_attempts(self) -> Attempts: ...
+
+    def rental_waits(self) -> dict[str, RentalWait]: ...
+
+    def save_capacity(self, attempts: Attempts, waits: Mapping[str, RentalWait]) -> None:
+        """Replace both, in one transaction."""
+        ...
+
+
+class ReconcileState(ControlReader, CapacityRecords, Protocol):
     """What a reconcile pass reads and writes (fleetllm.adapters.state.store.StateStore is the control
     plane's side; SqlStateStore implements both)."""
 
@@ -72,6 +87,8 @@ class MemoryStore:
     passes: list[PassRecord] = field(default_factory=list)
     fleet_id: str | None = None  # recorded_fleet_id
     controls: ControlState = NOTHING  # the operator controls (fleetllm.core.control); tests set them
+    attempts: Attempts = field(default_factory=Attempts)
+    waits: dict[str, RentalWait] = field(default_factory=dict)
 
     def box_facts(self) -> dict[str, BoxFacts]:
         return {box: BoxFacts(self.fetches.get(box), self.reports.get(box))
@@ -94,6 +111,15 @@ class MemoryStore:
 
     def save_pending_deletes(self, pending: Mapping[str, PendingDelete]) -> None:
         self.pending = dict(pending)
+
+    def capacity_attempts(self) -> Attempts:
+        return self.attempts
+
+    def rental_waits(self) -> dict[str, RentalWait]:
+        return dict(self.waits)
+
+    def save_capacity(self, attempts: Attempts, waits: Mapping[str, RentalWait]) -> None:
+        self.attempts, self.waits = attempts, dict(waits)
 
     def record_pass(self, record: PassRecord) -> None:
         self.passes.append(record)

@@ -38,8 +38,10 @@ from fleetllm.adapters.state.records import (
 )
 from fleetllm.adapters.state.store import DETAILED_PASSES, KEEP_PASSES, KEEP_ROLLOUTS, MAX_SESSIONS, FetchRetention
 from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.capacity import Attempts, RentalWait
 from fleetllm.core.control import ControlAction
 from fleetllm.core.fleet.jsonvalue import canonical_json, freeze_mapping
+from fleetllm.core.fleet.model import Provider
 from fleetllm.core.judge.intended import ServerKey
 from fleetllm.core.judge.observed import BoxFacts
 from fleetllm.core.judge.plan import PendingDelete
@@ -322,6 +324,24 @@ class SqlStateStore(ControlTables):
             tx.executemany("INSERT INTO reconcile_pending_delete (id, attempts, last_error, first_failed_at) "
                            "VALUES (?, ?, ?, ?)",
                            [(p.id, p.attempts, p.last_error, p.first_failed_at) for p in pending.values()])
+
+    def capacity_attempts(self) -> Attempts:
+        rows = self.db.read("SELECT key, failures, last_failed_at, error FROM capacity_failures")
+        return Attempts({r["key"]: (int(r["failures"]), float(r["last_failed_at"]), r["error"]) for r in rows})
+
+    def rental_waits(self) -> dict[str, RentalWait]:
+        rows = self.db.read("SELECT label, provider, ident, rented_at FROM capacity_rentals")
+        return {r["label"]: RentalWait(r["label"], Provider(r["provider"]), r["ident"], float(r["rented_at"]))
+                for r in rows}
+
+    def save_capacity(self, attempts: Attempts, waits: Mapping[str, RentalWait]) -> None:
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM capacity_failures")
+            tx.executemany("INSERT INTO capacity_failures (key, failures, last_failed_at, error) VALUES (?, ?, ?, ?)",
+                           [(key, count, at, why) for key, (count, at, why) in attempts.failures.items()])
+            tx.execute("DELETE FROM capacity_rentals")
+            tx.executemany("INSERT INTO capacity_rentals (label, provider, ident, rented_at) VALUES (?, ?, ?, ?)",
+                           [(w.label, str(w.provider), w.ident, w.rented_at) for w in waits.values()])
 
     def record_pass(self, record: PassRecord) -> None:
         with self.db.transaction() as tx:

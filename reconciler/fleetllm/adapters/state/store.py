@@ -16,6 +16,7 @@ from typing import Protocol
 
 from fleetllm.adapters.state.control import ControlStore
 from fleetllm.adapters.state.passes import PassRecord
+from fleetllm.adapters.state.reconcile import CapacityRecords
 from fleetllm.adapters.state.records import Approval, AttentionEntry, FetchRecord, Sighting
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.rollout.control import Request
@@ -171,7 +172,7 @@ class RolloutStore(Protocol):
 
 
 class StateStore(FetchLog, AttentionList, ReportStore, ApprovalLog, PassLog, SessionStore, ControlStore,
-                 RolloutStore, Protocol):
+                 RolloutStore, CapacityRecords, Protocol):
     flush_error: str | None  # why the fetch log could not be written last, until a write succeeds
 
     @property

@@ -9,7 +9,9 @@
 - a commit held from the boxes: the passes run dry or the fleet is suspended while its rollout has not
   converged, the rollout is paused or aborted, or the passes work from another commit than the served
   one (a pin); and, not counted, the rollout running now and the dry run itself (a banner);
-- secrets that work but are weak (a bearer salt shorter than 16 characters).
+- secrets that work but are weak (a bearer salt shorter than 16 characters);
+- capacity (fleet.yaml `capacity:`): a rental or termination failing, backing off, and a rental whose box has not
+  presented itself long after it was rented (fleetllm.core.capacity.capacity_issues).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from fleetllm.adapters.state.passes import ActionRecord, DriftRecord, DuplicateRecord, PassMode, RolloutPassRecord
 from fleetllm.adapters.state.records import Approval
+from fleetllm.core.capacity import CapacityIssue, capacity_issues
 from fleetllm.core.fleet.approve import ref_name
 from fleetllm.core.fleet.model import ReconcileSettings
 from fleetllm.core.judge.verdict import Verdict
@@ -113,6 +116,7 @@ class AttentionView:
     held: tuple[str, ...] = ()  # which commit does not reach the boxes, and why (counted)
     rolling: str = ""  # the rollout running now, box by box (not counted: it is on its way)
     dry_run: str = ""  # the passes run dry: shown on every page (not counted by itself)
+    capacity: tuple[CapacityIssue, ...] = ()  # rentals and terminations failing (backing off) or slow (counted)
 
 
 def _approval_for(box: str, approvals: tuple[Approval, ...]) -> ApprovalView | None:
@@ -224,12 +228,14 @@ def attention_view(inputs: Inputs) -> AttentionView:
     reconcile = reconcile_issues(inputs)
     fleet = inputs.served.fleet if inputs.served is not None else None
     held = held_commits(inputs)
+    capacity = capacity_issues(inputs.capacity_attempts, inputs.rental_waits, inputs.now)
     count = (len(unknown) + len(servers) + len(invalid) + (inputs.refresh.error is not None) + len(render_errors)
-             + len(drift) + len(duplicates) + len(reconcile) + len(inputs.settings.secret_warnings) + len(held))
+             + len(drift) + len(duplicates) + len(reconcile) + len(inputs.settings.secret_warnings) + len(held)
+             + len(capacity))
     return AttentionView(
         generated_at=inputs.now, count=count, unknown_boxes=unknown, servers=servers, invalid_commits=invalid,
         refresh_error=inputs.refresh.error, render_errors=render_errors, drift=drift, duplicates=duplicates,
         reconcile=reconcile, approve_models=tuple(sorted(fleet.recipes)) if fleet else (),
         approve_slots=min(len(fleet.settings.listen_ports), fleet.settings.max_servers_per_box) if fleet else 0,
         secrets=inputs.settings.secret_warnings, retired=retired, held=held, rolling=rolling(inputs),
-        dry_run=DRY_RUN if last is not None and last.mode == PassMode.PLAN else "")
+        dry_run=DRY_RUN if last is not None and last.mode == PassMode.PLAN else "", capacity=capacity)

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from fleetllm.adapters.state.passes import PassRecord
 from fleetllm.adapters.state.records import Approval, AttentionEntry, FetchRecord
 from fleetllm.core.boxreport import BoxReport
+from fleetllm.core.capacity import Attempts, RentalWait
 from fleetllm.core.rollout.retire import Retirement
 from fleetllm.server.revisions import Attempt, Invalid, RefreshStatus, Rendered
 from fleetllm.server.runtime import Runtime
@@ -68,6 +69,8 @@ class Inputs:
     fetches: Mapping[str, FetchRecord] = field(default_factory=lambda: MappingProxyType({}))
     retirements: Mapping[str, Retirement] = field(default_factory=lambda: MappingProxyType({}))  # left the placement
     reports: Mapping[str, BoxReport] = field(default_factory=lambda: MappingProxyType({}))
+    capacity_attempts: Attempts = field(default_factory=Attempts)  # failed rentals and terminations backing off
+    rental_waits: Mapping[str, RentalWait] = field(default_factory=lambda: MappingProxyType({}))  # not heard of yet
 
     @property
     def last_pass(self) -> PassRecord | None:
@@ -88,4 +91,5 @@ def gather(rt: Runtime, *, boxes: bool = False, passes: int = 1) -> Inputs:
         approvals=tuple(store.approvals()),
         retirements=MappingProxyType({b: r for b, r in store.retirements().items() if b not in placed}),
         fetches=MappingProxyType(store.last_config_served()) if boxes else MappingProxyType({}),
-        reports=MappingProxyType(store.latest_reports()) if boxes else MappingProxyType({}))
+        reports=MappingProxyType(store.latest_reports()) if boxes else MappingProxyType({}),
+        capacity_attempts=store.capacity_attempts(), rental_waits=MappingProxyType(store.rental_waits()))
