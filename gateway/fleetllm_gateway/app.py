@@ -44,8 +44,9 @@ from fleetllm_gateway.forwarding import (
 )
 from fleetllm_gateway.jsonscan import find_model
 from fleetllm_gateway.limiter import Admission, ByteBudget, Limiter
-from fleetllm_gateway.metrics import Metrics, ModelStats
+from fleetllm_gateway.metrics import Metrics, ModelStats, Table
 from fleetllm_gateway.proxyenv import proxy_for
+from fleetllm_gateway.shared import Shared
 
 log = logging.getLogger("gateway")
 
@@ -116,17 +117,33 @@ class Gateway:
     """Routes for one configuration. Building it touches no socket, so `--check` builds it too."""
 
     def __init__(self, config: GatewayConfig, *, environ: Mapping[str, str] | None = None,
-                 created: int | None = None) -> None:
+                 created: int | None = None, shared: Shared | None = None, previous: Gateway | None = None) -> None:
         """`environ` supplies the proxy variables (none when omitted, as under --check); a proxy the
-        gateway cannot use raises ProxyError."""
+        gateway cannot use raises ProxyError. `shared`: what this worker shares with the others (several
+        workers). `previous`: the gateway this one replaces in a reload of a single process: its metrics
+        keep adding up, and a model whose limits did not change keeps its limiter (slots held stay held)."""
         self.config = config
         self.tokens = tuple(token.encode() for token in config.auth_tokens)
-        self.metrics = Metrics((m.name, m.max_concurrent) for m in config.models)
-        self.models = {
-            m.name: _Model(m, Pool(m.target, max_idle=m.max_concurrent or 64, connect_timeout=config.connect_timeout,
-                                   proxy=proxy_for(m.target, environ or {})),
-                           Limiter(m.max_concurrent, m.max_queued, config.queue_timeout), self.metrics.models[m.name])
-            for m in config.models}
+        limits = [(m.name, m.max_concurrent) for m in config.models]
+        if shared is not None:
+            self.metrics = Metrics(limits, tables=shared.tables, worker=shared.worker)
+        elif previous is not None:
+            self.metrics = Metrics(limits, tables=(*previous.metrics.tables, Table(sorted(dict(limits)))))
+        else:
+            self.metrics = Metrics(limits)
+        self.models: dict[str, _Model] = {}
+        for m in config.models:
+            stats = self.metrics.models[m.name]
+            kept = previous.models.get(m.name) if previous is not None else None
+            if kept is not None and (kept.limiter.limit, kept.limiter.max_queued, kept.limiter.timeout) == (
+                    m.max_concurrent, m.max_queued, config.queue_timeout):
+                limiter = kept.limiter
+            else:
+                limiter = Limiter(m.max_concurrent, m.max_queued, config.queue_timeout,
+                                  shared=shared.slots.get(m.name) if shared is not None else None, on_change=stats.live)
+            pool = Pool(m.target, max_idle=m.max_concurrent or 64, connect_timeout=config.connect_timeout,
+                        proxy=proxy_for(m.target, environ or {}))
+            self.models[m.name] = _Model(m, pool, limiter, stats)
         self.budget = ByteBudget(config.max_buffered_bytes, config.queue_timeout)
         self.scanning = asyncio.Lock()  # large bodies are scanned one at a time (gateway/fleetllm_gateway/jsonscan.py)
         created = int(time.time()) if created is None else created
@@ -172,8 +189,7 @@ class Gateway:
         if raw_path == "/v1/models":
             return web.Response(body=self._catalog, content_type=_JSON)
         if raw_path == "/metrics":
-            live = {name: (m.limiter.active, m.limiter.queued) for name, m in self.models.items()}
-            return web.Response(body=self.metrics.render(live).encode(), headers={"Content-Type": _METRICS_TYPE})
+            return web.Response(body=self.metrics.render().encode(), headers={"Content-Type": _METRICS_TYPE})
         name = models_api_name(raw_path)
         if name is None:
             return None
@@ -324,7 +340,7 @@ class Gateway:
     def _upstream_failed(self, model: _Model, exc: BaseException) -> web.Response:
         reason = describe(exc)
         model.log_failure("", reason)
-        model.stats.upstream_errors += 1
+        model.stats.upstream_error()
         model.stats.count(502)
         return error_response(errors.upstream_failed(model.route.name, reason))
 
@@ -352,7 +368,7 @@ class Gateway:
         except UpstreamError as exc:
             # Too late for a 502: cut the client's connection so it sees a truncated response.
             model.log_failure(" mid-response", describe(exc))
-            model.stats.upstream_errors += 1
+            model.stats.upstream_error()
             if request.transport is not None:
                 request.transport.abort()
             return response

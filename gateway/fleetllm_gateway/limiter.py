@@ -12,6 +12,19 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+POLL = 0.002  # seconds between two tries of a worker whose queue waits for a slot another worker frees
+
+
+class SharedSlots(Protocol):
+    """A model's slots shared by every worker: a process-shared counting semaphore (multiprocessing's,
+    made before the workers are forked); acquire(False) is sem_trywait, release() is sem_post."""
+
+    def acquire(self, block: bool = ...) -> bool: ...
+
+    def release(self) -> None: ...
 
 
 class Admission(enum.Enum):
@@ -21,14 +34,23 @@ class Admission(enum.Enum):
 
 
 class Limiter:
-    __slots__ = ("_waiters", "active", "limit", "max_queued", "timeout")
+    """With `shared` (several workers), a slot is one unit of the shared semaphore: the limit holds
+    across every worker exactly. The queue is this worker's: first come first served among its own
+    requests; a slot another worker frees is taken by a waiting worker within POLL seconds (or at once,
+    when it frees one itself). `on_change(active, queued)` is told each change (the metrics' gauges)."""
 
-    def __init__(self, limit: int, max_queued: int, timeout: float) -> None:
+    __slots__ = ("_poller", "_waiters", "active", "limit", "max_queued", "on_change", "shared", "timeout")
+
+    def __init__(self, limit: int, max_queued: int, timeout: float, *, shared: SharedSlots | None = None,
+                 on_change: Callable[[int, int], None] | None = None) -> None:
         self.limit = limit
         self.max_queued = max_queued
         self.timeout = timeout  # 0: wait as long as it takes
-        self.active = 0
+        self.shared = shared if limit else None
+        self.on_change = on_change
+        self.active = 0  # slots this worker holds
         self._waiters: deque[asyncio.Future[bool]] = deque()
+        self._poller: asyncio.TimerHandle | None = None
 
     @property
     def queued(self) -> int:
@@ -38,18 +60,37 @@ class Limiter:
     def full(self) -> bool:
         """No slot free and the queue full: acquire() would answer QUEUE_FULL now (a hint for answering
         before a body is read; acquire() still decides)."""
-        return self.limit != 0 and (self.active >= self.limit or bool(self._waiters)) \
-            and len(self._waiters) >= self.max_queued
+        if self.limit == 0 or len(self._waiters) < self.max_queued:
+            return False
+        if self._waiters:
+            return True
+        shared = self.shared
+        if shared is None:
+            return self.active >= self.limit
+        get_value = getattr(shared, "get_value", None)
+        return get_value is not None and get_value() == 0
+
+    def _take(self) -> bool:
+        shared = self.shared
+        return self.active < self.limit if shared is None else shared.acquire(False)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self.active, len(self._waiters))
 
     async def acquire(self) -> Admission:
-        if self.limit == 0 or (self.active < self.limit and not self._waiters):
+        if self.limit == 0 or (not self._waiters and self._take()):
             self.active += 1
+            self._changed()
             return Admission.ADMITTED
         if len(self._waiters) >= self.max_queued:
             return Admission.QUEUE_FULL
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
         self._waiters.append(waiter)
+        self._changed()
+        if self.shared is not None and self._poller is None:
+            self._poller = loop.call_later(POLL, self._poll)
         timer = loop.call_later(self.timeout, self._expire, waiter) if self.timeout > 0 else None
         try:
             granted = await waiter
@@ -58,6 +99,7 @@ class Limiter:
                 self.release()  # the slot arrived as we were cancelled: hand it on
             elif waiter in self._waiters:
                 self._waiters.remove(waiter)
+                self._changed()
             raise
         finally:
             if timer is not None:
@@ -68,15 +110,42 @@ class Limiter:
         if not waiter.done():
             self._waiters.remove(waiter)
             waiter.set_result(False)
+            self._changed()
+
+    def _grant(self) -> None:
+        """Give free slots to the oldest waiters."""
+        waiters = self._waiters
+        while waiters:
+            if waiters[0].done():
+                waiters.popleft()
+                continue
+            if not self._take():
+                break
+            self.active += 1
+            waiters.popleft().set_result(True)
+        self._changed()
+
+    def _poll(self) -> None:
+        self._poller = None
+        self._grant()
+        if self._waiters:
+            self._poller = asyncio.get_running_loop().call_later(POLL, self._poll)
 
     def release(self) -> None:
         """Give the slot to the oldest waiter (the active count stays) or free it."""
+        if self.shared is not None:
+            self.active -= 1
+            self.shared.release()
+            self._grant()
+            return
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(True)
+                self._changed()
                 return
         self.active -= 1
+        self._changed()
 
 
 class ByteBudget:
