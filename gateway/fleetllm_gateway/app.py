@@ -44,7 +44,7 @@ from fleetllm_gateway.forwarding import (
 )
 from fleetllm_gateway.jsonscan import find_model
 from fleetllm_gateway.limiter import Admission, ByteBudget, Limiter
-from fleetllm_gateway.metrics import Metrics, ModelStats, Table
+from fleetllm_gateway.metrics import LAST_LOGGED, UNLOGGED, Metrics, ModelStats, Table
 from fleetllm_gateway.proxyenv import proxy_for
 from fleetllm_gateway.shared import Shared
 
@@ -70,26 +70,27 @@ class _BudgetExhaustedError(Exception):
 
 
 class _Model:
-    __slots__ = ("last_logged", "limiter", "pool", "route", "stats", "unlogged")
+    __slots__ = ("limiter", "pool", "route", "stats")
 
     def __init__(self, route: ModelRoute, pool: Pool, limiter: Limiter, stats: ModelStats) -> None:
         self.route = route
         self.pool = pool
         self.limiter = limiter
         self.stats = stats
-        self.last_logged = -LOG_INTERVAL
-        self.unlogged = 0
 
     def log_failure(self, what: str, reason: str) -> None:
         """Log an upstream failure, at most once per LOG_INTERVAL per model (a dead upstream under load
-        would otherwise write a line per request); the metrics count every one."""
+        would otherwise write a line per request), whichever worker saw it; the metrics count every one."""
+        cells, at = self.stats.cells, self.stats.common
         now = time.monotonic()
-        if now - self.last_logged < LOG_INTERVAL:
-            self.unlogged += 1
+        last = cells[at + LAST_LOGGED]
+        if last and now - last < LOG_INTERVAL:
+            cells[at + UNLOGGED] += 1
             return
+        unlogged = int(cells[at + UNLOGGED])
+        cells[at + LAST_LOGGED], cells[at + UNLOGGED] = now, 0
         log.warning("upstream failed", extra={"fields": {"model": self.route.name, "where": what.strip() or None,
-                                                         "error": reason, "more_since_last": self.unlogged}})
-        self.last_logged, self.unlogged = now, 0
+                                                         "error": reason, "more_since_last": unlogged}})
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -144,7 +145,8 @@ class Gateway:
             pool = Pool(m.target, max_idle=m.max_concurrent or 64, connect_timeout=config.connect_timeout,
                         proxy=proxy_for(m.target, environ or {}))
             self.models[m.name] = _Model(m, pool, limiter, stats)
-        self.budget = ByteBudget(config.max_buffered_bytes, config.queue_timeout)
+        self.budget = ByteBudget(config.max_buffered_bytes, config.queue_timeout,
+                                 shared=shared.body_bytes if shared is not None else None)
         self.scanning = asyncio.Lock()  # large bodies are scanned one at a time (gateway/fleetllm_gateway/jsonscan.py)
         created = int(time.time()) if created is None else created
         entries = {name: {"id": name, "object": "model", "created": created, "owned_by": "llmhop"}

@@ -13,18 +13,30 @@ import asyncio
 import enum
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 POLL = 0.002  # seconds between two tries of a worker whose queue waits for a slot another worker frees
 
 
-class SharedSlots(Protocol):
-    """A model's slots shared by every worker: a process-shared counting semaphore (multiprocessing's,
-    made before the workers are forked); acquire(False) is sem_trywait, release() is sem_post."""
+class Semaphore(Protocol):
+    """A process-shared counting semaphore (multiprocessing's, made before the workers are forked):
+    acquire(False) is sem_trywait, release() is sem_post, get_value() is sem_getvalue."""
 
     def acquire(self, block: bool = ...) -> bool: ...
 
     def release(self) -> None: ...
+
+    def get_value(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class SharedSlots:
+    """A model's limits shared by every worker: `slots` counts the free slots (the limit), `places` the
+    free places in the queue (maxQueuedRequests)."""
+
+    slots: Semaphore
+    places: Semaphore
 
 
 class Admission(enum.Enum):
@@ -34,10 +46,11 @@ class Admission(enum.Enum):
 
 
 class Limiter:
-    """With `shared` (several workers), a slot is one unit of the shared semaphore: the limit holds
-    across every worker exactly. The queue is this worker's: first come first served among its own
-    requests; a slot another worker frees is taken by a waiting worker within POLL seconds (or at once,
-    when it frees one itself). `on_change(active, queued)` is told each change (the metrics' gauges)."""
+    """With `shared` (several workers), a slot is a unit of the shared `slots` semaphore and a place in
+    the queue a unit of `places`: the limit and the queue's length hold across every worker exactly.
+    The order is first come first served among one worker's requests; a slot another worker frees is
+    taken by a waiting worker within POLL seconds (at once by the worker that frees it, when it has a
+    waiter). `on_change(active, queued)` is told each change of this worker's counts (the gauges)."""
 
     __slots__ = ("_poller", "_waiters", "active", "limit", "max_queued", "on_change", "shared", "timeout")
 
@@ -60,36 +73,39 @@ class Limiter:
     def full(self) -> bool:
         """No slot free and the queue full: acquire() would answer QUEUE_FULL now (a hint for answering
         before a body is read; acquire() still decides)."""
-        if self.limit == 0 or len(self._waiters) < self.max_queued:
+        if self.limit == 0:
             return False
-        if self._waiters:
-            return True
         shared = self.shared
         if shared is None:
-            return self.active >= self.limit
-        get_value = getattr(shared, "get_value", None)
-        return get_value is not None and get_value() == 0
+            return len(self._waiters) >= self.max_queued and (self.active >= self.limit or bool(self._waiters))
+        return shared.places.get_value() == 0 and (bool(self._waiters) or shared.slots.get_value() == 0)
 
     def _take(self) -> bool:
         shared = self.shared
-        return self.active < self.limit if shared is None else shared.acquire(False)
+        return self.active < self.limit if shared is None else shared.slots.acquire(False)
 
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change(self.active, len(self._waiters))
+
+    def _left_queue(self) -> None:
+        """A waiter left the queue (granted, expired or cancelled): its place is free again."""
+        if self.shared is not None:
+            self.shared.places.release()
 
     async def acquire(self) -> Admission:
         if self.limit == 0 or (not self._waiters and self._take()):
             self.active += 1
             self._changed()
             return Admission.ADMITTED
-        if len(self._waiters) >= self.max_queued:
+        shared = self.shared
+        if (len(self._waiters) >= self.max_queued) if shared is None else not shared.places.acquire(False):
             return Admission.QUEUE_FULL
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
         self._waiters.append(waiter)
         self._changed()
-        if self.shared is not None and self._poller is None:
+        if shared is not None and self._poller is None:
             self._poller = loop.call_later(POLL, self._poll)
         timer = loop.call_later(self.timeout, self._expire, waiter) if self.timeout > 0 else None
         try:
@@ -99,6 +115,7 @@ class Limiter:
                 self.release()  # the slot arrived as we were cancelled: hand it on
             elif waiter in self._waiters:
                 self._waiters.remove(waiter)
+                self._left_queue()
                 self._changed()
             raise
         finally:
@@ -109,20 +126,23 @@ class Limiter:
     def _expire(self, waiter: asyncio.Future[bool]) -> None:
         if not waiter.done():
             self._waiters.remove(waiter)
+            self._left_queue()
             waiter.set_result(False)
             self._changed()
 
     def _grant(self) -> None:
-        """Give free slots to the oldest waiters."""
+        """Give free slots to the oldest waiters (several workers)."""
         waiters = self._waiters
         while waiters:
-            if waiters[0].done():
+            if waiters[0].done():  # cancelled: its task has not run its except clause yet
                 waiters.popleft()
+                self._left_queue()
                 continue
             if not self._take():
                 break
             self.active += 1
             waiters.popleft().set_result(True)
+            self._left_queue()
         self._changed()
 
     def _poll(self) -> None:
@@ -135,7 +155,7 @@ class Limiter:
         """Give the slot to the oldest waiter (the active count stays) or free it."""
         if self.shared is not None:
             self.active -= 1
-            self.shared.release()
+            self.shared.slots.release()
             self._grant()
             return
         while self._waiters:
@@ -148,38 +168,59 @@ class Limiter:
         self._changed()
 
 
+class SharedBytes(Protocol):
+    """The bytes every worker holds, in shared memory under a process-shared lock (fleetllm_gateway.shared)."""
+
+    def take(self, amount: int, total: int) -> bool: ...
+
+    def give(self, amount: int) -> None: ...
+
+
 class ByteBudget:
-    """Bytes of request bodies the gateway may hold in memory at once, shared by every model.
+    """Bytes of request bodies the gateway may hold in memory at once, shared by every model (and, with
+    `shared`, by every worker: the budget is the gateway's, not each worker's).
 
     A body-routed request needs its body before its model, hence before a model's slot, so it reserves
     each chunk of its body here before keeping it, and holds what it reserved until it ends: a client
-    that sends slowly holds only what it sent. Reservations wait in FIFO order for at most `timeout`
-    seconds (0: as long as it takes); `total` 0 means no budget. A body declared larger than `total`
-    could never be held: the caller answers 413 before reading it.
+    that sends slowly holds only what it sent. Reservations wait in FIFO order (this worker's) for at
+    most `timeout` seconds (0: as long as it takes); `total` 0 means no budget. A body declared larger
+    than `total` could never be held: the caller answers 413 before reading it.
     """
 
-    __slots__ = ("_waiters", "held", "timeout", "total")
+    __slots__ = ("_poller", "_waiters", "held", "shared", "timeout", "total")
 
-    def __init__(self, total: int, timeout: float) -> None:
+    def __init__(self, total: int, timeout: float, *, shared: SharedBytes | None = None) -> None:
         self.total = total
         self.timeout = timeout
-        self.held = 0
+        self.shared = shared
+        self.held = 0  # by this worker
         self._waiters: deque[tuple[int, asyncio.Future[bool]]] = deque()
+        self._poller: asyncio.TimerHandle | None = None
 
     def fits(self, amount: int) -> bool:
         return self.total == 0 or amount <= self.total
+
+    def _take(self, amount: int) -> bool:
+        if self.shared is not None:
+            if not self.shared.take(amount, self.total):
+                return False
+        elif self.held + amount > self.total:
+            return False
+        self.held += amount
+        return True
 
     async def acquire(self, amount: int) -> bool:
         """True once `amount` bytes are reserved, False when the wait ran out."""
         if self.total == 0 or amount == 0:
             return True
-        if not self._waiters and self.held + amount <= self.total:
-            self.held += amount
+        if not self._waiters and self._take(amount):
             return True
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
         entry = (amount, waiter)
         self._waiters.append(entry)
+        if self.shared is not None and self._poller is None:
+            self._poller = loop.call_later(POLL, self._poll)
         timer = loop.call_later(self.timeout, self._expire, entry) if self.timeout > 0 else None
         try:
             return await waiter
@@ -204,7 +245,15 @@ class ByteBudget:
         if self.total == 0 or amount == 0:
             return
         self.held -= amount
+        if self.shared is not None:
+            self.shared.give(amount)
         self._grant()
+
+    def _poll(self) -> None:
+        self._poller = None
+        self._grant()
+        if self._waiters:
+            self._poller = asyncio.get_running_loop().call_later(POLL, self._poll)
 
     def _grant(self) -> None:
         while self._waiters:
@@ -212,8 +261,7 @@ class ByteBudget:
             if waiter.done():
                 self._waiters.popleft()
                 continue
-            if self.held + amount > self.total:
+            if not self._take(amount):
                 return
             self._waiters.popleft()
-            self.held += amount
             waiter.set_result(True)

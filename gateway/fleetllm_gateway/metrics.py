@@ -25,6 +25,11 @@ ERRORS, ACTIVE, QUEUED, LATENCY = 0, 1, 2, 3
 DURATION = LATENCY + _HIST
 STATUS = DURATION + _HIST
 MODEL_CELLS = STATUS + CODES
+# After every worker's cells, a few per model that any worker writes: when an upstream failure of the
+# model was last logged (time.monotonic(), the same clock in every process; 0: never) and how many went
+# unlogged since, so the gateway logs one line per interval, not one per worker.
+LAST_LOGGED, UNLOGGED = 0, 1
+COMMON_CELLS = 2
 
 
 class Table:
@@ -36,7 +41,7 @@ class Table:
         self.index = {name: i for i, name in enumerate(self.names)}
         self.workers = workers
         self.stride = CODES + len(self.names) * MODEL_CELLS
-        size = max(1, workers * self.stride)
+        size = workers * self.stride + len(self.names) * COMMON_CELLS
         self._map = mmap.mmap(-1, size * ctypes.sizeof(ctypes.c_double))  # MAP_SHARED | MAP_ANONYMOUS
         self.cells = (ctypes.c_double * size).from_buffer(self._map)
 
@@ -45,6 +50,10 @@ class Table:
 
     def model(self, worker: int, name: str) -> int:
         return worker * self.stride + CODES + self.index[name] * MODEL_CELLS
+
+    def common(self, name: str) -> int:
+        """The model's cells every worker writes (LAST_LOGGED, UNLOGGED)."""
+        return self.workers * self.stride + self.index[name] * COMMON_CELLS
 
     def total(self, name: str | None, offset: int, count: int = 1) -> list[float]:
         """`count` cells from `offset` of the model's block (of the unrouted block when `name` is None),
@@ -76,12 +85,13 @@ class Histogram:
 class ModelStats:
     """One model's cells of this worker."""
 
-    __slots__ = ("base", "cells", "duration", "latency", "limit")
+    __slots__ = ("base", "cells", "common", "duration", "latency", "limit")
 
-    def __init__(self, limit: int, cells: ctypes.Array[ctypes.c_double], base: int) -> None:
+    def __init__(self, limit: int, cells: ctypes.Array[ctypes.c_double], base: int, common: int) -> None:
         self.limit = limit
         self.cells = cells
         self.base = base
+        self.common = common
         self.latency = Histogram(cells, base + LATENCY)  # request sent upstream -> its response headers
         self.duration = Histogram(cells, base + DURATION)  # request admitted -> last byte to the client
 
@@ -107,7 +117,7 @@ class Metrics:
         self.tables = tuple(tables) or (Table(sorted(limits)),)
         table = self.tables[-1]
         self.limits = limits
-        self.models = {name: ModelStats(limit, table.cells, table.model(worker, name))
+        self.models = {name: ModelStats(limit, table.cells, table.model(worker, name), table.common(name))
                        for name, limit in limits.items()}
         self._cells, self._unrouted = table.cells, table.unrouted(worker)
 

@@ -180,7 +180,7 @@ async def serve(config: GatewayConfig, *, reload: Callable[[], GatewayConfig] | 
             nonlocal current
             if reload is None:
                 return
-            notify("RELOADING=1")
+            notify("RELOADING=1", quiet=True)
             try:
                 new = reloaded(config, reload)
                 if new is not None:
@@ -188,7 +188,7 @@ async def serve(config: GatewayConfig, *, reload: Callable[[], GatewayConfig] | 
                     previous.close()
                     log_listening(new, 1, event="reloaded")
             finally:
-                notify("READY=1")
+                notify("READY=1", quiet=True)
 
         loop.add_signal_handler(signal.SIGHUP, reload_now)
         await stop.wait()
@@ -229,9 +229,11 @@ def log_listening(config: GatewayConfig, workers: int, event: str = "listening")
                                       "listed": len(config.listed), "workers": workers}})
 
 
-def notify(state: str) -> None:
-    """systemd's readiness protocol; a socket that cannot be written is logged, never fatal."""
+def notify(state: str, *, quiet: bool = False) -> None:
+    """systemd's readiness protocol; a socket that cannot be written is logged (unless `quiet`: around a
+    reload), never fatal."""
     try:
         sd_notify(state)
     except OSError as exc:
-        log.warning("cannot notify $NOTIFY_SOCKET", extra={"fields": {"error": str(exc.strerror or exc)}})
+        if not quiet:
+            log.warning("cannot notify $NOTIFY_SOCKET", extra={"fields": {"error": str(exc.strerror or exc)}})

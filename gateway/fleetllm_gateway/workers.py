@@ -10,7 +10,7 @@ slot's sockets on an event loop of its own. It runs no event loop itself: it wai
   generation keeps serving. A valid one gets a new generation on the same sockets (never closed, so a
   connection waiting in a backlog is taken by the new worker of its slot); once every new worker
   accepts, the old ones get SIGTERM: they stop accepting and finish their requests (SHUTDOWN_GRACE).
-  A model whose limit did not change keeps its semaphore, so its limit holds through the reload.
+  A model whose limits did not change keeps its semaphores, so they hold through the reload.
 - SIGTERM or SIGINT: every worker gets SIGTERM and finishes its requests; the master exits once all
   have exited (SIGKILL past the grace), 0.
 - A worker that dies on its own (a crash, the OOM killer) stops the gateway loudly: an error line, the
@@ -38,7 +38,7 @@ from fleetllm_gateway.config import GatewayConfig
 from fleetllm_gateway.limiter import SharedSlots
 from fleetllm_gateway.metrics import Table
 from fleetllm_gateway.serve import SHUTDOWN_GRACE, BindError, log_listening, notify, reloaded, serve, serve_forever
-from fleetllm_gateway.shared import Shared
+from fleetllm_gateway.shared import BodyBytes, Shared
 
 log = logging.getLogger("gateway")
 
@@ -63,7 +63,7 @@ class WorkerError(Exception):
 @dataclass
 class _Generation:
     config: GatewayConfig
-    slots: dict[str, tuple[int, SharedSlots]]  # model -> (its limit, its semaphore)
+    slots: dict[str, tuple[tuple[int, int], SharedSlots]]  # model -> ((limit, queue length), semaphores)
     table: Table
     pids: dict[int, int] = field(default_factory=dict)  # pid -> slot
 
@@ -76,6 +76,15 @@ def bind(config: GatewayConfig, count: int) -> list[list[socket.socket]]:
     except OSError as exc:
         raise BindError(f"listen tcp {config.listen_address}: {exc.strerror or exc}") from None
     addresses = list(dict.fromkeys((family, address) for family, _, _, _, address in infos))
+    for family, address in addresses:  # SO_REUSEPORT would share a port another gateway of this user holds
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind((address[0], port, *address[2:]))
+            except OSError as exc:
+                raise BindError(f"listen tcp {config.listen_address}: {exc.strerror or exc}") from None
     sets: list[list[socket.socket]] = []
     try:
         for _slot in range(count):
@@ -108,18 +117,20 @@ class Master:
         self.pid = os.getpid()
         self.listeners = bind(config, workers)
         self.tables: list[Table] = []
+        self.body_bytes = BodyBytes(self.context)
         self.current = self._generation(config, {})
         self.retiring: dict[int, float] = {}  # pid -> when it was sent SIGTERM
         self._child_mask: set[int | signal.Signals] = set()
 
-    def _generation(self, config: GatewayConfig, kept: dict[str, tuple[int, SharedSlots]]) -> _Generation:
+    def _generation(self, config: GatewayConfig, kept: dict[str, tuple[tuple[int, int], SharedSlots]]) -> _Generation:
         slots = {}
         for model in config.models:
             if not model.max_concurrent:
                 continue
+            limits = (model.max_concurrent, model.max_queued)
             old = kept.get(model.name)
-            slots[model.name] = old if old is not None and old[0] == model.max_concurrent else (
-                model.max_concurrent, self.context.Semaphore(model.max_concurrent))
+            slots[model.name] = old if old is not None and old[0] == limits else (limits, SharedSlots(
+                self.context.Semaphore(model.max_concurrent), self.context.Semaphore(model.max_queued)))
         table = Table(sorted(m.name for m in config.models), self.workers)
         self.tables.append(table)
         return _Generation(config, slots, table)
@@ -163,7 +174,7 @@ class Master:
                 return 0
 
     def _reload(self) -> None:
-        notify("RELOADING=1")
+        notify("RELOADING=1", quiet=True)
         try:
             config = reloaded(self.current.config, self.reload)
             if config is None:
@@ -180,7 +191,7 @@ class Master:
             self._terminate(list(old.pids))
             log_listening(config, self.workers, event="reloaded")
         finally:
-            notify("READY=1")
+            notify("READY=1", quiet=True)
 
     def _start(self, generation: _Generation) -> None:
         """Fork the generation's workers; return once every one accepts connections."""
@@ -188,7 +199,7 @@ class Master:
         try:
             shared_slots = {name: slots for name, (_, slots) in generation.slots.items()}
             for slot in range(self.workers):
-                shared = Shared(worker=slot, tables=tuple(self.tables), slots=shared_slots)
+                shared = Shared(worker=slot, tables=tuple(self.tables), slots=shared_slots, body_bytes=self.body_bytes)
                 pid = os.fork()
                 if pid == 0:
                     os.close(read_end)
