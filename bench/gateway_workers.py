@@ -1,17 +1,17 @@
 """The gateway with one worker against N workers, side by side, with `wrk` (`apt-get install -y wrk`).
 
-    python bench/gateway_workers.py [--workers N] [--requests 20000] [--rounds 5] [--connections 1,8,32]
+    python bench/gateway_workers.py [--workers N] [--seconds 5] [--rounds 5] [--connections 1,8,32]
     python bench/gateway_workers.py --serve      # start them, print the URLs, wait for Ctrl-C
 
 Starts bench/gateway_upstream.py and two real gateways on it (`--workers 1` and `--workers N`, N
 defaulting to the CPUs), each with the same config: a bearer, one TCP model, a per-model limit of
-`--limit` (default 1024, on: its shared semaphore is exercised). Every row sends the same fixed number
-of requests (a 77-byte POST, body-routed; wrk stops each thread after its share), the two gateways in
-turn and in alternating order (A B, B A, ...), so each round gives a ratio N/1 measured minutes apart
-at most. Printed per row: min / median / max over the rounds of req/s and of the ratio, the median and
-p99 latency at one connection with the upstream's own (the gateway's added latency), the SSE time to
-first event, RSS and PSS per serving process, and the load average before and after every row: the
-machine is shared, so read ratios, not absolute figures. Not part of CI.
+`--limit` (default 1024, on: its shared semaphore is exercised). Every row runs wrk for `--seconds`
+(a 77-byte POST, body-routed) against the two gateways in turn, in alternating order (A B, B A, ...),
+so each round gives a ratio N/1 of runs taken seconds apart. Printed per row: min / median / max over
+the rounds of req/s and of the ratio, the median and p99 latency at one connection with the upstream's
+own (the gateway's added latency), the SSE time to first event, RSS and PSS per serving process, and
+the load average before and after every row: the machine is shared, so read ratios, not absolute
+figures. Not part of CI.
 """
 
 from __future__ import annotations
@@ -37,15 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gateway_bench import TOKEN, _ms, body_for, first_event_ms, free_port, load_average, wait_port
 
-COUNT_SCRIPT = """wrk.method = "POST"
+POST_SCRIPT = """wrk.method = "POST"
 wrk.body = %s
 wrk.headers["Content-Type"] = "application/json"
-local done = 0
-local share = tonumber(os.getenv("BENCH_REQUESTS_PER_THREAD"))
-function response(status, headers, body)
-  done = done + 1
-  if done >= share then wrk.thread:stop() end
-end
 """
 
 
@@ -87,12 +81,11 @@ def fleet(directory: Path, workers: int, limit: int) -> Iterator[tuple[int, dict
             proc.wait(timeout=30)
 
 
-def wrk(port: int, connections: int, requests: int, script: Path) -> dict[str, float]:
+def wrk(port: int, connections: int, seconds: int, script: Path) -> dict[str, float]:
     threads = 1 if connections == 1 else 2
-    command = ["wrk", f"-t{threads}", f"-c{connections}", "-d300s", "--latency", "-s", str(script),
+    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
                "-H", f"Authorization: Bearer {TOKEN}", f"http://127.0.0.1:{port}/v1/chat/completions"]
-    env = {**os.environ, "BENCH_REQUESTS_PER_THREAD": str(max(1, requests // threads))}
-    output = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
 
     result: dict[str, float] = {}
     for line in output.splitlines():
@@ -124,7 +117,7 @@ def memory(pid: int) -> list[tuple[int, int]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
-    parser.add_argument("--requests", type=int, default=20000, help="requests per row and gateway")
+    parser.add_argument("--seconds", type=int, default=5, help="of each wrk run")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connections", default="1,8,32")
     parser.add_argument("--limit", type=int, default=1024, help="the model's maxConcurrentRequests (0: none)")
@@ -136,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     directory = Path(tempfile.mkdtemp(prefix="gw-workers-"))
     script = directory / "count.lua"
-    script.write_text(COUNT_SCRIPT % json.dumps(body_for("m")))
+    script.write_text(POST_SCRIPT % json.dumps(body_for("m")))
     try:
         with fleet(directory, args.workers, args.limit) as (upstream_port, gateways):
             if args.serve:
@@ -148,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                         time.sleep(3600)
                 return 0
             n = args.workers
-            print(f"1 vs {n} workers, {args.requests} requests per row, {args.rounds} rounds, limit {args.limit}")
+            print(f"1 vs {n} workers, {args.seconds} s per run, {args.rounds} rounds, limit {args.limit}")
             print("| C | req/s, 1 worker | req/s, N workers | ratio N/1 | non-2xx | load before -> after |")
             print("|---|---|---|---|---|---|")
             latency: dict[int, dict[str, list[float]]] = {1: {"50%": [], "99%": []}, n: {"50%": [], "99%": []}}
@@ -160,14 +153,14 @@ def main(argv: list[str] | None = None) -> int:
                 for round_ in range(args.rounds):
                     order = (1, n) if round_ % 2 == 0 else (n, 1)
                     for count in order:
-                        result = wrk(gateways[count][0], connections, args.requests, script)
+                        result = wrk(gateways[count][0], connections, args.seconds, script)
                         rps[count].append(result["rps"])
                         non_2xx += result.get("non_2xx", 0)
                         if connections == 1:
                             latency[count]["50%"].append(result["50%"])
                             latency[count]["99%"].append(result["99%"])
                     if connections == 1:
-                        result = wrk(upstream_port, 1, args.requests, script)
+                        result = wrk(upstream_port, 1, args.seconds, script)
                         direct["50%"].append(result["50%"])
                         direct["99%"].append(result["99%"])
                 ratios = [b / a for a, b in zip(rps[1], rps[n], strict=True)]
