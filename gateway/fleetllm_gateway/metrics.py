@@ -7,7 +7,6 @@ installed). Served at GET /metrics, behind the bearer like every route but /heal
 from __future__ import annotations
 
 import bisect
-import ctypes
 import mmap
 from collections.abc import Iterable, Sequence
 
@@ -42,8 +41,8 @@ class Table:
         self.workers = workers
         self.stride = CODES + len(self.names) * MODEL_CELLS
         size = workers * self.stride + len(self.names) * COMMON_CELLS
-        self._map = mmap.mmap(-1, size * ctypes.sizeof(ctypes.c_double))  # MAP_SHARED | MAP_ANONYMOUS
-        self.cells = (ctypes.c_double * size).from_buffer(self._map)
+        self._map = mmap.mmap(-1, size * 8)  # MAP_SHARED | MAP_ANONYMOUS
+        self.cells = memoryview(self._map).cast("d")
 
     def unrouted(self, worker: int) -> int:
         return worker * self.stride
@@ -64,14 +63,14 @@ class Table:
         cells = self.cells
         for worker in range(self.workers):
             base = (self.unrouted(worker) if name is None else self.model(worker, name)) + offset
-            out = [a + b for a, b in zip(out, cells[base:base + count], strict=True)]
+            out = [a + b for a, b in zip(out, cells[base:base + count].tolist(), strict=True)]
         return out
 
 
 class Histogram:
     __slots__ = ("base", "cells")
 
-    def __init__(self, cells: ctypes.Array[ctypes.c_double], base: int) -> None:
+    def __init__(self, cells: memoryview[float], base: int) -> None:
         self.cells = cells
         self.base = base
 
@@ -87,7 +86,7 @@ class ModelStats:
 
     __slots__ = ("base", "cells", "common", "duration", "latency", "limit")
 
-    def __init__(self, limit: int, cells: ctypes.Array[ctypes.c_double], base: int, common: int) -> None:
+    def __init__(self, limit: int, cells: memoryview[float], base: int, common: int) -> None:
         self.limit = limit
         self.cells = cells
         self.base = base

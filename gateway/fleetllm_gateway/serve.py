@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +27,7 @@ from fleetllm_gateway.shared import Shared
 log = logging.getLogger("gateway")
 
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM (Supervisor's stopwaitsecs is 10)
+FIRST_REQUEST_GRACE = 1.0  # seconds a connection accepted before a stop gets to send its first request
 HEADER_TIMEOUT = 10.0  # seconds a request gets to send its header block, as LLMhop's (Go's ReadHeaderTimeout)
 
 
@@ -146,8 +147,8 @@ async def serve(config: GatewayConfig, *, reload: Callable[[], GatewayConfig] | 
     `listeners`, call `ready()` once they accept; the master logs, notifies and reloads."""
     current = Gateway(config, environ=os.environ, shared=shared)
 
-    async def handle(request: BaseRequest) -> StreamResponse:
-        return await current.handle(request)
+    def handle(request: BaseRequest) -> Awaitable[StreamResponse]:  # no coroutine of its own: one frame less
+        return current.handle(request)
 
     server = _Server(handle, handler_cancellation=True, access_log=None, auto_decompress=False)
     try:
@@ -167,6 +168,7 @@ async def serve(config: GatewayConfig, *, reload: Callable[[], GatewayConfig] | 
             if ready is not None:
                 ready()
             await stop.wait()
+            await _stop_accepting(runner, server)
             return 0
         site = web.TCPSite(runner, config.host or None, config.port, backlog=1024, reuse_address=True)
         try:
@@ -195,10 +197,24 @@ async def serve(config: GatewayConfig, *, reload: Callable[[], GatewayConfig] | 
         log.info("stopping")
         with contextlib.suppress(OSError):
             sd_notify("STOPPING=1")
+        await _stop_accepting(runner, server)
     finally:
         await runner.cleanup()
         current.close()
     return 0
+
+
+async def _stop_accepting(runner: web.BaseRunner, server: web.Server) -> None:
+    """Close the listening sockets, then give connections accepted but still without their first request
+    up to FIRST_REQUEST_GRACE to send it: aiohttp's clean-up closes idle connections at once, and one
+    accepted an instant before (a client that connected and is sending) would lose its request. A
+    worker retiring in a reload relies on it: its slot's socket stays open in the new worker."""
+    for site in list(runner.sites):
+        await site.stop()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FIRST_REQUEST_GRACE
+    while loop.time() < deadline and any(getattr(conn, "_request_count", 1) == 0 for conn in server.connections):
+        await asyncio.sleep(0.01)
 
 
 def reloaded(running: GatewayConfig, reload: Callable[[], GatewayConfig]) -> GatewayConfig | None:
