@@ -14,7 +14,7 @@ import enum
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 POLL = 0.002  # seconds between two tries of a worker whose queue waits for a slot another worker frees
 
@@ -39,20 +39,38 @@ class SharedSlots:
     places: Semaphore
 
 
+class _Polling:
+    """With several workers, a worker whose queue waits tries again every POLL seconds: a slot or byte
+    another worker frees wakes nobody here."""
+
+    __slots__ = ("_poller", "_waiters")
+    _poller: asyncio.TimerHandle | None
+    _waiters: deque[Any]
+
+    def _grant(self) -> None:
+        raise NotImplementedError
+
+    def _poll(self) -> None:
+        self._poller = None
+        self._grant()
+        if self._waiters:
+            self._poller = asyncio.get_running_loop().call_later(POLL, self._poll)
+
+
 class Admission(enum.Enum):
     ADMITTED = "admitted"
     QUEUE_FULL = "queue_full"
     TIMED_OUT = "timed_out"
 
 
-class Limiter:
+class Limiter(_Polling):
     """With `shared` (several workers), a slot is a unit of the shared `slots` semaphore and a place in
     the queue a unit of `places`: the limit and the queue's length hold across every worker exactly.
     The order is first come first served among one worker's requests; a slot another worker frees is
     taken by a waiting worker within POLL seconds (at once by the worker that frees it, when it has a
     waiter). `on_change(active, queued)` is told each change of this worker's counts (the gauges)."""
 
-    __slots__ = ("_poller", "_waiters", "active", "limit", "max_queued", "on_change", "shared", "timeout")
+    __slots__ = ("active", "limit", "max_queued", "on_change", "shared", "timeout")
 
     def __init__(self, limit: int, max_queued: int, timeout: float, *, shared: SharedSlots | None = None,
                  on_change: Callable[[int, int], None] | None = None) -> None:
@@ -145,12 +163,6 @@ class Limiter:
             self._left_queue()
         self._changed()
 
-    def _poll(self) -> None:
-        self._poller = None
-        self._grant()
-        if self._waiters:
-            self._poller = asyncio.get_running_loop().call_later(POLL, self._poll)
-
     def release(self) -> None:
         """Give the slot to the oldest waiter (the active count stays) or free it."""
         if self.shared is not None:
@@ -176,7 +188,7 @@ class SharedBytes(Protocol):
     def give(self, amount: int) -> None: ...
 
 
-class ByteBudget:
+class ByteBudget(_Polling):
     """Bytes of request bodies the gateway may hold in memory at once, shared by every model (and, with
     `shared`, by every worker: the budget is the gateway's, not each worker's).
 
@@ -187,7 +199,7 @@ class ByteBudget:
     than `total` could never be held: the caller answers 413 before reading it.
     """
 
-    __slots__ = ("_poller", "_waiters", "held", "shared", "timeout", "total")
+    __slots__ = ("held", "shared", "timeout", "total")
 
     def __init__(self, total: int, timeout: float, *, shared: SharedBytes | None = None) -> None:
         self.total = total
@@ -248,12 +260,6 @@ class ByteBudget:
         if self.shared is not None:
             self.shared.give(amount)
         self._grant()
-
-    def _poll(self) -> None:
-        self._poller = None
-        self._grant()
-        if self._waiters:
-            self._poller = asyncio.get_running_loop().call_later(POLL, self._poll)
 
     def _grant(self) -> None:
         while self._waiters:

@@ -108,36 +108,38 @@ def test_every_worker_serves_and_the_metrics_add_up(upstreams: Upstreams) -> Non
             assert metric(gateway, 'fleetllm_gateway_requests_total{model="echo",code="200"}') == 12
 
 
-def test_a_limit_of_two_holds_across_workers(upstreams: Upstreams) -> None:
-    config = reference_config(upstreams, maxConcurrentRequests=2, maxQueuedRequests=0)
-    with running_gateway(config, args=("--workers", "3")) as gateway:
+@contextmanager
+def eight_held(upstreams: Upstreams, **limits: Any) -> Iterator[tuple[GatewayProcess, list[Any]]]:
+    """Eight `.../held` requests at once to a gateway of 3 workers, on connections spread over them; the
+    block runs while the upstream holds those it got, and the requests' futures are done after it."""
+    with running_gateway(reference_config(upstreams, **limits), args=("--workers", "3")) as gateway:
         connections = spread(gateway, 8)
         reset_held()
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             with holding():
                 requests = [pool.submit(post, conn) for conn in connections]
-                assert answered(requests, 6) == [503] * 6  # refused at once, the two held upstream
-                assert HELD["now"] == 2
-                assert metric(gateway, 'fleetllm_gateway_requests_in_flight{model="echo"}') == 2
-            assert sorted(f.result() for f in requests) == [200, 200] + [503] * 6
-        assert HELD["most"] == 2
-        assert metric(gateway, 'fleetllm_gateway_requests_in_flight{model="echo"}') == 0
+                yield gateway, requests
+            concurrent.futures.wait(requests)
+
+
+def test_a_limit_of_two_holds_across_workers(upstreams: Upstreams) -> None:
+    with eight_held(upstreams, maxConcurrentRequests=2, maxQueuedRequests=0) as (gateway, requests):
+        assert answered(requests, 6) == [503] * 6  # refused at once, the two held upstream
+        assert HELD["now"] == 2
+        assert metric(gateway, 'fleetllm_gateway_requests_in_flight{model="echo"}') == 2
         assert metric(gateway, 'fleetllm_gateway_requests_total{model="echo",code="503"}') == 6
+    assert sorted(f.result() for f in requests) == [200, 200] + [503] * 6
+    assert HELD["most"] == 2
 
 
 def test_the_queue_length_holds_across_workers(upstreams: Upstreams) -> None:
-    config = reference_config(upstreams, maxConcurrentRequests=1, maxQueuedRequests=2, queueTimeoutSeconds=60)
-    with running_gateway(config, args=("--workers", "3")) as gateway:
-        connections = spread(gateway, 8)
-        reset_held()
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            with holding():
-                requests = [pool.submit(post, conn) for conn in connections]
-                assert answered(requests, 5) == [503] * 5  # 1 in flight, 2 queued, wherever they arrived
-                assert metric(gateway, 'fleetllm_gateway_requests_queued{model="echo"}') == 2
-            # the queued ones get the slot one at a time, whichever worker frees it
-            assert sorted(f.result() for f in requests) == [200] * 3 + [503] * 5
-        assert HELD["most"] == 1
+    limits = {"maxConcurrentRequests": 1, "maxQueuedRequests": 2, "queueTimeoutSeconds": 60}
+    with eight_held(upstreams, **limits) as (gateway, requests):
+        assert answered(requests, 5) == [503] * 5  # 1 in flight, 2 queued, wherever they arrived
+        assert metric(gateway, 'fleetllm_gateway_requests_queued{model="echo"}') == 2
+    # the queued ones got the slot one at a time, whichever worker freed it
+    assert sorted(f.result() for f in requests) == [200] * 3 + [503] * 5
+    assert HELD["most"] == 1
 
 
 @contextmanager
