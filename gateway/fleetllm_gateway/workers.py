@@ -121,6 +121,8 @@ class Master:
         self.current = self._generation(config, {})
         self.retiring: dict[int, float] = {}  # pid -> when it was sent SIGTERM
         self._child_mask: set[int | signal.Signals] = set()
+        self._exited: dict[int, int] = {}  # pid -> wait status, of workers reaped but not yet accounted
+        self._lost: list[str] = []  # serving workers that exited: the gateway stops
 
     def _generation(self, config: GatewayConfig, kept: dict[str, tuple[tuple[int, int], SharedSlots]]) -> _Generation:
         slots = {}
@@ -154,16 +156,16 @@ class Master:
 
     def _loop(self) -> int:
         while True:
+            if self._lost:
+                log.error("a worker exited: stopping the gateway", extra={"fields": {"worker": "; ".join(self._lost)}})
+                self._stop_all()
+                return 1
             received = signal.sigtimedwait(_SIGNALS, 1.0)
             self._kill_overdue()
             if received is None:
                 continue
             if received.si_signo == signal.SIGCHLD:
-                dead = self._reap()
-                if dead:
-                    log.error("a worker exited: stopping the gateway", extra={"fields": {"worker": dead}})
-                    self._stop_all()
-                    return 1
+                self._lost += self._reap(self.current)
             elif received.si_signo == signal.SIGHUP:
                 self._reload()
             else:
@@ -253,13 +255,14 @@ class Master:
                                   f"{READY_TIMEOUT:.0f} s")
             received = signal.sigtimedwait({signal.SIGCHLD}, 0.01)
             if received is not None:
-                dead = self._reap()
-                if dead:
-                    raise WorkerError(f"a worker exited before listening ({dead})")
+                if dead := self._reap(generation):
+                    raise WorkerError(f"a worker exited before listening ({'; '.join(dead)})")
+                if generation is not self.current:  # a worker of the serving generation died meanwhile
+                    self._lost += self._reap(self.current)
 
-    def _reap(self) -> str:
-        """Reap exited workers; describe those of the current generation that exited ("" when none)."""
-        dead = []
+    def _reap(self, generation: _Generation) -> list[str]:
+        """Reap exited workers: those of `generation` that exited, described, first; a worker of another
+        generation still serving is kept in self._exited for the next call that asks about it."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -267,11 +270,13 @@ class Master:
                 break
             if pid == 0:
                 break
-            self.retiring.pop(pid, None)
-            slot = self.current.pids.pop(pid, None)
-            if slot is not None:
-                dead.append(f"worker {slot} (pid {pid}) {_exit_text(status)}")
-        return "; ".join(dead)
+            if self.retiring.pop(pid, None) is None:
+                self._exited[pid] = status
+        dead = []
+        for pid in [pid for pid in self._exited if pid in generation.pids]:
+            slot, status = generation.pids.pop(pid), self._exited.pop(pid)
+            dead.append(f"worker {slot} (pid {pid}) {_exit_text(status)}")
+        return dead
 
     def _terminate(self, pids: list[int]) -> None:
         now = time.monotonic()
