@@ -100,10 +100,14 @@ def run(config_path: Path, *, check: bool, log_level: str | None = None, box_jso
             return serve_forever(serve(config, reload=reload))
         import os
 
-        from fleetllm_gateway.workers import run_workers
+        from fleetllm_gateway.workers import WorkerError, run_workers
 
         Gateway(config, environ=os.environ).close()  # a proxy it cannot use: refused before any fork
-        return run_workers(config, workers, reload)
+        try:
+            return run_workers(config, workers, reload)
+        except WorkerError as exc:
+            log.error("cannot serve", extra={"fields": {"error": str(exc)}})
+            return 1
     except (BindError, ProxyError) as exc:
         log.error("cannot serve", extra={"fields": {"error": str(exc)}})
         return 1

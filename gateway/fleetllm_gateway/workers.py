@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from fleetllm_contract.sdnotify import sd_notify
 from fleetllm_gateway.config import GatewayConfig
+from fleetllm_gateway.errors import GatewayError
 from fleetllm_gateway.limiter import SharedSlots
 from fleetllm_gateway.metrics import Table
 from fleetllm_gateway.serve import SHUTDOWN_GRACE, BindError, log_listening, notify, reloaded, serve, serve_forever
@@ -56,8 +57,8 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class WorkerError(Exception):
-    """A worker exited on its own, or a generation did not come up."""
+class WorkerError(GatewayError):
+    """A worker exited on its own, a generation did not come up, or what the workers share cannot be made."""
 
 
 @dataclass
@@ -117,8 +118,14 @@ class Master:
         self.pid = os.getpid()
         self.listeners = bind(config, workers)
         self.tables: list[Table] = []
-        self.body_bytes = BodyBytes(self.context)
-        self.current = self._generation(config, {})
+        try:
+            self.body_bytes = BodyBytes(self.context)
+            self.current = self._generation(config, {})
+        except OSError as exc:  # sem_open needs /dev/shm; mmap needs memory
+            for sock in (s for sockets in self.listeners for s in sockets):
+                sock.close()
+            raise WorkerError(f"cannot make what the workers share ({exc.strerror or exc}): run with "
+                              "--workers 1, or give the process a writable /dev/shm") from None
         self.retiring: dict[int, float] = {}  # pid -> when it was sent SIGTERM
         self._child_mask: set[int | signal.Signals] = set()
         self._exited: dict[int, int] = {}  # pid -> wait status, of workers reaped but not yet accounted

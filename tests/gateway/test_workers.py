@@ -19,7 +19,15 @@ from typing import Any
 
 import pytest
 
-from tests.gateway.conftest import ROOT, TOKEN, GatewayProcess, Upstreams, reference_config, running_gateway
+from tests.gateway.conftest import (
+    ROOT,
+    TOKEN,
+    GatewayProcess,
+    Upstreams,
+    free_port,
+    reference_config,
+    running_gateway,
+)
 from tests.gateway.upstreams import HELD, holding, reset_held
 from tests.installer.realprocs import wait_until
 
@@ -258,3 +266,24 @@ def test_workers_flag_is_checked(value: str) -> None:
                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 2
     assert "--workers" in result.stderr and "from 1 to 1024" in result.stderr
+
+
+def test_without_shared_memory_the_gateway_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import socket
+
+    from fleetllm_gateway import workers
+    from fleetllm_gateway.config import parse_config
+
+    class NoShm:
+        def Lock(self) -> None:  # noqa: N802 - multiprocessing's spelling
+            raise OSError(errno.ENOENT, "No such file or directory")
+
+    monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: NoShm())
+    port = free_port()
+    config = parse_config(json.dumps({"host": "127.0.0.1", "port": port, "models": {"m": {"url": "http://127.0.0.1:9"}}}))
+    with pytest.raises(workers.WorkerError, match=r"--workers 1, or give the process a writable /dev/shm"):
+        workers.run_workers(config, 2, lambda: config)
+    with socket.socket() as probe:  # the sockets it had bound are closed: the port is free
+        probe.bind(("127.0.0.1", port))
+        probe.listen()
