@@ -109,7 +109,7 @@ def post_script(directory: Path, model: str) -> Path:
 
 
 @contextmanager
-def processes(directory: Path) -> Iterator[tuple[int, int, str]]:
+def processes(directory: Path, workers: int = 1) -> Iterator[tuple[int, int, str]]:
     upstream_port, socket_path = free_port(), str(directory / "up.sock")
     upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "gateway_upstream.py"),
                                  "--tcp", str(upstream_port), "--unix", socket_path])
@@ -125,7 +125,7 @@ def processes(directory: Path) -> Iterator[tuple[int, int, str]]:
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         notify.bind(notify_path)
         gateway = subprocess.Popen([sys.executable, "-m", "fleetllm_gateway", "--config",
-                                    str(directory / "gateway.json")],
+                                    str(directory / "gateway.json"), "--workers", str(workers)],
                                    env={**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": notify_path})
         if not select.select([notify], [], [], 30)[0] or notify.recv(64) != b"READY=1":
             raise RuntimeError("the gateway did not report READY=1")
@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sse-rounds", type=int, default=200)
     parser.add_argument("--out", type=Path, help="also write the markdown to this file")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="the gateway's --workers (default 1, as the figures in docs/benchmarks.md; "
+                             "bench/gateway_workers.py compares 1 with N)")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install -y wrk", file=sys.stderr)
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     lines: list[str] = []
     try:
         before = load_average()
-        with processes(directory) as (upstream_port, gateway_port, _socket_path):
+        with processes(directory, args.workers) as (upstream_port, gateway_port, _socket_path):
             direct, gateway = f"http://127.0.0.1:{upstream_port}", f"http://127.0.0.1:{gateway_port}"
             post_m, post_s = post_script(directory, "m"), post_script(directory, "s")
             rows = [

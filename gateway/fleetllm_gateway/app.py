@@ -44,8 +44,9 @@ from fleetllm_gateway.forwarding import (
 )
 from fleetllm_gateway.jsonscan import find_model
 from fleetllm_gateway.limiter import Admission, ByteBudget, Limiter
-from fleetllm_gateway.metrics import Metrics, ModelStats
+from fleetllm_gateway.metrics import LAST_LOGGED, UNLOGGED, Metrics, ModelStats, Table
 from fleetllm_gateway.proxyenv import proxy_for
+from fleetllm_gateway.shared import Shared
 
 log = logging.getLogger("gateway")
 
@@ -69,26 +70,27 @@ class _BudgetExhaustedError(Exception):
 
 
 class _Model:
-    __slots__ = ("last_logged", "limiter", "pool", "route", "stats", "unlogged")
+    __slots__ = ("limiter", "pool", "route", "stats")
 
     def __init__(self, route: ModelRoute, pool: Pool, limiter: Limiter, stats: ModelStats) -> None:
         self.route = route
         self.pool = pool
         self.limiter = limiter
         self.stats = stats
-        self.last_logged = -LOG_INTERVAL
-        self.unlogged = 0
 
     def log_failure(self, what: str, reason: str) -> None:
         """Log an upstream failure, at most once per LOG_INTERVAL per model (a dead upstream under load
-        would otherwise write a line per request); the metrics count every one."""
+        would otherwise write a line per request), whichever worker saw it; the metrics count every one."""
+        cells, at = self.stats.cells, self.stats.common
         now = time.monotonic()
-        if now - self.last_logged < LOG_INTERVAL:
-            self.unlogged += 1
+        last = cells[at + LAST_LOGGED]
+        if last and now - last < LOG_INTERVAL:
+            cells[at + UNLOGGED] += 1
             return
+        unlogged = int(cells[at + UNLOGGED])
+        cells[at + LAST_LOGGED], cells[at + UNLOGGED] = now, 0
         log.warning("upstream failed", extra={"fields": {"model": self.route.name, "where": what.strip() or None,
-                                                         "error": reason, "more_since_last": self.unlogged}})
-        self.last_logged, self.unlogged = now, 0
+                                                         "error": reason, "more_since_last": unlogged}})
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -116,18 +118,35 @@ class Gateway:
     """Routes for one configuration. Building it touches no socket, so `--check` builds it too."""
 
     def __init__(self, config: GatewayConfig, *, environ: Mapping[str, str] | None = None,
-                 created: int | None = None) -> None:
+                 created: int | None = None, shared: Shared | None = None, previous: Gateway | None = None) -> None:
         """`environ` supplies the proxy variables (none when omitted, as under --check); a proxy the
-        gateway cannot use raises ProxyError."""
+        gateway cannot use raises ProxyError. `shared`: what this worker shares with the others (several
+        workers). `previous`: the gateway this one replaces in a reload of a single process: its metrics
+        keep adding up, and a model whose limits did not change keeps its limiter (slots held stay held)."""
         self.config = config
         self.tokens = tuple(token.encode() for token in config.auth_tokens)
-        self.metrics = Metrics((m.name, m.max_concurrent) for m in config.models)
-        self.models = {
-            m.name: _Model(m, Pool(m.target, max_idle=m.max_concurrent or 64, connect_timeout=config.connect_timeout,
-                                   proxy=proxy_for(m.target, environ or {})),
-                           Limiter(m.max_concurrent, m.max_queued, config.queue_timeout), self.metrics.models[m.name])
-            for m in config.models}
-        self.budget = ByteBudget(config.max_buffered_bytes, config.queue_timeout)
+        limits = [(m.name, m.max_concurrent) for m in config.models]
+        if shared is not None:
+            self.metrics = Metrics(limits, tables=shared.tables, worker=shared.worker)
+        elif previous is not None:
+            self.metrics = Metrics(limits, tables=(*previous.metrics.tables, Table(sorted(dict(limits)))))
+        else:
+            self.metrics = Metrics(limits)
+        self.models: dict[str, _Model] = {}
+        for m in config.models:
+            stats = self.metrics.models[m.name]
+            kept = previous.models.get(m.name) if previous is not None else None
+            if kept is not None and (kept.limiter.limit, kept.limiter.max_queued, kept.limiter.timeout) == (
+                    m.max_concurrent, m.max_queued, config.queue_timeout):
+                limiter = kept.limiter
+            else:
+                limiter = Limiter(m.max_concurrent, m.max_queued, config.queue_timeout,
+                                  shared=shared.slots.get(m.name) if shared is not None else None, on_change=stats.live)
+            pool = Pool(m.target, max_idle=m.max_concurrent or 64, connect_timeout=config.connect_timeout,
+                        proxy=proxy_for(m.target, environ or {}))
+            self.models[m.name] = _Model(m, pool, limiter, stats)
+        self.budget = ByteBudget(config.max_buffered_bytes, config.queue_timeout,
+                                 shared=shared.body_bytes if shared is not None else None)
         self.scanning = asyncio.Lock()  # large bodies are scanned one at a time (gateway/fleetllm_gateway/jsonscan.py)
         created = int(time.time()) if created is None else created
         entries = {name: {"id": name, "object": "model", "created": created, "owned_by": "llmhop"}
@@ -172,8 +191,7 @@ class Gateway:
         if raw_path == "/v1/models":
             return web.Response(body=self._catalog, content_type=_JSON)
         if raw_path == "/metrics":
-            live = {name: (m.limiter.active, m.limiter.queued) for name, m in self.models.items()}
-            return web.Response(body=self.metrics.render(live).encode(), headers={"Content-Type": _METRICS_TYPE})
+            return web.Response(body=self.metrics.render().encode(), headers={"Content-Type": _METRICS_TYPE})
         name = models_api_name(raw_path)
         if name is None:
             return None
@@ -324,7 +342,7 @@ class Gateway:
     def _upstream_failed(self, model: _Model, exc: BaseException) -> web.Response:
         reason = describe(exc)
         model.log_failure("", reason)
-        model.stats.upstream_errors += 1
+        model.stats.upstream_error()
         model.stats.count(502)
         return error_response(errors.upstream_failed(model.route.name, reason))
 
@@ -352,7 +370,7 @@ class Gateway:
         except UpstreamError as exc:
             # Too late for a 502: cut the client's connection so it sees a truncated response.
             model.log_failure(" mid-response", describe(exc))
-            model.stats.upstream_errors += 1
+            model.stats.upstream_error()
             if request.transport is not None:
                 request.transport.abort()
             return response

@@ -1,4 +1,4 @@
-"""`fleetllm-gateway --config FILE [--check] [--box-json] [--log-level LEVEL]` (also `fleetllm gateway`,
+"""`fleetllm-gateway --config FILE [--check] [--box-json] [--workers N] [--log-level LEVEL]` (also `fleetllm gateway`,
 `python3 box.pyz gateway`).
 
 Exit 0 after a clean stop, a valid `--check` or `--version`, 1 on an invalid configuration or a failed
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fleetllm_contract.logfmt import add_level_argument, configure, resolve_level
 from fleetllm_gateway import __version__
-from fleetllm_gateway.config import ConfigError, load_config
+from fleetllm_gateway.config import ConfigError, GatewayConfig, load_config
 
 log = logging.getLogger("gateway")
 
@@ -39,15 +39,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the config was written from a box JSON (the installer sets this): only ${cred:...} "
                              "secret references are read, and every model url must be on this box (loopback or "
                              "a unix socket)")
+    parser.add_argument("--workers", "-workers", type=_workers, default=None, metavar="N",
+                        help="worker processes sharing the port (default: the CPUs this process may use; 1: one "
+                             "process, no master). Every model's concurrency limit holds across them")
     add_level_argument(parser)
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"expected a number of workers from 1 to 1024, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run(Path(args.config), check=args.check, log_level=args.log_level, box_json=args.box_json)
+    return run(Path(args.config), check=args.check, log_level=args.log_level, box_json=args.box_json,
+               workers=args.workers)
 
 
-def run(config_path: Path, *, check: bool, log_level: str | None = None, box_json: bool = False) -> int:
+def run(config_path: Path, *, check: bool, log_level: str | None = None, box_json: bool = False,
+        workers: int | None = None) -> int:
     try:
         level = resolve_level(log_level)
     except ValueError as exc:
@@ -72,8 +87,27 @@ def run(config_path: Path, *, check: bool, log_level: str | None = None, box_jso
         Gateway(config).close()
         print(f"{config_path}: valid ({len(config.models)} models, {len(config.listed)} listed)")
         return 0
+
+    def reload() -> GatewayConfig:
+        return load_config(config_path, expand_secrets=True, box_json=box_json)
+
     try:
-        return serve_forever(serve(config))
+        if workers is None:
+            from fleetllm_gateway.workers import default_workers
+
+            workers = default_workers()
+        if workers == 1:
+            return serve_forever(serve(config, reload=reload))
+        import os
+
+        from fleetllm_gateway.workers import WorkerError, run_workers
+
+        Gateway(config, environ=os.environ).close()  # a proxy it cannot use: refused before any fork
+        try:
+            return run_workers(config, workers, reload)
+        except WorkerError as exc:
+            log.error("cannot serve", extra={"fields": {"error": str(exc)}})
+            return 1
     except (BindError, ProxyError) as exc:
         log.error("cannot serve", extra={"fields": {"error": str(exc)}})
         return 1

@@ -44,6 +44,7 @@ class Pool:
         self.absolute_form = f"http://{target.authority}" if proxy and target.scheme == "http" else ""
         self.proxy_header = proxy.header if proxy and target.scheme == "http" else ""
         self._idle: list[Connection] = []
+        self._closed = False  # after close() (a reload replaced this pool), released connections are closed
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if target.scheme == "https" else None
 
     def _idle_connection(self) -> Connection | None:
@@ -93,13 +94,14 @@ class Pool:
         return tls, conn
 
     def release(self, conn: Connection) -> None:
-        if conn.closed or len(self._idle) >= self.max_idle:
+        if conn.closed or self._closed or len(self._idle) >= self.max_idle:
             conn.abort()
             return
         conn.idle_since = time.monotonic()
         self._idle.append(conn)
 
     def close(self) -> None:
+        self._closed = True
         while self._idle:
             self._idle.pop().abort()
 

@@ -1,4 +1,5 @@
-"""Run the gateway: bind, report READY=1 once the socket is bound, serve until SIGTERM or SIGINT."""
+"""Run the gateway (one process, or one worker of several: fleetllm_gateway.workers): report READY=1 once
+the socket is bound, reload on SIGHUP, serve until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Coroutine
+import socket
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -18,12 +20,14 @@ from aiohttp.web_response import Response, StreamResponse
 
 from fleetllm_contract.sdnotify import sd_notify
 from fleetllm_gateway.app import Gateway
-from fleetllm_gateway.config import GatewayConfig
+from fleetllm_gateway.config import ConfigError, GatewayConfig
 from fleetllm_gateway.errors import GatewayError
+from fleetllm_gateway.shared import Shared
 
 log = logging.getLogger("gateway")
 
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM (Supervisor's stopwaitsecs is 10)
+FIRST_REQUEST_GRACE = 1.0  # seconds a connection accepted before a stop gets to send its first request
 HEADER_TIMEOUT = 10.0  # seconds a request gets to send its header block, as LLMhop's (Go's ReadHeaderTimeout)
 
 
@@ -135,36 +139,117 @@ def serve_forever(coro: Coroutine[Any, Any, int]) -> int:
     return asyncio.run(coro)
 
 
-async def serve(config: GatewayConfig) -> int:
-    gateway = Gateway(config, environ=os.environ)
-    server = _Server(gateway.handle, handler_cancellation=True, access_log=None, auto_decompress=False)
+async def serve(config: GatewayConfig, *, reload: Callable[[], GatewayConfig] | None = None,
+                listeners: Sequence[socket.socket] = (), shared: Shared | None = None,
+                ready: Callable[[], None] | None = None) -> int:
+    """Serve until SIGTERM or SIGINT. Alone (no `listeners`): bind, log "listening", notify READY=1, and
+    on SIGHUP reload with `reload()` (a new config, or ConfigError). As a worker: serve on the master's
+    `listeners`, call `ready()` once they accept; the master logs, notifies and reloads."""
+    current = Gateway(config, environ=os.environ, shared=shared)
+
+    def handle(request: BaseRequest) -> Awaitable[StreamResponse]:  # no coroutine of its own: one frame less
+        return current.handle(request)
+
+    server = _Server(handle, handler_cancellation=True, access_log=None, auto_decompress=False)
     try:
         runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_GRACE)
     except TypeError:  # aiohttp < 3.9 takes it on the site
         runner = web.ServerRunner(server)
     await runner.setup()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     try:
+        if listeners:
+            for sock in listeners:
+                await web.SockSite(runner, sock, backlog=1024).start()
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the master's to handle
+            if ready is not None:
+                ready()
+            await stop.wait()
+            await _stop_accepting(runner, server)
+            return 0
         site = web.TCPSite(runner, config.host or None, config.port, backlog=1024, reuse_address=True)
         try:
             await site.start()
         except OSError as exc:
             raise BindError(f"listen tcp {config.listen_address}: {exc.strerror or exc}") from None
-        listed = len(config.listed)
-        log.info("listening", extra={"fields": {"listen": config.listen_address, "models": len(config.models),
-                                                "listed": listed}})
-        try:
-            sd_notify("READY=1")
-        except OSError as exc:
-            log.warning("cannot notify $NOTIFY_SOCKET", extra={"fields": {"error": str(exc.strerror or exc)}})
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+        log_listening(config, 1)
+        notify("READY=1")
+
+        def reload_now() -> None:
+            nonlocal current
+            if reload is None:
+                return
+            notify("RELOADING=1", quiet=True)
+            try:
+                new = reloaded(config, reload)
+                if new is not None:
+                    previous, current = current, Gateway(new, environ=os.environ, previous=current)
+                    previous.close()
+                    log_listening(new, 1, event="reloaded")
+            finally:
+                notify("READY=1", quiet=True)
+
+        loop.add_signal_handler(signal.SIGHUP, reload_now)
         await stop.wait()
         log.info("stopping")
         with contextlib.suppress(OSError):
             sd_notify("STOPPING=1")
+        await _stop_accepting(runner, server)
     finally:
         await runner.cleanup()
-        gateway.close()
+        current.close()
     return 0
+
+
+async def _stop_accepting(runner: web.BaseRunner, server: web.Server) -> None:
+    """Close the listening sockets, then give connections accepted but still without their first request
+    up to FIRST_REQUEST_GRACE to send it: aiohttp's clean-up closes idle connections at once, and one
+    accepted an instant before (a client that connected and is sending) would lose its request. A
+    worker retiring in a reload relies on it: its slot's socket stays open in the new worker."""
+    for site in list(runner.sites):
+        await site.stop()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FIRST_REQUEST_GRACE
+    while loop.time() < deadline and any(getattr(conn, "_request_count", 1) == 0 for conn in server.connections):
+        await asyncio.sleep(0.01)
+
+
+def reloaded(running: GatewayConfig, reload: Callable[[], GatewayConfig]) -> GatewayConfig | None:
+    """The new configuration of a reload, or None (logged) when it cannot replace the running one."""
+    from fleetllm_gateway.proxyenv import ProxyError
+
+    try:
+        new = reload()
+        Gateway(new, environ=os.environ).close()  # a proxy it cannot use raises ProxyError
+    except ConfigError as exc:
+        for problem in exc.problems:
+            log.error("reload refused: invalid configuration, still serving the previous one",
+                      extra={"fields": {"problem": problem}})
+        return None
+    except ProxyError as exc:
+        log.error("reload refused, still serving the previous configuration", extra={"fields": {"error": str(exc)}})
+        return None
+    if new.listen_address != running.listen_address:
+        log.error("reload refused, still serving the previous configuration", extra={"fields": {
+            "error": f"host and port cannot change in a reload ({running.listen_address} -> {new.listen_address}): "
+                     "restart the gateway to listen elsewhere"}})
+        return None
+    return new
+
+
+def log_listening(config: GatewayConfig, workers: int, event: str = "listening") -> None:
+    log.info(event, extra={"fields": {"listen": config.listen_address, "models": len(config.models),
+                                      "listed": len(config.listed), "workers": workers}})
+
+
+def notify(state: str, *, quiet: bool = False) -> None:
+    """systemd's readiness protocol; a socket that cannot be written is logged (unless `quiet`: around a
+    reload), never fatal."""
+    try:
+        sd_notify(state)
+    except OSError as exc:
+        if not quiet:
+            log.warning("cannot notify $NOTIFY_SOCKET", extra={"fields": {"error": str(exc.strerror or exc)}})

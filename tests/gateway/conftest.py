@@ -111,7 +111,9 @@ class Reply:
 
 
 class GatewayProcess:
-    def __init__(self, config: dict[str, Any], directory: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config: dict[str, Any], directory: Path, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        self.args = args
         self.config_path = directory / "gateway.json"
         self.directory = directory
         self.config = config
@@ -136,7 +138,8 @@ class GatewayProcess:
         notify.bind(notify_path)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": notify_path, **self.env}
         with open(self.stderr_path, "wb") as stderr:
-            self.proc = subprocess.Popen([GATEWAY_PYTHON, "-m", "fleetllm_gateway", "--config", str(self.config_path)],
+            self.proc = subprocess.Popen([GATEWAY_PYTHON, "-m", "fleetllm_gateway", "--config", str(self.config_path),
+                                          *self.args],
                                          env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=self.directory)
         try:
             while True:
@@ -202,9 +205,10 @@ class GatewayProcess:
 
 
 @contextlib.contextmanager
-def running_gateway(config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[GatewayProcess]:
+def running_gateway(config: dict[str, Any], env: dict[str, str] | None = None,
+                    args: tuple[str, ...] = ()) -> Iterator[GatewayProcess]:
     directory = Path(tempfile.mkdtemp(prefix="gw-"))
-    process = GatewayProcess(config, directory, env)
+    process = GatewayProcess(config, directory, env, args)
     try:
         yield process.start()
     finally:

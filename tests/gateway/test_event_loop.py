@@ -1,7 +1,7 @@
 """The gateway runs on uvloop when it is installed and on asyncio's own loop when it is not: uvloop is an
 extra (`pip install 'fleetllm[gateway]'`), not a dependency, and a box's Python may lack it. The real
 gateway process is started both ways and proxies a request; which loop it runs is read from the shared
-objects mapped into it (/proc/PID/maps), not from its own word."""
+objects mapped into its workers (/proc/PID/maps), not from its own word."""
 
 from __future__ import annotations
 
@@ -20,12 +20,21 @@ def uvloop_mapped(pid: int) -> bool:
     return "/uvloop/" in Path(f"/proc/{pid}/maps").read_text()
 
 
+def serving(pid: int) -> list[int]:
+    """The processes that serve: the workers (the master's children), or the gateway itself alone."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children] or [pid]
+
+
 def proxies(upstreams: Upstreams, env: dict[str, str] | None = None) -> bool:
     with running_gateway(reference_config(upstreams), env) as gateway:
         reply = gateway.request("POST", "/v1/chat/completions", body=b'{"model":"echo"}')
         assert reply.status == 200, reply
         assert gateway.proc is not None
-        return uvloop_mapped(gateway.proc.pid)
+        workers = serving(gateway.proc.pid)
+        mapped = {uvloop_mapped(worker) for worker in workers}
+        assert len(mapped) == 1, f"workers {workers} run different loops"
+        return mapped.pop()
 
 
 def test_without_uvloop_the_gateway_serves_on_asyncio(upstreams: Upstreams, tmp_path: Path) -> None:

@@ -118,7 +118,8 @@ def test_metrics_text() -> None:
     stats.count(200)
     stats.latency.observe(0.003)
     metrics.count_unrouted(401)
-    text = metrics.render({'a"b': (2, 1)})
+    stats.live(2, 1)
+    text = metrics.render()
     assert 'fleetllm_gateway_requests_total{model="a\\"b",code="200"} 1' in text
     assert 'fleetllm_gateway_requests_in_flight{model="a\\"b"} 2' in text
     assert 'fleetllm_gateway_requests_queued{model="a\\"b"} 1' in text

@@ -35,6 +35,13 @@ BIG_SIZE = 2 * 1024 * 1024
 
 _RELEASED = threading.Event()
 _RELEASED.set()
+_HELD_LOCK = threading.Lock()
+HELD = {"now": 0, "most": 0}  # `.../held` requests in the upstreams now, and the most at once since reset_held()
+
+
+def reset_held() -> None:
+    with _HELD_LOCK:
+        HELD["most"] = HELD["now"]
 
 
 @contextlib.contextmanager
@@ -85,7 +92,14 @@ class EchoHandler(BaseHTTPRequestHandler):
         if path.endswith("/slow"):
             time.sleep(1.0)
         if path.endswith("/held"):
-            _RELEASED.wait(HELD_S)
+            with _HELD_LOCK:
+                HELD["now"] += 1
+                HELD["most"] = max(HELD["most"], HELD["now"])
+            try:
+                _RELEASED.wait(HELD_S)
+            finally:
+                with _HELD_LOCK:
+                    HELD["now"] -= 1
         status = 200
         if "/status/" in path:
             status = int(path.rsplit("/", 1)[1])

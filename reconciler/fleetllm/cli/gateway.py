@@ -1,4 +1,5 @@
-"""`fleetllm gateway --config FILE [--check] [--box-json] [--log-level LEVEL]`: the box gateway (same as
+"""`fleetllm gateway --config FILE [--check] [--box-json] [--workers N]
+[--log-level LEVEL]`: the box gateway (same as
 `fleetllm-gateway`)."""
 
 from __future__ import annotations
@@ -20,4 +21,5 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return cli.run(Path(args.config), check=args.check, log_level=args.log_level, box_json=args.box_json)
+    return cli.run(Path(args.config), check=args.check, log_level=args.log_level, box_json=args.box_json,
+                   workers=args.workers)
