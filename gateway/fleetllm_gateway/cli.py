@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "secret references are read, and every model url must be on this box (loopback or "
                              "a unix socket)")
     parser.add_argument("--workers", "-workers", type=_workers, default=None, metavar="N",
-                        help="worker processes sharing the port (default: the CPUs this process may use; 1: one "
-                             "process, no master). Every model's concurrency limit holds across them")
+                        help="worker processes sharing the port (default: the CPUs this process may use, at most "
+                             "8; 1: one process, no master). Every model's concurrency limit holds across them")
     add_level_argument(parser)
 
 

@@ -287,3 +287,16 @@ def test_without_shared_memory_the_gateway_says_what_to_do(monkeypatch: pytest.M
     with socket.socket() as probe:  # the sockets it had bound are closed: the port is free
         probe.bind(("127.0.0.1", port))
         probe.listen()
+
+
+@pytest.mark.parametrize(("cpus", "workers"), [(1, 1), (2, 2), (8, 8), (9, 8), (96, 8), (0, 1)])
+def test_the_default_is_the_usable_cpus_at_most_eight(cpus: int, workers: int) -> None:
+    from fleetllm_gateway.workers import default_workers
+
+    assert default_workers(cpus) == workers
+
+
+def test_the_default_reads_the_cpus_this_process_may_use() -> None:
+    from fleetllm_gateway.workers import default_workers
+
+    assert default_workers() == min(len(os.sched_getaffinity(0)), 8)
