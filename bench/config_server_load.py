@@ -92,8 +92,8 @@ def write_config(directory: Path, repo: Path, threads: int = 8, state_url: str |
         "state": state,
         # Every connection of the bench comes from 127.0.0.1: the per-peer cap (64 by default, the
         # bench's own concurrency) is lifted, so a connection of the previous round still being
-        # closed never gets a new one refused.
-        "server": {"threads": threads, "max_connections_per_peer": 1024},
+        # closed never gets a new one refused (and so is the per-network cap, which may not be below it).
+        "server": {"threads": threads, "max_connections_per_peer": 1024, "max_connections_per_network": 1024},
     }))
     return config
 
