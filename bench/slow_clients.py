@@ -5,7 +5,8 @@
 
 Builds bench/fleetgen's repository of `--boxes` boxes in a temp git repo and starts `fleetllm serve`
 on a free loopback port. Then, in a second process, holds `--slow` connections open from `--addresses`
-loopback source addresses (127.3.0.x; `--single-peer`: all from one): half send nothing, half send a
+loopback source addresses (127.3.N.1, each in a /24 of its own, so the server's per-network cap, 256
+connections per /24 by default, does not hold them below `--slow`; `--single-peer`: all from one): half send nothing, half send a
 request line and then one header line every 2 s (a slowloris). Whenever the server closes one, it is
 opened again at once, so the count stays at `--slow` for the whole run. Meanwhile `--concurrency`
 keep-alive connections from 127.0.0.1 fetch GET /vllm/config for random boxes for `--seconds`, each
@@ -47,7 +48,7 @@ REQUEST_TIMEOUT_S = 5.0
 
 def source(i: int, addresses: int) -> str:
     n = i % addresses
-    return f"127.3.{n // 250}.{n % 250 + 1}"
+    return f"127.3.{n % 250}.{n // 250 + 1}"
 
 
 async def hold(port: int, count: int, addresses: int, seconds: float) -> dict[str, int]:
