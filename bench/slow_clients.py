@@ -3,15 +3,16 @@
     .venv/bin/python bench/slow_clients.py [--slow 1000] [--addresses 40] [--concurrency 64] [--seconds 20]
                                            [--rate 0] [--boxes 100] [--server-pythonpath DIR] [--single-peer]
 
-Builds bench/fleetgen's repository of `--boxes` boxes in a temp git repo and starts `fleetllm serve`
-on a free loopback port. Then, in a second process, holds `--slow` connections open from `--addresses`
+Builds bench/fleetgen's repository of `--boxes` boxes in a temp git repo and starts `fleetllm serve` on
+a free loopback port. Then, in a second process, holds `--slow` connections open from `--addresses`
 loopback source addresses (127.3.N.1, each in a /24 of its own, so the server's per-network cap, 256
-connections per /24 by default, does not hold them below `--slow`; `--single-peer`: all from one): half send nothing, half send a
-request line and then one header line every 2 s (a slowloris). Whenever the server closes one, it is
-opened again at once, so the count stays at `--slow` for the whole run. Meanwhile `--concurrency`
-keep-alive connections from 127.0.0.1 fetch GET /vllm/config for random boxes for `--seconds`, each
-request with a 5 s client timeout: as fast as they go, or `--rate` requests a second in all (latency
-then counted from each request's scheduled instant). The same load runs first without the slow clients (the baseline).
+connections per /24 by default, does not hold them below `--slow`; `--single-peer`: all from one): half
+send nothing, half send a request line and then one header line every 2 s (a slowloris). Whenever the
+server closes one, it is opened again at once, so the count stays at `--slow` for the whole run.
+Meanwhile `--concurrency` keep-alive connections from 127.0.0.1 fetch GET /vllm/config for random boxes
+for `--seconds`, each request with a 5 s client timeout: as fast as they go, or `--rate` requests a
+second in all (latency then counted from each request's scheduled instant). The same load runs first
+without the slow clients (the baseline).
 
 Prints one JSON object: for each phase, requests answered, req/s, p50/p99/max latency, timeouts and
 statuses; from the holder, connections opened and reopened (closed by the server), and refused at
