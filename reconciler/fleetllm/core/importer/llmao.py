@@ -218,7 +218,7 @@ def _recipe(index: int, entry: Mapping[str, Frozen], out: _Out) -> tuple[str, di
     name, where, info, vllm = usable
     comments: Comments = {(): f"from {where}", ("vllm",): "from model_info.vllm (boot lifetime)"}
     recipe_vllm, served = _recipe_vllm(where, entry, name, vllm, out)
-    if served is not None and served != name:
+    if "served_model_name" in recipe_vllm:
         comments[("vllm", "served_model_name")] = "litellm_params.model without hosted_vllm/ (what vLLM serves)"
     recipe: dict[str, JSON] = {"vllm": recipe_vllm}
     params = _litellm_params(where, entry.get("litellm_params"), served or name, out)
