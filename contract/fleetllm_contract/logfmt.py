@@ -50,35 +50,45 @@ def _clip(value: Any) -> Any:
     return value
 
 
-def record_fields(record: logging.LogRecord) -> dict[str, Any]:
-    """The record's fields, clipped; a field named like a core key gets a trailing underscore."""
-    fields = getattr(record, "fields", None)
+def clipped_fields(fields: object) -> dict[str, Any]:
+    """`fields` (a mapping) as a line carries them: clipped, a field named like a core key with a trailing
+    underscore."""
     if not isinstance(fields, Mapping):
         return {}
-    if CORE_KEYS_SET.isdisjoint(fields) and all(k.__class__ is str for k in fields):
-        out = dict(fields)  # the usual line: keyword fields, none named like a core key
-    else:
-        out = {(f"{k}_" if k in CORE_KEYS else str(k)): v for k, v in fields.items()}
-    for key, value in out.items():
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key.__class__ is not str or key in CORE_KEYS_SET:
+            key = f"{key}_" if key in CORE_KEYS_SET else str(key)
         if isinstance(value, str) and len(value) > MAX_FIELD:
-            out[key] = _clip(value)
+            value = _clip(value)
+        out[key] = value
     return out
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The record's fields (`extra={"fields": ...}`), clipped (`clipped_fields`)."""
+    return clipped_fields(getattr(record, "fields", None))
+
+
+def format_event(created: float, level: str, logger: str, event: str, fields: object,
+                 exception: str | None = None) -> str:
+    """One JSON line: the four core keys (`level` in lower case), then `fields` (`clipped_fields`), then
+    the exception's type when there is one."""
+    payload: dict[str, Any] = {"ts": iso_utc(created), "level": level, "logger": logger, "event": _clip(event)}
+    if fields:
+        payload.update(clipped_fields(fields))
+    if exception is not None:
+        payload["exception"] = exception  # the type only: a message may quote input
+    return _ENCODER.encode(payload)
 
 
 class JsonLineFormatter(logging.Formatter):
     """One JSON object per record, on one line (the message's own newlines are escaped by JSON)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        payload: dict[str, Any] = {
-            "ts": iso_utc(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "event": _clip(record.getMessage()),
-        }
-        payload.update(record_fields(record))
-        if record.exc_info and record.exc_info[0] is not None:
-            payload["exception"] = record.exc_info[0].__name__  # the type only: a message may quote input
-        return _ENCODER.encode(payload)
+        exc = record.exc_info[0] if record.exc_info else None
+        return format_event(record.created, record.levelname.lower(), record.name, record.getMessage(),
+                            getattr(record, "fields", None), exc.__name__ if exc is not None else None)
 
 
 class TextFormatter(logging.Formatter):

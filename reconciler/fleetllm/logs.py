@@ -11,9 +11,10 @@ import logging
 import queue
 import sys
 import threading
+import time
 from typing import IO, Any
 
-from fleetllm_contract.logfmt import MAX_FIELD, JsonLineFormatter, resolve_level
+from fleetllm_contract.logfmt import MAX_FIELD, JsonLineFormatter, format_event, resolve_level
 
 __all__ = ["LOGGER", "MAX_FIELD", "BufferedStreamHandler", "JsonFormatter", "get_logger", "log_event", "resolve_level",
            "set_level", "setup_logging"]
@@ -22,12 +23,43 @@ LOGGER = "fleetllm"
 JsonFormatter = JsonLineFormatter  # the one format, defined in the box contract (fleetllm_contract.logfmt)
 
 
+Event = tuple[float, int, str, str, dict[str, Any]]  # a line log_event puts straight on the handler's queue
+
+
 def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(f"{LOGGER}.{name}")
 
 
 def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
-    logger.log(level, event, extra={"fields": fields})
+    """Log `event` with `fields`. When the one handler the line would reach is the server's
+    BufferedStreamHandler (no filter on the way), the line goes to it without a LogRecord built and
+    passed through logging's machinery: what each box request used to spend most of its logging on."""
+    if not logger.isEnabledFor(level):
+        return
+    sink = _direct_sink(logger, level)
+    if sink is None:
+        logger.log(level, event, extra={"fields": fields})
+    else:
+        sink.put_event((time.time(), level, logger.name, event, fields))
+
+
+def _direct_sink(logger: logging.Logger, level: int) -> BufferedStreamHandler | None:
+    """The BufferedStreamHandler that alone would write a `level` line of `logger`, if that is all that would
+    happen to it (no filter on a logger or the handler, no other handler); else None."""
+    found: BufferedStreamHandler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters:
+            return None
+        for handler in current.handlers:
+            if found is not None or not isinstance(handler, BufferedStreamHandler) or handler.filters or \
+                    level < handler.level or handler.formatter.__class__ is not JsonLineFormatter:
+                return None
+            found = handler
+        if not current.propagate:
+            break
+        current = current.parent
+    return found
 
 
 class BufferedStreamHandler(logging.Handler):
@@ -42,7 +74,8 @@ class BufferedStreamHandler(logging.Handler):
     def __init__(self, stream: IO[str]) -> None:
         super().__init__()
         self.stream = stream
-        self._records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        # LogRecords, and events put by log_event: (time, level, logger, event, fields)
+        self._records: queue.SimpleQueue[logging.LogRecord | Event] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._write_lock = threading.Lock()  # the writer thread and close() (never a request)
         self._writer: threading.Thread | None = None
@@ -56,6 +89,9 @@ class BufferedStreamHandler(logging.Handler):
         return True
 
     def emit(self, record: logging.LogRecord) -> None:
+        self.put_event(record)
+
+    def put_event(self, record: logging.LogRecord | Event) -> None:
         self._records.put(record)
         if self._writer is None:
             with self._starting:
@@ -76,9 +112,14 @@ class BufferedStreamHandler(logging.Handler):
                 except queue.Empty:
                     break
                 try:
-                    lines.append(self.format(record))
+                    if isinstance(record, tuple):
+                        created, level, name, event, fields = record
+                        lines.append(format_event(created, logging.getLevelName(level).lower(), name, event, fields))
+                    else:
+                        lines.append(self.format(record))
                 except Exception:
-                    self.handleError(record)
+                    if not isinstance(record, tuple):
+                        self.handleError(record)
             if lines:
                 try:
                     self.stream.write("\n".join(lines) + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from fleetllm.adapters.state.records import FetchRecord
 from fleetllm.core.boxreport import BoxReport
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.core.rollout.model import BoxRelease, BoxState, Rollout, RolloutState
+from fleetllm.server import rollouts
 from fleetllm.server.accesslog import access_logged
 from fleetllm.server.app import create_app
 from fleetllm.server.boxloop import BoxLoop
@@ -76,7 +78,7 @@ def serving(runtime: Runtime, *, on_loop: bool) -> Iterator[Served]:
 
     async def start() -> ControlPlaneHTTPServer:
         server = ControlPlaneHTTPServer(_Router(_Container(counted, executor=executor),
-                                                BoxLoop(runtime) if on_loop else None), max_body_size=SMALL_BODY)
+                                                BoxLoop(runtime, executor) if on_loop else None), max_body_size=SMALL_BODY)
         server.guard(ConnectionCaps(64, 64, 256), BodyBudget(1 << 20, SMALL_BODY), 10.0)
         server.listen(0, address="127.0.0.1")
         port = next(iter(server._sockets.values())).getsockname()[1]
@@ -191,6 +193,40 @@ def test_a_box_whose_releases_are_not_in_memory_is_answered_by_the_app(runtime: 
         second = served.request("GET", "/vllm/config", box_headers())
         assert served.app_calls == 1  # read a moment ago: answered on the loop
         assert first == second and first[0] == 200
+
+
+def test_the_loop_reads_the_releases_again_in_the_background_and_answers_meanwhile(
+        runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a view of the releases is REFRESH_AT into its lifetime the loop starts one read on a thread and
+    goes on answering from the view: no request is handed to the app because the view is getting old."""
+    served_revision = runtime.tracker.served.revision if runtime.tracker.served else ""
+    runtime.store.record_report(BoxReport(KNOWN_BOX, runtime.clock(), "192.0.2.50", served_revision, "test",
+                                          ReportOutcome.INSTALLED, freeze_mapping({"agent": True})), keep=5)
+    monkeypatch.setattr(rollouts, "REFRESH_AT", 0.0)  # due as soon as read
+    cache = release_cache(runtime)
+    cache.get()
+    first_read = cache.next_read
+    reads: list[int] = []
+    real = runtime.store.box_releases
+
+    def counted() -> Any:
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(runtime.store, "box_releases", counted)
+    with serving(runtime, on_loop=True) as served:
+        cache.lock.acquire()  # a read under way: the loop starts no second one and answers from the view
+        try:
+            assert served.request("GET", "/vllm/config", box_headers())[0] == 200
+        finally:
+            cache.lock.release()
+        assert served.app_calls == 0 and reads == []
+        assert served.request("GET", "/vllm/config", box_headers())[0] == 200
+        deadline = time.monotonic() + 10
+        while not reads and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert served.app_calls == 0
+    assert len(reads) == 1 and cache.next_read > first_read
 
 
 def test_an_answer_tornado_changes_for_one_client_is_not_sent_to_the_next(runtime: Runtime) -> None:

@@ -67,3 +67,44 @@ def test_timestamps_stay_exact_across_seconds_in_any_order() -> None:
     for created in (1_764_689_974.880, 1_764_689_974.999, 1_764_689_975.0, 1_764_689_974.5, 0.25, 1_764_689_975.001):
         expected = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
         assert iso_utc(created) == expected
+
+
+def test_the_direct_path_writes_the_line_logging_would_and_steps_aside_for_filters_and_other_handlers() -> None:
+    """log_event puts a line straight on the server's handler (no LogRecord) only when that handler alone
+    would write it: the line is the one the LogRecord path writes, field for field."""
+    from fleetllm.logs import _direct_sink
+
+    stream = io.StringIO()
+    handler = BufferedStreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    parent = logging.getLogger("fleetllm.test-direct")
+    parent.propagate = False
+    parent.setLevel(logging.INFO)
+    parent.addHandler(handler)
+    child = logging.getLogger("fleetllm.test-direct.access")
+    fields = {"status": 503, "box": None, "ts": "a field named like a core key", "long": "y" * (MAX_FIELD + 3)}
+    try:
+        assert _direct_sink(child, logging.WARNING) is handler
+        log_event(child, "box request", logging.WARNING, **fields)
+        log_event(child, "not written", logging.DEBUG)
+        captured: list[logging.LogRecord] = []
+        other = logging.Handler()
+        other.emit = captured.append  # type: ignore[method-assign]
+        child.addHandler(other)
+        assert _direct_sink(child, logging.WARNING) is None  # another handler sees the record: the slow path
+        log_event(child, "box request", logging.WARNING, **fields)
+        child.removeHandler(other)
+        child.addFilter(lambda record: False)
+        assert _direct_sink(child, logging.WARNING) is None
+        log_event(child, "filtered out", logging.WARNING)
+    finally:
+        child.filters.clear()
+        parent.removeHandler(handler)
+        handler.close()
+    direct, through_logging = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert len(captured) == 1 and captured[0].levelno == logging.WARNING
+    assert direct.pop("ts").endswith("Z") and through_logging.pop("ts").endswith("Z")
+    assert direct == through_logging
+    assert direct["level"] == "warning" and direct["logger"] == "fleetllm.test-direct.access"
+    assert direct["ts_"] == "a field named like a core key" and direct["long"].endswith("...(+3 chars)")
+    assert list(direct)[:3] == ["level", "logger", "event"]

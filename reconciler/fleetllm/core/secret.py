@@ -17,14 +17,21 @@ import hmac
 class Secret:
     """A resolved secret. repr() and str() are redacted; `reveal()` is the only way to the value."""
 
-    __slots__ = ("_value", "reference")
+    __slots__ = ("_digest", "_value", "reference")
 
     def __init__(self, value: str, reference: str) -> None:
         self._value = value
         self.reference = reference  # e.g. ${env:FLEETLLM_FLEET_KEY}: safe to show
+        self._digest: bytes | None = None
 
     def reveal(self) -> str:
         return self._value
+
+    def digest(self) -> bytes:
+        """The SHA-256 of the value (what `matches` compares), computed once."""
+        if self._digest is None:
+            self._digest = _digest(self.reveal())
+        return self._digest
 
     def __repr__(self) -> str:
         return f"Secret({self.reference})"
@@ -47,7 +54,7 @@ def _digest(value: str) -> bytes:
 
 def matches(given: str | None, expected: Secret) -> bool:
     """Whether `given` is the secret: compared in constant time (of digests, so not even the length shows)."""
-    return given is not None and hmac.compare_digest(_digest(given), _digest(expected.reveal()))
+    return given is not None and hmac.compare_digest(_digest(given), expected.digest())
 
 
 METRICS_CHALLENGE = 'Bearer realm="fleetllm metrics"'  # WWW-Authenticate of a refused GET /metrics

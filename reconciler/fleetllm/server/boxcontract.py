@@ -54,7 +54,7 @@ class BoxCall:
         rt.store.record_fetch(FetchRecord(at=rt.clock(), endpoint=self.endpoint, status=status, peer=self.peer,
                                           claimed_host=self.claimed, forwarded_for=self.forwarded_for, box=box,
                                           revision=revision, replica=rt.replica))
-        rt.metrics.box_requests.labels(self.endpoint.value, str(status)).inc()
+        rt.metrics.count_box_request(self.endpoint.value, status)
         log_event(access_log, "box request", logging.INFO if status < 500 else logging.WARNING,
                   endpoint=self.endpoint.value, status=status, box=box,
                   host_source=self.resolved.source.value if self.resolved else None, claimed_host=self.claimed,

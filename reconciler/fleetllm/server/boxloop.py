@@ -16,14 +16,18 @@ deadline.
 
 from __future__ import annotations
 
+from concurrent.futures import Executor, Future
+
 import tornado
 from tornado import httputil
 from werkzeug.http import HTTP_STATUS_CODES
 
 from fleetllm.adapters.state.records import BoxApi
+from fleetllm.core.fleet.model import RolloutMode
 from fleetllm.server.auth import fleet_key_refusal
 from fleetllm.server.boxcontract import NO_REVISION, BoxCall, config_answer, error_body
 from fleetllm.server.errors import NO_STORE
+from fleetllm.server.rollouts import release_cache
 from fleetllm.server.runtime import Runtime
 
 PATH = "/vllm/config"
@@ -46,10 +50,13 @@ def _host_parses(host: str) -> bool:
 
 
 class BoxLoop:
-    """Answers GET /vllm/config for the runtime `rt` on the event loop (`answer`)."""
+    """Answers GET /vllm/config for the runtime `rt` on the event loop (`answer`); `executor` reads the
+    releases of agent boxes from the state store in the background (rollouts.ReleaseCache)."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, executor: Executor) -> None:
         self.rt = rt
+        self.executor = executor
+        self._refreshing: Future[None] | None = None
         # Each answer's header block, built once: Tornado checks every header it is given against the
         # grammar, which cost as much as the rest of the answer. A block Tornado changes while writing
         # (Connection for a client that closes or speaks HTTP/1.0) is dropped and built again.
@@ -74,6 +81,8 @@ class BoxLoop:
             return True
         if name not in served.fleet.boxes:
             return False  # the attention list is in the state store: a thread writes it
+        if served.fleet.rollout_mode(name) is RolloutMode.AUTO:
+            self._refresh_releases()
         answer = config_answer(rt, served, name, headers.get("If-None-Match"), wait=False)
         if answer is None:
             return False
@@ -82,6 +91,12 @@ class BoxLoop:
         else:
             self._send(request, call, answer.status, answer.body, etag=answer.etag, revision=answer.revision)
         return True
+
+    def _refresh_releases(self) -> None:
+        """Start one background read of the releases when it is due; answers go on from the last read."""
+        cache = release_cache(self.rt)
+        if cache.due() and (self._refreshing is None or self._refreshing.done()):
+            self._refreshing = self.executor.submit(cache.refresh)
 
     def _send(self, request: httputil.HTTPServerRequest, call: BoxCall, status: int, body: bytes | None, *,
               etag: str | None = None, revision: str | None = None) -> None:

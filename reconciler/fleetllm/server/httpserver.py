@@ -379,8 +379,9 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     executor = ThreadPoolExecutor(config.threads, thread_name_prefix="fleetllm-request")
     inflight = InFlight()
     container = _Container(inflight.wrap(access_logged(app)), executor=executor)
+    box = BoxLoop(runtime, executor) if isinstance(runtime, Runtime) else None
     server = ControlPlaneHTTPServer(
-        _Router(container, BoxLoop(runtime) if isinstance(runtime, Runtime) else None), ssl_options=tls_context(config),
+        _Router(container, box), ssl_options=tls_context(config),
         max_header_size=limits.max_header_bytes, idle_connection_timeout=limits.header_timeout_s,
         body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY, decompress_request=False, xheaders=False)
     server.guard(ConnectionCaps(max_total, limits.max_connections_per_peer, limits.max_connections_per_network,

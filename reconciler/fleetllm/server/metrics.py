@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -89,12 +90,21 @@ class BoxFreshness(Collector):
 
 
 class Metrics:
+    def count_box_request(self, endpoint: str, status: int) -> None:
+        """One box request answered `status`: its series of fleetllm_box_requests, looked up once per
+        pair (Counter.labels takes the metric's lock and builds its key on every call)."""
+        series = self._box_request_series.get((endpoint, status))
+        if series is None:
+            series = self._box_request_series[(endpoint, status)] = self.box_requests.labels(endpoint, str(status))
+        series.inc()
+
     def __init__(self) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series only add noise
         self.registry = CollectorRegistry()
         r = self.registry
         self.box_requests = Counter("fleetllm_box_requests", "Box requests by endpoint and HTTP status.",
                                     ["endpoint", "status"], registry=r)
+        self._box_request_series: dict[tuple[str, int], Any] = {}
         self.served_revision = Gauge("fleetllm_served_revision_info", "1 for the fleet revision being served.",
                                      ["revision"], registry=r)
         self.served_boxes = Gauge("fleetllm_served_boxes", "Boxes in the served revision.", registry=r)

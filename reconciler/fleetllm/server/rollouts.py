@@ -36,6 +36,7 @@ def is_agent_report(report: BoxReport | None) -> bool:
 
 
 CACHE_TTL_S = 1.0  # how old the releases a config request uses may be
+REFRESH_AT = 0.5  # into its CACHE_TTL_S, a view is read again in the background (the event loop's requests)
 RETRY_AFTER_S = 5.0  # after a failed read of the store, the last known releases are used this long
 
 
@@ -52,15 +53,25 @@ class ReleaseView:
 
 
 class ReleaseCache:
+    """The ReleaseView, read at most once a CACHE_TTL_S. A request thread that finds it expired reads it
+    (`get`). The event loop never reads: it starts a background read (`refresh`) once the view is
+    REFRESH_AT into its lifetime, and answers from the view until then, so a busy loop keeps answering
+    while the store is read instead of handing every request to a thread once a second."""
+
     def __init__(self, store: StateStore) -> None:
         self.store = store
         self.view: ReleaseView | None = None
-        self.next_read = 0.0
+        self.next_read = 0.0  # the view expires: older than CACHE_TTL_S (or the RETRY_AFTER_S of a failed read)
+        self.refresh_at = 0.0  # a background read is due
         self.lock = threading.Lock()
 
     def fresh(self) -> bool:
         """Whether `get` would answer without reading the store (the event loop asks before it does)."""
         return self.view is not None and time.monotonic() < self.next_read
+
+    def due(self) -> bool:
+        """Whether the event loop should start a background read (`refresh`) now."""
+        return time.monotonic() >= self.refresh_at and not self.lock.locked()
 
     def get(self) -> ReleaseView | None:
         now = time.monotonic()
@@ -70,18 +81,32 @@ class ReleaseCache:
             return self.view  # another request is reading it: use what we have
         try:
             if time.monotonic() >= self.next_read or self.view is None:
-                try:
-                    releases = {b: r.revision for b, r in self.store.box_releases().items()}
-                    latest = self.store.latest_reports()
-                    agents = {b: r.revision for b, r in latest.items() if is_agent_report(r)}
-                    self.view = ReleaseView(releases, agents, {b: r.revision for b, r in latest.items()},
-                                            self.store.retirements())
-                    self.next_read = time.monotonic() + CACHE_TTL_S
-                except StateError:
-                    self.next_read = time.monotonic() + RETRY_AFTER_S  # keep serving the last known view
+                self._read()
             return self.view
         finally:
             self.lock.release()
+
+    def refresh(self) -> None:
+        """Read the view now, unless a read is under way (the event loop's background read)."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self._read()
+            finally:
+                self.lock.release()
+
+    def _read(self) -> None:
+        """(the lock held) The view from the store; on a failure the last known one stays, RETRY_AFTER_S."""
+        started = time.monotonic()
+        try:
+            releases = {b: r.revision for b, r in self.store.box_releases().items()}
+            latest = self.store.latest_reports()
+            agents = {b: r.revision for b, r in latest.items() if is_agent_report(r)}
+            self.view = ReleaseView(releases, agents, {b: r.revision for b, r in latest.items()},
+                                    self.store.retirements())
+            self.next_read = started + CACHE_TTL_S  # its age counts from when the read began
+            self.refresh_at = started + CACHE_TTL_S * REFRESH_AT
+        except StateError:
+            self.next_read = self.refresh_at = time.monotonic() + RETRY_AFTER_S  # keep serving the last known view
 
 
 _CACHES: weakref.WeakKeyDictionary[StateStore, ReleaseCache] = weakref.WeakKeyDictionary()  # by store
