@@ -22,9 +22,10 @@ warm-up counts against the server's per-peer cap.
 - naive: the same auth and host rules through the bridge, but each request opens the repository, reads
   the commit, validates it and renders the box (what a handler without the per-commit cache does).
 
-Prints one line a variant a round (requests/s, p50/p99/max, statuses, the load average), then per
-variant min/median/max, and the ratios pair by pair in each round (cached/bare, cached/cached-wsgi,
-naive/constant) as min/median/max with the load average at the start and the end.
+Prints one line a variant a round (requests/s, p50/p99/max, statuses, the server's CPU per request
+from /proc, the load average), then per variant min/median/max, and the ratios pair by pair in each
+round (cached/bare, cached/cached-wsgi, naive/constant) as min/median/max with the load average at the
+start and the end.
 
 `--compare-state` measures the cached server twice instead, once with each state store: the SQLite
 file (the default) and PostgreSQL (FLEETLLM_BENCH_PG_URL, or a throwaway cluster started for the run
@@ -321,6 +322,13 @@ async def load(base: str, boxes: list[str], concurrency: int, max_requests: int,
             "mean_ms": round(statistics.fmean(ordered) * 1000, 2), "statuses": statuses, "errors": errors}
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) the process has used: what a request costs the server,
+    whatever else shares the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -394,7 +402,10 @@ def run(args: argparse.Namespace) -> None:
                 for variant in order:
                     load1 = os.getloadavg()[0]
                     base = f"http://127.0.0.1:{processes[variant][1]}"
+                    cpu = process_cpu(processes[variant][0].pid)
                     result = asyncio.run(load(base, boxes, args.concurrency, 10_000_000, args.seconds))
+                    cpu = process_cpu(processes[variant][0].pid) - cpu  # the warm-up's requests included
+                    result["server_cpu_us"] = round(cpu / (result["requests"] + args.concurrency) * 1e6, 1)
                     result["load1"] = round(load1, 2)
                     results[variant] = result
                     print(f"round {n + 1} {variant:11} {json.dumps(result)}", flush=True)
@@ -407,7 +418,9 @@ def run(args: argparse.Namespace) -> None:
         rps = [r[variant]["rps"] for r in rounds]
         p99 = [r[variant]["p99_ms"] for r in rounds]
         p50 = [r[variant]["p50_ms"] for r in rounds]
-        print(f"  {variant:11} req/s {spread(rps)}   p50 ms {spread(p50)}   p99 ms {spread(p99)}")
+        cpu = [r[variant]["server_cpu_us"] for r in rounds]
+        print(f"  {variant:11} req/s {spread(rps)}   p50 ms {spread(p50)}   p99 ms {spread(p99)}   "
+              f"server CPU per request us {spread(cpu)}")
     print("ratios of requests/s, pair by pair in each round, min / median / max:")
     for a, b in RATIOS:
         if a in variants and b in variants:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,22 @@ def test_fetch_log(store: SqlStateStore) -> None:
     store.record_fetch(fetch(1011.0, "a", 503))
     assert store.last_config_answered() == {"a": 1003.0, "b": 1010.0}
     assert store.last_config_served()["b"].at == 1001.0  # "got its config" stays the 200s
+
+
+def test_a_batch_of_fetch_records_is_written_whole_and_in_order(store: SqlStateStore) -> None:
+    """A batch is written a hundred records to a statement (sqlstore.ROWS_PER_INSERT): one over two full
+    statements, every field of every record kept, in arrival order."""
+    from fleetllm.adapters.state.sqlstore import ROWS_PER_INSERT
+
+    records = [FetchRecord(at=1000.0 + i, endpoint=BoxApi.REPORT if i % 3 else BoxApi.CONFIG, status=200 + i % 5,
+                           peer=f"192.0.2.{i % 250}", claimed_host=None if i % 2 else f"box-{i}",
+                           forwarded_for=f"198.51.100.{i % 7}" if i % 4 == 0 else None, box=f"box-{i}",
+                           revision=None if i % 5 == 0 else f"r{i}", replica="cp-2")
+               for i in range(2 * ROWS_PER_INSERT + 1)]
+    for record in records:
+        store.record_fetch(record)
+    store.flush()
+    assert [replace(r, id=None) for r in reversed(store.recent_fetches(limit=1000))] == records
 
 
 def test_fetch_log_retention_by_count_and_by_age(store: SqlStateStore) -> None:

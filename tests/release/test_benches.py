@@ -1,0 +1,45 @@
+"""The benchmarks `make bench` runs still run: each script at a small size, end to end, every request it
+makes answered as its figures assume. (One of them broke silently once: its figures were all refusals.)
+No duration is asserted; docs/benchmarks.md holds the figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_bench(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_config_server_load_measures_every_variant_with_every_request_answered_200() -> None:
+    out = run_bench("bench/config_server_load.py", "--boxes", "30", "--rounds", "2", "--seconds", "1",
+                    "--concurrency", "4", "--variants", "cached,bare,cached-wsgi")
+    rounds = [line.split(None, 3) for line in out.splitlines() if line.startswith("round ")]
+    assert sorted((r[1], r[2]) for r in rounds) == sorted((n, v) for n in ("1", "2")
+                                                          for v in ("cached", "bare", "cached-wsgi"))
+    for _, _, variant, figures in rounds:
+        result = json.loads(figures)
+        assert result["requests"] > 0 and result["errors"] == 0, (variant, result)
+        assert result["statuses"] == {"200": result["requests"]}, (variant, result)
+        assert result["server_cpu_us"] > 0, (variant, result)
+    assert "cached/bare:" in out and "cached/cached-wsgi:" in out
+    assert "issue 28's target for cached" in out
+
+
+def test_slow_clients_holds_its_connections_open_and_every_fetch_is_answered() -> None:
+    result = json.loads(run_bench("bench/slow_clients.py", "--slow", "20", "--addresses", "2", "--boxes", "10",
+                                  "--seconds", "2", "--rate", "50"))
+    for phase in ("baseline", "with_slow_clients"):
+        figures = result[phase]
+        assert figures["answered"] > 0 and figures["statuses"] == {"200": figures["answered"]}, (phase, figures)
+        assert figures["timeouts"] == figures["transport_errors"] == 0, (phase, figures)
+    assert result["connections_open_on_server"] >= 20  # the slow clients are open on the server, not refused
+    assert result["holder"]["opened"] == 20 and result["holder"]["connect_failed"] == 0
+    assert result["health_during"] is True
