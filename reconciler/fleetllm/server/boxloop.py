@@ -81,9 +81,9 @@ class BoxLoop:
             return True
         if name not in served.fleet.boxes:
             return False  # the attention list is in the state store: a thread writes it
-        if served.fleet.rollout_mode(name) is RolloutMode.AUTO:
-            self._refresh_releases()
         answer = config_answer(rt, served, name, headers.get("If-None-Match"), wait=False)
+        if served.fleet.rollout_mode(name) is RolloutMode.AUTO:
+            self._refresh_releases()  # for the requests after this one
         if answer is None:
             return False
         if answer.error is not None:
