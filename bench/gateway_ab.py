@@ -9,8 +9,10 @@ per-model limit of 1024). Each pair runs wrk against A then B, or B then A (alte
 connection count, then the upstream directly at one connection, then the SSE time to first event on
 each. Printed: min / median / max over the pairs of req/s, of the median latency at one connection
 (and of what each gateway adds over the upstream, pair by pair), of the SSE first event's median and
-p90, the load average around every row, and RSS and PSS of each serving process at the end. The
-machine may be shared: compare A with B, not with other tables. Not part of CI.
+p90, the gateway's CPU time per request (utime + stime of its serving processes over each run: steadier
+than latency on a shared machine), the load average around every row, and RSS and PSS of each
+serving process at the end. The machine may be shared: compare A with B, not with other tables. Not
+part of CI.
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ def _check_tree(tree: Path) -> str:
     return out
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of `pid` and of its children that have exited (not of live workers)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _serving(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()] or [pid]
+
+
 def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -57,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=3, help="of each wrk run")
     parser.add_argument("--connections", default="1,32", help="comma-separated; empty: no wrk runs")
-    parser.add_argument("--sse-rounds", type=int, default=300, help="per gateway and pair (0: none)")
+    parser.add_argument("--sse-rounds", type=int, default=60,
+                        help="per gateway and pair (0: none); each takes about 0.1 s (the upstream's 3 events)")
     args = parser.parse_args(argv)
     if args.connections and shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install -y wrk", file=sys.stderr)
@@ -85,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.pairs} pairs, {args.seconds} s per wrk run, --workers {args.workers}, load {_load()}")
         connections = [int(c) for c in args.connections.split(",") if c]
         rps: dict[tuple[str, int], list[float]] = {}
+        cpu_us: dict[tuple[str, int], list[float]] = {}  # gateway CPU time per request
         p50: dict[str, list[float]] = {"A": [], "B": [], "direct": []}
         sse: dict[str, list[list[float]]] = {"A": [], "B": [], "direct": []}
         loads: dict[str, list[str]] = {}
@@ -94,8 +108,12 @@ def main(argv: list[str] | None = None) -> int:
             for c in connections:
                 loads.setdefault(f"C={c}", []).append(_load())
                 for name in order:
+                    pids = _serving(gateways[name].pid)
+                    cpu = sum(_cpu_seconds(p) for p in pids)
                     result = wrk(ports[name], c, args.seconds, script)
+                    cpu = sum(_cpu_seconds(p) for p in pids) - cpu
                     rps.setdefault((name, c), []).append(result["rps"])
+                    cpu_us.setdefault((name, c), []).append(cpu / (result["rps"] * args.seconds) * 1e6)
                     if result.get("non_2xx"):
                         print(f"  {name} C={c}: {result['non_2xx']:.0f} non-2xx", flush=True)
                     if c == 1:
@@ -114,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             ratios = [y / x for x, y in zip(a, b, strict=True)]
             print(f"C={c} req/s  A {spread(a, ',.0f')} | B {spread(b, ',.0f')} | B/A {spread(ratios, '.2f')}"
                   f" | load {'; '.join(loads[f'C={c}'])}")
+            print(f"C={c} gateway CPU µs/request  A {spread(cpu_us[('A', c)], '.0f')} | "
+                  f"B {spread(cpu_us[('B', c)], '.0f')}")
         if p50["direct"]:
             print(f"C=1 median latency µs  direct {spread(p50['direct'], '.0f')}")
             for name in ("A", "B"):
