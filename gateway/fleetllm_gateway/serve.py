@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from types import ModuleType
 from typing import Any
 
 from aiohttp import web
@@ -23,6 +24,14 @@ from fleetllm_gateway.app import Gateway
 from fleetllm_gateway.config import ConfigError, GatewayConfig
 from fleetllm_gateway.errors import GatewayError
 from fleetllm_gateway.shared import Shared
+
+# Imported here, not where the loop starts: with several workers this module is imported by the master
+# before it forks them, so uvloop's pages are shared by all of them instead of copied into each.
+uvloop: ModuleType | None
+try:
+    import uvloop
+except ImportError:  # uvloop is optional
+    uvloop = None
 
 log = logging.getLogger("gateway")
 
@@ -129,9 +138,7 @@ class BindError(GatewayError):
 
 def serve_forever(coro: Coroutine[Any, Any, int]) -> int:
     """Run on uvloop when it is installed (about a third faster here), else on asyncio's loop."""
-    try:
-        import uvloop
-    except ImportError:
+    if uvloop is None:
         return asyncio.run(coro)
     if hasattr(uvloop, "run"):  # uvloop >= 0.18
         return int(uvloop.run(coro))
