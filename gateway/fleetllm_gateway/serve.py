@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from types import ModuleType
 from typing import Any
 
 from aiohttp import web
@@ -25,13 +24,10 @@ from fleetllm_gateway.config import ConfigError, GatewayConfig
 from fleetllm_gateway.errors import GatewayError
 from fleetllm_gateway.shared import Shared
 
-# Imported here, not where the loop starts: with several workers this module is imported by the master
-# before it forks them, so uvloop's pages are shared by all of them instead of copied into each.
-uvloop: ModuleType | None
-try:
-    import uvloop
-except ImportError:  # uvloop is optional
-    uvloop = None
+# Imported here too, not only where the loop starts: with several workers this module is imported by the
+# master before it forks them, so uvloop's modules are shared by all of them instead of imported by each.
+with contextlib.suppress(ImportError):  # uvloop is optional
+    import uvloop  # noqa: F401
 
 log = logging.getLogger("gateway")
 
@@ -138,7 +134,9 @@ class BindError(GatewayError):
 
 def serve_forever(coro: Coroutine[Any, Any, int]) -> int:
     """Run on uvloop when it is installed (about a third faster here), else on asyncio's loop."""
-    if uvloop is None:
+    try:
+        import uvloop
+    except ImportError:
         return asyncio.run(coro)
     if hasattr(uvloop, "run"):  # uvloop >= 0.18
         return int(uvloop.run(coro))
