@@ -69,6 +69,14 @@ class _BudgetExhaustedError(Exception):
     pass
 
 
+class _Streamed(web.StreamResponse):
+    """A relayed body of unknown or large length. Its head is held back by prepare() and goes out in
+    one write with the first chunk when that arrived with it (an SSE stream's first event is one
+    segment, not two); _relay sends the head alone when no byte of the body is here yet."""
+
+    _send_headers_immediately = False
+
+
 class _Model:
     __slots__ = ("limiter", "pool", "route", "stats")
 
@@ -244,18 +252,11 @@ class Gateway:
         budget, length = self.budget, request.content_length
         if length is not None and not budget.fits(length):
             return refuse(errors.BODY_TOO_LARGE)
-        held = 0
-
-        async def reserve(amount: int) -> None:
-            nonlocal held
-            if not await budget.acquire(amount):
-                raise _BudgetExhaustedError()
-            held += amount
-
+        held = [0]  # bytes reserved in the budget, given back when the request ends
         try:
             await _continue(request)
             try:
-                body = await self._whole_body(request, self.config.max_body_bytes or budget.total, reserve)
+                body = await self._whole_body(request, self.config.max_body_bytes or budget.total, held)
             except _BudgetExhaustedError:
                 return refuse(errors.BODIES_AT_LIMIT)
             except _BodyTooLargeError:
@@ -264,32 +265,45 @@ class Gateway:
                 return refuse(errors.BODY_UNREADABLE)
             return await then(body)
         finally:
-            budget.release(held)
+            budget.release(held[0])
 
-    async def _whole_body(self, request: web.BaseRequest, limit: int,
-                          reserve: Callable[[int], Awaitable[None]]) -> bytes | bytearray:
-        """The request body in memory, refused past `limit` (a declared excess was refused earlier).
+    async def _whole_body(self, request: web.BaseRequest, limit: int, held: list[int]) -> bytes | bytearray:
+        """The request body in memory, refused past `limit` (a declared excess was refused earlier). Each
+        chunk is reserved in the gateway-wide ByteBudget before it is kept; `held[0]` counts what was.
 
-        Filled chunk by chunk into one buffer, letting the loop run every MiB: aiohttp's readexactly()
-        joins whatever is buffered in one call (twice), which held the loop for a third of a second on
-        a 99 MiB body and needed twice its size."""
+        A body that arrives in one chunk is kept as it came (no copy); a longer one is filled chunk by
+        chunk into one buffer, letting the loop run every MiB: aiohttp's readexactly() joins whatever is
+        buffered in one call (twice), which held the loop for a third of a second on a 99 MiB body and
+        needed twice its size. A body of known length is complete at its last byte: no further read
+        waits for the end of the stream."""
         length = request.content_length
         if length == 0:
             return b""
+        budget, content = self.budget, request.content
         # Grown as it fills (a large buffer grows in place, by mremap): bytearray(length) would write
         # zeros over all of it first, in one call.
-        buffer = bytearray()
+        buffer: bytes | bytearray = b""
         filled = unyielded = 0
         try:
-            while chunk := await request.content.readany():
-                end = filled + len(chunk)
+            while chunk := await content.readany():
+                size = len(chunk)
+                end = filled + size
                 if length and end > length:
                     raise _BodyUnreadableError()
                 if not length and limit and end > limit:
                     raise _BodyTooLargeError()
-                await reserve(len(chunk))
-                buffer += chunk
-                filled, unyielded = end, unyielded + len(chunk)
+                if not budget.take_now(size) and not await budget.acquire(size):
+                    raise _BudgetExhaustedError()
+                held[0] += size
+                if not filled:
+                    buffer = chunk
+                else:
+                    if not isinstance(buffer, bytearray):
+                        buffer = bytearray(buffer)
+                    buffer += chunk
+                filled, unyielded = end, unyielded + size
+                if end == length:
+                    break
                 if unyielded >= 1 << 20:
                     unyielded = 0
                     await asyncio.sleep(0)
@@ -353,16 +367,20 @@ class Gateway:
         status, reason = upstream.status, _reason(upstream.reason)
         length = upstream.content_length
         if length is not None and length <= BUFFER_RESPONSES_UP_TO:
-            try:
-                data = await upstream.read_all() if length else None
-            except UpstreamError as exc:
-                return self._upstream_failed(model, exc)
+            data = upstream.buffered_body() if length else None  # usually all here with the head: no await
+            if data is None and length:
+                try:
+                    data = await upstream.read_all()
+                except UpstreamError as exc:
+                    return self._upstream_failed(model, exc)
             model.stats.count(status)
             return web.Response(status=status, reason=reason, body=data, headers=headers)
-        response = web.StreamResponse(status=status, reason=reason, headers=headers)
+        response = _Streamed(status=status, reason=reason, headers=headers)
         if length is not None:
             response.content_length = length
         await response.prepare(request)
+        if not upstream.body_arrived:
+            await response.write(b"")  # nothing of the body here yet: the head goes now, alone
         model.stats.count(status)
         try:
             async for chunk in upstream.chunks():

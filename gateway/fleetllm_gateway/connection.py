@@ -92,8 +92,13 @@ class Connection(asyncio.Protocol):
         await self._data_waiter
 
     def take(self, n: int) -> bytes:
-        data = bytes(self.buffer[:n])
-        del self.buffer[:n]
+        buffer = self.buffer
+        if n >= len(buffer):  # all of it: one copy, not a slice and then a copy of the slice
+            data = bytes(buffer)
+            buffer.clear()
+            return data
+        data = bytes(buffer[:n])
+        del buffer[:n]
         return data
 
     async def read_until(self, separator: bytes, limit: int) -> bytes:

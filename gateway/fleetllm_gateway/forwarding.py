@@ -79,12 +79,17 @@ def models_api_name(raw_path: str) -> str | None:
     return unquote(segment)
 
 
-def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
-    named: set[str] = set()
+_NOTHING_NAMED: frozenset[str] = frozenset()
+
+
+def _connection_tokens(headers: Iterable[tuple[str, str]]) -> frozenset[str] | set[str]:
+    named: set[str] | None = None
     for name, value in headers:
         if name.lower() == "connection":
+            if named is None:
+                named = set()
             named.update(token.strip().lower() for token in value.split(","))
-    return named
+    return _NOTHING_NAMED if named is None else named
 
 
 def upstream_headers(client: Sequence[tuple[str, str]], *, client_ip: str, client_host: str | None,

@@ -104,12 +104,19 @@ def small_enough_for_json(body: Text) -> bool:
     return len(body) <= SMALL_BODY and body.count(b"[") + body.count(b"{") <= SMALL_BRACKETS
 
 
+# json.loads with these arguments would build a new decoder for every body.
+_SMALL_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_ignore_number,
+                                  parse_float=_ignore_number)
+
+
 def loads_model(body: Text) -> str:
     """json.loads's answer: for small bodies (whose documents are small too)."""
+    # Invalid UTF-8 is replaced, not refused, as Go's decoder does.
+    text = body.decode("utf-8", "replace")
+    if text.startswith("\ufeff"):  # refused, as json.loads refuses it
+        raise _invalid()
     try:
-        # Invalid UTF-8 is replaced, not refused, as Go's decoder does.
-        document = json.loads(body.decode("utf-8", "replace"), parse_constant=_reject_constant,
-                              parse_int=_ignore_number, parse_float=_ignore_number)
+        document = _SMALL_DECODER.decode(text)
     except (ValueError, RecursionError):
         raise _invalid() from None
     return model_of_document(document)

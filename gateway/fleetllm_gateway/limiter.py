@@ -221,6 +221,11 @@ class ByteBudget(_Polling):
         self.held += amount
         return True
 
+    def take_now(self, amount: int) -> bool:
+        """Reserve `amount` bytes if that needs no wait (nobody queued ahead, the budget has room); False
+        otherwise, and then `acquire` waits its turn. Spares the common case a coroutine."""
+        return self.total == 0 or amount == 0 or (not self._waiters and self._take(amount))
+
     async def acquire(self, amount: int) -> bool:
         """True once `amount` bytes are reserved, False when the wait ran out."""
         if self.total == 0 or amount == 0:

@@ -108,6 +108,20 @@ class Response:
         """Length unknown up front (chunked or until close), so it must be relayed as it comes."""
         return self.content_length is None
 
+    @property
+    def body_arrived(self) -> bool:
+        """Some of the body is already here (or there is none to wait for)."""
+        return self._complete or self._conn is None or bool(self._conn.buffer)
+
+    def buffered_body(self) -> bytes | None:
+        """The whole body of known length when every byte of it is already here (taken, as `read_all`
+        would), else None and nothing taken."""
+        conn, length = self._conn, self.content_length
+        if conn is None or self._complete or length is None or len(conn.buffer) < length:
+            return None
+        self._complete = True
+        return conn.take(length)
+
     async def read_all(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])
 

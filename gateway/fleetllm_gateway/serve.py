@@ -24,6 +24,11 @@ from fleetllm_gateway.config import ConfigError, GatewayConfig
 from fleetllm_gateway.errors import GatewayError
 from fleetllm_gateway.shared import Shared
 
+# Imported here too, not only where the loop starts: with several workers this module is imported by the
+# master before it forks them, so uvloop's modules are shared by all of them instead of imported by each.
+with contextlib.suppress(ImportError):  # uvloop is optional
+    import uvloop  # noqa: F401
+
 log = logging.getLogger("gateway")
 
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM (Supervisor's stopwaitsecs is 10)
