@@ -12,16 +12,22 @@ from tests.gateway.conftest import running_gateway
 
 
 class _SteppedUpstream:
-    """An upstream that answers one request with a chunked event stream, each event sent only when the
-    test releases it (`step`): what reaches the client before a release was relayed, not batched."""
+    """An upstream that answers one request with a chunked event stream in steps the test releases
+    (`steps`): its head (with the first event when `first_with_head`), then each event, then the end,
+    each sent only once released. What reaches the client before a release was relayed, not batched."""
 
-    def __init__(self, events: int) -> None:
+    def __init__(self, events: int, *, first_with_head: bool = False) -> None:
         self.events = events
+        self.first_with_head = first_with_head
         self.steps = threading.Semaphore(0)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
+
+    @staticmethod
+    def event(n: int) -> bytes:
+        return b'data: {"n": %d}\n\n' % n
 
     def _serve(self) -> None:
         conn, _ = self.listener.accept()
@@ -29,16 +35,18 @@ class _SteppedUpstream:
             received = b""
             while b"\r\n\r\n" not in received:
                 received += conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-            for n in range(self.events):
+            chunks = [b"%x\r\n%b\r\n" % (len(self.event(n)), self.event(n)) for n in range(self.events)]
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            if self.first_with_head:
+                head += chunks.pop(0)
+            conn.sendall(head)
+            for chunk in [*chunks, b"0\r\n\r\n"]:
                 if not self.steps.acquire(timeout=30):
                     return
-                event = b'data: {"n": %d}\n\n' % n
-                conn.sendall(b"%x\r\n%b\r\n" % (len(event), event))
-            conn.sendall(b"0\r\n\r\n")
+                conn.sendall(chunk)
 
     def close(self) -> None:
-        self.steps.release(self.events)
+        self.steps.release(self.events + 1)
         self.listener.close()
 
 
@@ -63,7 +71,8 @@ def test_sse_events_arrive_as_they_are_sent(tmp_path: Path, request_line: bytes)
             for n in range(events):
                 assert b'"n": %d}' % n not in received
                 upstream.steps.release()
-                received = _read_until(sock, received, b'data: {"n": %d}\n\n' % n)
+                received = _read_until(sock, received, upstream.event(n))
+            upstream.steps.release()  # the end
             while chunk := sock.recv(65536):
                 received += chunk
         assert received.count(b"data:") == events and received.endswith(b"0\r\n\r\n")
@@ -71,41 +80,7 @@ def test_sse_events_arrive_as_they_are_sent(tmp_path: Path, request_line: bytes)
         upstream.close()
 
 
-class _StagedUpstream:
-    """An upstream that answers one request with a chunked event stream in stages the test releases: its
-    head (alone, or with the first event when `together`), then the first event, then the end."""
-
-    def __init__(self, *, together: bool) -> None:
-        self.together = together
-        self.next_stage = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        conn, _ = self.listener.accept()
-        with conn:
-            received = b""
-            while b"\r\n\r\n" not in received:
-                received += conn.recv(65536)
-            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-            event = b"%x\r\n%b\r\n" % (len(_FIRST), _FIRST)
-            if self.together:
-                conn.sendall(head + event)
-            else:
-                conn.sendall(head)
-                self.next_stage.wait(30)
-                conn.sendall(event)
-            self.next_stage.wait(30)
-            conn.sendall(b"0\r\n\r\n")
-
-    def close(self) -> None:
-        self.next_stage.set()
-        self.listener.close()
-
-
-_FIRST = b'data: {"n": 0}\n\n'
+_FIRST = _SteppedUpstream.event(0)
 
 
 def _read_until(sock: socket.socket, received: bytes, marker: bytes) -> bytes:
@@ -120,7 +95,7 @@ def _read_until(sock: socket.socket, received: bytes, marker: bytes) -> bytes:
 def test_a_streamed_head_is_relayed_without_waiting_for_the_body(tmp_path: Path, together: bool) -> None:
     """The gateway holds a streamed response's head only to send it with a first chunk that came with it:
     a head that arrives alone reaches the client before the upstream has sent any of the body."""
-    upstream = _StagedUpstream(together=together)
+    upstream = _SteppedUpstream(1, first_with_head=together)
     try:
         config = {"host": "127.0.0.1", "models": {"m": {"url": f"http://127.0.0.1:{upstream.port}"}}}
         with running_gateway(config) as gateway, \
@@ -131,9 +106,9 @@ def test_a_streamed_head_is_relayed_without_waiting_for_the_body(tmp_path: Path,
             assert b"content-type: text/event-stream" in received.lower()
             if not together:
                 assert b"data:" not in received  # the upstream has not sent it yet
-                upstream.next_stage.set()
+                upstream.steps.release()
             received = _read_until(sock, received, b"data:")
-            upstream.next_stage.set()
+            upstream.steps.release()
             while chunk := sock.recv(65536):
                 received += chunk
         body = received.partition(b"\r\n\r\n")[2]
