@@ -90,14 +90,6 @@ class BoxFreshness(Collector):
 
 
 class Metrics:
-    def count_box_request(self, endpoint: str, status: int) -> None:
-        """One box request answered `status`: its series of fleetllm_box_requests, looked up once per
-        pair (Counter.labels takes the metric's lock and builds its key on every call)."""
-        series = self._box_request_series.get((endpoint, status))
-        if series is None:
-            series = self._box_request_series[(endpoint, status)] = self.box_requests.labels(endpoint, str(status))
-        series.inc()
-
     def __init__(self) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series only add noise
         self.registry = CollectorRegistry()
@@ -140,6 +132,14 @@ class Metrics:
         self.sync_pending = Gauge("fleetllm_sync_requested", "1 while a sync request waits for a reconcile loop.",
                                   registry=r)
         self._revision: str | None = None
+
+    def count_box_request(self, endpoint: str, status: int) -> None:
+        """One box request answered `status`: its series of fleetllm_box_requests, looked up once per
+        pair (Counter.labels takes the metric's lock and builds its key on every call)."""
+        series = self._box_request_series.get((endpoint, status))
+        if series is None:
+            series = self._box_request_series[(endpoint, status)] = self.box_requests.labels(endpoint, str(status))
+        series.inc()
 
     def control(self, state: ControlState) -> None:
         self.suspended.set(1 if state.suspended else 0)
