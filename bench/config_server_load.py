@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.fleetgen import box_name, write_fleet
+from bench.procstat import cpu_seconds
 from fleetllm.demo.procs import free_port, stop
 
 FLEET_KEY = "bench-fleet-key-0123456789"
@@ -322,13 +323,6 @@ async def load(base: str, boxes: list[str], concurrency: int, max_requests: int,
             "mean_ms": round(statistics.fmean(ordered) * 1000, 2), "statuses": statuses, "errors": errors}
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system, every thread) the process has used: what a request costs the server,
-    whatever else shares the machine."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -402,9 +396,9 @@ def run(args: argparse.Namespace) -> None:
                 for variant in order:
                     load1 = os.getloadavg()[0]
                     base = f"http://127.0.0.1:{processes[variant][1]}"
-                    cpu = process_cpu(processes[variant][0].pid)
+                    cpu = cpu_seconds([processes[variant][0].pid])
                     result = asyncio.run(load(base, boxes, args.concurrency, 10_000_000, args.seconds))
-                    cpu = process_cpu(processes[variant][0].pid) - cpu  # the warm-up's requests included
+                    cpu = cpu_seconds([processes[variant][0].pid]) - cpu  # the warm-up's requests included
                     result["server_cpu_us"] = round(cpu / (result["requests"] + args.concurrency) * 1e6, 1)
                     result["load1"] = round(load1, 2)
                     results[variant] = result

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gateway_bench import TOKEN, body_for, first_event_ms, free_port, wait_port
 from bench.gateway_workers import POST_SCRIPT, memory, spread, start_gateway, wrk
+from bench.procstat import cpu_seconds
 
 
 def _env_for(tree: Path) -> dict[str, str]:
@@ -45,12 +46,6 @@ def _check_tree(tree: Path) -> str:
     if not out.startswith(str(tree.resolve())):
         raise SystemExit(f"{tree}: fleetllm_gateway is imported from {out}, not from the tree")
     return out
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of `pid` and of its children that have exited (not of live workers)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _serving(pid: int) -> list[int]:
@@ -109,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                 loads.setdefault(f"C={c}", []).append(_load())
                 for name in order:
                     pids = _serving(gateways[name].pid)
-                    cpu = sum(_cpu_seconds(p) for p in pids)
+                    cpu = cpu_seconds(pids)
                     result = wrk(ports[name], c, args.seconds, script)
-                    cpu = sum(_cpu_seconds(p) for p in pids) - cpu
+                    cpu = cpu_seconds(pids) - cpu
                     rps.setdefault((name, c), []).append(result["rps"])
                     cpu_us.setdefault((name, c), []).append(cpu / (result["rps"] * args.seconds) * 1e6)
                     if result.get("non_2xx"):

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.boot_storm import FLEET_KEY, SALT, make_repo, raise_open_files
 from bench.fleetgen import box_name
+from bench.procstat import cpu_seconds
 
 REQUEST_TIMEOUT_S = 5.0
 
@@ -144,19 +145,6 @@ async def load(base: str, boxes: list[str], concurrency: int, seconds: float, ra
             "p99_ms": pct(0.99), "max_ms": round(ordered[-1] * 1000, 2) if ordered else None,
             "mean_ms": round(statistics.fmean(ordered) * 1000, 2) if ordered else None,
             "timeouts": timeouts, "transport_errors": errors, "statuses": statuses}
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of the server's processes so far (/proc/PID/stat, clock ticks)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / ticks
-    return round(total, 2)
 
 
 def open_connections(port: int) -> int:

@@ -5,24 +5,35 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from fleetllm.logs import MAX_FIELD, BufferedStreamHandler, JsonFormatter, log_event
 
 
-def test_buffered_handler_writes_every_line_in_order_by_close() -> None:
+@contextmanager
+def buffered_logger(name: str) -> Iterator[tuple[logging.Logger, BufferedStreamHandler, io.StringIO]]:
+    """A logger of its own at INFO (not the `fleetllm` logger's level, which depends on what ran before)
+    writing through the server's BufferedStreamHandler to a string; the handler is closed (every line
+    written) on the way out."""
     stream = io.StringIO()
     handler = BufferedStreamHandler(stream)
     handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("fleetllm.test-buffered")
+    logger = logging.getLogger(name)
     logger.propagate = False
-    logger.setLevel(logging.INFO)  # not the `fleetllm` logger's, which depends on what ran before
+    logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     try:
-        for i in range(300):
-            log_event(logger, "box request", status=200, n=i, header="x" * (MAX_FIELD + 10))
+        yield logger, handler, stream
     finally:
         logger.removeHandler(handler)
         handler.close()
+
+
+def test_buffered_handler_writes_every_line_in_order_by_close() -> None:
+    with buffered_logger("fleetllm.test-buffered") as (logger, _, stream):
+        for i in range(300):
+            log_event(logger, "box request", status=200, n=i, header="x" * (MAX_FIELD + 10))
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [line["n"] for line in lines] == list(range(300))
     assert lines[0]["event"] == "box request"
@@ -37,23 +48,15 @@ def test_a_request_thread_logs_without_taking_the_handlers_lock() -> None:
     lock (request threads used to queue on it), even while something else holds it."""
     import threading
 
-    stream = io.StringIO()
-    handler = BufferedStreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("fleetllm.test-lockfree")
-    logger.propagate = False
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    handler.acquire()  # held, as by another thread in the middle of an emit
-    try:
-        logging_thread = threading.Thread(target=lambda: log_event(logger, "box request", n=1), daemon=True)
-        logging_thread.start()
-        logging_thread.join(timeout=30)
-        assert not logging_thread.is_alive(), "logging waited on the handler's lock"
-    finally:
-        handler.release()
-        logger.removeHandler(handler)
-        handler.close()
+    with buffered_logger("fleetllm.test-lockfree") as (logger, handler, stream):
+        handler.acquire()  # held, as by another thread in the middle of an emit
+        try:
+            logging_thread = threading.Thread(target=lambda: log_event(logger, "box request", n=1), daemon=True)
+            logging_thread.start()
+            logging_thread.join(timeout=30)
+            assert not logging_thread.is_alive(), "logging waited on the handler's lock"
+        finally:
+            handler.release()
     assert json.loads(stream.getvalue())["n"] == 1
 
 
@@ -74,33 +77,25 @@ def test_the_direct_path_writes_the_line_logging_would_and_steps_aside_for_filte
     would write it: the line is the one the LogRecord path writes, field for field."""
     from fleetllm.logs import _direct_sink
 
-    stream = io.StringIO()
-    handler = BufferedStreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    parent = logging.getLogger("fleetllm.test-direct")
-    parent.propagate = False
-    parent.setLevel(logging.INFO)
-    parent.addHandler(handler)
     child = logging.getLogger("fleetllm.test-direct.access")
     fields = {"status": 503, "box": None, "ts": "a field named like a core key", "long": "y" * (MAX_FIELD + 3)}
-    try:
-        assert _direct_sink(child, logging.WARNING) is handler
-        log_event(child, "box request", logging.WARNING, **fields)
-        log_event(child, "not written", logging.DEBUG)
-        captured: list[logging.LogRecord] = []
-        other = logging.Handler()
-        other.emit = captured.append  # type: ignore[method-assign]
-        child.addHandler(other)
-        assert _direct_sink(child, logging.WARNING) is None  # another handler sees the record: the slow path
-        log_event(child, "box request", logging.WARNING, **fields)
-        child.removeHandler(other)
-        child.addFilter(lambda record: False)
-        assert _direct_sink(child, logging.WARNING) is None
-        log_event(child, "filtered out", logging.WARNING)
-    finally:
-        child.filters.clear()
-        parent.removeHandler(handler)
-        handler.close()
+    with buffered_logger("fleetllm.test-direct") as (_, handler, stream):
+        try:
+            assert _direct_sink(child, logging.WARNING) is handler
+            log_event(child, "box request", logging.WARNING, **fields)
+            log_event(child, "not written", logging.DEBUG)
+            captured: list[logging.LogRecord] = []
+            other = logging.Handler()
+            other.emit = captured.append  # type: ignore[method-assign]
+            child.addHandler(other)
+            assert _direct_sink(child, logging.WARNING) is None  # another handler sees the record: the slow path
+            log_event(child, "box request", logging.WARNING, **fields)
+            child.removeHandler(other)
+            child.addFilter(lambda record: False)
+            assert _direct_sink(child, logging.WARNING) is None
+            log_event(child, "filtered out", logging.WARNING)
+        finally:
+            child.filters.clear()
     direct, through_logging = (json.loads(line) for line in stream.getvalue().splitlines())
     assert len(captured) == 1 and captured[0].levelno == logging.WARNING
     assert direct.pop("ts").endswith("Z") and through_logging.pop("ts").endswith("Z")

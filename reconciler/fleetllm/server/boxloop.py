@@ -16,7 +16,7 @@ deadline.
 
 from __future__ import annotations
 
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 
 import tornado
 from tornado import httputil
@@ -56,7 +56,6 @@ class BoxLoop:
     def __init__(self, rt: Runtime, executor: Executor) -> None:
         self.rt = rt
         self.executor = executor
-        self._refreshing: Future[None] | None = None
         # Each answer's header block, built once: Tornado checks every header it is given against the
         # grammar, which cost as much as the rest of the answer. A block Tornado changes while writing
         # (Connection for a client that closes or speaks HTTP/1.0) is dropped and built again.
@@ -95,8 +94,8 @@ class BoxLoop:
     def _refresh_releases(self) -> None:
         """Start one background read of the releases when it is due; answers go on from the last read."""
         cache = release_cache(self.rt)
-        if cache.due() and (self._refreshing is None or self._refreshing.done()):
-            self._refreshing = self.executor.submit(cache.refresh)
+        if cache.claim_refresh():
+            self.executor.submit(cache.refresh)
 
     def _send(self, request: httputil.HTTPServerRequest, call: BoxCall, status: int, body: bytes | None, *,
               etag: str | None = None, revision: str | None = None) -> None:

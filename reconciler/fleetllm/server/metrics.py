@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -96,7 +95,7 @@ class Metrics:
         r = self.registry
         self.box_requests = Counter("fleetllm_box_requests", "Box requests by endpoint and HTTP status.",
                                     ["endpoint", "status"], registry=r)
-        self._box_request_series: dict[tuple[str, int], Any] = {}
+        self._box_request_series: dict[tuple[str, int], Counter] = {}
         self.served_revision = Gauge("fleetllm_served_revision_info", "1 for the fleet revision being served.",
                                      ["revision"], registry=r)
         self.served_boxes = Gauge("fleetllm_served_boxes", "Boxes in the served revision.", registry=r)

@@ -8,6 +8,7 @@ box (manual, or auto without the agent) gets the newest valid commit, exactly as
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
@@ -62,16 +63,20 @@ class ReleaseCache:
         self.store = store
         self.view: ReleaseView | None = None
         self.next_read = 0.0  # the view expires: older than CACHE_TTL_S (or the RETRY_AFTER_S of a failed read)
-        self.refresh_at = 0.0  # a background read is due
+        self.refresh_at = 0.0  # a background read is due (inf: one is claimed, not yet done)
         self.lock = threading.Lock()
 
     def fresh(self) -> bool:
         """Whether `get` would answer without reading the store (the event loop asks before it does)."""
         return self.view is not None and time.monotonic() < self.next_read
 
-    def due(self) -> bool:
-        """Whether the event loop should start a background read (`refresh`) now."""
-        return time.monotonic() >= self.refresh_at and not self.lock.locked()
+    def claim_refresh(self) -> bool:
+        """Whether the event loop should start a background read (`refresh`) now; True once per read due
+        (the event loop's thread alone asks), until a read sets the next one."""
+        if time.monotonic() < self.refresh_at or self.lock.locked():
+            return False
+        self.refresh_at = math.inf
+        return True
 
     def get(self) -> ReleaseView | None:
         now = time.monotonic()
