@@ -232,3 +232,76 @@ def test_config_requests_keep_the_last_releases_while_the_store_is_down(monkeypa
         cache.get()
     assert store.reads == reads  # not retried on every request while it is down (RETRY_AFTER_S)
     assert rollouts.ReleaseCache(store).get() is None  # never read: the head is served, as before  # type: ignore[arg-type]
+
+
+def test_a_request_that_finds_the_releases_expired_waits_for_the_read_under_way(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The event loop reads the releases on a thread and hands a request whose view has expired to another
+    thread: that request must be answered from the read under way, never from the expired view (the
+    store written a second before must be seen: tests/server/test_rollout_process.py's promise)."""
+    import threading
+
+    import fleetllm.server.rollouts as rollouts
+
+    class SignallingLock:
+        """threading.Lock that says when a thread other than the reader asks for it."""
+
+        def __init__(self) -> None:
+            self.inner = threading.Lock()
+            self.asked = threading.Event()
+            self.reader: threading.Thread | None = None
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            if threading.current_thread() is not self.reader:
+                self.asked.set()
+            return self.inner.acquire(blocking, timeout)
+
+        def release(self) -> None:
+            self.inner.release()
+
+        def locked(self) -> bool:
+            return self.inner.locked()
+
+        def __enter__(self) -> bool:
+            return self.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.release()
+
+    class Store:
+        revision = "r1"
+        hold: threading.Event | None = None
+        reads = 0
+
+        def box_releases(self) -> dict[str, BoxRelease]:
+            self.reads += 1
+            if self.hold is not None:
+                self.hold.wait(10)
+            return {"b": BoxRelease("b", self.revision, self.revision, 1.0, BoxState.APPLIED)}
+
+        def latest_reports(self) -> dict[str, BoxReport]:
+            return {"b": BoxReport("b", 1.0, "p", "r1", "t", ReportOutcome.INSTALLED, freeze_mapping({"agent": True}))}
+
+        def retirements(self) -> dict[str, object]:
+            return {}
+
+    monkeypatch.setattr(rollouts, "CACHE_TTL_S", 60.0)
+    store = Store()
+    cache = rollouts.ReleaseCache(store)  # type: ignore[arg-type]
+    lock = SignallingLock()
+    cache.lock = lock  # type: ignore[assignment]
+    assert cache.get() is not None and cache.get().releases == {"b": "r1"}  # type: ignore[union-attr]
+    cache.next_read = cache.refresh_at = 0.0  # a minute later: expired
+    assert not cache.fresh()
+    store.revision, store.hold = "r2", lock.asked  # the store written; its next read ends once the request waits
+    assert cache.claim_refresh()
+    lock.asked.clear()
+    reader = lock.reader = threading.Thread(target=cache.refresh)
+    reader.start()
+    while not lock.locked():
+        threading.Event().wait(0.001)
+    view = cache.get()
+    reader.join(10)
+    assert view is not None and view.releases == {"b": "r2"}
+    assert store.reads == 2  # the request used the read under way, new enough, and did not read again
+    assert not cache.claimed  # the next background read can be claimed

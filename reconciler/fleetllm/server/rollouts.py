@@ -8,7 +8,6 @@ box (manual, or auto without the agent) gets the newest valid commit, exactly as
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import weakref
@@ -54,16 +53,18 @@ class ReleaseView:
 
 
 class ReleaseCache:
-    """The ReleaseView, read at most once a CACHE_TTL_S. A request thread that finds it expired reads it
-    (`get`). The event loop never reads: it starts a background read (`refresh`) once the view is
-    REFRESH_AT into its lifetime, and answers from the view until then, so a busy loop keeps answering
-    while the store is read instead of handing every request to a thread once a second."""
+    """The ReleaseView, read at most once a CACHE_TTL_S. A request thread that finds it expired reads it,
+    or waits for the read under way (`get`): no request is answered from a view older than CACHE_TTL_S.
+    The event loop never reads: it starts a background read (`refresh`) once the view is REFRESH_AT into
+    its lifetime, and answers from the view until it expires, so a busy loop keeps answering while the
+    store is read instead of handing every request to a thread once a second."""
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
         self.view: ReleaseView | None = None
         self.next_read = 0.0  # the view expires: older than CACHE_TTL_S (or the RETRY_AFTER_S of a failed read)
-        self.refresh_at = 0.0  # a background read is due (inf: one is claimed, not yet done)
+        self.refresh_at = 0.0  # a background read is due
+        self.claimed = False  # the event loop has started a background read, not yet done
         self.lock = threading.Lock()
 
     def fresh(self) -> bool:
@@ -72,32 +73,32 @@ class ReleaseCache:
 
     def claim_refresh(self) -> bool:
         """Whether the event loop should start a background read (`refresh`) now; True once per read due
-        (the event loop's thread alone asks), until a read sets the next one."""
-        if time.monotonic() < self.refresh_at or self.lock.locked():
+        (the event loop's thread alone asks), until that read is done or finds it was not needed."""
+        if self.claimed or time.monotonic() < self.refresh_at or self.lock.locked():
             return False
-        self.refresh_at = math.inf
+        self.claimed = True
         return True
 
     def get(self) -> ReleaseView | None:
-        now = time.monotonic()
-        if now < self.next_read and self.view is not None:
+        if time.monotonic() < self.next_read and self.view is not None:
             return self.view
-        if not self.lock.acquire(blocking=self.view is None):
-            return self.view  # another request is reading it: use what we have
-        try:
+        with self.lock:  # a read under way is waited for: the view it leaves is new enough
             if time.monotonic() >= self.next_read or self.view is None:
                 self._read()
             return self.view
-        finally:
-            self.lock.release()
 
     def refresh(self) -> None:
-        """Read the view now, unless a read is under way (the event loop's background read)."""
-        if self.lock.acquire(blocking=False):
-            try:
-                self._read()
-            finally:
-                self.lock.release()
+        """The event loop's background read, claimed by `claim_refresh`: read the view now, unless another
+        read is under way or one began since the claim."""
+        try:
+            if self.lock.acquire(blocking=False):
+                try:
+                    if time.monotonic() >= self.refresh_at:
+                        self._read()
+                finally:
+                    self.lock.release()
+        finally:
+            self.claimed = False
 
     def _read(self) -> None:
         """(the lock held) The view from the store; on a failure the last known one stays, RETRY_AFTER_S."""
