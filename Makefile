@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-litellm demo-real-vllm vllm-harness test-realvllm docs test lint typecheck unit bench bench-config-server \
+.PHONY: demo demo-litellm demo-real-vllm vllm-harness test-realvllm docs test lint typecheck unit bench bench-config-server bench-config-answer \
         bench-reconcile venv clean mutation mutation-changed
 
 $(STAMP): pyproject.toml
@@ -87,6 +87,11 @@ bench-cli: $(STAMP)
 # GET /vllm/config under load: 1,000 boxes, 64 connections, every variant on the same server (docs/benchmarks.md).
 bench-config-server: $(STAMP)
 	$(BIN)/python bench/config_server_load.py
+
+# Where a cached GET /vllm/config's CPU goes, in-process: with and without its log line and fetch record,
+# against the bare write (docs/benchmarks.md).
+bench-config-answer: $(STAMP)
+	$(BIN)/python bench/config_answer_cost.py
 
 # One reconcile pass over 1,000 boxes / 3,000 servers against local fakes (docs/benchmarks.md).
 bench-reconcile: $(STAMP)

@@ -179,30 +179,39 @@ def constant_app(body: bytes) -> Any:
     return app
 
 
+def bare_headers(body: bytes) -> list[tuple[str, str]]:
+    """The headers `cached` sends with `body` (its ETag and revision the same length)."""
+    import tornado
+
+    return [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+            ("ETag", '"0123456789abcdef0123456789abcdef"'), ("Cache-Control", "no-store"),
+            ("X-Fleet-Revision", "0" * 40), ("Server", f"TornadoServer/{tornado.version}")]
+
+
+def bare_answer(request: Any, body: bytes, headers: list[tuple[str, str]] | None = None) -> None:
+    """`bare`'s request callback: write `body` with `cached`'s headers, nothing else."""
+    from tornado import httputil
+
+    out = httputil.HTTPHeaders()
+    for name, value in headers or bare_headers(body):
+        out.add(name, value)
+    assert request.connection is not None
+    request.connection.write_headers(httputil.ResponseStartLine("HTTP/1.1", 200, "OK"), out, chunk=body)
+    request.connection.finish()
+
+
 def run_bare(config: Any, listen: Any, body: bytes) -> None:
     """fleetllm's HTTP server (its class, caps, deadlines and body budget) with a callback that writes
     `body` and the headers `cached` sends: what serving these bytes costs on this stack."""
-    import tornado
-    from tornado import httputil
-
     from fleetllm.server.guard import BodyBudget, ConnectionCaps
     from fleetllm.server.httpserver import SMALL_BODY, ControlPlaneHTTPServer
 
-    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-               ("ETag", '"0123456789abcdef0123456789abcdef"'), ("Cache-Control", "no-store"),
-               ("X-Fleet-Revision", "0" * 40), ("Server", f"TornadoServer/{tornado.version}")]
-
-    def answer(request: httputil.HTTPServerRequest) -> None:
-        out = httputil.HTTPHeaders()
-        for name, value in headers:
-            out.add(name, value)
-        assert request.connection is not None
-        request.connection.write_headers(httputil.ResponseStartLine("HTTP/1.1", 200, "OK"), out, chunk=body)
-        request.connection.finish()
+    headers = bare_headers(body)
 
     async def serve() -> None:
         limits = config.limits
-        server = ControlPlaneHTTPServer(answer, max_header_size=limits.max_header_bytes,
+        server = ControlPlaneHTTPServer(lambda request: bare_answer(request, body, headers),
+                                        max_header_size=limits.max_header_bytes,
                                         idle_connection_timeout=limits.header_timeout_s,
                                         body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY,
                                         decompress_request=False, xheaders=False)

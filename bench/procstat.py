@@ -6,14 +6,15 @@ import os
 from pathlib import Path
 
 
-def cpu_seconds(pids: list[int]) -> float:
+def cpu_seconds(pids: list[int], stat: str = "/proc/{pid}/stat") -> float:
     """User + system CPU time so far of the processes `pids` (every thread of each; not their children),
-    from /proc/PID/stat; a process that is gone counts nothing."""
+    from /proc/PID/stat (`stat`: another file of the same format, a thread's /proc/self/task/TID/stat);
+    a process that is gone counts nothing."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = Path(stat.format(pid=pid)).read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         total += (int(fields[11]) + int(fields[12])) / ticks

@@ -118,8 +118,11 @@ class BufferedStreamHandler(logging.Handler):
                     else:
                         lines.append(self.format(record))
                 except Exception:
-                    if not isinstance(record, tuple):
-                        self.handleError(record)
+                    if isinstance(record, tuple):  # logging's own report needs a record: built only now
+                        created, level, name, event, _ = record
+                        record = logging.LogRecord(name, level, "", 0, event, None, None)
+                        record.created = created
+                    self.handleError(record)  # to stderr, as logging reports a line it cannot format
             if lines:
                 try:
                     self.stream.write("\n".join(lines) + "\n")

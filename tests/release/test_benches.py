@@ -43,3 +43,14 @@ def test_slow_clients_holds_its_connections_open_and_every_fetch_is_answered() -
     assert result["connections_open_on_server"] >= 20  # the slow clients are open on the server, not refused
     assert result["holder"]["opened"] == 20 and result["holder"]["connect_failed"] == 0
     assert result["health_during"] is True
+
+
+def test_config_answer_cost_measures_each_part_of_the_answer_with_every_answer_200() -> None:
+    """bench/config_answer_cost.py: the event-loop answer with and without its log line and fetch record;
+    its own check fails the run when an answer is not 200 or one is left to the app."""
+    out = run_bench("bench/config_answer_cost.py", "--boxes", "20", "--requests", "300", "--rounds", "2")
+    figures = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert sorted(figures) == sorted(("full", "no-log", "no-fetch", "neither", "bare")), out
+    assert "main" in figures["full"] and "left to the app even then: 0" in out, out
+    answers = out.split("answers: ", 1)[1].split(";", 1)[0]
+    assert answers == f"{{200: {5 * 2 * 300}}}", out

@@ -8,6 +8,8 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 from fleetllm.logs import MAX_FIELD, BufferedStreamHandler, JsonFormatter, log_event
 
 
@@ -103,3 +105,23 @@ def test_the_direct_path_writes_the_line_logging_would_and_steps_aside_for_filte
     assert direct["level"] == "warning" and direct["logger"] == "fleetllm.test-direct.access"
     assert direct["ts_"] == "a field named like a core key" and direct["long"].endswith("...(+3 chars)")
     assert list(direct)[:3] == ["level", "logger", "event"]
+
+
+def test_a_line_that_cannot_be_formatted_is_reported_as_logging_reports_it_and_the_next_lines_are_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The direct path has no LogRecord: a line whose formatting raises is still handed to logging's
+    handleError (stderr, under logging.raiseExceptions), naming its logger and event, and the batch goes on."""
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    reported: list[logging.LogRecord] = []
+    with buffered_logger("fleetllm.test-unformattable") as (logger, handler, stream):
+        monkeypatch.setattr(handler, "handleError", reported.append)
+        log_event(logger, "before", n=1)
+        log_event(logger, "box request", value=Unprintable())
+        log_event(logger, "after", n=2)
+    assert [json.loads(line)["event"] for line in stream.getvalue().splitlines()] == ["before", "after"]
+    assert [(r.name, r.getMessage(), r.levelno) for r in reported] == [
+        ("fleetllm.test-unformattable", "box request", logging.INFO)]
