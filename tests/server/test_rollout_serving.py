@@ -286,6 +286,7 @@ def test_a_request_that_finds_the_releases_expired_waits_for_the_read_under_way(
             return {}
 
     monkeypatch.setattr(rollouts, "CACHE_TTL_S", 60.0)
+    monkeypatch.setattr(rollouts, "READ_WAIT_S", 60.0)  # (a read that hangs: the next test)
     store = Store()
     cache = rollouts.ReleaseCache(store)  # type: ignore[arg-type]
     lock = SignallingLock()
@@ -305,3 +306,44 @@ def test_a_request_that_finds_the_releases_expired_waits_for_the_read_under_way(
     assert view is not None and view.releases == {"b": "r2"}
     assert store.reads == 2  # the request used the read under way, new enough, and did not read again
     assert not cache.claimed  # the next background read can be claimed
+
+
+def test_a_request_waits_a_bounded_time_for_a_read_of_a_store_that_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that hangs in the middle of a read must not hold every request thread: after READ_WAIT_S a
+    request answers from the last view, as it does while the store fails."""
+    import threading
+
+    import fleetllm.server.rollouts as rollouts
+
+    class Store:
+        hang = threading.Event()
+        release = threading.Event()
+        reads = 0
+
+        def box_releases(self) -> dict[str, BoxRelease]:
+            self.reads += 1
+            if self.hang.is_set():
+                self.release.wait(30)
+            return {"b": BoxRelease("b", "r1", "r1", 1.0, BoxState.APPLIED)}
+
+        def latest_reports(self) -> dict[str, BoxReport]:
+            return {}
+
+        def retirements(self) -> dict[str, object]:
+            return {}
+
+    monkeypatch.setattr(rollouts, "READ_WAIT_S", 0.05)
+    store = Store()
+    cache = rollouts.ReleaseCache(store)  # type: ignore[arg-type]
+    first = cache.get()
+    store.hang.set()
+    reader = threading.Thread(target=cache.refresh)
+    reader.start()
+    try:
+        while store.reads < 2:
+            threading.Event().wait(0.001)
+        assert cache.get() is first  # the last view (CACHE_TTL_S is 0 here), not a wait for the hung read
+        assert store.reads == 2
+    finally:
+        store.release.set()
+        reader.join(10)

@@ -38,6 +38,7 @@ def is_agent_report(report: BoxReport | None) -> bool:
 CACHE_TTL_S = 1.0  # how old the releases a config request uses may be
 REFRESH_AT = 0.5  # into its CACHE_TTL_S, a view is read again in the background (the event loop's requests)
 RETRY_AFTER_S = 5.0  # after a failed read of the store, the last known releases are used this long
+READ_WAIT_S = 0.5  # how long a request waits for another's read of the store before using the last view
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class ReleaseView:
 
 class ReleaseCache:
     """The ReleaseView, read at most once a CACHE_TTL_S. A request thread that finds it expired reads it,
-    or waits for the read under way (`get`): no request is answered from a view older than CACHE_TTL_S.
+    or waits for the read under way (`get`): no request is answered from a view older than CACHE_TTL_S
+    unless the store is failing (a read that fails, or takes over READ_WAIT_S: the last view meanwhile).
     The event loop never reads: it starts a background read (`refresh`) once the view is REFRESH_AT into
     its lifetime, and answers from the view until it expires, so a busy loop keeps answering while the
     store is read instead of handing every request to a thread once a second."""
@@ -82,10 +84,16 @@ class ReleaseCache:
     def get(self) -> ReleaseView | None:
         if time.monotonic() < self.next_read and self.view is not None:
             return self.view
-        with self.lock:  # a read under way is waited for: the view it leaves is new enough
+        # A read under way is waited for: the view it leaves is new enough. Not for ever when there is a
+        # view to answer with: a store that hangs must not hold every request thread (then the last view).
+        if not self.lock.acquire(timeout=-1 if self.view is None else READ_WAIT_S):
+            return self.view
+        try:
             if time.monotonic() >= self.next_read or self.view is None:
                 self._read()
             return self.view
+        finally:
+            self.lock.release()
 
     def refresh(self) -> None:
         """The event loop's background read, claimed by `claim_refresh`: read the view now, unless another
