@@ -58,8 +58,16 @@ GUARDED = ("/v1", "/v2", "/inference", "/cohere")
 VERSION = os.environ.get("STUB_VLLM_VERSION", "0.11.0")
 
 
+_LOG_LOCK = threading.RLock()  # re-entrant: the signal handler logs too, on the main thread
+
+
 def log(message: str) -> None:
-    print(f"INFO {time.strftime('%m-%d %H:%M:%S')} [stub_vllm] {message}", flush=True)
+    """One line on stdout, whole: request threads log at once, and print() writes the text and its newline
+    apart (two threads could leave `line line` and an empty line)."""
+    line = f"INFO {time.strftime('%m-%d %H:%M:%S')} [stub_vllm] {message}\n"
+    with _LOG_LOCK:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def event(kind: str, config: argparse.Namespace, **extra: Any) -> None:
