@@ -262,20 +262,16 @@ def test_a_request_that_finds_the_releases_expired_waits_for_the_read_under_way(
         def locked(self) -> bool:
             return self.inner.locked()
 
-        def __enter__(self) -> bool:
-            return self.acquire()
-
-        def __exit__(self, *exc: object) -> None:
-            self.release()
-
     class Store:
         revision = "r1"
         hold: threading.Event | None = None
+        reading = threading.Event()  # a held read has begun
         reads = 0
 
         def box_releases(self) -> dict[str, BoxRelease]:
             self.reads += 1
             if self.hold is not None:
+                self.reading.set()
                 self.hold.wait(10)
             return {"b": BoxRelease("b", self.revision, self.revision, 1.0, BoxState.APPLIED)}
 
@@ -299,8 +295,7 @@ def test_a_request_that_finds_the_releases_expired_waits_for_the_read_under_way(
     lock.asked.clear()
     reader = lock.reader = threading.Thread(target=cache.refresh)
     reader.start()
-    while not lock.locked():
-        threading.Event().wait(0.001)
+    assert store.reading.wait(10)  # the background read holds the lock
     view = cache.get()
     reader.join(10)
     assert view is not None and view.releases == {"b": "r2"}
@@ -317,12 +312,14 @@ def test_a_request_waits_a_bounded_time_for_a_read_of_a_store_that_hangs(monkeyp
 
     class Store:
         hang = threading.Event()
+        hung = threading.Event()
         release = threading.Event()
         reads = 0
 
         def box_releases(self) -> dict[str, BoxRelease]:
             self.reads += 1
             if self.hang.is_set():
+                self.hung.set()
                 self.release.wait(30)
             return {"b": BoxRelease("b", "r1", "r1", 1.0, BoxState.APPLIED)}
 
@@ -340,8 +337,7 @@ def test_a_request_waits_a_bounded_time_for_a_read_of_a_store_that_hangs(monkeyp
     reader = threading.Thread(target=cache.refresh)
     reader.start()
     try:
-        while store.reads < 2:
-            threading.Event().wait(0.001)
+        assert store.hung.wait(10)  # the second read holds the lock, hung
         assert cache.get() is first  # the last view (CACHE_TTL_S is 0 here), not a wait for the hung read
         assert store.reads == 2
     finally:
