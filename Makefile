@@ -110,6 +110,12 @@ screenshots: $(STAMP)
 bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway_bench.py
 
+# The gateway against LLMhop on the same upstream, with the issue 28 targets (needs wrk, and an LLMhop binary
+# as $$LLMHOP or on PATH: docs/benchmarks.md, "The gateway against LLMhop").
+.PHONY: bench-gateway-llmhop
+bench-gateway-llmhop: $(STAMP)
+	$(BIN)/python bench/gateway_llmhop.py
+
 # 1,000 boxes booting within a second against the real control plane (docs/reliability.md).
 .PHONY: bench-boot-storm
 bench-boot-storm: $(STAMP)
