@@ -30,19 +30,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gateway_bench import TOKEN, body_for, first_event_ms, free_port, wait_port
+from bench.gateway_bench import TOKEN, body_for, first_event_ms, free_port, gateway_env, wait_port
 from bench.gateway_workers import POST_SCRIPT, memory, spread, start_gateway, wrk
 from bench.procstat import cpu_seconds
-
-
-def _env_for(tree: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{tree / 'gateway'}{os.pathsep}{tree / 'contract'}"}
 
 
 def _check_tree(tree: Path) -> str:
     """The file fleetllm_gateway is imported from with `tree`'s PYTHONPATH (it must be inside `tree`)."""
     out = subprocess.run([sys.executable, "-c", "import fleetllm_gateway; print(fleetllm_gateway.__file__)"],
-                         env=_env_for(tree), capture_output=True, text=True, check=True).stdout.strip()
+                         env=gateway_env(tree), capture_output=True, text=True, check=True).stdout.strip()
     if not out.startswith(str(tree.resolve())):
         raise SystemExit(f"{tree}: fleetllm_gateway is imported from {out}, not from the tree")
     return out
@@ -87,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             ports[name] = free_port()
             config = {"host": "127.0.0.1", "port": ports[name], "authTokens": [TOKEN],
                       "models": {"m": {"url": f"http://127.0.0.1:{upstream_port}", "maxConcurrentRequests": 1024}}}
-            os.environ["PYTHONPATH"] = _env_for(tree)["PYTHONPATH"]
-            gateways[name] = start_gateway(directory, name, config, args.workers)
-        os.environ.pop("PYTHONPATH", None)
+            gateways[name] = start_gateway(directory, name, config, args.workers, tree)
         print(f"{args.pairs} pairs, {args.seconds} s per wrk run, --workers {args.workers}, load {_load()}")
         connections = [int(c) for c in args.connections.split(",") if c]
         rps: dict[tuple[str, int], list[float]] = {}

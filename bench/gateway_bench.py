@@ -42,6 +42,13 @@ _MESSAGE = '{"model":"%s","messages":[{"role":"user","content":"hi"}],"max_token
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
+def gateway_env(tree: Path = ROOT) -> dict[str, str]:
+    """The environment that runs the gateway of `tree` (a checkout, or a `git archive` of gateway/ and
+    contract/): those two folders first on the path. PYTHONPATH=tree alone is not enough: the venv's
+    editable install puts one checkout's gateway/ on the path, and that one would be imported."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / part) for part in ("gateway", "contract"))}
+
+
 def body_for(model: str) -> str:
     text = _MESSAGE % model
     return text + " " * max(0, 76 - len(text)) + "}"  # 77 bytes for model "m", like LLMhop's anchor
@@ -126,7 +133,7 @@ def processes(directory: Path, workers: int = 1) -> Iterator[tuple[int, int, str
         notify.bind(notify_path)
         gateway = subprocess.Popen([sys.executable, "-m", "fleetllm_gateway", "--config",
                                     str(directory / "gateway.json"), "--workers", str(workers)],
-                                   env={**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": notify_path})
+                                   env={**gateway_env(), "NOTIFY_SOCKET": notify_path})
         if not select.select([notify], [], [], 30)[0] or notify.recv(64) != b"READY=1":
             raise RuntimeError("the gateway did not report READY=1")
         notify.close()

@@ -39,6 +39,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.gateway_bench import gateway_env
+
 TOKEN = "bench-token"
 
 
@@ -101,7 +105,7 @@ def gateway(root: Path, directory: Path) -> Iterator[tuple[int, int]]:
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         notify.bind(notify_path)
         proc = subprocess.Popen([sys.executable, "-m", "fleetllm_gateway", "--config", str(directory / "gateway.json")],
-                                env={**os.environ, "PYTHONPATH": str(root), "NOTIFY_SOCKET": notify_path},
+                                env={**gateway_env(root), "NOTIFY_SOCKET": notify_path},
                                 cwd=root, stderr=subprocess.DEVNULL)
         if not select.select([notify], [], [], 30)[0] or notify.recv(64) != b"READY=1":
             raise RuntimeError("the gateway did not report READY=1")

@@ -1,7 +1,7 @@
 """The gateway against LLMhop (the Go router it is compatible with) on the same upstream, runs interleaved.
 
     python bench/gateway_llmhop.py --llmhop PATH [--rounds 5] [--seconds 4] [--connections 32,8,1]
-                                   [--workers N] [--sse-rounds 200]
+                                   [--workers N] [--sse-rounds 100] [--tree CHECKOUT]
 
 PATH is an LLMhop binary (`go build ./cmd/llmhop` in its source; docs/benchmarks.md says which version and
 how it was built here). Starts bench/gateway_upstream.py, LLMhop and the gateway (`python -m
@@ -69,10 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llmhop", default=os.environ.get("LLMHOP") or shutil.which("llmhop"),
                         help="the LLMhop binary (default: $LLMHOP, else llmhop on PATH)")
     parser.add_argument("--workers", type=int, default=None, help="the gateway's --workers (default: its own)")
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="the checkout (or `git archive` of gateway/ and contract/) whose gateway runs")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=4, help="of each wrk run")
     parser.add_argument("--connections", default="32,8,1", help="comma-separated")
-    parser.add_argument("--sse-rounds", type=int, default=200, help="SSE requests per target a round (0: none)")
+    parser.add_argument("--sse-rounds", type=int, default=100, help="SSE requests per target a round (0: none)")
     args = parser.parse_args(argv)
     if not args.llmhop:
         print("no LLMhop binary: give --llmhop PATH (docs/benchmarks.md says how to build one)", file=sys.stderr)
@@ -97,11 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         started.append(procs["llmhop"])
         procs["gateway"] = start_gateway(directory, "gateway", {
             "host": "127.0.0.1", "port": ports["gateway"], "authTokens": [TOKEN],
-            "models": {"m": {"url": f"http://127.0.0.1:{upstream_port}"}}}, workers)
+            "models": {"m": {"url": f"http://127.0.0.1:{upstream_port}"}}}, workers, args.tree.resolve())
         started.append(procs["gateway"])
         connections = [int(c) for c in args.connections.split(",") if c]
-        print(f"LLMhop {args.llmhop}; gateway --workers {workers}; {args.rounds} rounds of {args.seconds} s "
-              f"per wrk run; {os.cpu_count()} CPUs; load {_load()}", flush=True)
+        print(f"LLMhop {args.llmhop}; gateway from {args.tree} --workers {workers}; {args.rounds} rounds of "
+              f"{args.seconds} s per wrk run; {os.cpu_count()} CPUs; load {_load()}", flush=True)
         rps: dict[tuple[str, int], list[float]] = {}
         cpu_us: dict[tuple[str, int], list[float]] = {}
         p50: dict[str, list[float]] = {"direct": [], **{name: [] for name in NAMES}}

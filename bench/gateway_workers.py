@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gateway_bench import TOKEN, _ms, body_for, first_event_ms, free_port, load_average, wait_port
+from bench.gateway_bench import TOKEN, _ms, body_for, first_event_ms, free_port, gateway_env, load_average, wait_port
 
 POST_SCRIPT = """wrk.method = "POST"
 wrk.body = %s
@@ -43,13 +43,14 @@ wrk.headers["Content-Type"] = "application/json"
 """
 
 
-def start_gateway(directory: Path, name: str, config: dict[str, object], workers: int) -> subprocess.Popen[bytes]:
+def start_gateway(directory: Path, name: str, config: dict[str, object], workers: int,
+                  tree: Path = ROOT) -> subprocess.Popen[bytes]:
     path = directory / f"{name}.json"
     path.write_text(json.dumps(config))
     notify_path = str(directory / f"{name}.notify")
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
         notify.bind(notify_path)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": notify_path}
+        env = {**gateway_env(tree), "NOTIFY_SOCKET": notify_path}
         proc = subprocess.Popen([sys.executable, "-m", "fleetllm_gateway", "--config", str(path), "--workers",
                                  str(workers)], env=env)
         if not select.select([notify], [], [], 60)[0] or notify.recv(64) != b"READY=1":
