@@ -52,6 +52,46 @@ def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
+class Measurements:
+    """What the gateway benches measure of each target, round by round: req/s and CPU µs per request per
+    (target, connections), the median latency at one connection (the upstream's own as "direct"), the SSE
+    first events, and the load average before every row."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.rps: dict[tuple[str, int], list[float]] = {}
+        self.cpu_us: dict[tuple[str, int], list[float]] = {}  # CPU time of its serving processes per request
+        self.p50: dict[str, list[float]] = {"direct": [], **{name: [] for name in names}}
+        self.sse: dict[str, list[list[float]]] = {"direct": [], **{name: [] for name in names}}
+        self.loads: dict[str, list[str]] = {}
+
+    def round(self, order: tuple[str, ...], targets: dict[str, tuple[int, int]], upstream_port: int,
+              connections: list[int], seconds: int, script: Path, sse: tuple[bytes, bytes] | None,
+              sse_rounds: int) -> None:
+        """One round: wrk against each target of `targets` (name: port, pid) in `order` at every connection
+        count, the upstream directly at one connection, then `sse` (the upstream's request, the targets')."""
+        for c in connections:
+            self.loads.setdefault(f"C={c}", []).append(_load())
+            for name in order:
+                port, pid = targets[name]
+                pids = _serving(pid)
+                before = cpu_seconds(pids)
+                result = wrk(port, c, seconds, script)
+                spent = cpu_seconds(pids) - before
+                self.rps.setdefault((name, c), []).append(result["rps"])
+                self.cpu_us.setdefault((name, c), []).append(spent / (result["rps"] * seconds) * 1e6)
+                if result.get("non_2xx"):
+                    print(f"  {name} C={c}: {result['non_2xx']:.0f} non-2xx", flush=True)
+                if c == 1:
+                    self.p50[name].append(result["50%"] * 1000)
+            if c == 1:
+                self.p50["direct"].append(wrk(upstream_port, 1, seconds, script)["50%"] * 1000)
+        if sse is not None:
+            self.loads.setdefault("SSE", []).append(_load())
+            self.sse["direct"].append(first_event_ms(upstream_port, sse[0], sse_rounds))
+            for name in order:
+                self.sse[name].append(first_event_ms(targets[name][0], sse[1], sse_rounds))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, required=True, help="the A tree (holding gateway/ and contract/)")
@@ -86,36 +126,16 @@ def main(argv: list[str] | None = None) -> int:
             gateways[name] = start_gateway(directory, name, config, args.workers, tree)
         print(f"{args.pairs} pairs, {args.seconds} s per wrk run, --workers {args.workers}, load {_load()}")
         connections = [int(c) for c in args.connections.split(",") if c]
-        rps: dict[tuple[str, int], list[float]] = {}
-        cpu_us: dict[tuple[str, int], list[float]] = {}  # gateway CPU time per request
-        p50: dict[str, list[float]] = {"A": [], "B": [], "direct": []}
-        sse: dict[str, list[list[float]]] = {"A": [], "B": [], "direct": []}
-        loads: dict[str, list[str]] = {}
+        m = Measurements(("A", "B"))
         request = b"GET /route/m/v1/sse HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer %b\r\n\r\n" % TOKEN.encode()
         for pair in range(args.pairs):
             order = ("A", "B") if pair % 2 == 0 else ("B", "A")
-            for c in connections:
-                loads.setdefault(f"C={c}", []).append(_load())
-                for name in order:
-                    pids = _serving(gateways[name].pid)
-                    cpu = cpu_seconds(pids)
-                    result = wrk(ports[name], c, args.seconds, script)
-                    cpu = cpu_seconds(pids) - cpu
-                    rps.setdefault((name, c), []).append(result["rps"])
-                    cpu_us.setdefault((name, c), []).append(cpu / (result["rps"] * args.seconds) * 1e6)
-                    if result.get("non_2xx"):
-                        print(f"  {name} C={c}: {result['non_2xx']:.0f} non-2xx", flush=True)
-                    if c == 1:
-                        p50[name].append(result["50%"] * 1000)
-                if c == 1:
-                    p50["direct"].append(wrk(upstream_port, 1, args.seconds, script)["50%"] * 1000)
-            if args.sse_rounds:
-                loads.setdefault("SSE", []).append(_load())
-                sse["direct"].append(first_event_ms(upstream_port, request.replace(b"/route/m", b""), args.sse_rounds))
-                for name in order:
-                    sse[name].append(first_event_ms(ports[name], request, args.sse_rounds))
+            m.round(order, {name: (ports[name], gateways[name].pid) for name in order}, upstream_port,
+                    connections, args.seconds, script,
+                    (request.replace(b"/route/m", b""), request) if args.sse_rounds else None, args.sse_rounds)
             print(f"pair {pair + 1} done, load {_load()}", flush=True)
         print()
+        rps, cpu_us, p50, sse, loads = m.rps, m.cpu_us, m.p50, m.sse, m.loads
         for c in connections:
             a, b = rps[("A", c)], rps[("B", c)]
             ratios = [y / x for x, y in zip(a, b, strict=True)]

@@ -37,10 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gateway_ab import _load, _serving
-from bench.gateway_bench import TOKEN, body_for, first_event_ms, free_port, wait_port
-from bench.gateway_workers import POST_SCRIPT, memory, spread, start_gateway, wrk
-from bench.procstat import cpu_seconds
+from bench.gateway_ab import Measurements, _load
+from bench.gateway_bench import TOKEN, body_for, free_port, wait_port
+from bench.gateway_workers import POST_SCRIPT, memory, spread, start_gateway
 
 NAMES = ("llmhop", "gateway")
 RSS_TARGET_KIB = 25_000_000 // 1024  # 25 MB
@@ -104,35 +103,14 @@ def main(argv: list[str] | None = None) -> int:
         connections = [int(c) for c in args.connections.split(",") if c]
         print(f"LLMhop {args.llmhop}; gateway from {args.tree} --workers {workers}; {args.rounds} rounds of "
               f"{args.seconds} s per wrk run; {os.cpu_count()} CPUs; load {_load()}", flush=True)
-        rps: dict[tuple[str, int], list[float]] = {}
-        cpu_us: dict[tuple[str, int], list[float]] = {}
-        p50: dict[str, list[float]] = {"direct": [], **{name: [] for name in NAMES}}
-        sse: dict[str, list[list[float]]] = {"direct": [], **{name: [] for name in NAMES}}
-        loads: dict[str, list[str]] = {}
+        m = Measurements(NAMES)
         for n in range(args.rounds):
             order = NAMES if n % 2 == 0 else NAMES[::-1]
-            for c in connections:
-                loads.setdefault(f"C={c}", []).append(_load())
-                for name in order:
-                    pids = _serving(procs[name].pid)
-                    before = cpu_seconds(pids)
-                    result = wrk(ports[name], c, args.seconds, script)
-                    spent = cpu_seconds(pids) - before
-                    rps.setdefault((name, c), []).append(result["rps"])
-                    cpu_us.setdefault((name, c), []).append(spent / (result["rps"] * args.seconds) * 1e6)
-                    if result.get("non_2xx"):
-                        print(f"  {name} C={c}: {result['non_2xx']:.0f} non-2xx", flush=True)
-                    if c == 1:
-                        p50[name].append(result["50%"] * 1000)
-                if c == 1:
-                    p50["direct"].append(wrk(upstream_port, 1, args.seconds, script)["50%"] * 1000)
-            if args.sse_rounds:
-                loads.setdefault("SSE", []).append(_load())
-                sse["direct"].append(first_event_ms(upstream_port, sse_request(False), args.sse_rounds))
-                for name in order:
-                    sse[name].append(first_event_ms(ports[name], sse_request(True), args.sse_rounds))
+            m.round(order, {name: (ports[name], procs[name].pid) for name in NAMES}, upstream_port, connections,
+                    args.seconds, script, (sse_request(False), sse_request(True)) if args.sse_rounds else None,
+                    args.sse_rounds)
             print(f"round {n + 1} done, load {_load()}", flush=True)
-        return report(args, connections, rps, cpu_us, p50, sse, loads,
+        return report(args, connections, m.rps, m.cpu_us, m.p50, m.sse, m.loads,
                       {name: memory(procs[name].pid) for name in NAMES})
     finally:
         for proc in reversed(started):
