@@ -25,12 +25,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from multidict import CIMultiDict
-
 from fleetllm_gateway import errors
-from fleetllm_gateway.client import Pool, Response, UpstreamError, describe
+from fleetllm_gateway.client import Pool, UpstreamError, describe
+from fleetllm_gateway.client import Response as UpstreamResponse
 from fleetllm_gateway.config import GatewayConfig, ModelRoute
 from fleetllm_gateway.errors import BodyError
 from fleetllm_gateway.forwarding import (
@@ -42,6 +39,7 @@ from fleetllm_gateway.forwarding import (
     parse_route,
     upstream_headers,
 )
+from fleetllm_gateway.httpserver import Request, Response, StreamResponse
 from fleetllm_gateway.jsonscan import find_model
 from fleetllm_gateway.limiter import Admission, ByteBudget, Limiter
 from fleetllm_gateway.metrics import LAST_LOGGED, UNLOGGED, Metrics, ModelStats, Table
@@ -54,7 +52,8 @@ BUFFER_RESPONSES_UP_TO = 1024 * 1024  # known-length bodies up to this size are 
 LOG_INTERVAL = 10.0  # seconds between two upstream-failure log lines of one model
 BUFFER_REQUESTS_UP_TO = 64 * 1024  # path-routed bodies declared this small are read before forwarding
 _JSON = "application/json"
-_METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_JSON_HEADERS = (("Content-Type", _JSON),)
+_METRICS_HEADERS = (("Content-Type", "text/plain; version=0.0.4; charset=utf-8"),)
 
 
 class _BodyTooLargeError(Exception):
@@ -67,14 +66,6 @@ class _BodyUnreadableError(Exception):
 
 class _BudgetExhaustedError(Exception):
     pass
-
-
-class _Streamed(web.StreamResponse):
-    """A relayed body of unknown or large length. Its head is held back by prepare() and goes out in
-    one write with the first chunk when that arrived with it (an SSE stream's first event is one
-    segment, not two); _relay sends the head alone when no byte of the body is here yet."""
-
-    _send_headers_immediately = False
 
 
 class _Model:
@@ -105,17 +96,12 @@ def _json_bytes(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-def error_response(error: errors.ErrorResponse) -> web.Response:
-    headers = {"Content-Type": _JSON, "X-Content-Type-Options": "nosniff"}
-    if error.status == 503:
-        headers["Retry-After"] = "1"
-    return web.Response(status=error.status, body=error.body(), headers=headers)
+_ERROR_HEADERS = (("Content-Type", _JSON), ("X-Content-Type-Options", "nosniff"))
+_RETRY_HEADERS = (*_ERROR_HEADERS, ("Retry-After", "1"))
 
 
-async def _continue(request: web.BaseRequest) -> None:
-    """Answer `Expect: 100-continue` once the gateway is ready to read the body."""
-    if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= (1, 1):
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+def error_response(error: errors.ErrorResponse) -> Response:
+    return Response(error.status, error.body(), _RETRY_HEADERS if error.status == 503 else _ERROR_HEADERS)
 
 
 def _reason(reason: str) -> str | None:
@@ -167,19 +153,19 @@ class Gateway:
         for model in self.models.values():
             model.pool.close()
 
-    def _unrouted(self, error: errors.ErrorResponse) -> web.Response:
+    def _unrouted(self, error: errors.ErrorResponse) -> Response:
         self.metrics.count_unrouted(error.status)
         return error_response(error)
 
-    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        raw_path, _, query = request.raw_path.partition("?")
+    async def handle(self, request: Request) -> Response | StreamResponse:
+        raw_path, _, query = request.target.partition("?")
         if not raw_path.startswith("/") and "://" in raw_path:  # absolute-form target: keep its path
             raw_path = "/" + raw_path.split("://", 1)[1].partition("/")[2]
         method = request.method
         local = method in ("GET", "HEAD")
         if local and raw_path == "/health":
-            return web.Response(body=self._health, content_type=_JSON)
-        if self.tokens and not bearer_ok(request.headers.get("Authorization"), self.tokens):
+            return Response(200, self._health, _JSON_HEADERS)
+        if self.tokens and not bearer_ok(request.header("authorization"), self.tokens):
             return self._unrouted(errors.UNAUTHORIZED)
         if local:
             answer = self._local(raw_path)
@@ -187,7 +173,7 @@ class Gateway:
                 return answer
         route = parse_route(raw_path, query)
         if isinstance(route, Redirect):
-            return web.Response(status=307, headers={"Location": route.location})
+            return Response(307, b"", [("Location", route.location)])
         cap = self.config.max_body_bytes
         if cap and request.content_length is not None and request.content_length > cap:
             return self._unrouted(errors.BODY_TOO_LARGE)
@@ -195,22 +181,22 @@ class Gateway:
             return await self._path_routed(request, route, query)
         return await self._body_routed(request, raw_path, query)
 
-    def _local(self, raw_path: str) -> web.Response | None:
+    def _local(self, raw_path: str) -> Response | None:
         if raw_path == "/v1/models":
-            return web.Response(body=self._catalog, content_type=_JSON)
+            return Response(200, self._catalog, _JSON_HEADERS)
         if raw_path == "/metrics":
-            return web.Response(body=self.metrics.render().encode(), headers={"Content-Type": _METRICS_TYPE})
+            return Response(200, self.metrics.render().encode(), _METRICS_HEADERS)
         name = models_api_name(raw_path)
         if name is None:
             return None
         entry = self._entries.get(name)
-        return web.Response(body=entry, content_type=_JSON) if entry else error_response(errors.unknown_model(name))
+        return Response(200, entry, _JSON_HEADERS) if entry else error_response(errors.unknown_model(name))
 
-    async def _body_routed(self, request: web.BaseRequest, raw_path: str, query: str) -> web.StreamResponse:
+    async def _body_routed(self, request: Request, raw_path: str, query: str) -> Response | StreamResponse:
         """The body is needed before the model (so before a model's slot); the model is found by
         fleetllm_gateway.jsonscan without building the document."""
 
-        async def route(body: bytes | bytearray) -> web.StreamResponse:
+        async def route(body: bytes | bytearray) -> Response | StreamResponse:
             try:
                 name = await find_model(body, self.scanning)
             except BodyError as exc:
@@ -223,7 +209,7 @@ class Gateway:
 
         return await self._buffered(request, route, self._unrouted)
 
-    async def _path_routed(self, request: web.BaseRequest, route: PathRoute, query: str) -> web.StreamResponse:
+    async def _path_routed(self, request: Request, route: PathRoute, query: str) -> Response | StreamResponse:
         """The model is known from the path, yet its slot is taken only once the whole body is here (LLMhop
         streams a path-routed body with the slot held: 12 incomplete chunked uploads held every slot of a
         model until their clients left, issue 27). A model whose slots and queue are full answers 503 at
@@ -233,19 +219,19 @@ class Gateway:
             return self._unrouted(errors.unknown_model(route.model))
         target = model.route.target.request_target(route.rest, query)
 
-        def refuse(error: errors.ErrorResponse) -> web.Response:
+        def refuse(error: errors.ErrorResponse) -> Response:
             model.stats.count(error.status)
             return error_response(error)
 
         if model.limiter.full:
             return refuse(errors.QUEUE_FULL)
-        if not request.body_exists and request.content_length is None:
+        if not request.has_body and request.content_length is None:
             return await self._proxy(model, request, target, None)
         return await self._buffered(request, lambda body: self._proxy(model, request, target, body), refuse)
 
-    async def _buffered(self, request: web.BaseRequest,
-                        then: Callable[[bytes | bytearray], Awaitable[web.StreamResponse]],
-                        refuse: Callable[[errors.ErrorResponse], web.Response]) -> web.StreamResponse:
+    async def _buffered(self, request: Request,
+                        then: Callable[[bytes | bytearray], Awaitable[Response | StreamResponse]],
+                        refuse: Callable[[errors.ErrorResponse], Response]) -> Response | StreamResponse:
         """Read the whole body, then answer with `then(body)`. Each chunk is reserved in the gateway-wide
         ByteBudget before it is kept, and held until the request ends: a client that sends slowly holds
         only what it sent, and never a model's slot."""
@@ -254,7 +240,7 @@ class Gateway:
             return refuse(errors.BODY_TOO_LARGE)
         held = [0]  # bytes reserved in the budget, given back when the request ends
         try:
-            await _continue(request)
+            request.send_continue()
             try:
                 body = await self._whole_body(request, self.config.max_body_bytes or budget.total, held)
             except _BudgetExhaustedError:
@@ -267,19 +253,19 @@ class Gateway:
         finally:
             budget.release(held[0])
 
-    async def _whole_body(self, request: web.BaseRequest, limit: int, held: list[int]) -> bytes | bytearray:
+    async def _whole_body(self, request: Request, limit: int, held: list[int]) -> bytes | bytearray:
         """The request body in memory, refused past `limit` (a declared excess was refused earlier). Each
         chunk is reserved in the gateway-wide ByteBudget before it is kept; `held[0]` counts what was.
 
         A body that arrives in one chunk is kept as it came (no copy); a longer one is filled chunk by
-        chunk into one buffer, letting the loop run every MiB: aiohttp's readexactly() joins whatever is
-        buffered in one call (twice), which held the loop for a third of a second on a 99 MiB body and
-        needed twice its size. A body of known length is complete at its last byte: no further read
+        chunk into one buffer, letting the loop run every MiB (joining whatever is buffered in one call,
+        as aiohttp's readexactly() did, held the loop for a third of a second on a 99 MiB body and
+        needed twice its size). A body of known length is complete at its last byte: no further read
         waits for the end of the stream."""
         length = request.content_length
         if length == 0:
             return b""
-        budget, content = self.budget, request.content
+        budget, content = self.budget, request.body
         # Grown as it fills (a large buffer grows in place, by mremap): bytearray(length) would write
         # zeros over all of it first, in one call.
         buffer: bytes | bytearray = b""
@@ -307,14 +293,14 @@ class Gateway:
                 if unyielded >= 1 << 20:
                     unyielded = 0
                     await asyncio.sleep(0)
-        except (HttpProcessingError, ConnectionError):
+        except ConnectionError:  # the client left, or broke the body's framing (httpserver.IncompleteBodyError)
             raise _BodyUnreadableError() from None
         if length and filled < length:  # the client stopped before the end
             raise _BodyUnreadableError()
         return buffer
 
-    async def _proxy(self, model: _Model, request: web.BaseRequest, target: str,
-                     body: bytes | bytearray | None) -> web.StreamResponse:
+    async def _proxy(self, model: _Model, request: Request, target: str,
+                     body: bytes | bytearray | None) -> Response | StreamResponse:
         """Take a slot of the model (the body, if any, is complete by now), then exchange."""
         stats = model.stats
         admission = await model.limiter.acquire()
@@ -329,11 +315,11 @@ class Gateway:
             model.limiter.release()
             stats.duration.observe(loop.time() - admitted)
 
-    async def _exchange(self, request: web.BaseRequest, model: _Model, target: str,
-                        body: bytes | bytearray | None) -> web.StreamResponse:
+    async def _exchange(self, request: Request, model: _Model, target: str,
+                        body: bytes | bytearray | None) -> Response | StreamResponse:
         route, stats = model.route, model.stats
         host, headers = upstream_headers(
-            list(request.headers.items()), client_ip=request.remote or "", client_host=request.headers.get("Host"),
+            request.headers, client_ip=request.remote or "", client_host=request.header("host"),
             strip_authorization=bool(self.tokens), injected=route.headers, default_host=route.target.authority)
         framing = "" if body is None else f"Content-Length: {len(body)}\r\n"
         pool = model.pool
@@ -353,17 +339,15 @@ class Gateway:
         finally:
             upstream.release()
 
-    def _upstream_failed(self, model: _Model, exc: BaseException) -> web.Response:
+    def _upstream_failed(self, model: _Model, exc: BaseException) -> Response:
         reason = describe(exc)
         model.log_failure("", reason)
         model.stats.upstream_error()
         model.stats.count(502)
         return error_response(errors.upstream_failed(model.route.name, reason))
 
-    async def _relay(self, request: web.BaseRequest, model: _Model, upstream: Response) -> web.StreamResponse:
-        headers = CIMultiDict(client_headers(upstream.headers))
-        if upstream.declared_length is not None:
-            headers["Content-Length"] = str(upstream.declared_length)
+    async def _relay(self, request: Request, model: _Model, upstream: UpstreamResponse) -> Response | StreamResponse:
+        headers = client_headers(upstream.headers)
         status, reason = upstream.status, _reason(upstream.reason)
         length = upstream.content_length
         if length is not None and length <= BUFFER_RESPONSES_UP_TO:
@@ -374,11 +358,11 @@ class Gateway:
                 except UpstreamError as exc:
                     return self._upstream_failed(model, exc)
             model.stats.count(status)
-            return web.Response(status=status, reason=reason, body=data, headers=headers)
-        response = _Streamed(status=status, reason=reason, headers=headers)
-        if length is not None:
-            response.content_length = length
-        await response.prepare(request)
+            return Response(status, data or b"", headers, reason=reason, length=upstream.declared_length)
+        # Its head is held back until the first write, and goes out in one write with the first chunk when
+        # that arrived with it (an SSE stream's first event is one segment, not two); the head goes alone
+        # when no byte of the body is here yet.
+        response = request.stream(status, reason, headers, length)
         if not upstream.body_arrived:
             await response.write(b"")  # nothing of the body here yet: the head goes now, alone
         model.stats.count(status)
@@ -389,8 +373,7 @@ class Gateway:
             # Too late for a 502: cut the client's connection so it sees a truncated response.
             model.log_failure(" mid-response", describe(exc))
             model.stats.upstream_error()
-            if request.transport is not None:
-                request.transport.abort()
+            request.transport.abort()
             return response
         await response.write_eof()
         return response

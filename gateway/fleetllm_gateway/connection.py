@@ -1,7 +1,8 @@
 """One keep-alive connection to an upstream, as an asyncio protocol with the reads a proxy needs.
 
-Reading pauses when more than `_HIGH_WATER` bytes wait unconsumed (a slow client behind a fast
+Reading pauses when more than `HIGH_WATER` bytes wait unconsumed (a slow client behind a fast
 upstream), and writing waits while the transport's buffer is full (a streamed request body).
+`FlowControl`, that wait, is shared with the server side's protocol (httpserver.py).
 """
 
 from __future__ import annotations
@@ -11,27 +12,58 @@ from typing import cast
 
 from fleetllm_gateway.errors import GatewayError
 
-_HIGH_WATER = 256 * 1024
+HIGH_WATER = 256 * 1024  # bytes received and not yet consumed past which a protocol stops reading
+
+
+class FlowControl(asyncio.Protocol):
+    """Write back-pressure: the transport calls pause_writing() when its buffer passes its high-water
+    mark and resume_writing() once it drained; `_writable()` waits in between. A subclass calls
+    `_wake_writer()` when its connection is lost, so nothing waits for a buffer that never drains."""
+
+    __slots__ = ("_drain_waiter", "_write_paused")
+
+    def __init__(self) -> None:
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._write_paused = False
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _writable(self) -> None:
+        """Return once the transport takes more (at once unless writing is paused)."""
+        if self._write_paused:
+            self._drain_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._drain_waiter
+            finally:
+                self._drain_waiter = None
 
 
 class UpstreamError(GatewayError):
     """The upstream could not be reached or broke HTTP; the message is safe to show (no secrets)."""
 
 
-class Connection(asyncio.Protocol):
-    __slots__ = ("_data_waiter", "_drain_waiter", "_reading_paused", "_write_paused", "buffer", "closed",
-                 "idle_since", "received", "transport")
+class Connection(FlowControl):
+    __slots__ = ("_data_waiter", "_reading_paused", "buffer", "closed", "idle_since", "received", "transport")
 
     def __init__(self) -> None:
+        super().__init__()
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.closed = False  # EOF or connection lost: nothing more will arrive
         self.received = False  # any byte of the current exchange
         self.idle_since = 0.0
         self._data_waiter: asyncio.Future[None] | None = None
-        self._drain_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
-        self._write_paused = False
 
     # asyncio.Protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -40,7 +72,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         self.received = True
-        if len(self.buffer) > _HIGH_WATER and not self._reading_paused and self.transport is not None:
+        if len(self.buffer) > HIGH_WATER and not self._reading_paused and self.transport is not None:
             self.transport.pause_reading()
             self._reading_paused = True
         self._wake()
@@ -53,16 +85,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._wake()
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
+        self._wake_writer()
 
     def _wake(self) -> None:
         if self._data_waiter is not None and not self._data_waiter.done():
@@ -75,9 +98,8 @@ class Connection(asyncio.Protocol):
         self.transport.write(data)
 
     async def drain(self) -> None:
-        if self._write_paused and not self.closed:
-            self._drain_waiter = asyncio.get_running_loop().create_future()
-            await self._drain_waiter
+        if not self.closed:
+            await self._writable()
         if self.closed:
             raise UpstreamError("upstream closed the connection")
 

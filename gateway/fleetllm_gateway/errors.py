@@ -38,6 +38,7 @@ BODY_TOO_LARGE = ErrorResponse(413, "request body too large", "request_too_large
 BODY_UNREADABLE = ErrorResponse(400, "failed to read request body", "invalid_body")
 INVALID_JSON = ErrorResponse(400, "invalid JSON request body", "invalid_json")
 MISSING_MODEL = ErrorResponse(400, "missing model", "missing_model")
+INTERNAL_ERROR = ErrorResponse(500, "internal error of the gateway (logged)", "internal_error", "server_error")
 QUEUE_FULL = ErrorResponse(503, "too many concurrent requests", "too_many_concurrent_requests", "server_error")
 BODIES_AT_LIMIT = ErrorResponse(503, "too many concurrent requests (request bodies in memory at maxBufferedBytes)",
                                "too_many_concurrent_requests", "server_error")
