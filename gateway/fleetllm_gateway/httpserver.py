@@ -345,9 +345,9 @@ def _where(exc: BaseException) -> str:
 class HttpConnection(FlowControl):
     """One client connection (asyncio protocol): parses requests, answers them in order."""
 
-    __slots__ = ("_answering", "_closed", "_fields", "_head_bytes", "_head_started", "_headers", "_idle_since",
-                 "_index", "_loop", "_parser", "_parsing", "_queue", "_raw_left", "_reading_done", "_reading_paused",
-                 "_requests", "_server", "_timer", "_url", "remote", "transport")
+    __slots__ = ("_answering", "_closed", "_fields", "_head_bytes", "_head_size", "_head_started", "_headers",
+                 "_idle_since", "_index", "_loop", "_parser", "_parsing", "_queue", "_raw_left", "_reading_done",
+                 "_reading_paused", "_requests", "_server", "_timer", "_url", "remote", "transport")
 
     def __init__(self, server: HttpServer) -> None:
         super().__init__()
@@ -361,6 +361,7 @@ class HttpConnection(FlowControl):
         self._index: dict[str, str] = {}
         self._fields = 0
         self._head_bytes = 0  # bytes received while the current header block is incomplete
+        self._head_size = 0  # bytes of the current header block parsed
         self._head_started: float | None = None  # when the header block being read began (None: none is)
         self._idle_since = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -423,12 +424,14 @@ class HttpConnection(FlowControl):
         self._headers = []
         self._index = {}
         self._fields = 0
+        self._head_size = 0
         if self._head_started is None:
             self._head_started = self._loop.time()
             self._arm(self._head_started)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._head_size += len(url)
         if len(self._url) > MAX_LINE:
             raise _RefusedError(_LINE_TOO_LONG)
 
@@ -436,7 +439,8 @@ class HttpConnection(FlowControl):
         if len(name) + len(value) + 2 > MAX_LINE:
             raise _RefusedError(_LINE_TOO_LONG)
         self._fields += 1
-        if self._fields > MAX_FIELDS:
+        self._head_size += len(name) + len(value) + 4
+        if self._fields > MAX_FIELDS or self._head_size > MAX_HEAD_BYTES:
             raise _RefusedError(_HEAD_TOO_LARGE)
         text = name.decode("latin-1")
         decoded = value.decode("utf-8", "surrogateescape")

@@ -72,12 +72,10 @@ class WriteKiller:
 
 
 class ThreadedServer:
-    """An aiohttp application (or a function building a low-level web.Server, which needs the loop) on
-    an ephemeral loopback port, served by an event loop of its own in a thread, so that blocking test
-    code and subprocesses can run beside it."""
+    """An aiohttp application on an ephemeral loopback port, served by an event loop of its own in a
+    thread, so that blocking test code and subprocesses can run beside it."""
 
-    def __init__(self, app: web.Application | Callable[[], web.Server],
-                 on_stop: Callable[[], None] | None = None) -> None:
+    def __init__(self, app: web.Application, on_stop: Callable[[], None] | None = None) -> None:
         self.app = app
         self.on_stop = on_stop  # run in the server's loop before it closes
         self.port = 0
@@ -91,8 +89,7 @@ class ThreadedServer:
 
     async def _main(self, ready: threading.Event) -> None:
         self._stop = asyncio.Event()
-        runner: web.BaseRunner = (web.AppRunner(self.app, access_log=None) if isinstance(self.app, web.Application)
-                                  else web.ServerRunner(self.app()))
+        runner = web.AppRunner(self.app, access_log=None)
         await runner.setup()
         try:
             site = web.TCPSite(runner, "127.0.0.1", 0)
