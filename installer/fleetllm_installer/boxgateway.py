@@ -1,8 +1,9 @@
 """The box gateway on the box: the Python that runs it, its program, config and credentials.
 
 When the box JSON has a `gateway`, the installer
-1. finds a Python that imports aiohttp (FLEETLLM_GATEWAY_PYTHON, else the interpreter of the `vllm`
-   script, a `python3` beside it, then its own; a vLLM image ships aiohttp);
+1. finds a Python that imports httptools, the gateway's HTTP parser (FLEETLLM_GATEWAY_PYTHON, else the
+   interpreter of the `vllm` script, a `python3` beside it, then its own; a vLLM image ships httptools,
+   which uvicorn, vLLM's server, runs on);
 2. checks the config with `PYTHON fleetllm-gateway.pyz gateway --check` in a temporary directory,
    before anything on the box changes;
 3. writes `$DATA/fleetllm/bin/fleetllm-gateway.pyz` (a copy of the box program it runs from),
@@ -82,9 +83,9 @@ def python_candidates(settings: Settings, own: str) -> list[str]:
     return unique
 
 
-def imports_aiohttp(python: str) -> bool:
+def imports_httptools(python: str) -> bool:
     try:
-        done = subprocess.run([python, "-c", "import aiohttp"], capture_output=True, timeout=PROBE_TIMEOUT_S,
+        done = subprocess.run([python, "-c", "import httptools"], capture_output=True, timeout=PROBE_TIMEOUT_S,
                               check=False, env=supervisord_environment(dict(os.environ)))
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -94,10 +95,10 @@ def imports_aiohttp(python: str) -> bool:
 def find_python(settings: Settings, own: str) -> str:
     candidates = python_candidates(settings, own)
     for python in candidates:
-        if imports_aiohttp(python):
+        if imports_httptools(python):
             return python
     tried = ", ".join(candidates) or "none found"
-    raise BoxGatewayError(f"the box gateway needs a Python that imports aiohttp (tried: {tried}); set "
+    raise BoxGatewayError(f"the box gateway needs a Python that imports httptools (tried: {tried}); set "
                        "FLEETLLM_GATEWAY_PYTHON to one, e.g. the vLLM image's python3")
 
 

@@ -70,7 +70,7 @@ class Settings:
     start_timeout_s: int
     startsecs: int
     fetch_deadline_s: float
-    gateway_python: str | None = None  # a Python with aiohttp for the box gateway; None: look for one
+    gateway_python: str | None = None  # a Python with httptools for the box gateway; None: look for one
 
     def __repr__(self) -> str:  # the fleet key never reaches a log through repr()
         return f"Settings(host={self.host!r}, url={self.url!r}, data_dir={str(self.data_dir)!r})"

@@ -254,7 +254,7 @@ def script(path: Path, first_line: str) -> Path:
 def test_the_vllm_scripts_interpreter_comes_first(tmp_path: Path) -> None:
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
-    script(venv / "python3", f'#!/bin/sh\nexec {sys.executable} "$@"')  # an image's Python with aiohttp
+    script(venv / "python3", f'#!/bin/sh\nexec {sys.executable} "$@"')  # an image's Python with httptools
     script(venv / "vllm", f"#!{venv / 'python3'}")
     settings = load({"FLEETLLM_VLLM_BIN": str(venv / "vllm")}, need_control_plane=False)
     assert python_candidates(settings, sys.executable) == [str(venv / "python3"), sys.executable]
@@ -268,11 +268,22 @@ def test_an_env_shebang_is_skipped_and_an_explicit_python_is_the_only_one(tmp_pa
     explicit = load({"FLEETLLM_VLLM_BIN": str(vllm), "FLEETLLM_GATEWAY_PYTHON": "/bin/false"},
                     need_control_plane=False)
     assert python_candidates(explicit, sys.executable) == ["/bin/false"]
-    with pytest.raises(BoxGatewayError, match=r"imports aiohttp \(tried: /bin/false\); set FLEETLLM_GATEWAY_PYTHON"):
+    with pytest.raises(BoxGatewayError, match=r"imports httptools \(tried: /bin/false\); set FLEETLLM_GATEWAY_PYTHON"):
         find_python(explicit, sys.executable)
 
 
-def test_no_python_with_aiohttp_fails_the_install_with_what_to_do(env: Path, control_plane: FakeControlPlane,
+def test_a_python_without_httptools_is_passed_over(tmp_path: Path) -> None:
+    """The gateway's HTTP server is httptools (llhttp): a Python that has aiohttp but not it cannot run it."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    script(venv / "python3", '#!/bin/sh\n[ "$2" = "import httptools" ] && exit 1\n'
+                             f'exec {sys.executable} "$@"')  # imports aiohttp, not httptools
+    script(venv / "vllm", f"#!{venv / 'python3'}")
+    settings = load({"FLEETLLM_VLLM_BIN": str(venv / "vllm")}, need_control_plane=False)
+    assert find_python(settings, sys.executable) == sys.executable
+
+
+def test_no_python_with_httptools_fails_the_install_with_what_to_do(env: Path, control_plane: FakeControlPlane,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEETLLM_GATEWAY_PYTHON", "/bin/false")
     assert main(["--handover", "none"]) == 1
