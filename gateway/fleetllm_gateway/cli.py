@@ -78,7 +78,7 @@ def run(config_path: Path, *, check: bool, log_level: str | None = None, box_jso
             else:
                 log.error("invalid configuration", extra={"fields": {"problem": problem}})
         return 1
-    # Imported here so `--check` on a config error needs no aiohttp import time.
+    # Imported here so `--check` on a config error needs no import time of the server's modules.
     from fleetllm_gateway.app import Gateway
     from fleetllm_gateway.proxyenv import ProxyError
     from fleetllm_gateway.serve import BindError, serve, serve_forever

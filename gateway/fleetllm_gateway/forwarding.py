@@ -27,7 +27,7 @@ _NOT_INJECTABLE = frozenset({"content-length", "transfer-encoding", "trailer"})
 def bearer_ok(authorization: str | None, tokens: Sequence[bytes]) -> bool:
     """`Bearer <token>`: scheme case-insensitive, split at the first space, token compared exactly
     and in constant time against every configured token. Whitespace around the field value is not
-    part of it (RFC 9110 §5.5); some aiohttp versions strip it and some do not, so strip it here."""
+    part of it (RFC 9110 §5.5), so strip it here."""
     if authorization is None:
         return False
     scheme, space, presented = authorization.strip(" \t").partition(" ")

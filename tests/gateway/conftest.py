@@ -31,7 +31,7 @@ from tests.gateway.upstreams import Running, start_tcp_echo, start_unix_echo
 
 ROOT = Path(__file__).resolve().parents[2]
 # The interpreter that runs the gateway; point it at another one (say a vLLM image's Python with its
-# aiohttp) to run the suite against that.
+# httptools) to run the suite against that.
 GATEWAY_PYTHON = os.environ.get("FLEETLLM_GATEWAY_PYTHON", sys.executable)
 TOKEN = "tok"
 READY_TIMEOUT = 30.0

@@ -44,7 +44,7 @@ def test_nested_model_is_ignored(gw: GatewayProcess) -> None:
 
 
 def test_broken_body_framing_is_400(gw: GatewayProcess) -> None:
-    # A chunked body that breaks its own framing: aiohttp's parser answers 400 (in plain text) itself.
+    # A chunked body that breaks its own framing: the HTTP server answers 400 (in plain text) itself.
     raw = gw.raw(b"POST /v1/x HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer tok\r\nTransfer-Encoding: chunked\r\n"
                  b"Connection: close\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
     assert raw.split(b"\r\n", 1)[0].split(b" ")[1] == b"400"

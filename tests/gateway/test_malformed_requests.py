@@ -1,4 +1,4 @@
-"""Malformed HTTP (aiohttp's parser refuses it before the handler runs) gets a 400 naming the kind of
+"""Malformed HTTP (the gateway's HTTP server, llhttp, refuses it before the handler runs) gets a 400 naming the kind of
 error, and one log line: never the bytes the client sent (they hold its bearer), never a traceback.
 issue 16, finding 7: an LF-only request was answered and logged with its raw bytes, Authorization
 included. The header deadline's AttributeError traceback is covered by tests/faults/test_gateway_faults.py."""
