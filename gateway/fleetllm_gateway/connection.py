@@ -15,6 +15,12 @@ from fleetllm_gateway.errors import GatewayError
 HIGH_WATER = 256 * 1024  # bytes received and not yet consumed past which a protocol stops reading
 
 
+def wake(waiter: asyncio.Future[None] | None) -> None:
+    """Resolve a protocol's waiter, if one waits."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
 class FlowControl(asyncio.Protocol):
     """Write back-pressure: the transport calls pause_writing() when its buffer passes its high-water
     mark and resume_writing() once it drained; `_writable()` waits in between. A subclass calls
@@ -34,9 +40,7 @@ class FlowControl(asyncio.Protocol):
         self._wake_writer()
 
     def _wake_writer(self) -> None:
-        waiter = self._drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        wake(self._drain_waiter)
 
     async def _writable(self) -> None:
         """Return once the transport takes more (at once unless writing is paused)."""
@@ -88,8 +92,7 @@ class Connection(FlowControl):
         self._wake_writer()
 
     def _wake(self) -> None:
-        if self._data_waiter is not None and not self._data_waiter.done():
-            self._data_waiter.set_result(None)
+        wake(self._data_waiter)
 
     # used by the exchange
     def write(self, data: bytes | bytearray) -> None:

@@ -40,7 +40,7 @@ from typing import cast
 import httptools
 
 from fleetllm_gateway import errors
-from fleetllm_gateway.connection import HIGH_WATER, FlowControl
+from fleetllm_gateway.connection import HIGH_WATER, FlowControl, wake
 
 log = logging.getLogger("gateway")
 
@@ -117,21 +117,16 @@ class Body:
         if not self._discard:
             self._chunks.append(data)
             self._size += len(data)
-        self._wake()
+        wake(self._waiter)
 
     def feed_eof(self) -> None:
         self.complete = True
-        self._wake()
+        wake(self._waiter)
 
     def fail(self, exc: BaseException) -> None:
         if not self.complete:
             self._error = exc
-            self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            wake(self._waiter)
 
     @property
     def over_high_water(self) -> bool:
@@ -609,6 +604,9 @@ class HttpConnection(FlowControl):
             response = await self._server.handler(request)
         except asyncio.CancelledError:
             raise
+        except ConnectionError:  # a write after the client left, before connection_lost cancelled the handler
+            self.abort()
+            return False
         except Exception as exc:
             stream = request._stream
             cut = stream is not None and stream.sent

@@ -87,6 +87,13 @@ def read_response(sock: socket.socket, buffered: bytearray) -> tuple[bytes, dict
     return status.encode(), headers, body
 
 
+def exchange(server: ThreadedHttpServer, data: bytes) -> bytes:
+    """Send `data` on a new connection and read until the server closes it."""
+    with connect(server) as sock:
+        sock.sendall(data)
+        return read_to_close(sock)
+
+
 def read_to_close(sock: socket.socket) -> bytes:
     data = b""
     while True:
@@ -123,9 +130,7 @@ def test_a_keep_alive_connection_serves_many_requests(serve: Callable[..., Threa
 
 def test_http_1_0_closes_unless_asked_to_keep_alive(serve: Callable[..., ThreadedHttpServer]) -> None:
     server = serve()
-    with connect(server) as sock:
-        sock.sendall(b"GET /a HTTP/1.0\r\n\r\n")
-        answer = read_to_close(sock)
+    answer = exchange(server, b"GET /a HTTP/1.0\r\n\r\n")
     assert answer.startswith(b"HTTP/1.0 200 OK\r\n") and b"Connection: close\r\n" in answer
     with connect(server) as sock:
         sock.sendall(b"GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
@@ -158,9 +163,7 @@ def test_expect_100_continue_is_answered_before_the_body(serve: Callable[..., Th
 
 def test_an_unanswered_expect_closes_instead_of_waiting_for_the_body(serve: Callable[..., ThreadedHttpServer]) -> None:
     server = serve()
-    with connect(server) as sock:
-        sock.sendall(b"POST /noread HTTP/1.1\r\nHost: t\r\nContent-Length: 99\r\nExpect: 100-continue\r\n\r\n")
-        answer = read_to_close(sock)
+    answer = exchange(server, b"POST /noread HTTP/1.1\r\nHost: t\r\nContent-Length: 99\r\nExpect: 100-continue\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close\r\n" in answer
     assert b"100 Continue" not in answer
 
@@ -186,9 +189,7 @@ def test_head_gets_the_length_and_no_body(serve: Callable[..., ThreadedHttpServe
 ], ids=["1001-fields", "over-1-MiB", "long-line", "long-target"])
 def test_header_limits_get_a_400(serve: Callable[..., ThreadedHttpServer], request_bytes: bytes) -> None:
     server = serve()
-    with connect(server) as sock:
-        sock.sendall(request_bytes)
-        answer = read_to_close(sock)
+    answer = exchange(server, request_bytes)
     assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer[:100]
     assert b"\r\n\r\nBad Request: " in answer and (b"too long" in answer or b"too large" in answer)
 
@@ -204,9 +205,7 @@ def test_a_malformed_request_gets_a_400_text_without_parser_words(serve: Callabl
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     server = serve()
     caplog.set_level(logging.INFO, "gateway")
-    with connect(server) as sock:
-        sock.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nsecret\r\n0\r\n\r\n")
-        answer = read_to_close(sock)
+    answer = exchange(server, b"POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nsecret\r\n0\r\n\r\n")
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"Connection: close" in head
     assert body == b"Bad Request: malformed chunked body\n"
@@ -234,9 +233,7 @@ def test_a_malformed_request_after_a_good_one_is_refused_in_its_turn(serve: Call
 def test_an_upgrade_is_answered_plainly_then_the_connection_closes(serve: Callable[..., ThreadedHttpServer],
                                                                    request_bytes: bytes) -> None:
     server = serve()
-    with connect(server) as sock:
-        sock.sendall(request_bytes + b"GET /never HTTP/1.1\r\nHost: t\r\n\r\n")
-        answer = read_to_close(sock)
+    answer = exchange(server, request_bytes + b"GET /never HTTP/1.1\r\nHost: t\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close\r\n" in answer
     assert answer.count(b"HTTP/1.1 ") == 1 and b"/never" not in answer
     assert answer.endswith((b"GET /up 0 ", b"POST /up 3 abc", b"CONNECT example.com:443 0 "))
@@ -272,9 +269,7 @@ def test_an_unread_body_that_does_not_end_closes_the_connection(serve: Callable[
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(httpserver, "DRAIN_TIMEOUT", 0.3)
     server = serve()
-    with connect(server) as sock:
-        sock.sendall(b"POST /noread HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc")
-        answer = read_to_close(sock)
+    answer = exchange(server, b"POST /noread HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc")
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"POST /noread 0 ")
 
 

@@ -1,5 +1,6 @@
 """The gateway's HTTP server (fleetllm_gateway.httpserver) with any handler, on an ephemeral loopback port,
-served by an event loop of its own in a thread: blocking test code talks to it over real sockets."""
+served by an event loop of its own in a thread (write_killer.ThreadedServer's): blocking test code talks
+to it over real sockets."""
 
 from __future__ import annotations
 
@@ -8,20 +9,17 @@ import threading
 from collections.abc import Callable
 
 from fleetllm_gateway.httpserver import Handler, HttpServer
+from tests.support.write_killer import ThreadedServer
 
 
-class ThreadedHttpServer:
+class ThreadedHttpServer(ThreadedServer):
     """`make_handler()` runs in the server's loop (a handler may hold loop-bound objects); `on_stop` too,
     before the server closes."""
 
     def __init__(self, make_handler: Callable[[], Handler], on_stop: Callable[[], None] | None = None) -> None:
+        super().__init__(None, on_stop)  # type: ignore[arg-type]  # no aiohttp application: _main serves
         self.make_handler = make_handler
-        self.on_stop = on_stop
-        self.port = 0
         self.http: HttpServer | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
 
     async def _main(self, ready: threading.Event) -> None:
         self._stop = asyncio.Event()
@@ -38,21 +36,5 @@ class ThreadedHttpServer:
             await self.http.shutdown([server], 1.0, 0.0)
 
     def __enter__(self) -> ThreadedHttpServer:
-        ready = threading.Event()
-
-        def run() -> None:
-            self.loop = asyncio.new_event_loop()
-            self.loop.run_until_complete(self._main(ready))
-            self.loop.close()
-
-        self._thread = threading.Thread(target=run, name="threaded-http-server", daemon=True)
-        self._thread.start()
-        if not ready.wait(30):
-            raise RuntimeError("the threaded server did not start")
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.loop is not None and self._stop is not None:
-            self.loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout=15)
