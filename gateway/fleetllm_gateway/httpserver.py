@@ -12,8 +12,8 @@ What a connection gets, and what it is refused (gateway/README.md, "Limits"):
   words), one log line, and the connection closed. An error inside a body whose request is being
   answered fails that body's read instead (the handler answers), and the connection closes after it.
 - A body is a stream the handler reads (`Body.readany`); past HIGH_WATER unread bytes reading pauses.
-  A body left unread is drained for up to DRAIN_TIMEOUT before the next request, else the connection
-  closes; after an unanswered `Expect: 100-continue` it closes at once.
+  A body left unread is drained for up to DRAIN_TIMEOUT before the next request (or the close), else
+  the connection closes; after an unanswered `Expect: 100-continue` it closes at once.
 - Idle keep-alive connections close after KEEPALIVE_TIMEOUT. One timer per connection covers both
   timeouts: it fires at most every HEADER_TIMEOUT while the connection waits for a client, and is not
   re-created per request.
@@ -630,14 +630,15 @@ class HttpConnection(FlowControl):
                          keep_alive=keep)
             body = response.body
             await self.send(head + body if body and request.method != "HEAD" else head)
-        if not self.keeps(request):
-            return False
-        if not request.body.complete:
+        # The rest of an unread body is read and dropped, also before a close: closing on unread bytes
+        # sends a reset, which can destroy the answer before the client reads it. Not after an
+        # unanswered 100-continue: that client sends no body.
+        if not request.body.complete and not request.continue_unanswered:
             try:
                 await asyncio.wait_for(request.body.drain(), DRAIN_TIMEOUT)
             except (asyncio.TimeoutError, ConnectionError):  # noqa: UP041 (Python 3.10's is not TimeoutError)
                 return False
-        return True
+        return self.keeps(request)
 
     async def _refuse(self, text: str) -> None:
         body = f"Bad Request: {text}\n".encode()

@@ -364,3 +364,26 @@ def test_a_client_that_leaves_cancels_its_handler(serve: Callable[..., ThreadedH
         sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
         assert started.wait(10)
     assert cancelled.wait(10)
+
+
+def test_an_early_answer_reaches_a_client_still_sending_its_body(serve: Callable[..., ThreadedHttpServer]) -> None:
+    """The body the handler did not read is read and dropped before the close: a close on unread bytes
+    is a reset, which can destroy the answer on its way."""
+    server = serve()
+    size = 8 << 20
+    with connect(server) as sock:
+        sock.sendall(b"POST /noread HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % size)
+        failed: list[OSError] = []
+
+        def send() -> None:
+            try:
+                sock.sendall(b"z" * size)
+            except OSError as exc:  # a reset: the server closed on unread bytes
+                failed.append(exc)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        answer = read_to_close(sock)
+        sender.join(10)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"POST /noread 0 ")
+    assert failed == []  # every byte was taken
