@@ -7,6 +7,8 @@ messages, as OpenAI-style JSON bodies).
     ├── ProxyError        the proxy environment is unusable (proxyenv.py; also a ValueError)
     ├── BindError         the listening socket cannot be had (serve.py)
     ├── BodyError         a body-routed request's body names no model: carries its ErrorResponse
+    ├── IncompleteBodyError  a request body that cannot end: the client left or broke its framing
+    │                     (httpserver.py; also a ConnectionError)
     ├── UpstreamError     the exchange with a model's server failed (connection.py)
     └── StaleError        a pooled connection was closed by the server before reuse (response.py)
 

@@ -41,6 +41,7 @@ import httptools
 
 from fleetllm_gateway import errors
 from fleetllm_gateway.connection import HIGH_WATER, FlowControl, wake
+from fleetllm_gateway.errors import GatewayError
 
 log = logging.getLogger("gateway")
 
@@ -95,7 +96,7 @@ class _RefusedError(Exception):
         self.text = text
 
 
-class IncompleteBodyError(ConnectionError):
+class IncompleteBodyError(GatewayError, ConnectionError):
     """The request body ended before its end (the client left) or broke its framing."""
 
 
