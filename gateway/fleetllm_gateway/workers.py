@@ -51,7 +51,8 @@ _PR_SET_PDEATHSIG = 1
 
 # The default's ceiling: a box's gateway fronts one to three vLLM servers, whose GPUs, not the proxy, bound
 # what it serves; 8 workers carry several times the 2-worker figures of docs/benchmarks.md, and each costs
-# about 16 MiB of its own (PSS). `--workers N` sets more.
+# about 10 MiB of its own (PSS; about 15 with aiohttp's server, which the gateway no longer imports).
+# `--workers N` sets more.
 DEFAULT_MAX_WORKERS = 8
 
 
