@@ -67,9 +67,9 @@ def http(method: str, url: str, body: bytes | None = None, headers: dict[str, st
     request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with opener.open(request, timeout=15) as response:
-            return response.status, response.read(), dict(response.headers)
+            return response.status, response.read(), {k.title(): v for k, v in response.headers.items()}
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(), dict(exc.headers)
+        return exc.code, exc.read(), {k.title(): v for k, v in exc.headers.items()}
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
