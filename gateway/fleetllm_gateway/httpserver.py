@@ -476,7 +476,7 @@ class HttpConnection(FlowControl):
         if request.content_length:
             self._raw_left = request.content_length
             self._raw_body(rest)
-        elif "transfer-encoding" in request._index:
+        elif request.header("transfer-encoding") is not None:
             request.body.fail(IncompleteBodyError("a chunked body with an upgrade is not read"))
             self._parsing = None
         else:
