@@ -1,8 +1,9 @@
 """Structured logs: one JSON object per line on stderr, one line per event, in the format every
 fleetllm process writes (fleetllm_contract.logfmt: ts, level, logger, event, then the fields).
 
-Callers pass fields explicitly (`log_event(log, "fetch", status=200, ...)`); nothing reaches a log
-line implicitly, which is how secrets stay out: no field ever carries a key, token, salt or bearer.
+Callers pass fields explicitly (`log_event(log, "fetch", status=200, ...)`, or a mapping they built to
+`log_fields`); nothing reaches a log line implicitly, which is how secrets stay out: no field ever
+carries a key, token, salt or bearer.
 """
 
 from __future__ import annotations
@@ -12,18 +13,19 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import IO, Any
 
 from fleetllm_contract.logfmt import MAX_FIELD, JsonLineFormatter, format_event, resolve_level
 
-__all__ = ["LOGGER", "MAX_FIELD", "BufferedStreamHandler", "JsonFormatter", "get_logger", "log_event", "resolve_level",
-           "set_level", "setup_logging"]
+__all__ = ["LOGGER", "MAX_FIELD", "BufferedStreamHandler", "JsonFormatter", "get_logger", "log_event", "log_fields",
+           "resolve_level", "set_level", "setup_logging"]
 
 LOGGER = "fleetllm"
 JsonFormatter = JsonLineFormatter  # the one format, defined in the box contract (fleetllm_contract.logfmt)
 
 
-Event = tuple[float, int, str, str, dict[str, Any]]  # a line log_event puts straight on the handler's queue
+Event = tuple[float, int, str, str, Mapping[str, Any]]  # a line log_fields puts straight on the handler's queue
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -31,9 +33,16 @@ def get_logger(name: str) -> logging.Logger:
 
 
 def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
-    """Log `event` with `fields`. When the one handler the line would reach is the server's
-    BufferedStreamHandler (no filter on the way), the line goes to it without a LogRecord built and
-    passed through logging's machinery: what each box request used to spend most of its logging on."""
+    """Log `event` with `fields` (log_fields)."""
+    log_fields(logger, event, level, fields)
+
+
+def log_fields(logger: logging.Logger, event: str, level: int, fields: Mapping[str, Any]) -> None:
+    """Log `event` with `fields`, a mapping the caller built: an EncodedFields (fleetllm_contract.logfmt)
+    reaches the writer thread as it is, which then writes its JSON without encoding it again. When the
+    one handler the line would reach is the server's BufferedStreamHandler (no filter on the way), the
+    line goes to it without a LogRecord built and passed through logging's machinery: what each box
+    request used to spend most of its logging on."""
     if not logger.isEnabledFor(level):
         return
     sink = _direct_sink(logger, level)
@@ -74,7 +83,7 @@ class BufferedStreamHandler(logging.Handler):
     def __init__(self, stream: IO[str]) -> None:
         super().__init__()
         self.stream = stream
-        # LogRecords, and events put by log_event: (time, level, logger, event, fields)
+        # LogRecords, and events put by log_fields: (time, level, logger, event, fields)
         self._records: queue.SimpleQueue[logging.LogRecord | Event] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._write_lock = threading.Lock()  # the writer thread and close() (never a request)

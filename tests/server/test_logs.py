@@ -125,3 +125,109 @@ def test_a_line_that_cannot_be_formatted_is_reported_as_logging_reports_it_and_t
     assert [json.loads(line)["event"] for line in stream.getvalue().splitlines()] == ["before", "after"]
     assert [(r.name, r.getMessage(), r.levelno) for r in reported] == [
         ("fleetllm.test-unformattable", "box request", logging.INFO)]
+
+
+class Shown:
+    def __str__(self) -> str:
+        return 'shown by str() "as JSON has no type for it"'
+
+
+VALUES: list[object] = [None, 0, -7, 10**30, 0.1, 1.5, -2.0, 1e-7, 1e22, 123456.78, float("nan"), float("inf"),
+                        -float("inf"), True, False, "", "plain", "x" * (MAX_FIELD + 9), "é ☃ \U0001f600 中文" * 60,
+                        'q"uo\\te \n\r\t \x00 \x1f \x7f \u2028', [1, "a", None], {"k": [1.5]}, Shown()]
+KEYS = ["status", "level", "ts", "event", "logger", "level_", "exception", "ms", "é", 'k"ey\n']
+
+
+def line_as_before(created: float, level: str, logger: str, event: str, fields: dict[str, object],
+                   exception: str | None = None) -> str:
+    """format_event as it was: the whole line one dict, encoded at once."""
+    import json
+
+    from fleetllm_contract.logfmt import CORE_KEYS, iso_utc
+
+    def clip(value: object) -> object:
+        if isinstance(value, str) and len(value) > MAX_FIELD:
+            return value[:MAX_FIELD] + f"...(+{len(value) - MAX_FIELD} chars)"
+        return value
+
+    payload: dict[str, object] = {"ts": iso_utc(created), "level": level, "logger": logger, "event": clip(event)}
+    payload.update({f"{k}_" if k in CORE_KEYS else k: clip(v) for k, v in fields.items()})
+    if exception is not None:
+        payload["exception"] = exception
+    return json.dumps(payload, default=str, separators=(",", ":"))
+
+
+def test_prepared_fields_give_the_line_plain_fields_give_byte_for_byte() -> None:
+    """EncodedFields (JSON encoded once, `plus` one field) and plain fields: each line is the one format_event
+    wrote before, every byte, key order included, for values of every kind and keys named like core keys."""
+    from fleetllm_contract.logfmt import EncodedFields, format_event
+
+    created = 1_764_689_974.880
+    checked = 0
+    for i, value in enumerate(VALUES):
+        other = VALUES[(i + 5) % len(VALUES)]
+        for key in KEYS:
+            base = {"endpoint": "config", "other": other}
+            fields = {**base, key: value}
+            for event in ("box request", "e" * (MAX_FIELD + 1), 'é "quoted"\n'):
+                for exception in (None, "ValueError"):
+                    expected = line_as_before(created, "warning", "fleetllm.access", event, fields, exception)
+                    for given in (fields, EncodedFields(fields), EncodedFields(base).plus(key, value)):
+                        assert format_event(created, "warning", "fleetllm.access", event, given, exception) == expected
+                        checked += 1
+    assert checked == len(VALUES) * len(KEYS) * 3 * 2 * 3
+    assert format_event(created, "info", "x", "e", EncodedFields({})) == line_as_before(created, "info", "x", "e", {})
+    plus = EncodedFields({}).plus("ms", 0.25)
+    assert format_event(created, "info", "x", "e", plus) == line_as_before(created, "info", "x", "e", {"ms": 0.25})
+
+
+def test_plus_copies_and_leaves_the_fields_it_was_given_as_they_were() -> None:
+    from fleetllm_contract.logfmt import EncodedFields
+
+    base = EncodedFields({"status": 200, "box": "b"})
+    first, second = base.plus("ms", 1.25), base.plus("ms", 3.0)
+    assert base == {"status": 200, "box": "b"} and base.text == '"status":200,"box":"b"'
+    assert first == {"status": 200, "box": "b", "ms": 1.25} and first.text == base.text + ',"ms":1.25'
+    assert second.text == base.text + ',"ms":3.0'
+    replaced = base.plus("status", 304)  # a field it has: replaced where it is, as a dict would
+    assert list(replaced.items()) == [("status", 304), ("box", "b")] and replaced.text == '"status":304,"box":"b"'
+
+
+def test_a_non_string_key_named_like_a_core_key_never_overrides_it() -> None:
+    import json
+
+    from fleetllm_contract.logfmt import format_event
+
+    class Named:
+        def __str__(self) -> str:
+            return "level"
+
+    line = json.loads(format_event(0.0, "info", "x", "e", {Named(): "field"}))
+    assert line["level"] == "info" and line["level_"] == "field"
+
+
+def test_log_fields_carries_prepared_fields_to_the_writer_and_any_other_handler_sees_a_plain_mapping() -> None:
+    """The direct path and the LogRecord path write the line log_event writes with the same fields, and
+    a handler of its own (a filter, caplog) gets the fields as a mapping."""
+    from fleetllm.logs import _direct_sink, log_fields
+    from fleetllm_contract.logfmt import EncodedFields, TextFormatter
+
+    child = logging.getLogger("fleetllm.test-prepared.access")
+    fields = {"status": 200, "ts": "a core key's name", "forwarded_for": "z" * (MAX_FIELD + 4), "box": None}
+    prepared = EncodedFields({k: v for k, v in fields.items() if k != "box"}).plus("box", None)
+    captured: list[logging.LogRecord] = []
+    with buffered_logger("fleetllm.test-prepared") as (_, handler, stream):
+        assert _direct_sink(child, logging.INFO) is handler
+        log_event(child, "box request", logging.INFO, **fields)
+        log_fields(child, "box request", logging.INFO, prepared)  # straight to the handler's queue
+        other = logging.Handler()
+        other.emit = captured.append  # type: ignore[method-assign]
+        child.addHandler(other)
+        try:
+            log_fields(child, "box request", logging.INFO, prepared)  # as a LogRecord
+        finally:
+            child.removeHandler(other)
+    lines = [line.split(",", 1)[1] for line in stream.getvalue().splitlines()]  # without `ts`
+    assert len(lines) == 3 and lines[0] == lines[1] == lines[2]
+    assert dict(captured[0].fields) == fields  # type: ignore[attr-defined]
+    assert TextFormatter("fleetllm").format(captured[0]).startswith("fleetllm: box request (status=200 ts_=")
