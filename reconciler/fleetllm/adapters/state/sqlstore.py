@@ -141,10 +141,10 @@ class SqlStateStore(ControlTables):
         return self.db.schema_version
 
     # FetchLog
-    def record_fetch(self, fetch: FetchRecord) -> None:
+    def record_fetch(self, fetch: FetchRecord, *, at: float | None = None) -> None:
         fetch = fetch.bounded()  # client-controlled text: at most MAX_RECORD_CHARS stored per request
-        row: FetchRow = (fetch.at, fetch.endpoint.value, fetch.status, fetch.peer, fetch.claimed_host,
-                         fetch.forwarded_for, fetch.box, fetch.revision, fetch.replica)
+        row: FetchRow = (fetch.at if at is None else at, fetch.endpoint.value, fetch.status, fetch.peer,
+                         fetch.claimed_host, fetch.forwarded_for, fetch.box, fetch.revision, fetch.replica)
         self._pending.append(row)
         if len(self._pending) >= FLUSH_AT:
             self._wake.set()  # the writer goes now; the request never waits on the database

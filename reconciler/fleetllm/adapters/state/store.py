@@ -39,8 +39,9 @@ class FetchRetention:
 
 
 class FetchLog(Protocol):
-    def record_fetch(self, fetch: FetchRecord) -> None:
-        """Store `fetch.bounded()`: client-controlled text is cut to records.STORED_CHARS."""
+    def record_fetch(self, fetch: FetchRecord, *, at: float | None = None) -> None:
+        """Store `fetch.bounded()` (client-controlled text is cut to records.STORED_CHARS), at `at` when
+        given: one record stands for every answer of its kind (server/boxrecords.py), each at its time."""
         ...
 
     def recent_fetches(self, *, box: str | None = None, limit: int = 100,
