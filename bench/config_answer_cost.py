@@ -131,7 +131,7 @@ def main() -> None:
     def measure(variant: str) -> tuple[float, dict[str, float]]:
         fleet_logger.setLevel(logging.WARNING if variant in ("no-log", "neither") else logging.INFO)
         setattr(store, "record_fetch",  # noqa: B010 (replaced for the run, a method)
-                (lambda fetch: None) if variant in ("no-fetch", "neither") else record_fetch)
+                (lambda fetch, at=None: None) if variant in ("no-fetch", "neither") else record_fetch)
         call: Callable[[Any], None] = (lambda request: bare_answer(request, body)) if variant == "bare" else answer
         cache = release_cache(runtime)
         before = thread_cpu()

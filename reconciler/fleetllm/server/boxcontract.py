@@ -7,15 +7,14 @@ strings, an answer goes out as a `ConfigAnswer`. (The fleet key's check is auth.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import dataclass
 
 from werkzeug.http import parse_etags
 
-from fleetllm.adapters.state.records import BoxApi, FetchRecord
+from fleetllm.adapters.state.records import BoxApi
 from fleetllm.core.hosts import ResolvedHost, resolve_host
-from fleetllm.logs import get_logger, log_event
+from fleetllm.logs import get_logger, log_fields
 from fleetllm.server.revisions import Rendered
 from fleetllm.server.rollouts import Unservable, served_for
 from fleetllm.server.runtime import Runtime
@@ -48,18 +47,18 @@ class BoxCall:
         return self.resolved.name
 
     def record(self, status: int, revision: str | None = None) -> None:
-        """The fetch record, the counter and the `box request` log line of an answer (no secret in any)."""
-        box = self.resolved.name if self.resolved else None
+        """The fetch record, the counter and the `box request` log line of an answer (no secret in any): the
+        record and the line's fields are the runtime's memo of this kind of answer (boxrecords.py)."""
         rt = self.rt
-        rt.store.record_fetch(FetchRecord(at=rt.clock(), endpoint=self.endpoint, status=status, peer=self.peer,
-                                          claimed_host=self.claimed, forwarded_for=self.forwarded_for, box=box,
-                                          revision=revision, replica=rt.replica))
+        resolved = self.resolved
+        kind = rt.box_records.get((self.endpoint, status, revision, self.claimed, self.forwarded_for, self.peer,
+                                   resolved.name if resolved else None, resolved.source.value if resolved else None,
+                                   rt.replica))
+        rt.store.record_fetch(kind.fetch, at=rt.clock())
         rt.metrics.count_box_request(self.endpoint.value, status)
-        log_event(access_log, "box request", logging.INFO if status < 500 else logging.WARNING,
-                  endpoint=self.endpoint.value, status=status, box=box,
-                  host_source=self.resolved.source.value if self.resolved else None, claimed_host=self.claimed,
-                  peer=self.peer, forwarded_for=self.forwarded_for, revision=revision,
-                  ms=round((time.perf_counter() - self.started) * 1000, 2))
+        if access_log.isEnabledFor(kind.level):
+            log_fields(access_log, "box request", kind.level,
+                       kind.fields.plus("ms", round((time.perf_counter() - self.started) * 1000, 2)))
 
 
 @dataclass(frozen=True)

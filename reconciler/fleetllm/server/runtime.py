@@ -36,6 +36,7 @@ from fleetllm.core.fleet.model import ReconcileSettings
 from fleetllm.core.fleet.render import Bearers
 from fleetllm.errors import SourceError
 from fleetllm.logs import get_logger, log_event
+from fleetllm.server.boxrecords import BoxRecords
 from fleetllm.server.metrics import BoxTimes, Metrics
 from fleetllm.server.notifywatch import watch_passes
 from fleetllm.server.revisions import RevisionTracker
@@ -81,6 +82,7 @@ class Runtime:
     control: ControlState = NOTHING  # the operator controls as last read from the store (refresh_control)
     oidc: OidcClient | None = None  # auth.oidc: the single sign-on provider's client (reads nothing until used)
     _control_thread: threading.Thread | None = None
+    box_records: BoxRecords = field(default_factory=BoxRecords)  # what box answers record (boxrecords.py)
 
     def start_background(self) -> None:
         if self._thread is None:
