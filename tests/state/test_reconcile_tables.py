@@ -98,7 +98,7 @@ def test_passes_survive_reopen(store_url: str) -> None:
     try:
         assert third.recorded_fleet_id() == "git-0123456789ab"  # the fleet's history outlives the process
     finally:
-        again.close()
+        third.close()
 
 
 def test_open_store_urls(tmp_path: Path) -> None:
