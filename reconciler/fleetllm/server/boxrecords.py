@@ -23,7 +23,7 @@ Key = tuple[BoxApi, int, str | None, str | None, str | None, str, str | None, st
 
 @dataclass(frozen=True, slots=True)
 class BoxRecord:
-    fetch: FetchRecord  # bounded; stored at each answer's time (record_fetch's `at`), its own `at` never
+    fetch: FetchRecord  # as the request made it (the store bounds it); stored at each answer's time (`at`)
     level: int  # the line's
     fields: EncodedFields  # the line's, but its duration (`ms`)
 
@@ -35,14 +35,16 @@ def box_record(key: Key) -> BoxRecord:
     fields = EncodedFields({"endpoint": endpoint.value, "status": status, "box": box, "host_source": host_source,
                             "claimed_host": claimed, "peer": peer, "forwarded_for": forwarded_for,
                             "revision": revision})
-    return BoxRecord(fetch.bounded(), logging.INFO if status < 500 else logging.WARNING, fields)
+    return BoxRecord(fetch, logging.INFO if status < 500 else logging.WARNING, fields)
 
 
 class BoxRecords:
     """The BoxRecord of each kind of answer (`Key`), built at its first. A key holds client text (headers,
     the peer), so what a client sends must not grow memory: an answer whose line's fields encode to more
     than MAX_TEXT characters (a box's take 200 to 300) is built each time and not kept, and the memo is
-    emptied when it holds MAX_ENTRIES (at most about 2 KB each: 30 MB). Request threads share it without
+    emptied when it holds MAX_ENTRIES (at most about 2 KB each: 30 MB). The record is kept as the request
+    made it: the store bounds what it stores (records.STORED_CHARS), which for a box's few dozen
+    characters a field is the record itself, with no copy. Request threads share it without
     a lock: a dict's get and set are atomic, and an emptying that races a get costs that request a new
     record, never an error."""
 

@@ -48,10 +48,7 @@ class FetchRecord:
     id: int | None = field(default=None, compare=False)  # the store's, once stored (paging cursor)
 
     def bounded(self) -> FetchRecord:
-        """This record with every text field cut to STORED_CHARS (and marked when cut); itself when already
-        bounded. A cut value with its mark is longer than its cap, so the cut copy remembers that it was cut
-        (an attribute, not a field: never compared, shown or stored) and is not cut again when a record
-        bounded once is stored many times (server/boxrecords.py)."""
+        """This record with every text field cut to STORED_CHARS (and marked when cut)."""
         c = STORED_CHARS
         if (len(self.peer) <= c["peer"] and (self.claimed_host is None or len(self.claimed_host) <= c["claimed_host"])
                 and (self.forwarded_for is None or len(self.forwarded_for) <= c["forwarded_for"])
@@ -59,14 +56,10 @@ class FetchRecord:
                 and (self.revision is None or len(self.revision) <= c["revision"])
                 and (self.replica is None or len(self.replica) <= c["replica"])):
             return self  # nothing to cut (every record of a well-behaved box): no copy
-        if self.__dict__.get("_cut", False):
-            return self
-        cut = replace(self, peer=clip(self.peer, c["peer"]) or "", claimed_host=clip(self.claimed_host,
-                      c["claimed_host"]), forwarded_for=clip(self.forwarded_for, c["forwarded_for"]),
-                      box=clip(self.box, c["box"]), revision=clip(self.revision, c["revision"]),
-                      replica=clip(self.replica, c["replica"]))
-        object.__setattr__(cut, "_cut", True)  # frozen: set as dataclasses' own __init__ sets a field
-        return cut
+        return replace(self, peer=clip(self.peer, c["peer"]) or "", claimed_host=clip(self.claimed_host,
+                       c["claimed_host"]), forwarded_for=clip(self.forwarded_for, c["forwarded_for"]),
+                       box=clip(self.box, c["box"]), revision=clip(self.revision, c["revision"]),
+                       replica=clip(self.replica, c["replica"]))
 
 
 @dataclass(frozen=True)
