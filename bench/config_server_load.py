@@ -27,6 +27,9 @@ from /proc, the load average), then per variant min/median/max, and the ratios p
 round (cached/bare, cached/cached-wsgi, naive/constant) as min/median/max with the load average at the
 start and the end.
 
+`--fetch-log-rows N` fills the state store's fetch log with N records before the servers start, as a
+control plane that has run a while holds it (its default retention is 200,000 records).
+
 `--compare-state` measures the cached server twice instead, once with each state store: the SQLite
 file (the default) and PostgreSQL (FLEETLLM_BENCH_PG_URL, or a throwaway cluster started for the run
 as tests/state/postgres.py does), every fetch recorded in it; after each run the records in the store
@@ -108,6 +111,28 @@ def recorded_fetches(config: Path) -> int:
     store = open_store(cp.state.url, cp.state.base, password=cp.state.password)
     try:
         return len(store.recent_fetches(limit=10_000_000))
+    finally:
+        store.close()
+
+
+def fill_fetch_log(config: Path, rows: int, boxes: int) -> None:
+    """`rows` fetch records in the state store before the servers start: the log as a control plane that
+    has run a while holds it (its default retention is 200,000), every box's polls in turn."""
+    from fleetllm.adapters.state import open_store
+    from fleetllm.adapters.state.records import BoxApi, FetchRecord
+    from fleetllm.settings import load_config
+
+    if not rows:
+        return
+    cp = load_config(config, {**os.environ, **ENV})
+    store = open_store(cp.state.url, cp.state.base, password=cp.state.password)
+    try:
+        started = time.time() - rows / 100
+        for i in range(rows):
+            store.record_fetch(FetchRecord(at=started + i / 100, endpoint=BoxApi.CONFIG, status=200,
+                                           peer="127.0.0.1", claimed_host=box_name(i % boxes), box=box_name(i % boxes),
+                                           revision="0" * 40, replica="bench"))
+        store.flush()
     finally:
         store.close()
 
@@ -391,6 +416,7 @@ def run(args: argparse.Namespace) -> None:
         repo = make_fleet(directory, args.boxes)
         config = write_config(directory, repo, args.threads)
         body = write_body(directory, repo, config)
+        fill_fetch_log(config, args.fetch_log_rows, args.boxes)
         print(f"{args.boxes} boxes, {args.concurrency} connections, {args.rounds} rounds of {args.seconds:g} s a "
               f"variant, box JSON {len(body)} bytes, {os.cpu_count()} CPUs; load average {loadavg()}", flush=True)
         processes = {}
@@ -450,6 +476,8 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--cached-seconds", type=float, default=60, help="--compare-state: cap per store")
     parser.add_argument("--threads", type=int, default=8, help="request threads (server.threads)")
+    parser.add_argument("--fetch-log-rows", type=int, default=0,
+                        help="fetch records in the state store before the servers start (its retention: 200000)")
     parser.add_argument("--compare-state", action="store_true",
                         help="the cached server with the SQLite and with the PostgreSQL state store")
     run(parser.parse_args())

@@ -23,7 +23,7 @@ from fleetllm.adapters.state import (
 from fleetllm.adapters.state.migrations import MIGRATIONS
 from fleetllm.adapters.state.records import MAX_RECORD_CHARS, STORED_CHARS
 from fleetllm.adapters.state.sqlite import SqliteDatabase
-from fleetllm.adapters.state.sqlstore import SqlStateStore
+from fleetllm.adapters.state.sqlstore import _NOTE_LAST_FETCHES, SqlStateStore, _insert_fetches
 from fleetllm.adapters.state.store import FetchRetention, sqlite_path
 from fleetllm.core.fleet.jsonvalue import freeze_mapping
 from fleetllm.core.secret import Secret
@@ -206,6 +206,61 @@ def test_fetch_log_retention_by_count_and_by_age(store: SqlStateStore) -> None:
     assert store.prune(FetchRetention(max_rows=4, max_age_s=2.5), now=1010.0) == 2  # older than 1007.5
     assert [r.at for r in store.recent_fetches()] == [1009.0, 1008.0]
     assert store.prune(FetchRetention(max_rows=4, max_age_s=100), now=1010.0) == 0
+
+
+def test_each_boxs_latest_fetch_is_kept_beside_the_log(store: SqlStateStore) -> None:
+    """box_last_fetch (migration 11) follows every batch: a later batch moves a box's latest answered
+    and served config forward, a 304 moves only the answered one, other endpoints and statuses neither;
+    a batch another replica commits after a newer one never moves them back; pruning drops the box
+    whose records are all gone, and the box whose 200s alone are gone keeps its answered time."""
+    store.record_fetch(fetch(1000.0, "a"))
+    store.record_fetch(fetch(1001.0, "b"))
+    store.flush()
+    store.record_fetch(fetch(1002.0, "a", 304))
+    store.record_fetch(fetch(1003.0, "b", 200, BoxApi.REPORT))
+    store.record_fetch(fetch(1004.0, "b", 503))
+    store.record_fetch(fetch(1005.0, "c", 304))
+    assert store.last_config_answered() == {"a": 1002.0, "b": 1001.0, "c": 1005.0}
+    assert {box: r.at for box, r in store.last_config_served().items()} == {"a": 1000.0, "b": 1001.0}
+    with store.db.transaction() as tx:  # as if another replica's batch, older, were committed after this one
+        newest = tx.scalar("SELECT MAX(id) AS id FROM fetches")
+        tx.execute("UPDATE box_last_fetch SET answered_id = ?, served_id = ? WHERE box = 'a'", (newest + 10, newest + 10))
+        tx.execute(_NOTE_LAST_FETCHES, (-1,))
+        assert tx.rows("SELECT answered_id, served_id FROM box_last_fetch WHERE box = 'a'") == [
+            {"answered_id": newest + 10, "served_id": newest + 10}]
+        tx.execute("UPDATE box_last_fetch SET answered_id = 3, served_id = 1 WHERE box = 'a'")
+    assert store.prune(FetchRetention(max_rows=5, max_age_s=1e9), now=2000.0) == 1  # a's 200 goes
+    assert store.last_config_answered() == {"a": 1002.0, "b": 1001.0, "c": 1005.0}
+    assert set(store.last_config_served()) == {"b"}
+    assert store.prune(FetchRetention(max_rows=2, max_age_s=1e9), now=2000.0) == 3
+    assert store.db.read("SELECT box FROM box_last_fetch ORDER BY box") == [{"box": "c"}]
+    assert store.prune(FetchRetention(max_rows=2, max_age_s=1.0), now=2000.0) == 2
+    assert store.db.read("SELECT box FROM box_last_fetch") == []
+
+
+def test_migration_11_keeps_each_boxs_latest_fetch(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store written before migration 11 (the fetch log indexed by box, no box_last_fetch) reads the same
+    latest fetches after it as before."""
+    from fleetllm.adapters.state import postgres, sqlite
+
+    for module in (sqlite, postgres):
+        monkeypatch.setattr(module, "MIGRATIONS", MIGRATIONS[:10])
+    old = open_store(store_url)
+    for i, (box, status, endpoint) in enumerate([("a", 200, BoxApi.CONFIG), ("a", 304, BoxApi.CONFIG),
+                                                 ("b", 200, BoxApi.CONFIG), ("b", 200, BoxApi.REPORT),
+                                                 ("c", 404, BoxApi.CONFIG), (None, 200, BoxApi.CONFIG)]):
+        with old.db.transaction() as tx:
+            _insert_fetches(tx, [(1000.0 + i, endpoint.value, status, "192.0.2.1", box, None, box, "r", "cp-1")])
+    assert old.schema_version == 10
+    old.close()
+    monkeypatch.undo()
+    store = open_store(store_url)
+    try:
+        assert store.schema_version == len(MIGRATIONS)
+        assert store.last_config_answered() == {"a": 1001.0, "b": 1002.0}
+        assert {box: r.at for box, r in store.last_config_served().items()} == {"a": 1000.0, "b": 1002.0}
+    finally:
+        store.close()
 
 
 def test_fetch_log_is_pruned_on_write(store_url: str) -> None:

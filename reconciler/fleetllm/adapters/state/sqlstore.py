@@ -10,7 +10,9 @@ are waiting, and before any read of the fetch log), so a thousand boxes fetching
 transactions, not a thousand, and a request never waits on the database. After a write, at most once
 every `retention.every_s`, the fetch log is pruned to its retention (by count and by age). When the
 database is unreachable the records wait in the buffer (up to MAX_PENDING) and are written once it
-is back; box requests are answered all the same.
+is back; box requests are answered all the same. The log has no index by box: each record would dirty a
+leaf of it (a WAL page a record once the log holds its 200,000); each box's latest answered and served
+GET /vllm/config is kept in box_last_fetch instead, a row a box, updated by each batch's transaction.
 """
 
 from __future__ import annotations
@@ -59,6 +61,16 @@ MAX_PENDING = 100_000  # kept while the database is unreachable; the oldest are 
 ROWS_PER_INSERT = 100  # fetch records a statement writes (900 parameters: under SQLite's old limit of 999)
 _INSERT_FETCHES = ("INSERT INTO fetches (at, endpoint, status, peer, claimed_host, forwarded_for, box, revision, "
                    "replica) VALUES ")
+# Each box's latest GET /vllm/config answered (200 or 304) and served (200) among the records written since
+# id `?`: a row a box in box_last_fetch, never moved back by a batch another replica commits after a later one.
+_NOTE_LAST_FETCHES = (
+    "INSERT INTO box_last_fetch (box, answered_id, served_id) SELECT box, MAX(id), "
+    "MAX(CASE WHEN status = 200 THEN id END) FROM fetches WHERE id > ? AND endpoint = 'config' "
+    "AND status IN (200, 304) AND box IS NOT NULL GROUP BY box ON CONFLICT (box) DO UPDATE SET "
+    "answered_id = CASE WHEN excluded.answered_id > box_last_fetch.answered_id THEN excluded.answered_id "
+    "ELSE box_last_fetch.answered_id END, "
+    "served_id = CASE WHEN box_last_fetch.served_id IS NULL OR excluded.served_id > box_last_fetch.served_id "
+    "THEN excluded.served_id ELSE box_last_fetch.served_id END")
 FetchRow = tuple[float, str, int, str, str | None, str | None, str | None, str | None, str | None]
 
 log = logging.getLogger("fleetllm.state")
@@ -180,7 +192,9 @@ class SqlStateStore(ControlTables):
             if rows:
                 try:
                     with self.db.transaction() as tx:
+                        newest = tx.scalar("SELECT MAX(id) AS id FROM fetches")
                         _insert_fetches(tx, rows)
+                        tx.execute(_NOTE_LAST_FETCHES, (-1 if newest is None else newest,))
                 except StateError:
                     self._pending.extendleft(reversed(rows))  # back in front of any recorded since, in order
                     while len(self._pending) > MAX_PENDING:
@@ -210,14 +224,14 @@ class SqlStateStore(ControlTables):
 
     def last_config_served(self) -> dict[str, FetchRecord]:
         self.flush()
-        rows = self.db.read("SELECT * FROM fetches WHERE id IN (SELECT MAX(id) FROM fetches "
-                            "WHERE endpoint = 'config' AND status = 200 GROUP BY box)")
+        rows = self.db.read("SELECT fetches.* FROM box_last_fetch "
+                            "JOIN fetches ON fetches.id = box_last_fetch.served_id")
         return {r["box"]: _fetch(r) for r in rows}
 
     def last_config_answered(self) -> dict[str, float]:
         self.flush()
-        rows = self.db.read("SELECT box, MAX(at) AS at FROM fetches WHERE endpoint = 'config' AND status IN (200, 304) "
-                            "AND box IS NOT NULL GROUP BY box")
+        rows = self.db.read("SELECT fetches.box, fetches.at FROM box_last_fetch "
+                            "JOIN fetches ON fetches.id = box_last_fetch.answered_id")
         return {r["box"]: float(r["at"]) for r in rows}
 
     def prune(self, retention: FetchRetention | None = None, now: float | None = None) -> int:
@@ -228,6 +242,11 @@ class SqlStateStore(ControlTables):
             dropped = tx.execute("DELETE FROM fetches WHERE at < ?", (now - keep.max_age_s,))
             dropped += tx.execute("DELETE FROM fetches WHERE id <= (SELECT id FROM fetches ORDER BY id DESC "
                                   "LIMIT 1 OFFSET ?)", (keep.max_rows,))
+            oldest = tx.scalar("SELECT MIN(id) AS id FROM fetches")  # a box whose records are all gone goes too
+            if oldest is None:
+                tx.execute("DELETE FROM box_last_fetch")
+            else:
+                tx.execute("DELETE FROM box_last_fetch WHERE answered_id < ?", (oldest,))
         if dropped:
             log.info("fetch log pruned", extra={"fields": {"dropped": dropped, "max_rows": keep.max_rows,
                                                            "max_age_s": keep.max_age_s}})
