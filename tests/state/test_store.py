@@ -238,6 +238,41 @@ def test_each_boxs_latest_fetch_is_kept_beside_the_log(store: SqlStateStore) -> 
     assert store.db.read("SELECT box FROM box_last_fetch") == []
 
 
+def test_replicas_writing_the_same_boxes_at_once_keep_each_boxs_latest(pg_url: str) -> None:
+    """Two replicas sharing one PostgreSQL log write batches of the same boxes at the same time, one in the
+    boxes' order and one in the reverse: every batch is written (no deadlock on box_last_fetch's rows), and
+    each box's latest is its newest record of either."""
+    replicas = [open_store(pg_url), open_store(pg_url)]
+    boxes = [f"box-{i:02d}" for i in range(40)]
+    failures: list[Exception] = []
+
+    def write(store: SqlStateStore, order: list[str], replica: str) -> None:
+        try:
+            for n in range(15):
+                for box in order:
+                    store.record_fetch(replace(fetch(1000.0 + n, box, 304 if n % 2 else 200), replica=replica))
+                store.flush()
+        except Exception as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(replicas[0], boxes, "cp-1")),
+               threading.Thread(target=write, args=(replicas[1], boxes[::-1], "cp-2"))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        newest = {r.box: r for r in reversed(replicas[0].recent_fetches(limit=10_000))}
+        assert len(newest) == len(boxes)
+        assert replicas[1].last_config_answered() == {box: r.at for box, r in newest.items()}
+        served = replicas[0].last_config_served()
+        assert set(served) == set(boxes) and {r.at for r in served.values()} == {1014.0}
+    finally:
+        for store in replicas:
+            store.close()
+
+
 def test_migration_11_keeps_each_boxs_latest_fetch(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store written before migration 11 (the fetch log indexed by box, no box_last_fetch) reads the same
     latest fetches after it as before."""

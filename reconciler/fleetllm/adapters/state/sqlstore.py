@@ -63,10 +63,11 @@ _INSERT_FETCHES = ("INSERT INTO fetches (at, endpoint, status, peer, claimed_hos
                    "replica) VALUES ")
 # Each box's latest GET /vllm/config answered (200 or 304) and served (200) among the records written since
 # id `?`: a row a box in box_last_fetch, never moved back by a batch another replica commits after a later one.
+# In the order of the boxes, so two replicas' batches lock their rows in one order (no deadlock).
 _NOTE_LAST_FETCHES = (
     "INSERT INTO box_last_fetch (box, answered_id, served_id) SELECT box, MAX(id), "
     "MAX(CASE WHEN status = 200 THEN id END) FROM fetches WHERE id > ? AND endpoint = 'config' "
-    "AND status IN (200, 304) AND box IS NOT NULL GROUP BY box ON CONFLICT (box) DO UPDATE SET "
+    "AND status IN (200, 304) AND box IS NOT NULL GROUP BY box ORDER BY box ON CONFLICT (box) DO UPDATE SET "
     "answered_id = CASE WHEN excluded.answered_id > box_last_fetch.answered_id THEN excluded.answered_id "
     "ELSE box_last_fetch.answered_id END, "
     "served_id = CASE WHEN box_last_fetch.served_id IS NULL OR excluded.served_id > box_last_fetch.served_id "
