@@ -20,7 +20,7 @@ def run_bench(*args: str) -> str:
 
 def test_config_server_load_measures_every_variant_with_every_request_answered_200() -> None:
     out = run_bench("bench/config_server_load.py", "--boxes", "30", "--rounds", "2", "--seconds", "1",
-                    "--concurrency", "4", "--variants", "cached,bare,cached-wsgi")
+                    "--concurrency", "4", "--variants", "cached,bare,cached-wsgi", "--fetch-log-rows", "300")
     rounds = [line.split(None, 3) for line in out.splitlines() if line.startswith("round ")]
     assert sorted((r[1], r[2]) for r in rounds) == sorted((n, v) for n in ("1", "2")
                                                           for v in ("cached", "bare", "cached-wsgi"))
@@ -54,3 +54,15 @@ def test_config_answer_cost_measures_each_part_of_the_answer_with_every_answer_2
     assert "main" in figures["full"] and "left to the app even then: 0" in out, out
     answers = out.split("answers: ", 1)[1].split(";", 1)[0]
     assert answers == f"{{200: {5 * 2 * 300}}}", out
+
+
+def test_metrics_scrape_writes_prunes_and_reads_the_full_fetch_log() -> None:
+    """bench/metrics_scrape.py at a small size: the log filled to its retention, the batches written past
+    it and pruned back by exactly what they added, every read printed."""
+    out = run_bench("bench/metrics_scrape.py", "--rows", "2000", "--boxes", "50", "--batches", "3", "--repeat", "1")
+    assert "2000 fetch records over 50 boxes written" in out, out
+    assert "write, 3 batches of 512: CPU a record" in out, out
+    assert f"prune back to 2000: {3 * 512} records dropped" in out, out
+    for read in ("last_config_answered", "last_config_served", "latest_reports", "attention",
+                 "recent_fetches(box=), 100", "recent_fetches(box=) of a box not in it"):
+        assert f"\n{read}: median " in out, (read, out)
