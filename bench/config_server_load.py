@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,38 +105,39 @@ def write_config(directory: Path, repo: Path, threads: int = 8, state_url: str |
     return config
 
 
-def recorded_fetches(config: Path) -> int:
+@contextlib.contextmanager
+def state_store(config: Path) -> Iterator[Any]:
+    """The state store `config` names, opened as the server opens it, closed after."""
     from fleetllm.adapters.state import open_store
     from fleetllm.settings import load_config
 
     cp = load_config(config, {**os.environ, **ENV})
     store = open_store(cp.state.url, cp.state.base, password=cp.state.password)
     try:
-        return len(store.recent_fetches(limit=10_000_000))
+        yield store
     finally:
         store.close()
+
+
+def recorded_fetches(config: Path) -> int:
+    with state_store(config) as store:
+        return len(store.recent_fetches(limit=10_000_000))
 
 
 def fill_fetch_log(config: Path, rows: int, boxes: int) -> None:
     """`rows` fetch records in the state store before the servers start: the log as a control plane that
     has run a while holds it (its default retention is 200,000), every box's polls in turn."""
-    from fleetllm.adapters.state import open_store
     from fleetllm.adapters.state.records import BoxApi, FetchRecord
-    from fleetllm.settings import load_config
 
     if not rows:
         return
-    cp = load_config(config, {**os.environ, **ENV})
-    store = open_store(cp.state.url, cp.state.base, password=cp.state.password)
-    try:
+    with state_store(config) as store:
         started = time.time() - rows / 100
         for i in range(rows):
             store.record_fetch(FetchRecord(at=started + i / 100, endpoint=BoxApi.CONFIG, status=200,
                                            peer="127.0.0.1", claimed_host=box_name(i % boxes), box=box_name(i % boxes),
                                            revision="0" * 40, replica="bench"))
         store.flush()
-    finally:
-        store.close()
 
 
 def naive_app(config_path: str) -> Any:

@@ -243,11 +243,12 @@ class SqlStateStore(ControlTables):
             dropped = tx.execute("DELETE FROM fetches WHERE at < ?", (now - keep.max_age_s,))
             dropped += tx.execute("DELETE FROM fetches WHERE id <= (SELECT id FROM fetches ORDER BY id DESC "
                                   "LIMIT 1 OFFSET ?)", (keep.max_rows,))
-            oldest = tx.scalar("SELECT MIN(id) AS id FROM fetches")  # a box whose records are all gone goes too
-            if oldest is None:
-                tx.execute("DELETE FROM box_last_fetch")
-            else:
-                tx.execute("DELETE FROM box_last_fetch WHERE answered_id < ?", (oldest,))
+            if dropped:  # a box whose records are all gone goes too
+                oldest = tx.scalar("SELECT MIN(id) AS id FROM fetches")
+                if oldest is None:
+                    tx.execute("DELETE FROM box_last_fetch")
+                else:
+                    tx.execute("DELETE FROM box_last_fetch WHERE answered_id < ?", (oldest,))
         if dropped:
             log.info("fetch log pruned", extra={"fields": {"dropped": dropped, "max_rows": keep.max_rows,
                                                            "max_age_s": keep.max_age_s}})
