@@ -13,7 +13,7 @@ reversed every other round:
 - full: as shipped (key check, host resolution, the answer, the counter, the fetch record, the
   `box request` log line);
 - no-log: the `fleetllm` loggers at WARNING, so no `box request` line is written;
-- no-fetch: the state store's record_fetch does nothing, so no fetch record is kept or written;
+- no-fetch: the state store's record_fetches does nothing, so no fetch record is kept or written;
 - neither: both;
 - bare: config_server_load's `bare` callback (the same bytes and headers, nothing else).
 
@@ -25,6 +25,7 @@ rounds, and fails when an answer is not 200 or a request was left to the WSGI ap
 from __future__ import annotations
 
 import argparse
+import asyncio
 import concurrent.futures
 import logging
 import os
@@ -93,6 +94,9 @@ def main() -> None:
     parser.add_argument("--boxes", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=20000, help="per variant a round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--turn", type=int, default=64,
+                        help="answers a turn of the event loop (the server records them at its end); at 64 "
+                             "connections bench/config_server_load.py's server answers about 63 a turn")
     args = parser.parse_args()
     os.environ.update(ENV)
 
@@ -117,7 +121,7 @@ def main() -> None:
     fleet_logger = logging.getLogger("fleetllm")
     store = runtime.store
     assert isinstance(store, SqlStateStore)  # the SQLite file of write_config
-    record_fetch = store.record_fetch
+    record_fetches = store.record_fetches
     left_to_app = read_again = 0
 
     def answer(request: Any) -> None:
@@ -130,18 +134,24 @@ def main() -> None:
 
     def measure(variant: str) -> tuple[float, dict[str, float]]:
         fleet_logger.setLevel(logging.WARNING if variant in ("no-log", "neither") else logging.INFO)
-        setattr(store, "record_fetch",  # noqa: B010 (replaced for the run, a method)
-                (lambda fetch, at=None: None) if variant in ("no-fetch", "neither") else record_fetch)
+        setattr(store, "record_fetches",  # noqa: B010 (replaced for the run, a method)
+                (lambda fetches: None) if variant in ("no-fetch", "neither") else record_fetches)
         call: Callable[[Any], None] = (lambda request: bare_answer(request, body)) if variant == "bare" else answer
         cache = release_cache(runtime)
         before = thread_cpu()
         started = time.process_time()
-        for i in range(args.requests):
-            if not cache.fresh():
-                # Read here when it expires: the server's loop lets the background read have the GIL at
-                # each syscall, but this loop makes none, and would keep it from the GIL for a second.
-                cache.get()
-            call(batch[i % len(batch)])
+
+        async def turns() -> None:  # on an event loop, as the server: a turn's answers are recorded at its end
+            for i in range(args.requests):
+                if not cache.fresh():
+                    # Read here when it expires: the server's loop lets the background read have the GIL at
+                    # each syscall, but this loop makes none, and would keep it from the GIL for a second.
+                    cache.get()
+                call(batch[i % len(batch)])
+                if i % args.turn == args.turn - 1:
+                    await asyncio.sleep(0)
+
+        asyncio.run(turns())
         store.flush()
         for handler in fleet_logger.handlers:
             handler.flush()

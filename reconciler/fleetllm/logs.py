@@ -13,19 +13,30 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 from fleetllm_contract.logfmt import MAX_FIELD, JsonLineFormatter, format_event, resolve_level
 
-__all__ = ["LOGGER", "MAX_FIELD", "BufferedStreamHandler", "JsonFormatter", "get_logger", "log_event", "log_fields",
-           "resolve_level", "set_level", "setup_logging"]
+__all__ = ["LOGGER", "MAX_FIELD", "BufferedStreamHandler", "Events", "JsonFormatter", "get_logger", "log_event",
+           "log_fields", "log_lines", "resolve_level", "set_level", "setup_logging"]
 
 LOGGER = "fleetllm"
 JsonFormatter = JsonLineFormatter  # the one format, defined in the box contract (fleetllm_contract.logfmt)
 
 
 Event = tuple[float, int, str, str, Mapping[str, Any]]  # a line log_fields puts straight on the handler's queue
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    """Lines of one event that log_lines puts on the handler's queue at once: each (time, fields)."""
+
+    level: int
+    logger: str
+    event: str
+    lines: Sequence[tuple[float, Mapping[str, Any]]]
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -50,6 +61,20 @@ def log_fields(logger: logging.Logger, event: str, level: int, fields: Mapping[s
         logger.log(level, event, extra={"fields": fields})
     else:
         sink.put_event((time.time(), level, logger.name, event, fields))
+
+
+def log_lines(logger: logging.Logger, event: str, level: int, lines: Sequence[tuple[float, Mapping[str, Any]]]) -> None:
+    """log_fields for each (time, fields) of `lines`, in order, each line at its time: handed to the
+    server's BufferedStreamHandler at once when it alone would write them (what a loop turn of box
+    requests logs), else line by line through logging (stamped with the time they are logged)."""
+    if not lines or not logger.isEnabledFor(level):
+        return
+    sink = _direct_sink(logger, level)
+    if sink is None:
+        for _, fields in lines:
+            logger.log(level, event, extra={"fields": fields})
+    else:
+        sink.put_event(Events(level, logger.name, event, lines))
 
 
 def _direct_sink(logger: logging.Logger, level: int) -> BufferedStreamHandler | None:
@@ -84,7 +109,7 @@ class BufferedStreamHandler(logging.Handler):
         super().__init__()
         self.stream = stream
         # LogRecords, and events put by log_fields: (time, level, logger, event, fields)
-        self._records: queue.SimpleQueue[logging.LogRecord | Event] = queue.SimpleQueue()
+        self._records: queue.SimpleQueue[logging.LogRecord | Event | Events] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._write_lock = threading.Lock()  # the writer thread and close() (never a request)
         self._writer: threading.Thread | None = None
@@ -100,7 +125,7 @@ class BufferedStreamHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.put_event(record)
 
-    def put_event(self, record: logging.LogRecord | Event) -> None:
+    def put_event(self, record: logging.LogRecord | Event | Events) -> None:
         self._records.put(record)
         if self._writer is None:
             with self._starting:
@@ -120,24 +145,35 @@ class BufferedStreamHandler(logging.Handler):
                     record = self._records.get_nowait()
                 except queue.Empty:
                     break
-                try:
-                    if isinstance(record, tuple):
-                        created, level, name, event, fields = record
-                        lines.append(format_event(created, logging.getLevelName(level).lower(), name, event, fields))
-                    else:
-                        lines.append(self.format(record))
-                except Exception:
-                    if isinstance(record, tuple):  # logging's own report needs a record: built only now
-                        created, level, name, event, _ = record
-                        record = logging.LogRecord(name, level, "", 0, event, None, None)
-                        record.created = created
-                    self.handleError(record)  # to stderr, as logging reports a line it cannot format
+                if isinstance(record, Events):
+                    level_name = logging.getLevelName(record.level).lower()
+                    for created, fields in record.lines:
+                        self._format_into(lines, (created, record.level, record.logger, record.event, fields),
+                                          level_name)
+                else:
+                    self._format_into(lines, record)
             if lines:
                 try:
                     self.stream.write("\n".join(lines) + "\n")
                     self.stream.flush()
                 except (OSError, ValueError):  # the stream is gone (closed at exit): nothing left to tell
                     pass
+
+    def _format_into(self, lines: list[str], record: logging.LogRecord | Event, level_name: str | None = None) -> None:
+        """Append `record`'s line to `lines`; a line that cannot be formatted is reported as logging does."""
+        try:
+            if isinstance(record, tuple):
+                created, level, name, event, fields = record
+                lines.append(format_event(created, level_name or logging.getLevelName(level).lower(), name, event,
+                                          fields))
+            else:
+                lines.append(self.format(record))
+        except Exception:
+            if isinstance(record, tuple):  # logging's own report needs a record: built only now
+                created, level, name, event, _ = record
+                record = logging.LogRecord(name, level, "", 0, event, None, None)
+                record.created = created
+            self.handleError(record)  # to stderr, as logging reports a line it cannot format
 
     def close(self) -> None:
         self._stop.set()

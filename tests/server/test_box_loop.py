@@ -249,3 +249,102 @@ def test_an_answer_tornado_changes_for_one_client_is_not_sent_to_the_next(runtim
         assert served.request("GET", "/vllm/config", box_headers()) == plain
         assert not any(k == "Connection" for k, _ in plain[1])
         assert served.app_calls == 0
+
+
+class _Connection:
+    """Where an answer written straight to a request's connection goes: its status is kept."""
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+
+    def write_headers(self, start_line: Any, headers: Any, chunk: bytes | None = None) -> None:
+        self.statuses.append(start_line.code)
+
+    def finish(self) -> None:
+        pass
+
+
+def _request(connection: _Connection, headers: dict[str, str]) -> Any:
+    from tornado import httputil
+
+    request = httputil.HTTPServerRequest(start_line=httputil.RequestStartLine("GET", "/vllm/config", "HTTP/1.1"),
+                                         headers=httputil.HTTPHeaders({"Host": "127.0.0.1:8080", **headers}),
+                                         connection=connection)  # type: ignore[arg-type]
+    request.remote_ip = "127.0.0.1"
+    return request
+
+
+def test_a_loop_turns_answers_are_recorded_together_after_it_in_order(
+        runtime: Runtime, logs: LogCapture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers written in one turn of the event loop are recorded when it ends: their fetch records in
+    one hand-over to the store, in the order answered, each with its own time; as many lines and counts."""
+    release_cache(runtime).get()
+    handed: list[list[tuple[FetchRecord, float]]] = []
+    store_records = runtime.store.record_fetches
+
+    def spy(fetches: Any) -> None:
+        handed.append(list(fetches))
+        store_records(handed[-1])
+
+    monkeypatch.setattr(runtime.store, "record_fetches", spy)
+    times = iter(float(t) for t in range(5000, 6000))
+    monkeypatch.setattr(runtime, "clock", lambda: next(times))
+    asked = [box_headers(), box_headers(key="wrong"), box_headers("198.51.100.23"), box_headers(key=None),
+             box_headers(**{"If-None-Match": "*"})]
+    connection = _Connection()
+    counted = {str(s): runtime.metrics.box_requests.labels("config", str(s))._value.get() for s in (200, 304, 403)}
+    box = BoxLoop(runtime, ThreadPoolExecutor(1))
+
+    async def one_turn() -> None:
+        assert all(box.answer(_request(connection, headers)) for headers in asked)
+        assert handed == []  # not within the turn
+        await asyncio.sleep(0)
+
+    asyncio.run(one_turn())
+    assert connection.statuses == [200, 403, 200, 403, 304]
+    assert len(handed) == 1
+    assert [(f.status, f.claimed_host, at) for f, at in handed[0]] == [
+        (200, KNOWN_BOX, 5000.0), (403, KNOWN_BOX, 5001.0), (200, "198.51.100.23", 5002.0),
+        (403, KNOWN_BOX, 5003.0), (304, KNOWN_BOX, 5004.0)]
+    stored = runtime.store.recent_fetches(limit=5)[::-1]
+    assert [(f.status, f.claimed_host, f.at) for f in stored] == [(f.status, f.claimed_host, at)
+                                                                 for f, at in handed[0]]
+    lines = logs.events("box request")[-5:]
+    assert [(line["status"], line["claimed_host"]) for line in lines] == [(f.status, f.claimed_host)
+                                                                          for f, _ in handed[0]]
+    after = {str(s): runtime.metrics.box_requests.labels("config", str(s))._value.get() for s in (200, 304, 403)}
+    assert {s: after[s] - counted[s] for s in after} == {"200": 2, "304": 1, "403": 2}
+
+
+def test_the_answers_of_the_last_turn_are_recorded_when_the_server_stops(runtime: Runtime) -> None:
+    """What the server calls as it stops (httpserver._serve) records answers no turn's end recorded."""
+    release_cache(runtime).get()
+    box = BoxLoop(runtime, ThreadPoolExecutor(1))
+    before = len(runtime.store.recent_fetches(limit=1000))
+
+    async def answer_and_stop() -> None:
+        assert box.answer(_request(_Connection(), box_headers()))
+        box.record()  # before the turn ends: as the server's `finally` runs
+
+    asyncio.run(answer_and_stop())
+    assert len(runtime.store.recent_fetches(limit=1000)) == before + 1
+    box.record()  # nothing left: nothing recorded twice
+    assert len(runtime.store.recent_fetches(limit=1000)) == before + 1
+
+
+def test_answers_recorded_together_keep_their_order_across_log_levels(runtime: Runtime, logs: LogCapture) -> None:
+    """A 503 between two 200s is logged at WARNING between their INFO lines, and stored between them."""
+    from fleetllm.adapters.state.records import BoxApi
+    from fleetllm.server.boxcontract import BoxCall, record_answers
+
+    answers = []
+    for n, status in enumerate((200, 503, 200)):
+        call = BoxCall(runtime, BoxApi.CONFIG, f"198.51.100.{n}", None, "127.0.0.1")
+        call.resolve()
+        answers.append((call, status, None, 7000.0 + n, time.perf_counter()))
+    record_answers(runtime, answers)
+    lines = logs.events("box request")[-3:]
+    assert [(line["claimed_host"], line["level"]) for line in lines] == [
+        ("198.51.100.0", "info"), ("198.51.100.1", "warning"), ("198.51.100.2", "info")]
+    assert [(f.claimed_host, f.status, f.at) for f in runtime.store.recent_fetches(limit=3)[::-1]] == [
+        ("198.51.100.0", 200, 7000.0), ("198.51.100.1", 503, 7001.0), ("198.51.100.2", 200, 7002.0)]

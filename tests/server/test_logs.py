@@ -231,3 +231,33 @@ def test_log_fields_carries_prepared_fields_to_the_writer_and_any_other_handler_
     assert len(lines) == 3 and lines[0] == lines[1] == lines[2]
     assert dict(captured[0].fields) == fields  # type: ignore[attr-defined]
     assert TextFormatter("fleetllm").format(captured[0]).startswith("fleetllm: box request (status=200 ts_=")
+
+
+def test_log_lines_hands_a_batch_to_the_writer_each_line_at_its_time_and_else_logs_them_one_by_one() -> None:
+    """log_lines writes what log_fields would for each (time, fields), in order, each stamped with its own
+    time; with another handler on the way, each line reaches it as a record."""
+    from fleetllm.logs import log_fields, log_lines
+    from fleetllm_contract.logfmt import EncodedFields
+
+    child = logging.getLogger("fleetllm.test-lines.access")
+    batch = [(1_700_000_000.25 + i, EncodedFields({"status": 200, "n": i})) for i in range(3)]
+    captured: list[logging.LogRecord] = []
+    with buffered_logger("fleetllm.test-lines") as (_, _, stream):
+        log_lines(child, "box request", logging.INFO, batch)
+        log_lines(child, "box request", logging.INFO, [])
+        log_lines(child, "box request", logging.DEBUG, batch)  # below the logger's level: nothing
+        log_fields(child, "box request", logging.INFO, batch[0][1])
+        other = logging.Handler()
+        other.emit = captured.append  # type: ignore[method-assign]
+        child.addHandler(other)
+        try:
+            log_lines(child, "box request", logging.WARNING, batch)
+        finally:
+            child.removeHandler(other)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(line["ts"], line["n"], line["level"]) for line in lines[:3]] == [
+        ("2023-11-14T22:13:20.250Z", 0, "info"), ("2023-11-14T22:13:21.250Z", 1, "info"),
+        ("2023-11-14T22:13:22.250Z", 2, "info")]
+    assert {k: v for k, v in lines[3].items() if k != "ts"} == {k: v for k, v in lines[0].items() if k != "ts"}
+    assert [(line["n"], line["level"]) for line in lines[4:]] == [(0, "warning"), (1, "warning"), (2, "warning")]
+    assert [dict(r.fields)["n"] for r in captured] == [0, 1, 2]  # type: ignore[attr-defined]

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from werkzeug.http import parse_etags
 
-from fleetllm.adapters.state.records import BoxApi
+from fleetllm.adapters.state.records import BoxApi, FetchRecord
 from fleetllm.core.hosts import ResolvedHost, resolve_host
-from fleetllm.logs import get_logger, log_fields
+from fleetllm.logs import get_logger, log_lines
 from fleetllm.server.revisions import Rendered
 from fleetllm.server.rollouts import Unservable, served_for
 from fleetllm.server.runtime import Runtime
@@ -46,19 +48,47 @@ class BoxCall:
         self.resolved = resolve_host(self.claimed, self.forwarded_for, self.peer, self.rt.config.trusted_proxies)
         return self.resolved.name
 
+    def answered(self, status: int, revision: str | None = None) -> Answered:
+        """This request answered `status` (serving `revision`), now: what record_answers records."""
+        return self, status, revision, self.rt.clock(), time.perf_counter()
+
     def record(self, status: int, revision: str | None = None) -> None:
-        """The fetch record, the counter and the `box request` log line of an answer (no secret in any): the
-        record and the line's fields are the runtime's memo of this kind of answer (boxrecords.py)."""
-        rt = self.rt
-        resolved = self.resolved
-        kind = rt.box_records.get((self.endpoint, status, revision, self.claimed, self.forwarded_for, self.peer,
-                                   resolved.name if resolved else None, resolved.source.value if resolved else None,
-                                   rt.replica))
-        rt.store.record_fetch(kind.fetch, at=rt.clock())
-        rt.metrics.count_box_request(self.endpoint.value, status)
+        """Record this request's answer at once (record_answers)."""
+        record_answers(self.rt, (self.answered(status, revision),))
+
+
+# A box request as answered: the call, its status, the revision served, when (the runtime's clock) and
+# when its answer was ready (time.perf_counter, for the line's duration).
+Answered = tuple[BoxCall, int, str | None, float, float]
+
+
+def record_answers(rt: Runtime, answers: Sequence[Answered]) -> None:
+    """The fetch record, the counter and the `box request` log line of each answer (no secret in any), in
+    order: each record and line's fields are the runtime's memo of that kind of answer (boxrecords.py).
+    The store, the counter and the log each get `answers` in one hand-over (the event loop records a
+    loop turn's answers together, boxloop.py): what a box request cost most of its recording on was the
+    hand-over, one queue, lock or counter update for each."""
+    memo = rt.box_records
+    replica = rt.replica
+    fetches: list[tuple[FetchRecord, float]] = []
+    counts: dict[tuple[str, int], int] = {}
+    runs: list[tuple[int, list[tuple[float, Mapping[str, Any]]]]] = []  # lines, a run for each level in turn
+    for call, status, revision, at, ended in answers:
+        resolved = call.resolved
+        kind = memo.get((call.endpoint, status, revision, call.claimed, call.forwarded_for, call.peer,
+                         resolved.name if resolved else None, resolved.source.value if resolved else None, replica))
+        fetches.append((kind.fetch, at))
+        counted = (call.endpoint.value, status)
+        counts[counted] = counts.get(counted, 0) + 1
         if access_log.isEnabledFor(kind.level):
-            log_fields(access_log, "box request", kind.level,
-                       kind.fields.plus("ms", round((time.perf_counter() - self.started) * 1000, 2)))
+            if not runs or runs[-1][0] != kind.level:
+                runs.append((kind.level, []))
+            runs[-1][1].append((at, kind.fields.plus("ms", round((ended - call.started) * 1000, 2))))
+    rt.store.record_fetches(fetches)
+    for (endpoint, status), count in counts.items():
+        rt.metrics.count_box_request(endpoint, status, count)
+    for level, lines in runs:
+        log_lines(access_log, "box request", level, lines)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@ the request, with no hop to a request thread and no WSGI environment, Flask requ
 
 The contract is the Flask view's (box_api.vllm_config), through the same functions (boxcontract.py;
 the fleet key's check is auth.fleet_key_refusal): the same status, body and headers, the same fetch
-record, counter and `box request` log line. Only what is in memory is answered here; a request that
+record, counter and `box request` log line. Those are recorded once per loop turn, after its answers
+are written (`BoxLoop.record`): the store, the counter and the log each take a turn's answers in one
+hand-over. Only what is in memory is answered here; a request that
 needs the state store or git (a box not in the placement goes on the attention list, an agent box's
 releases are older than rollouts.CACHE_TTL_S, a released revision not rendered yet) is handed to the
 Flask app on a thread, untouched, and answered there. So are every other method and path, POST
@@ -16,6 +18,8 @@ deadline.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from concurrent.futures import Executor
 
 import tornado
@@ -24,12 +28,14 @@ from werkzeug.http import HTTP_STATUS_CODES
 
 from fleetllm.adapters.state.records import BoxApi
 from fleetllm.core.fleet.model import RolloutMode
+from fleetllm.logs import get_logger, log_event
 from fleetllm.server.auth import fleet_key_refusal
-from fleetllm.server.boxcontract import NO_REVISION, BoxCall, config_answer, error_body
+from fleetllm.server.boxcontract import NO_REVISION, Answered, BoxCall, config_answer, error_body, record_answers
 from fleetllm.server.errors import NO_STORE
 from fleetllm.server.rollouts import release_cache
 from fleetllm.server.runtime import Runtime
 
+log = get_logger("http")
 PATH = "/vllm/config"
 SERVER = "TornadoServer/%s" % tornado.version  # noqa: UP031 - what tornado.wsgi sends, byte for byte
 JSON = "application/json"
@@ -59,6 +65,7 @@ class BoxLoop:
         # Each answer's header block, built once: Tornado checks every header it is given against the
         # grammar, which cost as much as the rest of the answer. A block Tornado changes while writing
         # (Connection for a client that closes or speaks HTTP/1.0) is dropped and built again.
+        self._journal: list[Answered] = []  # answers of this loop turn, recorded at its end (`record`)
         self._templates: dict[tuple[int, int | None, str | None, str | None], httputil.HTTPHeaders] = {}
 
     def answer(self, request: httputil.HTTPServerRequest) -> bool:
@@ -91,6 +98,17 @@ class BoxLoop:
             self._send(request, call, answer.status, answer.body, etag=answer.etag, revision=answer.revision)
         return True
 
+    def record(self) -> None:
+        """Record the answers written since the last call (boxcontract.record_answers): called once a
+        loop turn after its answers, and by the server as it stops."""
+        answers, self._journal = self._journal, []
+        if answers:
+            try:
+                record_answers(self.rt, answers)
+            except Exception as exc:  # a bug: said in the log, never an exception in the event loop's callback
+                log_event(log, "box requests not recorded", logging.ERROR, error=type(exc).__name__,
+                          answers=len(answers))
+
     def _refresh_releases(self) -> None:
         """Start one background read of the releases when it is due; answers go on from the last read."""
         cache = release_cache(self.rt)
@@ -99,9 +117,11 @@ class BoxLoop:
 
     def _send(self, request: httputil.HTTPServerRequest, call: BoxCall, status: int, body: bytes | None, *,
               etag: str | None = None, revision: str | None = None) -> None:
-        """Record the answer (as box_api's `finish`), then write it with the headers the Flask path
-        sends through tornado.wsgi, in its order."""
-        call.record(status, revision)
+        """Note the answer for `record` (box_api's `finish` records its own at once), then write it with
+        the headers the Flask path sends through tornado.wsgi, in its order."""
+        self._journal.append(call.answered(status, revision))
+        if len(self._journal) == 1:
+            asyncio.get_running_loop().call_soon(self.record)
         key = (status, None if body is None else len(body), etag, revision)
         out = self._templates.get(key)
         if out is None:

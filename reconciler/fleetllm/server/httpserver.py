@@ -417,5 +417,7 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
             await asyncio.wait_for(server.close_all_connections(), timeout=5)
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
+        if box is not None:
+            box.record()  # the last loop turn's answers, before on_exit writes out the fetch log
         if on_exit is not None:
             on_exit()

@@ -133,13 +133,13 @@ class Metrics:
                                   registry=r)
         self._revision: str | None = None
 
-    def count_box_request(self, endpoint: str, status: int) -> None:
-        """One box request answered `status`: its series of fleetllm_box_requests, looked up once per
+    def count_box_request(self, endpoint: str, status: int, count: int = 1) -> None:
+        """`count` box requests answered `status`: their series of fleetllm_box_requests, looked up once per
         pair (Counter.labels takes the metric's lock and builds its key on every call)."""
         series = self._box_request_series.get((endpoint, status))
         if series is None:
             series = self._box_request_series[(endpoint, status)] = self.box_requests.labels(endpoint, str(status))
-        series.inc()
+        series.inc(count)
 
     def control(self, state: ControlState) -> None:
         self.suspended.set(1 if state.suspended else 0)

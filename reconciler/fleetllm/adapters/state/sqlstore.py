@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
@@ -155,10 +155,15 @@ class SqlStateStore(ControlTables):
 
     # FetchLog
     def record_fetch(self, fetch: FetchRecord, *, at: float | None = None) -> None:
-        fetch = fetch.bounded()  # client-controlled text: at most MAX_RECORD_CHARS stored per request
-        row: FetchRow = (fetch.at if at is None else at, fetch.endpoint.value, fetch.status, fetch.peer,
-                         fetch.claimed_host, fetch.forwarded_for, fetch.box, fetch.revision, fetch.replica)
-        self._pending.append(row)
+        self.record_fetches(((fetch, fetch.at if at is None else at),))
+
+    def record_fetches(self, fetches: Iterable[tuple[FetchRecord, float]]) -> None:
+        rows: list[FetchRow] = []
+        for fetch, at in fetches:
+            fetch = fetch.bounded()  # client-controlled text: at most MAX_RECORD_CHARS stored per request
+            rows.append((at, fetch.endpoint.value, fetch.status, fetch.peer, fetch.claimed_host, fetch.forwarded_for,
+                         fetch.box, fetch.revision, fetch.replica))
+        self._pending.extend(rows)
         if len(self._pending) >= FLUSH_AT:
             self._wake.set()  # the writer goes now; the request never waits on the database
         if self._flusher is None:

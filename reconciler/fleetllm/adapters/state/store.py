@@ -8,7 +8,7 @@ sqlstore.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +42,10 @@ class FetchLog(Protocol):
     def record_fetch(self, fetch: FetchRecord, *, at: float | None = None) -> None:
         """Store `fetch.bounded()` (client-controlled text is cut to records.STORED_CHARS), at `at` when
         given: one record stands for every answer of its kind (server/boxrecords.py), each at its time."""
+        ...
+
+    def record_fetches(self, fetches: Iterable[tuple[FetchRecord, float]]) -> None:
+        """record_fetch of each (record, at), in order, handed over at once (a loop turn's answers)."""
         ...
 
     def recent_fetches(self, *, box: str | None = None, limit: int = 100,
