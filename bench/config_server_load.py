@@ -1,7 +1,7 @@
 """Load test of GET /vllm/config: 1,000 boxes fetching at once, every variant on the same server.
 
     .venv/bin/python bench/config_server_load.py [--boxes 1000] [--concurrency 64] [--rounds 3] [--seconds 5]
-                                                 [--variants cached,bare,cached-wsgi,constant,naive]
+                                                 [--variants cached,bare,cached-wsgi,constant,naive,httptools]
 
 Builds bench/fleetgen's repository of `--boxes` boxes (3 servers each) in a temp git repo, starts
 every variant as its own process on a free loopback port, all on fleetllm's HTTP server
@@ -20,11 +20,16 @@ warm-up counts against the server's per-peer cap.
   Flask on a request thread (how `cached` ran before issue 28);
 - constant (the floor of the WSGI variants): a Flask view returning the same bytes, through the bridge;
 - naive: the same auth and host rules through the bridge, but each request opens the repository, reads
-  the commit, validates it and renders the box (what a handler without the per-commit cache does).
+  the commit, validates it and renders the box (what a handler without the per-commit cache does);
+- httptools: not a server, a measure of the HTTP stack: `cached`'s work (the fleet key, the host, the
+  answer, the fetch record, the counter and the log line, through the shipped boxcontract functions,
+  recorded once a loop turn as boxloop.py does) on an asyncio protocol driving httptools (llhttp), as
+  the gateway's server does, with none of the server's limits (no deadlines, caps, body handling or
+  TLS). `httptools/bare` is printed when both run: what the box path could serve off Tornado.
 
 Prints one line a variant a round (requests/s, p50/p99/max, statuses, the server's CPU per request
 from /proc, the load average), then per variant min/median/max, and the ratios pair by pair in each
-round (cached/bare, cached/cached-wsgi, naive/constant) as min/median/max with the load average at the
+round (cached/bare, cached/cached-wsgi, naive/constant, httptools/bare) as min/median/max with the load average at the
 start and the end.
 
 `--fetch-log-rows N` fills the state store's fetch log with N records before the servers start, as a
@@ -50,8 +55,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -61,7 +67,7 @@ from bench.procstat import cpu_seconds
 from fleetllm.demo.procs import free_port, stop
 
 FLEET_KEY = "bench-fleet-key-0123456789"
-VARIANTS = ("cached", "bare", "cached-wsgi", "constant", "naive")
+VARIANTS = ("cached", "bare", "cached-wsgi", "constant", "naive", "httptools")
 ENV = {"BENCH_FLEET_KEY": FLEET_KEY, "BENCH_SALT": "bench-salt-0123456789abcdef"}
 
 
@@ -253,6 +259,80 @@ def run_bare(config: Any, listen: Any, body: bytes) -> None:
     asyncio.run(serve())
 
 
+def run_httptools(config: Any, listen: Any) -> None:
+    """The `httptools` variant: `cached`'s contract work for GET /vllm/config on an asyncio protocol that
+    drives httptools, keep-alive, with no limit of any kind (a measure of the stack, not a server)."""
+    import httptools
+
+    from fleetllm.adapters.state.records import BoxApi
+    from fleetllm.logs import setup_logging
+    from fleetllm.server.auth import fleet_key_refusal
+    from fleetllm.server.boxcontract import Answered, BoxCall, config_answer, error_body, record_answers
+    from fleetllm.server.rollouts import release_cache
+    from fleetllm.server.runtime import start_up
+
+    setup_logging(buffered=True)
+    rt = start_up(config)
+    rt.start_background()
+    heads: dict[tuple[int, int, str | None, str | None], bytes] = {}
+    journal: list[Answered] = []
+
+    def head(status: int, length: int, etag: str | None, revision: str | None) -> bytes:
+        key = (status, length, etag, revision)
+        if key not in heads:
+            lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Content-Type: application/json",
+                     f"Content-Length: {length}", *([f"ETag: {etag}"] if etag else []), "Cache-Control: no-store",
+                     *([f"X-Fleet-Revision: {revision}"] if revision else [])]
+            heads[key] = ("\r\n".join(lines) + "\r\n\r\n").encode()
+        return heads[key]
+
+    def record() -> None:
+        answers = journal[:]
+        journal.clear()
+        record_answers(rt, answers)
+
+    class Protocol(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = cast(asyncio.Transport, transport)
+            self.peer = self.transport.get_extra_info("peername")[0]
+            self.parser = httptools.HttpRequestParser(self)
+            self.headers: dict[str, str] = {}
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+        def on_message_complete(self) -> None:
+            headers, self.headers = self.headers, {}
+            call = BoxCall(rt, BoxApi.CONFIG, headers.get("x-llmao-host"), headers.get("x-forwarded-for"), self.peer)
+            refusal = fleet_key_refusal(rt.config, headers.get("authorization"))
+            served = rt.tracker.served
+            name = call.resolve()
+            answer = None if refusal or served is None else config_answer(rt, served, name,
+                                                                          headers.get("if-none-match"), wait=False)
+            if refusal is None and served is not None and answer is None:
+                release_cache(rt).get()  # what `cached` leaves to a thread: read here, the loop waits
+                answer = config_answer(rt, served, name, headers.get("if-none-match"), wait=False)
+            if answer is None or answer.error is not None:
+                status = refusal[0] if refusal else answer.status if answer else 503
+                body = error_body(refusal[1] if refusal else answer.error if answer and answer.error else "no answer")
+                revision = etag = None
+            else:
+                status, body, etag, revision = answer.status, answer.body or b"", answer.etag, answer.revision
+            journal.append(call.answered(status, revision))
+            if len(journal) == 1:
+                asyncio.get_running_loop().call_soon(record)
+            self.transport.write(head(status, len(body), etag, revision) + body)
+
+    async def serve() -> None:
+        await asyncio.get_running_loop().create_server(Protocol, listen.host, listen.port, backlog=1024)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
 def serve_variant(variant: str, config_path: str, listen_at: str) -> None:
     from fleetllm.server import httpserver
     from fleetllm.settings import Listen, load_config
@@ -273,6 +353,9 @@ def serve_variant(variant: str, config_path: str, listen_at: str) -> None:
             return lambda environ, start_response: app(environ, start_response)
 
         httpserver.run(config, listen, load_wsgi)
+        return
+    if variant == "httptools":
+        run_httptools(config, listen)
         return
     body = (Path(config_path).parent / BODY_FILE).read_bytes()
     if variant == "bare":
@@ -397,7 +480,7 @@ def compare_state(args: argparse.Namespace) -> None:
     print(json.dumps(results, indent=2))
 
 
-RATIOS = (("cached", "bare"), ("cached", "cached-wsgi"), ("naive", "constant"))
+RATIOS = (("cached", "bare"), ("cached", "cached-wsgi"), ("naive", "constant"), ("httptools", "bare"))
 
 
 def spread(values: list[float]) -> str:
