@@ -341,7 +341,7 @@ def test_answers_recorded_together_keep_their_order_across_log_levels(runtime: R
     for n, status in enumerate((200, 503, 200)):
         call = BoxCall(runtime, BoxApi.CONFIG, f"198.51.100.{n}", None, "127.0.0.1")
         call.resolve()
-        answers.append((call, status, None, 7000.0 + n, time.perf_counter()))
+        answers.append((call, status, None, 7000.0 + n, time.time(), time.perf_counter()))
     record_answers(runtime, answers)
     lines = logs.events("box request")[-3:]
     assert [(line["claimed_host"], line["level"]) for line in lines] == [

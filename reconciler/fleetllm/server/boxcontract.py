@@ -50,16 +50,17 @@ class BoxCall:
 
     def answered(self, status: int, revision: str | None = None) -> Answered:
         """This request answered `status` (serving `revision`), now: what record_answers records."""
-        return self, status, revision, self.rt.clock(), time.perf_counter()
+        return self, status, revision, self.rt.clock(), time.time(), time.perf_counter()
 
     def record(self, status: int, revision: str | None = None) -> None:
         """Record this request's answer at once (record_answers)."""
         record_answers(self.rt, (self.answered(status, revision),))
 
 
-# A box request as answered: the call, its status, the revision served, when (the runtime's clock) and
-# when its answer was ready (time.perf_counter, for the line's duration).
-Answered = tuple[BoxCall, int, str | None, float, float]
+# A box request as answered: the call, its status, the revision served, and when: by the runtime's clock
+# (the fetch record's time), by the wall clock (the log line's `ts`) and by time.perf_counter (the end of
+# the line's duration).
+Answered = tuple[BoxCall, int, str | None, float, float, float]
 
 
 def record_answers(rt: Runtime, answers: Sequence[Answered]) -> None:
@@ -73,7 +74,7 @@ def record_answers(rt: Runtime, answers: Sequence[Answered]) -> None:
     fetches: list[tuple[FetchRecord, float]] = []
     counts: dict[tuple[str, int], int] = {}
     runs: list[tuple[int, list[tuple[float, Mapping[str, Any]]]]] = []  # lines, a run for each level in turn
-    for call, status, revision, at, ended in answers:
+    for call, status, revision, at, wall, ended in answers:
         resolved = call.resolved
         kind = memo.get((call.endpoint, status, revision, call.claimed, call.forwarded_for, call.peer,
                          resolved.name if resolved else None, resolved.source.value if resolved else None, replica))
@@ -83,7 +84,7 @@ def record_answers(rt: Runtime, answers: Sequence[Answered]) -> None:
         if access_log.isEnabledFor(kind.level):
             if not runs or runs[-1][0] != kind.level:
                 runs.append((kind.level, []))
-            runs[-1][1].append((at, kind.fields.plus("ms", round((ended - call.started) * 1000, 2))))
+            runs[-1][1].append((wall, kind.fields.plus("ms", round((ended - call.started) * 1000, 2))))
     rt.store.record_fetches(fetches)
     for (endpoint, status), count in counts.items():
         rt.metrics.count_box_request(endpoint, status, count)
