@@ -267,7 +267,8 @@ def run_httptools(config: Any, listen: Any) -> None:
     from fleetllm.adapters.state.records import BoxApi
     from fleetllm.logs import setup_logging
     from fleetllm.server.auth import fleet_key_refusal
-    from fleetllm.server.boxcontract import Answered, BoxCall, config_answer, error_body, record_answers
+    from fleetllm.server.boxcontract import NO_REVISION, BoxCall, config_answer, error_body
+    from fleetllm.server.boxloop import TurnJournal
     from fleetllm.server.rollouts import release_cache
     from fleetllm.server.runtime import start_up
 
@@ -275,7 +276,8 @@ def run_httptools(config: Any, listen: Any) -> None:
     rt = start_up(config)
     rt.start_background()
     heads: dict[tuple[int, int, str | None, str | None], bytes] = {}
-    journal: list[Answered] = []
+    journal = TurnJournal(rt)
+    no_revision = error_body(NO_REVISION)
 
     def head(status: int, length: int, etag: str | None, revision: str | None) -> bytes:
         key = (status, length, etag, revision)
@@ -285,11 +287,6 @@ def run_httptools(config: Any, listen: Any) -> None:
                      *([f"X-Fleet-Revision: {revision}"] if revision else [])]
             heads[key] = ("\r\n".join(lines) + "\r\n\r\n").encode()
         return heads[key]
-
-    def record() -> None:
-        answers = journal[:]
-        journal.clear()
-        record_answers(rt, answers)
 
     class Protocol(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -310,20 +307,18 @@ def run_httptools(config: Any, listen: Any) -> None:
             refusal = fleet_key_refusal(rt.config, headers.get("authorization"))
             served = rt.tracker.served
             name = call.resolve()
-            answer = None if refusal or served is None else config_answer(rt, served, name,
-                                                                          headers.get("if-none-match"), wait=False)
-            if refusal is None and served is not None and answer is None:
-                release_cache(rt).get()  # what `cached` leaves to a thread: read here, the loop waits
+            status, body, etag, revision = 503, no_revision, None, None
+            if refusal is not None:
+                status, body = refusal[0], error_body(refusal[1])
+            elif served is not None:
                 answer = config_answer(rt, served, name, headers.get("if-none-match"), wait=False)
-            if answer is None or answer.error is not None:
-                status = refusal[0] if refusal else answer.status if answer else 503
-                body = error_body(refusal[1] if refusal else answer.error if answer and answer.error else "no answer")
-                revision = etag = None
-            else:
-                status, body, etag, revision = answer.status, answer.body or b"", answer.etag, answer.revision
-            journal.append(call.answered(status, revision))
-            if len(journal) == 1:
-                asyncio.get_running_loop().call_soon(record)
+                if answer is None:  # what `cached` leaves to a thread: read here, the loop waits
+                    release_cache(rt).get()
+                    answer = config_answer(rt, served, name, headers.get("if-none-match"), wait=False)
+                assert answer is not None, f"box {name!r}: no answer from memory"  # a bench fleet's box
+                status, etag, revision = answer.status, answer.etag, answer.revision
+                body = error_body(answer.error) if answer.error is not None else answer.body or b""
+            journal.note(call.answered(status, revision))
             self.transport.write(head(status, len(body), etag, revision) + body)
 
     async def serve() -> None:

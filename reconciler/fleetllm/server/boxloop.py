@@ -4,8 +4,8 @@ the request, with no hop to a request thread and no WSGI environment, Flask requ
 The contract is the Flask view's (box_api.vllm_config), through the same functions (boxcontract.py;
 the fleet key's check is auth.fleet_key_refusal): the same status, body and headers, the same fetch
 record, counter and `box request` log line. Those are recorded once per loop turn, after its answers
-are written (`BoxLoop.record`): the store, the counter and the log each take a turn's answers in one
-hand-over. Only what is in memory is answered here; a request that
+are written: the store, the counter and the log each take a turn's answers in one
+hand-over (TurnJournal). Only what is in memory is answered here; a request that
 needs the state store or git (a box not in the placement goes on the attention list, an agent box's
 releases are older than rollouts.CACHE_TTL_S, a released revision not rendered yet) is handed to the
 Flask app on a thread, untouched, and answered there. So are every other method and path, POST
@@ -55,6 +55,31 @@ def _host_parses(host: str) -> bool:
     return True
 
 
+class TurnJournal:
+    """The answers of the event loop's current turn, recorded together when it ends
+    (boxcontract.record_answers). `note` only on the loop's thread."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._answers: list[Answered] = []
+
+    def note(self, answered: Answered) -> None:
+        self._answers.append(answered)
+        if len(self._answers) == 1:
+            asyncio.get_running_loop().call_soon(self.record)
+
+    def record(self) -> None:
+        """Record the answers noted since the last call: at the end of each turn that noted one, and by
+        the server as it stops."""
+        answers, self._answers = self._answers, []
+        if answers:
+            try:
+                record_answers(self.rt, answers)
+            except Exception as exc:  # a bug: said in the log, never an exception in the event loop's callback
+                log_event(log, "box requests not recorded", logging.ERROR, error=type(exc).__name__,
+                          answers=len(answers))
+
+
 class BoxLoop:
     """Answers GET /vllm/config for the runtime `rt` on the event loop (`answer`); `executor` reads the
     releases of agent boxes from the state store in the background (rollouts.ReleaseCache)."""
@@ -62,10 +87,10 @@ class BoxLoop:
     def __init__(self, rt: Runtime, executor: Executor) -> None:
         self.rt = rt
         self.executor = executor
+        self._journal = TurnJournal(rt)
         # Each answer's header block, built once: Tornado checks every header it is given against the
         # grammar, which cost as much as the rest of the answer. A block Tornado changes while writing
         # (Connection for a client that closes or speaks HTTP/1.0) is dropped and built again.
-        self._journal: list[Answered] = []  # answers of this loop turn, recorded at its end (`record`)
         self._templates: dict[tuple[int, int | None, str | None, str | None], httputil.HTTPHeaders] = {}
 
     def answer(self, request: httputil.HTTPServerRequest) -> bool:
@@ -99,15 +124,9 @@ class BoxLoop:
         return True
 
     def record(self) -> None:
-        """Record the answers written since the last call (boxcontract.record_answers): called once a
-        loop turn after its answers, and by the server as it stops."""
-        answers, self._journal = self._journal, []
-        if answers:
-            try:
-                record_answers(self.rt, answers)
-            except Exception as exc:  # a bug: said in the log, never an exception in the event loop's callback
-                log_event(log, "box requests not recorded", logging.ERROR, error=type(exc).__name__,
-                          answers=len(answers))
+        """Record the answers written since the last turn ended (TurnJournal.record): the server calls it
+        as it stops."""
+        self._journal.record()
 
     def _refresh_releases(self) -> None:
         """Start one background read of the releases when it is due; answers go on from the last read."""
@@ -119,9 +138,7 @@ class BoxLoop:
               etag: str | None = None, revision: str | None = None) -> None:
         """Note the answer for `record` (box_api's `finish` records its own at once), then write it with
         the headers the Flask path sends through tornado.wsgi, in its order."""
-        self._journal.append(call.answered(status, revision))
-        if len(self._journal) == 1:
-            asyncio.get_running_loop().call_soon(self.record)
+        self._journal.note(call.answered(status, revision))
         key = (status, None if body is None else len(body), etag, revision)
         out = self._templates.get(key)
         if out is None:
