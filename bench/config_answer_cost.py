@@ -5,9 +5,9 @@
 Builds bench/fleetgen's fleet of `--boxes` boxes in a temp git repo, starts the control plane's
 runtime as `fleetllm serve` does (server/runtime.start_up, a SQLite state store, the buffered JSON
 log to /dev/null) and calls the shipped event-loop path (server/boxloop.BoxLoop.answer) on requests
-that Tornado would have parsed, every box fetching its own JSON, writing to a connection that only
-keeps the status. No socket, no HTTP parsing: what is left is the contract's own work, which
-bench/config_server_load.py's `cached` pays over its `bare` floor. Variants, in turn, the order
+as the HTTP server parses them, every box fetching its own JSON; of each answer only the status is
+kept. No socket, no HTTP parsing or writing: what is left is the contract's own work, which
+bench/config_server_load.py's `cached` pays over its `floor`. Variants, in turn, the order
 reversed every other round:
 
 - full: as shipped (key check, host resolution, the answer, the counter, the fetch record, the
@@ -15,7 +15,7 @@ reversed every other round:
 - no-log: the `fleetllm` loggers at WARNING, so no `box request` line is written;
 - no-fetch: the state store's record_fetches does nothing, so no fetch record is kept or written;
 - neither: both;
-- bare: config_server_load's `bare` callback (the same bytes and headers, nothing else).
+- bare: the answer `floor` returns (the same bytes and headers, nothing else).
 
 Prints, per variant, the process's CPU per request (every thread: the log writer's and the fetch
 log's included; both are flushed before a variant's figure is taken) as min / median / max over the
@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.config_server_load import ENV, FLEET_KEY, bare_answer, make_fleet, write_config
+from bench.config_server_load import ENV, FLEET_KEY, cached_headers, make_fleet, write_config
 from bench.fleetgen import box_name
 from bench.procstat import cpu_seconds
 
@@ -48,16 +48,10 @@ VARIANTS = ("full", "no-log", "no-fetch", "neither", "bare")
 
 
 class Connection:
-    """Where an answer goes: its status is kept, nothing is sent."""
+    """What a request needs of its connection: the peer's address."""
 
-    def __init__(self) -> None:
-        self.statuses: dict[int, int] = {}
-
-    def write_headers(self, start_line: Any, headers: Any, chunk: bytes | None = None) -> None:
-        self.statuses[start_line.code] = self.statuses.get(start_line.code, 0) + 1
-
-    def finish(self) -> None:
-        pass
+    remote = "127.0.0.1"
+    transport = None
 
 
 def thread_cpu() -> dict[str, float]:
@@ -74,18 +68,15 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
-def requests(boxes: int, connection: Connection) -> list[Any]:
-    from tornado import httputil
+def requests(boxes: int) -> list[Any]:
+    from fleetllm_gateway.httpserver import Request
 
     out = []
     for i in range(boxes):
-        headers = httputil.HTTPHeaders({"Host": "127.0.0.1:8080", "Authorization": f"Bearer {FLEET_KEY}",
-                                        "X-LLMAO-Host": box_name(i), "Accept-Encoding": "gzip, deflate",
-                                        "User-Agent": "bench"})
-        request = httputil.HTTPServerRequest(start_line=httputil.RequestStartLine("GET", "/vllm/config", "HTTP/1.1"),
-                                             headers=headers, connection=connection)  # type: ignore[arg-type]
-        request.remote_ip = "127.0.0.1"
-        out.append(request)
+        fields = [("Host", "127.0.0.1:8080"), ("Authorization", f"Bearer {FLEET_KEY}"), ("X-LLMAO-Host", box_name(i)),
+                  ("Accept-Encoding", "gzip, deflate"), ("User-Agent", "bench")]
+        out.append(Request(Connection(), "GET", "/vllm/config", "1.1", fields,  # type: ignore[arg-type]
+                           {name.lower(): value for name, value in fields}, keep_alive=True, upgrade=False))
     return out
 
 
@@ -106,6 +97,7 @@ def main() -> None:
     from fleetllm.server.rollouts import release_cache
     from fleetllm.server.runtime import start_up
     from fleetllm.settings import load_config
+    from fleetllm_gateway.httpserver import Response
 
     directory = Path(tempfile.mkdtemp(prefix="fleetllm-bench-"))
     config = load_config(write_config(directory, make_fleet(directory, args.boxes)))
@@ -113,8 +105,8 @@ def main() -> None:
     runtime = start_up(config)
     executor = concurrent.futures.ThreadPoolExecutor(config.threads, thread_name_prefix="fleetllm-request")
     loop = BoxLoop(runtime, executor)
-    connection = Connection()
-    batch = requests(args.boxes, connection)
+    statuses: dict[int, int] = {}
+    batch = requests(args.boxes)
     served = runtime.tracker.served
     assert served is not None
     body = served.boxes[box_name(0)].body
@@ -126,17 +118,27 @@ def main() -> None:
 
     def answer(request: Any) -> None:
         nonlocal left_to_app, read_again
-        if not loop.answer(request):  # the view of the releases expired since the loop below looked
+        response = loop.answer(request)
+        if response is None:  # the view of the releases expired since the loop below looked
             read_again += 1
             release_cache(runtime).get()
-            if not loop.answer(request):
-                left_to_app += 1
+            response = loop.answer(request)
+        if response is None:
+            left_to_app += 1
+        else:
+            statuses[response.status] = statuses.get(response.status, 0) + 1
+
+    constant = Response(200, body, cached_headers(body))
+
+    def bare(request: Any) -> None:
+        response = constant
+        statuses[response.status] = statuses.get(response.status, 0) + 1
 
     def measure(variant: str) -> tuple[float, dict[str, float]]:
         fleet_logger.setLevel(logging.WARNING if variant in ("no-log", "neither") else logging.INFO)
         setattr(store, "record_fetches",  # noqa: B010 (replaced for the run, a method)
                 (lambda fetches: None) if variant in ("no-fetch", "neither") else record_fetches)
-        call: Callable[[Any], None] = (lambda request: bare_answer(request, body)) if variant == "bare" else answer
+        call: Callable[[Any], None] = bare if variant == "bare" else answer
         cache = release_cache(runtime)
         before = thread_cpu()
         started = time.process_time()
@@ -178,7 +180,6 @@ def main() -> None:
                           if statistics.median(v) > 0)
         print(f"  {variant:9s} {min(values):7.1f} / {statistics.median(values):7.1f} / {max(values):7.1f}"
               f"   by thread (median): {split}")
-    statuses = dict(connection.statuses)
     print(f"answers: {statuses}; answered after reading the releases again: {read_again}; "
           f"left to the app even then: {left_to_app}")
     executor.shutdown()

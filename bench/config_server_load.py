@@ -1,36 +1,33 @@
 """Load test of GET /vllm/config: 1,000 boxes fetching at once, every variant on the same server.
 
     .venv/bin/python bench/config_server_load.py [--boxes 1000] [--concurrency 64] [--rounds 3] [--seconds 5]
-                                                 [--variants cached,bare,cached-wsgi,constant,naive,httptools]
+                                                 [--variants cached,bare,floor,cached-wsgi,constant,naive]
 
 Builds bench/fleetgen's repository of `--boxes` boxes (3 servers each) in a temp git repo, starts
-every variant as its own process on a free loopback port, all on fleetllm's HTTP server
-(reconciler/fleetllm/server/httpserver.py: Tornado, its connection caps, deadlines and body budget,
-the same settings), then drives them in turn, `--rounds` rounds of `--seconds` each, the order
-reversed every other round (A B C, C B A, ...), with an asyncio (aiohttp) client holding
-`--concurrency` keep-alive connections, every box fetching its own JSON. Each variant's warm-up
-(one request a connection) runs on the connections it is measured on, so no connection of the
-warm-up counts against the server's per-peer cap.
+every variant as its own process on a free loopback port, then drives them in turn, `--rounds` rounds
+of `--seconds` each, the order reversed every other round (A B C, C B A, ...), with an asyncio
+(aiohttp) client holding `--concurrency` keep-alive connections, every box fetching its own JSON.
+Each variant's warm-up (one request a connection) runs on the connections it is measured on, so no
+connection of the warm-up counts against the server's per-peer cap. Every variant but `bare` runs on
+fleetllm's HTTP server (reconciler/fleetllm/server/httpserver.py: its connection caps, deadlines and
+body budget, the same settings).
 
 - cached: `fleetllm serve` as shipped: GET /vllm/config answered on the event loop (server/boxloop.py;
   every request authenticates, resolves the host, writes the fetch log and a JSON log line);
-- bare (the floor of `cached`): the same HTTP server with a request callback that writes the same box
-  JSON (box 0's, as rendered) with the same headers, and nothing else: no auth, no log, no record;
+- bare (issue 28's reference): a bare Tornado handler writing the same box JSON (box 0's, as rendered)
+  with the same headers, and nothing else: no auth, no log, no record, none of fleetllm's limits;
+- floor (the floor of `cached` on its own server): fleetllm's HTTP server with a handler returning the
+  same bytes and headers, and nothing else;
 - cached-wsgi: `cached`'s app with the event-loop path off: every request through the WSGI bridge to
   Flask on a request thread (how `cached` ran before issue 28);
 - constant (the floor of the WSGI variants): a Flask view returning the same bytes, through the bridge;
 - naive: the same auth and host rules through the bridge, but each request opens the repository, reads
-  the commit, validates it and renders the box (what a handler without the per-commit cache does);
-- httptools: not a server, a measure of the HTTP stack: `cached`'s work (the fleet key, the host, the
-  answer, the fetch record, the counter and the log line, through the shipped boxcontract functions,
-  recorded once a loop turn as boxloop.py does) on an asyncio protocol driving httptools (llhttp), as
-  the gateway's server does, with none of the server's limits (no deadlines, caps, body handling or
-  TLS). `httptools/bare` is printed when both run: what the box path could serve off Tornado.
+  the commit, validates it and renders the box (what a handler without the per-commit cache does).
 
 Prints one line a variant a round (requests/s, p50/p99/max, statuses, the server's CPU per request
 from /proc, the load average), then per variant min/median/max, and the ratios pair by pair in each
-round (cached/bare, cached/cached-wsgi, naive/constant, httptools/bare) as min/median/max with the load average at the
-start and the end.
+round (cached/bare, cached/floor, floor/bare, cached/cached-wsgi, naive/constant) as min/median/max
+with the load average at the start and the end.
 
 `--fetch-log-rows N` fills the state store's fetch log with N records before the servers start, as a
 control plane that has run a while holds it (its default retention is 200,000 records).
@@ -55,9 +52,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from http import HTTPStatus
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -67,7 +63,7 @@ from bench.procstat import cpu_seconds
 from fleetllm.demo.procs import free_port, stop
 
 FLEET_KEY = "bench-fleet-key-0123456789"
-VARIANTS = ("cached", "bare", "cached-wsgi", "constant", "naive", "httptools")
+VARIANTS = ("cached", "bare", "floor", "cached-wsgi", "constant", "naive")
 ENV = {"BENCH_FLEET_KEY": FLEET_KEY, "BENCH_SALT": "bench-salt-0123456789abcdef"}
 
 
@@ -213,116 +209,64 @@ def constant_app(body: bytes) -> Any:
     return app
 
 
-def bare_headers(body: bytes) -> list[tuple[str, str]]:
-    """The headers `cached` sends with `body` (its ETag and revision the same length)."""
-    import tornado
-
-    return [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-            ("ETag", '"0123456789abcdef0123456789abcdef"'), ("Cache-Control", "no-store"),
-            ("X-Fleet-Revision", "0" * 40), ("Server", f"TornadoServer/{tornado.version}")]
-
-
-def bare_answer(request: Any, body: bytes, headers: list[tuple[str, str]] | None = None) -> None:
-    """`bare`'s request callback: write `body` with `cached`'s headers, nothing else."""
-    from tornado import httputil
-
-    out = httputil.HTTPHeaders()
-    for name, value in headers or bare_headers(body):
-        out.add(name, value)
-    assert request.connection is not None
-    request.connection.write_headers(httputil.ResponseStartLine("HTTP/1.1", 200, "OK"), out, chunk=body)
-    request.connection.finish()
+def cached_headers(body: bytes) -> list[tuple[str, str]]:
+    """The headers `cached` sends with `body` (its ETag and revision the same length; Content-Length,
+    Server and Date added by the server that writes them)."""
+    return [("Content-Type", "application/json"), ("ETag", '"0123456789abcdef0123456789abcdef"'),
+            ("Cache-Control", "no-store"), ("X-Fleet-Revision", "0" * 40)]
 
 
 def run_bare(config: Any, listen: Any, body: bytes) -> None:
-    """fleetllm's HTTP server (its class, caps, deadlines and body budget) with a callback that writes
-    `body` and the headers `cached` sends: what serving these bytes costs on this stack."""
-    from fleetllm.server.guard import BodyBudget, ConnectionCaps
-    from fleetllm.server.httpserver import SMALL_BODY, ControlPlaneHTTPServer
+    """Issue 28's reference: a bare Tornado server (tornado.httpserver.HTTPServer with a plain request
+    callback, Tornado's own header and body limits at the control plane's settings) that writes `body`
+    with the headers `cached` sends, and nothing else: no auth, no log, no record, no caps."""
+    from email.utils import formatdate
 
-    headers = bare_headers(body)
+    from tornado import httputil
+    from tornado.httpserver import HTTPServer
+
+    date = formatdate(usegmt=True)  # fixed: one less thing for the floor to do
+    fields = [*cached_headers(body), ("Content-Length", str(len(body))), ("Server", "fleetllm"), ("Date", date)]
+
+    def answer(request: httputil.HTTPServerRequest) -> None:
+        out = httputil.HTTPHeaders()
+        for name, value in fields:
+            out.add(name, value)
+        assert request.connection is not None
+        request.connection.write_headers(httputil.ResponseStartLine("HTTP/1.1", 200, "OK"), out, chunk=body)
+        request.connection.finish()
 
     async def serve() -> None:
         limits = config.limits
-        server = ControlPlaneHTTPServer(lambda request: bare_answer(request, body, headers),
-                                        max_header_size=limits.max_header_bytes,
-                                        idle_connection_timeout=limits.header_timeout_s,
-                                        body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY,
-                                        decompress_request=False, xheaders=False)
-        server.guard(ConnectionCaps(limits.max_connections, limits.max_connections_per_peer,
-                                    limits.max_connections_per_network, config.trusted_proxies,
-                                    limits.network_cap_exempt),
-                     BodyBudget(limits.body_buffer_bytes, SMALL_BODY), float(config.timeout_s))
+        server = HTTPServer(answer, max_header_size=limits.max_header_bytes,
+                            idle_connection_timeout=limits.header_timeout_s, body_timeout=limits.body_timeout_s,
+                            max_body_size=64 * 1024, decompress_request=False, xheaders=False)
         server.listen(listen.port, address=listen.host, backlog=1024)
         await asyncio.Event().wait()
 
     asyncio.run(serve())
 
 
-def run_httptools(config: Any, listen: Any) -> None:
-    """The `httptools` variant: `cached`'s contract work for GET /vllm/config on an asyncio protocol that
-    drives httptools, keep-alive, with no limit of any kind (a measure of the stack, not a server)."""
-    import httptools
+def run_floor(config: Any, listen: Any, body: bytes) -> None:
+    """The floor of `cached` on its own stack: fleetllm's HTTP server (server/httpserver.py, its caps,
+    deadlines and body budget at the same settings) with a handler that returns `body` with `cached`'s
+    headers, and nothing else."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    from fleetllm.adapters.state.records import BoxApi
-    from fleetllm.logs import setup_logging
-    from fleetllm.server.auth import fleet_key_refusal
-    from fleetllm.server.boxcontract import NO_REVISION, BoxCall, config_answer, error_body
-    from fleetllm.server.boxloop import TurnJournal
-    from fleetllm.server.rollouts import release_cache
-    from fleetllm.server.runtime import start_up
+    from fleetllm.server.httpserver import listen_on, plane_server
+    from fleetllm_gateway.httpserver import Request, Response
 
-    setup_logging(buffered=True)
-    rt = start_up(config)
-    rt.start_background()
-    heads: dict[tuple[int, int, str | None, str | None], bytes] = {}
-    journal = TurnJournal(rt)
-    no_revision = error_body(NO_REVISION)
-
-    def head(status: int, length: int, etag: str | None, revision: str | None) -> bytes:
-        key = (status, length, etag, revision)
-        if key not in heads:
-            lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Content-Type: application/json",
-                     f"Content-Length: {length}", *([f"ETag: {etag}"] if etag else []), "Cache-Control: no-store",
-                     *([f"X-Fleet-Revision: {revision}"] if revision else [])]
-            heads[key] = ("\r\n".join(lines) + "\r\n\r\n").encode()
-        return heads[key]
-
-    class Protocol(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = cast(asyncio.Transport, transport)
-            self.peer = self.transport.get_extra_info("peername")[0]
-            self.parser = httptools.HttpRequestParser(self)
-            self.headers: dict[str, str] = {}
-
-        def data_received(self, data: bytes) -> None:
-            self.parser.feed_data(data)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-        def on_message_complete(self) -> None:
-            headers, self.headers = self.headers, {}
-            call = BoxCall(rt, BoxApi.CONFIG, headers.get("x-llmao-host"), headers.get("x-forwarded-for"), self.peer)
-            refusal = fleet_key_refusal(rt.config, headers.get("authorization"))
-            served = rt.tracker.served
-            name = call.resolve()
-            status, body, etag, revision = 503, no_revision, None, None
-            if refusal is not None:
-                status, body = refusal[0], error_body(refusal[1])
-            elif served is not None:
-                answer = config_answer(rt, served, name, headers.get("if-none-match"), wait=False)
-                if answer is None:  # what `cached` leaves to a thread: read here, the loop waits
-                    release_cache(rt).get()
-                    answer = config_answer(rt, served, name, headers.get("if-none-match"), wait=False)
-                assert answer is not None, f"box {name!r}: no answer from memory"  # a bench fleet's box
-                status, etag, revision = answer.status, answer.etag, answer.revision
-                body = error_body(answer.error) if answer.error is not None else answer.body or b""
-            journal.note(call.answered(status, revision))
-            self.transport.write(head(status, len(body), etag, revision) + body)
+    answer = Response(200, body, cached_headers(body))
 
     async def serve() -> None:
-        await asyncio.get_running_loop().create_server(Protocol, listen.host, listen.port, backlog=1024)
+        server = plane_server(config, lambda environ, start_response: [], ThreadPoolExecutor(1), None,
+                              config.limits.max_connections)
+
+        async def constant(request: Request) -> Response:
+            return answer
+
+        server.handler = constant
+        await listen_on(server, listen)
         await asyncio.Event().wait()
 
     asyncio.run(serve())
@@ -349,12 +293,12 @@ def serve_variant(variant: str, config_path: str, listen_at: str) -> None:
 
         httpserver.run(config, listen, load_wsgi)
         return
-    if variant == "httptools":
-        run_httptools(config, listen)
-        return
     body = (Path(config_path).parent / BODY_FILE).read_bytes()
     if variant == "bare":
         run_bare(config, listen, body)
+        return
+    if variant == "floor":
+        run_floor(config, listen, body)
         return
     load_app = (lambda: naive_app(config_path)) if variant == "naive" else (lambda: constant_app(body))
     httpserver.run(config, listen, load_app)
@@ -475,7 +419,7 @@ def compare_state(args: argparse.Namespace) -> None:
     print(json.dumps(results, indent=2))
 
 
-RATIOS = (("cached", "bare"), ("cached", "cached-wsgi"), ("naive", "constant"), ("httptools", "bare"))
+RATIOS = (("cached", "bare"), ("cached", "floor"), ("floor", "bare"), ("cached", "cached-wsgi"), ("naive", "constant"))
 
 
 def spread(values: list[float]) -> str:

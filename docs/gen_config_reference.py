@@ -91,7 +91,7 @@ NOTES = {
         "state.fetch_log_max_rows": "Fetch records kept; older ones are pruned.",
         "state.reports_per_box": "Reports kept per box.",
         "attention": "The list of unknown boxes that presented the fleet key.",
-        "server": "The HTTP server (Tornado, in process): deadlines, caps and threads.",
+        "server": "The HTTP server (in process, on llhttp): deadlines, caps and threads.",
         "server.timeout_s": "Seconds before a stuck request's worker is restarted.",
         "litellm": "The LiteLLM proxy the reconciler converges (its model API needs a database).",
         "litellm.master_key": "The proxy's master key.",

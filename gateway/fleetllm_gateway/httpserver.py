@@ -29,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import cast
@@ -53,8 +55,37 @@ MAX_HEAD_BYTES = 1 << 20  # bytes of a header block (Go's DefaultMaxHeaderBytes)
 MAX_FIELDS = 1000  # header fields of one request
 MAX_PIPELINED = 16  # requests parsed and waiting for their turn before reading pauses
 
-_LINE_TOO_LONG = f"a request line or header line is too long (limit {MAX_LINE} bytes)"
-_HEAD_TOO_LARGE = f"the header block is too large (limit {MAX_HEAD_BYTES} bytes and {MAX_FIELDS} fields)"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one connection may take, and what the server calls itself. The gateway's are the module's
+    constants above (`gateway_limits`); the control plane passes its own (server.* settings)."""
+
+    header_timeout: float = HEADER_TIMEOUT
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT
+    drain_timeout: float = DRAIN_TIMEOUT
+    max_line: int = MAX_LINE
+    max_head_bytes: int = MAX_HEAD_BYTES
+    max_fields: int = MAX_FIELDS
+    max_pipelined: int = MAX_PIPELINED
+    header_jitter: float = 0.0  # each connection's header deadline falls at random in [1 - jitter, 1] of it
+    server: str = "fleetllm-gateway"  # the Server header of every answer that sets none
+
+    @property
+    def line_too_long(self) -> str:
+        return f"a request line or header line is too long (limit {self.max_line} bytes)"
+
+    @property
+    def head_too_large(self) -> str:
+        return f"the header block is too large (limit {self.max_head_bytes} bytes and {self.max_fields} fields)"
+
+
+def gateway_limits() -> Limits:
+    """The gateway's limits: the module's constants as they are now (tests lower them)."""
+    return Limits(HEADER_TIMEOUT, KEEPALIVE_TIMEOUT, DRAIN_TIMEOUT, MAX_LINE, MAX_HEAD_BYTES, MAX_FIELDS,
+                  MAX_PIPELINED)
+
 # llhttp's reason (lower case) -> what the client is told; the first key found in the reason wins.
 _PARSE_ERRORS = (
     ("chunk", "malformed chunked body"),
@@ -194,6 +225,15 @@ class Request:
         """The first value of a header field, its name matched case-insensitively."""
         return self._index.get(name.lower())
 
+    def joined(self, name: str) -> str | None:
+        """Every value of a header field, joined by "," into one (RFC 9110, 5.3), its name matched
+        case-insensitively: what a WSGI environment holds for it."""
+        if len(self._index) == len(self.headers):  # no name came twice
+            return self._index.get(name.lower())
+        lower = name.lower()
+        values = [value for field, value in self.headers if field.lower() == lower]
+        return ",".join(values) if values else None
+
     def send_continue(self) -> None:
         """Answer `Expect: 100-continue` (once), when the handler is about to read the body."""
         if self.expect_continue and not self._continued:
@@ -230,7 +270,7 @@ _date = [0, b""]
 
 
 def _head(version: str, status: int, reason: str | None, headers: Sequence[tuple[str, str]], length: int | None,
-          *, chunked: bool, keep_alive: bool) -> bytes:
+          *, chunked: bool, keep_alive: bool, server: str = "fleetllm-gateway") -> bytes:
     """The status line and header block, with Content-Length (or chunked), Connection, Server, Date and a
     default Content-Type added where needed."""
     now = int(time.time())
@@ -262,7 +302,7 @@ def _head(version: str, status: int, reason: str | None, headers: Sequence[tuple
     elif version == "1.0":
         lines.append("Connection: keep-alive\r\n")
     if not has_server:
-        lines.append("Server: fleetllm-gateway\r\n")
+        lines.append(f"Server: {server}\r\n")
     head = "".join(lines).encode("utf-8", "surrogateescape")
     return head + b"Date: " + cast(bytes, _date[1]) + b"\r\n\r\n" if not has_date else head + b"\r\n"
 
@@ -293,7 +333,7 @@ class StreamResponse:
             self.sent = True
             status, reason, headers = self._head
             parts.append(_head(self._request.version, status, reason, headers, self.length, chunked=self._chunked,
-                               keep_alive=self._conn.keeps(self._request)))
+                               keep_alive=self._conn.keeps(self._request), server=self._conn.limits.server))
 
     async def write(self, data: bytes) -> None:
         parts: list[bytes] = []
@@ -341,14 +381,18 @@ def _where(exc: BaseException) -> str:
 class HttpConnection(FlowControl):
     """One client connection (asyncio protocol): parses requests, answers them in order."""
 
-    __slots__ = ("_answering", "_closed", "_fields", "_head_bytes", "_head_size", "_head_started", "_headers",
-                 "_idle_since", "_index", "_loop", "_parser", "_parsing", "_queue", "_raw_left", "_reading_done",
-                 "_reading_paused", "_requests", "_server", "_timer", "_url", "remote", "transport")
+    __slots__ = ("_answering", "_closed", "_fields", "_head_bytes", "_head_size", "_head_started", "_header_timeout",
+                 "_headers", "_idle_since", "_index", "_loop", "_parser", "_parsing", "_queue", "_raw_left",
+                 "_reading_done", "_reading_paused", "_requests", "_server", "_timer", "_url", "limits", "remote",
+                 "transport")
 
     def __init__(self, server: HttpServer) -> None:
         super().__init__()
         self._server = server
         self._loop = server.loop
+        self.limits = limits = server.limits
+        jitter = limits.header_jitter * random.random() if limits.header_jitter else 0.0  # noqa: S311
+        self._header_timeout = limits.header_timeout * (1 - jitter)
         self._parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.remote = ""
@@ -393,8 +437,8 @@ class HttpConnection(FlowControl):
         else:
             if self._head_started is not None:
                 self._head_bytes += len(data)
-                if self._head_bytes > MAX_HEAD_BYTES:
-                    self._malformed(_RefusedError(_HEAD_TOO_LARGE))
+                if self._head_bytes > self.limits.max_head_bytes:
+                    self._malformed(_RefusedError(self.limits.head_too_large))
         self._next()
         self.flow()
 
@@ -428,16 +472,17 @@ class HttpConnection(FlowControl):
     def on_url(self, url: bytes) -> None:
         self._url += url
         self._head_size += len(url)
-        if len(self._url) > MAX_LINE:
-            raise _RefusedError(_LINE_TOO_LONG)
+        if len(self._url) > self.limits.max_line:
+            raise _RefusedError(self.limits.line_too_long)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if len(name) + len(value) + 2 > MAX_LINE:
-            raise _RefusedError(_LINE_TOO_LONG)
+        limits = self.limits
+        if len(name) + len(value) + 2 > limits.max_line:
+            raise _RefusedError(limits.line_too_long)
         self._fields += 1
         self._head_size += len(name) + len(value) + 4
-        if self._fields > MAX_FIELDS or self._head_size > MAX_HEAD_BYTES:
-            raise _RefusedError(_HEAD_TOO_LARGE)
+        if self._fields > limits.max_fields or self._head_size > limits.max_head_bytes:
+            raise _RefusedError(limits.head_too_large)
         text = name.decode("latin-1")
         decoded = value.decode("utf-8", "surrogateescape")
         self._headers.append((text, decoded))
@@ -502,7 +547,8 @@ class HttpConnection(FlowControl):
         what = parse_error_text(exc)
         self._reading_done = True
         self._head_started = None
-        log.info("refused a malformed request", extra={"fields": {"peer": self.remote or "?", "error": what}})
+        self._server.log.info("refused a malformed request",
+                              extra={"fields": {"peer": self.remote or "?", "error": what}})
         request, self._parsing = self._parsing, None
         if request is not None and request not in self._queue:
             request.body.fail(IncompleteBodyError(what))
@@ -519,7 +565,7 @@ class HttpConnection(FlowControl):
         if transport is None or self._closed:
             return
         body = self._parsing.body if self._parsing is not None else None
-        pause = (body is not None and body.over_high_water) or len(self._queue) > MAX_PIPELINED
+        pause = (body is not None and body.over_high_water) or len(self._queue) > self.limits.max_pipelined
         if pause != self._reading_paused and not transport.is_closing():
             self._reading_paused = pause
             if pause:
@@ -529,9 +575,9 @@ class HttpConnection(FlowControl):
 
     # --- timers ----------------------------------------------------------------------------------
     def _arm(self, now: float) -> None:
-        """Make sure the timer fires within HEADER_TIMEOUT (it is never further out than that)."""
+        """Make sure the timer fires within the header timeout (it is never further out than that)."""
         if self._timer is None and not self._closed:
-            self._timer = self._loop.call_at(now + HEADER_TIMEOUT, self._tick)
+            self._timer = self._loop.call_at(now + self._header_timeout, self._tick)
 
     def _tick(self) -> None:
         self._timer = None
@@ -539,7 +585,7 @@ class HttpConnection(FlowControl):
             return
         now = self._loop.time()
         if self._head_started is not None:
-            due = self._head_started + HEADER_TIMEOUT
+            due = self._head_started + self._header_timeout
             if now >= due:
                 self._close()  # no answer, as Go does
             else:
@@ -547,11 +593,11 @@ class HttpConnection(FlowControl):
             return
         if self._answering is not None or self._queue or self._parsing is not None:
             return  # busy: armed again when the connection waits for its client
-        due = self._idle_since + KEEPALIVE_TIMEOUT
+        due = self._idle_since + self.limits.keepalive_timeout
         if now >= due:
             self._close()
         else:
-            self._timer = self._loop.call_at(min(due, now + HEADER_TIMEOUT), self._tick)
+            self._timer = self._loop.call_at(min(due, now + self._header_timeout), self._tick)
 
     # --- answering -------------------------------------------------------------------------------
     def keeps(self, request: Request) -> bool:
@@ -611,7 +657,7 @@ class HttpConnection(FlowControl):
         except Exception as exc:
             stream = request._stream
             cut = stream is not None and stream.sent
-            log.error("the request handler failed: " + ("connection cut" if cut else "answered 500"),
+            self._server.log.error("the request handler failed: " + ("connection cut" if cut else "answered 500"),
                       extra={"fields": {"error": type(exc).__name__, "where": _where(exc)}})
             if cut:
                 self.abort()
@@ -626,9 +672,10 @@ class HttpConnection(FlowControl):
             keep = self.keeps(request) and not (request.continue_unanswered and not request.body.complete)
             if not keep:
                 request.keep_alive = False
-            length = response.length if response.length is not None else len(response.body)
+            length = response.length if response.length is not None else \
+                None if response.status == 304 else len(response.body)  # a 304 tells no length unless given
             head = _head(request.version, response.status, response.reason, response.headers, length, chunked=False,
-                         keep_alive=keep)
+                         keep_alive=keep, server=self.limits.server)
             body = response.body
             await self.send(head + body if body and request.method != "HEAD" else head)
         # The rest of an unread body is read and dropped, also before a close: closing on unread bytes
@@ -636,7 +683,7 @@ class HttpConnection(FlowControl):
         # unanswered 100-continue: that client sends no body.
         if not request.body.complete and not request.continue_unanswered:
             try:
-                await asyncio.wait_for(request.body.drain(), DRAIN_TIMEOUT)
+                await asyncio.wait_for(request.body.drain(), self.limits.drain_timeout)
             except (asyncio.TimeoutError, ConnectionError):  # noqa: UP041 (Python 3.10's is not TimeoutError)
                 return False
         return self.keeps(request)
@@ -644,7 +691,7 @@ class HttpConnection(FlowControl):
     async def _refuse(self, text: str) -> None:
         body = f"Bad Request: {text}\n".encode()
         head = _head("1.1", 400, None, [("Content-Type", "text/plain; charset=utf-8")], len(body), chunked=False,
-                     keep_alive=False)
+                     keep_alive=False, server=self.limits.server)
         await self.send(head + body)
 
     def _close(self) -> None:
@@ -669,13 +716,17 @@ class HttpConnection(FlowControl):
 class HttpServer:
     """The protocol factory of loop.create_server, and what its connections share."""
 
-    def __init__(self, handler: Handler, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, handler: Handler, loop: asyncio.AbstractEventLoop, limits: Limits | None = None,
+                 internal_error: Response | None = None, logger: logging.Logger | None = None) -> None:
         self.handler = handler
         self.loop = loop
+        self.limits = limits if limits is not None else gateway_limits()
+        self.log = logger if logger is not None else log
         self.connections: set[HttpConnection] = set()
         self.stopping = False
         error = errors.INTERNAL_ERROR
-        self.internal_error = Response(error.status, error.body(), [("Content-Type", "application/json")])
+        self.internal_error = internal_error if internal_error is not None else \
+            Response(error.status, error.body(), [("Content-Type", "application/json")])
 
     def __call__(self) -> HttpConnection:
         return HttpConnection(self)

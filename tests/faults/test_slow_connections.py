@@ -195,7 +195,7 @@ def test_malformed_and_oversized_requests_get_an_answer_or_a_close(tmp_path: Pat
                                                                     start_plane: Callable[..., ControlPlane]) -> None:
     plane = start_plane(plane_document(tmp_path, repo_path=ROOT / "fleet-repo-example",
                                        server={"body_buffer_bytes": 1048576}))
-    # a Host header Tornado cannot split: an answer, not a request left hanging
+    # a Host header with a port that is not a number: 400 (RFC 9112), not a request left hanging
     answer = raw(plane.port, b"GET /health HTTP/1.1\r\nHost: a:b\r\nConnection: close\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 400")
     # a declared body over the transport cap: 400 and closed, before it is read

@@ -2,14 +2,13 @@
 status, headers and body, the same fetch record and `box request` log line; and what it cannot answer
 from memory (an unknown box, a report, another method) reaches the Flask app untouched.
 
-Both paths run behind the real HTTP server (httpserver.ControlPlaneHTTPServer and its router) on a
-loopback port, on an event loop in a thread of the test."""
+Both paths run behind the real HTTP server (httpserver.PlaneServer and its handler) on a loopback
+port, on an event loop in a thread of the test."""
 
 from __future__ import annotations
 
 import asyncio
 import http.client
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,12 +26,12 @@ from fleetllm.server import rollouts
 from fleetllm.server.accesslog import access_logged
 from fleetllm.server.app import create_app
 from fleetllm.server.boxloop import BoxLoop
-from fleetllm.server.guard import BodyBudget, ConnectionCaps
-from fleetllm.server.httpserver import SMALL_BODY, ControlPlaneHTTPServer, _Container, _Router
 from fleetllm.server.rollouts import release_cache
 from fleetllm.server.runtime import Runtime
 from fleetllm_contract.report import ReportOutcome
+from fleetllm_gateway.httpserver import Request
 from tests.server.conftest import FLEET_KEY, KNOWN_BOX, LogCapture, box_headers
+from tests.support.plane_thread import plane_serving
 
 Answer = tuple[int, list[tuple[str, str]], bytes]
 
@@ -67,36 +66,15 @@ class Served:
 def serving(runtime: Runtime, *, on_loop: bool) -> Iterator[Served]:
     app: Flask = create_app(runtime)
     wsgi = access_logged(app)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
     box: list[Served] = []
-    executor = ThreadPoolExecutor(2)
 
     def counted(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         box[0].app_calls += 1
         return wsgi(environ, start_response)
 
-    async def start() -> ControlPlaneHTTPServer:
-        server = ControlPlaneHTTPServer(_Router(_Container(counted, executor=executor),
-                                                BoxLoop(runtime, executor) if on_loop else None), max_body_size=SMALL_BODY)
-        server.guard(ConnectionCaps(64, 64, 256), BodyBudget(1 << 20, SMALL_BODY), 10.0)
-        server.listen(0, address="127.0.0.1")
-        port = next(iter(server._sockets.values())).getsockname()[1]
-        box.append(Served(port))
-        started.set()
-        return server
-
-    thread = threading.Thread(target=lambda: (asyncio.set_event_loop(loop), loop.run_forever()), daemon=True)
-    thread.start()
-    future = asyncio.run_coroutine_threadsafe(start(), loop)
-    server = future.result(timeout=10)
-    try:
+    with plane_serving(counted, lambda executor: BoxLoop(runtime, executor) if on_loop else None) as server:
+        box.append(Served(server.local[1]))
         yield box[0]
-    finally:
-        loop.call_soon_threadsafe(server.stop)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        executor.shutdown(wait=True)
 
 
 def last_fetch(runtime: Runtime) -> FetchRecord:
@@ -229,9 +207,9 @@ def test_the_loop_reads_the_releases_again_in_the_background_and_answers_meanwhi
     assert len(reads) == 1 and cache.next_read > first_read
 
 
-def test_an_answer_tornado_changes_for_one_client_is_not_sent_to_the_next(runtime: Runtime) -> None:
-    """Header blocks are kept between answers: one Tornado adds `Connection` to (a client closing, or an
-    HTTP/1.0 client keeping alive) must not reach the next client."""
+def test_connection_headers_for_one_client_are_not_sent_to_the_next(runtime: Runtime) -> None:
+    """`Connection` is the server's, per answer (a client closing, or an HTTP/1.0 client keeping alive):
+    it never reaches the next client's answer."""
     import socket
 
     release_cache(runtime).get()
@@ -245,33 +223,23 @@ def test_an_answer_tornado_changes_for_one_client_is_not_sent_to_the_next(runtim
             head = b""
             while b"\r\n\r\n" not in head:
                 head += raw.recv(65536)
-        assert b"Connection: Keep-Alive" in head
+        assert b"\r\nConnection: keep-alive\r\n" in head
         assert served.request("GET", "/vllm/config", box_headers()) == plain
         assert not any(k == "Connection" for k, _ in plain[1])
         assert served.app_calls == 0
 
 
 class _Connection:
-    """Where an answer written straight to a request's connection goes: its status is kept."""
+    """What a Request needs of its connection, outside a server."""
 
-    def __init__(self) -> None:
-        self.statuses: list[int] = []
-
-    def write_headers(self, start_line: Any, headers: Any, chunk: bytes | None = None) -> None:
-        self.statuses.append(start_line.code)
-
-    def finish(self) -> None:
-        pass
+    remote = "127.0.0.1"
+    transport = None
 
 
-def _request(connection: _Connection, headers: dict[str, str]) -> Any:
-    from tornado import httputil
-
-    request = httputil.HTTPServerRequest(start_line=httputil.RequestStartLine("GET", "/vllm/config", "HTTP/1.1"),
-                                         headers=httputil.HTTPHeaders({"Host": "127.0.0.1:8080", **headers}),
-                                         connection=connection)  # type: ignore[arg-type]
-    request.remote_ip = "127.0.0.1"
-    return request
+def _request(headers: dict[str, str]) -> Request:
+    fields = [("Host", "127.0.0.1:8080"), *headers.items()]
+    return Request(_Connection(), "GET", "/vllm/config", "1.1", fields,  # type: ignore[arg-type]
+                   {name.lower(): value for name, value in reversed(fields)}, keep_alive=True, upgrade=False)
 
 
 def test_a_loop_turns_answers_are_recorded_together_after_it_in_order(
@@ -291,17 +259,20 @@ def test_a_loop_turns_answers_are_recorded_together_after_it_in_order(
     monkeypatch.setattr(runtime, "clock", lambda: next(times))
     asked = [box_headers(), box_headers(key="wrong"), box_headers("198.51.100.23"), box_headers(key=None),
              box_headers(**{"If-None-Match": "*"})]
-    connection = _Connection()
+    statuses: list[int] = []
     counted = {str(s): runtime.metrics.box_requests.labels("config", str(s))._value.get() for s in (200, 304, 403)}
     box = BoxLoop(runtime, ThreadPoolExecutor(1))
 
     async def one_turn() -> None:
-        assert all(box.answer(_request(connection, headers)) for headers in asked)
+        for headers in asked:
+            answer = box.answer(_request(headers))
+            assert answer is not None
+            statuses.append(answer.status)
         assert handed == []  # not within the turn
         await asyncio.sleep(0)
 
     asyncio.run(one_turn())
-    assert connection.statuses == [200, 403, 200, 403, 304]
+    assert statuses == [200, 403, 200, 403, 304]
     assert len(handed) == 1
     assert [(f.status, f.claimed_host, at) for f, at in handed[0]] == [
         (200, KNOWN_BOX, 5000.0), (403, KNOWN_BOX, 5001.0), (200, "198.51.100.23", 5002.0),
@@ -323,7 +294,7 @@ def test_the_answers_of_the_last_turn_are_recorded_when_the_server_stops(runtime
     before = len(runtime.store.recent_fetches(limit=1000))
 
     async def answer_and_stop() -> None:
-        assert box.answer(_request(_Connection(), box_headers()))
+        assert box.answer(_request(box_headers())) is not None
         box.record()  # before the turn ends: as the server's `finally` runs
 
     asyncio.run(answer_and_stop())

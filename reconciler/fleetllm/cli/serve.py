@@ -1,6 +1,6 @@
 """`fleetllm serve --config FILE [--listen HOST:PORT] [--insecure-http] [--check]`: the control plane.
 
-Runs the Flask app in process behind Tornado's HTTP server (one event loop reads every connection,
+Runs the Flask app in process behind its own HTTP server on llhttp (one event loop reads every connection,
 a pool of `server.threads` runs complete requests: reconciler/fleetllm/server/httpserver.py), HTTPS when the
 config has a certificate and key. Without TLS it only listens on loopback addresses unless --insecure-http.
 `--check` runs the whole start-up path (config, secrets, TLS files, the repository and its last valid

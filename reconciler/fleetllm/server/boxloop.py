@@ -22,10 +22,6 @@ import asyncio
 import logging
 from concurrent.futures import Executor
 
-import tornado
-from tornado import httputil
-from werkzeug.http import HTTP_STATUS_CODES
-
 from fleetllm.adapters.state.records import BoxApi
 from fleetllm.core.fleet.model import RolloutMode
 from fleetllm.logs import get_logger, log_event
@@ -34,25 +30,11 @@ from fleetllm.server.boxcontract import NO_REVISION, Answered, BoxCall, config_a
 from fleetllm.server.errors import NO_STORE
 from fleetllm.server.rollouts import release_cache
 from fleetllm.server.runtime import Runtime
+from fleetllm_gateway.httpserver import Request, Response
 
 log = get_logger("http")
 PATH = "/vllm/config"
-SERVER = "TornadoServer/%s" % tornado.version  # noqa: UP031 - what tornado.wsgi sends, byte for byte
 JSON = "application/json"
-MAX_TEMPLATES = 16_384  # answers' header blocks kept (by status, length, ETag and revision: never client text)
-
-
-def _host_parses(host: str) -> bool:
-    """Whether the WSGI bridge could build this request's environment (a `host:port` whose port is not
-    a number makes it raise): a request it cannot is left to it, which answers it 400."""
-    parts = host.split(":")
-    if len(parts) != 2:
-        return True
-    try:
-        int(parts[1])
-    except ValueError:
-        return False
-    return True
 
 
 class TurnJournal:
@@ -88,40 +70,31 @@ class BoxLoop:
         self.rt = rt
         self.executor = executor
         self._journal = TurnJournal(rt)
-        # Each answer's header block, built once: Tornado checks every header it is given against the
-        # grammar, which cost as much as the rest of the answer. A block Tornado changes while writing
-        # (Connection for a client that closes or speaks HTTP/1.0) is dropped and built again.
-        self._templates: dict[tuple[int, int | None, str | None, str | None], httputil.HTTPHeaders] = {}
 
-    def answer(self, request: httputil.HTTPServerRequest) -> bool:
-        """Answer `request` and return True; or return False, having done nothing, for the app to answer."""
-        if request.method != "GET" or request.path != PATH or not _host_parses(request.host):
-            return False
+    def answer(self, request: Request) -> Response | None:
+        """The answer to `request`; or None, having done nothing, for the app to answer."""
+        if request.method != "GET" or request.target.partition("?")[0] != PATH:
+            return None
         rt = self.rt
-        headers = request.headers
-        call = BoxCall(rt, BoxApi.CONFIG, headers.get("X-LLMAO-Host"), headers.get("X-Forwarded-For") or None,
-                       request.remote_ip or "")
-        refusal = fleet_key_refusal(rt.config, headers.get("Authorization"))
+        header = request.joined  # as the Flask view reads them: a field sent twice is one, joined by ","
+        call = BoxCall(rt, BoxApi.CONFIG, header("x-llmao-host"), header("x-forwarded-for") or None, request.remote)
+        refusal = fleet_key_refusal(rt.config, header("authorization"))
         if refusal is not None:
-            self._send(request, call, refusal[0], error_body(refusal[1]))
-            return True
+            return self._answer(call, refusal[0], error_body(refusal[1]))
         name = call.resolve()
         served = rt.tracker.served
         if served is None:
-            self._send(request, call, 503, error_body(NO_REVISION))
-            return True
+            return self._answer(call, 503, error_body(NO_REVISION))
         if name not in served.fleet.boxes:
-            return False  # the attention list is in the state store: a thread writes it
-        answer = config_answer(rt, served, name, headers.get("If-None-Match"), wait=False)
+            return None  # the attention list is in the state store: a thread writes it
+        answer = config_answer(rt, served, name, header("if-none-match"), wait=False)
         if served.fleet.rollout_mode(name) is RolloutMode.AUTO:
             self._refresh_releases()  # for the requests after this one
         if answer is None:
-            return False
+            return None
         if answer.error is not None:
-            self._send(request, call, answer.status, error_body(answer.error), revision=answer.revision)
-        else:
-            self._send(request, call, answer.status, answer.body, etag=answer.etag, revision=answer.revision)
-        return True
+            return self._answer(call, answer.status, error_body(answer.error), revision=answer.revision)
+        return self._answer(call, answer.status, answer.body, etag=answer.etag, revision=answer.revision)
 
     def record(self) -> None:
         """Record the answers written since the last turn ended (TurnJournal.record): the server calls it
@@ -134,36 +107,15 @@ class BoxLoop:
         if cache.claim_refresh():
             self.executor.submit(cache.refresh)
 
-    def _send(self, request: httputil.HTTPServerRequest, call: BoxCall, status: int, body: bytes | None, *,
-              etag: str | None = None, revision: str | None = None) -> None:
-        """Note the answer for `record` (box_api's `finish` records its own at once), then write it with
-        the headers the Flask path sends through tornado.wsgi, in its order."""
+    def _answer(self, call: BoxCall, status: int, body: bytes | None, *, etag: str | None = None,
+                revision: str | None = None) -> Response:
+        """Note the answer for `record` (box_api's `finish` records its own at once); the response, with
+        the headers the Flask view sends, in its order."""
         self._journal.note(call.answered(status, revision))
-        key = (status, None if body is None else len(body), etag, revision)
-        out = self._templates.get(key)
-        if out is None:
-            if len(self._templates) >= MAX_TEMPLATES:
-                self._templates.clear()
-            out = self._templates[key] = _headers(body, etag, revision)
-        connection = request.connection
-        assert connection is not None
-        connection.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, HTTP_STATUS_CODES[status].upper()),
-                                 out, chunk=body or b"")
-        if "Connection" in out or "Transfer-Encoding" in out:
-            self._templates.pop(key, None)  # changed for this answer only: not for the next one
-        connection.finish()
-
-
-def _headers(body: bytes | None, etag: str | None, revision: str | None) -> httputil.HTTPHeaders:
-    """The header block of an answer, in the order the Flask path sends it through tornado.wsgi."""
-    out = httputil.HTTPHeaders()
-    if body is not None:
-        out.add("Content-Type", JSON)
-        out.add("Content-Length", str(len(body)))
-    if etag is not None:
-        out.add("ETag", etag)
-    out.add("Cache-Control", NO_STORE)
-    if revision is not None:
-        out.add("X-Fleet-Revision", revision)
-    out.add("Server", SERVER)
-    return out
+        headers = [("Content-Type", JSON)] if body is not None else []
+        if etag is not None:
+            headers.append(("ETag", etag))
+        headers.append(("Cache-Control", NO_STORE))
+        if revision is not None:
+            headers.append(("X-Fleet-Revision", revision))
+        return Response(status, body or b"", headers)

@@ -1,57 +1,56 @@
-"""The control plane's HTTP server: Tornado's HTTP/1.1 server in front of the Flask app, in process.
+"""The control plane's HTTP server: the project's HTTP/1.1 server on llhttp (fleetllm_gateway.httpserver,
+the one the box gateway serves with) in front of the Flask app, in process.
 
-Why Tornado, not gunicorn's gthread worker: there a request thread reads the request line and
-headers itself, so eight connections trickling one header every 2 s (or sending nothing) held all
-eight threads of the one worker and every box's config fetch timed out. Here one event loop (epoll:
-no select() limit of 1,024 descriptors) reads every connection; a request reaches a thread of the
-pool (`server.threads`) only once its headers and its whole body have arrived. What a connection may
-hold is bounded:
+Why not gunicorn's gthread worker: there a request thread reads the request line and headers itself,
+so eight connections trickling one header every 2 s (or sending nothing) held all eight threads of the
+one worker and every box's config fetch timed out. Here one event loop (epoll: no select() limit of
+1,024 descriptors) reads every connection; a request reaches a thread of the pool (`server.threads`)
+only once its headers and its whole body have arrived. Why not Tornado's server, which this was
+until issue 28: its HTTP/1 handling alone cost 130-200 us of CPU a request, more than the box
+contract's own work (docs/benchmarks.md, "Config serving"). What a connection may hold is bounded:
 
-- headers: all of them within `server.header_timeout_s` of the connection opening (or of the
-  previous answer on a kept-alive connection: idle connections are closed by the same deadline), at
-  most `server.max_header_bytes`; Tornado's own deadline, over the whole header block, so a
-  trickle that resets an idle timer gains nothing;
-- bodies: all of it within `server.body_timeout_s`; at most 64 KiB declared without further ado, a
-  larger or chunked body only while the shared budget `server.body_buffer_bytes` has room, and never
-  more than its endpoint takes (BODY_CAPS; the app answers 413 above its own, smaller limit);
-- answers: a response a client does not read is dropped, and its connection closed, after
+- headers: all of them within `server.header_timeout_s` of the connection opening (or of the first
+  byte of a later request; an idle kept-alive connection is closed after the same time), at most
+  `server.max_header_bytes`; a deadline over the whole header block, so a trickle gains nothing.
+  Each connection's deadline falls at random in [70 %, 100 %] of it (JITTER): a crowd opened
+  together then expires over a few seconds instead of in one loop turn;
+- bodies: all of it within `server.body_timeout_s` (else the connection is closed); at most 64 KiB
+  declared without further ado, a larger or chunked body only while the shared budget
+  `server.body_buffer_bytes` has room, and never more than its endpoint takes (BODY_CAPS; the app
+  answers 413 above its own, smaller limit); over either, 400 and the connection closed;
+- answers: one at a time per connection (a pipelined request is parsed only once the one before is
+  answered); a response a client does not read is dropped, and its connection closed, after
   `server.timeout_s`;
 - connections: `server.max_connections_per_peer` per IPv4 address or IPv6 /64 (trusted proxies
   exempt), `server.max_connections` in all (and the descriptor limit is raised to fit them). A
-  connection over a cap is closed at once, before a byte is read.
+  connection over a cap is closed at once, before a byte is read. With TLS, a connection is counted
+  once its handshake is done, and a handshake gets `server.header_timeout_s`.
 
-Tornado has the deadlines and the caps on sizes; the per-peer and total connection caps, the body
-budget and the send deadline are ours (reconciler/fleetllm/server/guard.py holds their bookkeeping).
+Malformed HTTP gets a 400 naming the kind of error (never the bytes sent) and the connection closed.
+guard.py holds the caps' and the budget's bookkeeping.
 
-A request that has passed those limits goes to the router (_Router): GET /vllm/config is answered on
-the event loop itself when it can be from memory (boxloop.py: no WSGI environment, no thread hop),
-everything else through the WSGI bridge to the Flask app on the pool.
+GET /vllm/config is answered on the event loop itself when it can be from memory (boxloop.py: no
+WSGI environment, no thread hop); everything else goes to the Flask app on the pool (`call_wsgi`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
+import io
 import logging
-import random
+import re
 import resource
 import signal
 import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
-
-from tornado import httputil
-from tornado.http1connection import HTTP1Connection, HTTP1ServerConnection
-from tornado.httpserver import HTTPServer
-from tornado.ioloop import PeriodicCallback
-from tornado.iostream import IOStream
-from tornado.wsgi import WSGIContainer
+from urllib.parse import unquote_to_bytes
 
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.accesslog import access_logged
@@ -60,16 +59,24 @@ from fleetllm.server.guard import BodyBudget, ConnectionCaps, Refusal, body_shar
 from fleetllm.server.runtime import Runtime
 from fleetllm.settings import ControlPlaneConfig, Listen
 from fleetllm_contract.sdnotify import sd_notify
+from fleetllm_gateway.httpserver import HttpConnection, HttpServer, Limits, Request, Response
 
 log = get_logger("http")
+SERVER = "fleetllm"  # the Server header (no version: nothing to fingerprint)
 SMALL_BODY = 64 * 1024  # declared bodies up to this size need no share of the body budget
 DEFAULT_BODY_CAP = 1024 * 1024  # the app refuses above 64 KiB with 413; the transport cuts at 1 MiB
 BODY_CAPS = {"/hooks/push": 6 * 1024 * 1024}  # GitHub push events (the app takes 5 MiB)
 RESERVED_FDS = 256  # descriptors kept for the state store, git, logs and the listening sockets
 GRACE_S = 10.0  # on SIGTERM, how long requests in flight may take to finish
+FIRST_REQUEST_GRACE_S = 1.0  # on SIGTERM, how long a connection just accepted has to send its request
 SWEEP_S = 1.0
 SWITCH_INTERVAL_S = 0.001
 JITTER = 0.3  # header deadlines fall at random in [70 %, 100 %] of server.header_timeout_s
+MAX_FIELDS = 1000  # header fields of one request
+JSON = [("Content-Type", "application/json")]
+INTERNAL_ERROR = Response(500, b'{"error":"internal error; see the control plane\'s log"}', JSON)
+HOP_BY_HOP = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def body_cap(path: str) -> int:
@@ -89,153 +96,186 @@ def raise_fd_limit(wanted: int) -> int:
     return soft if soft != resource.RLIM_INFINITY else wanted
 
 
-def quiet_tornado_logs() -> None:
-    """Tornado's own log lines go to the JSON log without their arguments (a malformed-request line
-    would otherwise quote what the client sent, Authorization included); its access log is off (ours,
-    fleetllm.server.accesslog and the box blueprint's, log every answer without a secret)."""
-    logging.getLogger("tornado.access").disabled = True
-    forward = logging.getLogger("fleetllm.http")
-
-    class Forward(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            record.msg = f"http server: {record.msg}" if isinstance(record.msg, str) else "http server event"
-            record.args = ()
-            record.exc_text = None
-            record.stack_info = None
-            forward.handle(record)
-
-    for name in ("tornado.application", "tornado.general"):
-        logger = logging.getLogger(name)
-        logger.handlers = [Forward()]
-        logger.propagate = False
-        logger.setLevel(logging.WARNING)
+def connection_limits(header_timeout_s: float, max_header_bytes: int, body_timeout_s: float) -> Limits:
+    """The HTTP server's limits from the server.* settings."""
+    return Limits(header_timeout=header_timeout_s, keepalive_timeout=header_timeout_s, drain_timeout=body_timeout_s,
+                  max_line=max_header_bytes, max_head_bytes=max_header_bytes, max_fields=MAX_FIELDS,
+                  max_pipelined=0, header_jitter=JITTER, server=SERVER)
 
 
-class _BudgetedBody(httputil.HTTPMessageDelegate):
-    """Sets the request's body cap from its path, and takes a share of the body budget for a large or
-    chunked body before Tornado buffers it (given back when the body is in, or the connection gone)."""
-
-    def __init__(self, inner: httputil.HTTPMessageDelegate, connection: httputil.HTTPConnection,
-                 server: ControlPlaneHTTPServer) -> None:
-        self.inner = inner
-        self.connection = connection
-        self.server = server
-        self.share = 0
-        self.peer = ""
-
-    def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
-                         headers: httputil.HTTPHeaders) -> Any:
-        path = cast(httputil.RequestStartLine, start_line).path.split("?", 1)[0]
-        cap = body_cap(path)
-        chunked = headers.get("Transfer-Encoding", "").lower() == "chunked"
-        share = body_share(headers.get("Content-Length"), chunked, cap, SMALL_BODY)
-        connection = cast(HTTP1Connection, self.connection)
-        self.peer = self.server.peer_of(connection)
-        if share and not self.server.budget.take(share, self.peer):
-            self.server.refused(Refusal.BODY_BUDGET)
-            cap = 0  # Tornado answers 400 and closes: the length is over the cap
-        else:
-            self.share = share
-        connection.set_max_body_size(cap if share or chunked else min(cap, SMALL_BODY))
-        return self.inner.headers_received(start_line, headers)
-
-    def data_received(self, chunk: bytes) -> Any:
-        return self.inner.data_received(chunk)
-
-    def _give_back(self) -> None:
-        if self.share:
-            self.server.budget.give_back(self.share, self.peer)
-            self.share = 0
-
-    def finish(self) -> None:
-        # The body stays in memory until the app has answered: the share goes with the request and
-        # is given back when its answer is written (_Container.handle_request).
-        request = getattr(self.inner, "request", None)
-        if request is not None and self.share:
-            request.fleetllm_share = (self.server.budget, self.share, self.peer)
-            self.share = 0
-        self._give_back()
-        self.inner.finish()
-
-    def on_connection_close(self) -> None:
-        self._give_back()
-        self.inner.on_connection_close()
+class BodyRefusedError(ConnectionError):
+    """A request body that did not arrive within server.body_timeout_s, or broke its framing: the
+    connection is closed without an answer."""
 
 
-class ControlPlaneHTTPServer(HTTPServer):
-    """Tornado's HTTPServer with connection caps, the body budget and a send deadline."""
+def _refusal(text: str) -> Response:
+    return Response(400, f"Bad Request: {text}\n".encode(), [("Content-Type", "text/plain; charset=utf-8")])
 
-    def guard(self, caps: ConnectionCaps, budget: BodyBudget, send_timeout_s: float,
-              on_change: Callable[[int], None] | None = None,
-              on_refusal: Callable[[Refusal], None] | None = None) -> None:
+
+BAD_HOST = _refusal("one Host header is required, a host name or address with an optional numeric port")
+BODY_TOO_LARGE = _refusal("the request body is larger than this endpoint takes")
+BODY_BUDGET_FULL = _refusal("the server is buffering too many request bodies; retry later")
+
+
+# RFC 3986's uri-host (an IP literal in brackets, or a registered name or IPv4 address; no "," although
+# the RFC allows one, so two Host fields joined are told apart from one) and an optional port.
+_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+;=%-]*)(?::[0-9]*)?")
+
+
+def host_is_valid(request: Request) -> bool:
+    """RFC 9112, 3.2: an HTTP/1.1 request has exactly one Host field, its value a host and an optional
+    port; a server answers any other 400. (HTTP/1.0 may leave it out.)"""
+    host = request.joined("host")
+    if host is None:
+        return request.version == "1.0"
+    return _HOST.fullmatch(host) is not None
+
+
+def wsgi_environ(request: Request, body: bytes, scheme: str, local: tuple[str, int]) -> dict[str, Any]:
+    """The WSGI environment of `request` (PEP 3333: text as latin-1), its body read whole (and de-chunked:
+    Werkzeug reads no chunked body without a length). A header whose name holds `_` is left out:
+    `X_Forwarded_For` would otherwise stand in for X-Forwarded-For."""
+    path, _, query = request.target.partition("?")
+    host = request.header("host") or ""
+    name, colon, port = host.rpartition(":")
+    if not (colon and port.isdigit() and not name.endswith(":")):
+        name, port = host or local[0], str(local[1])
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": request.method,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
+        "QUERY_STRING": query,
+        "REMOTE_ADDR": request.remote,
+        "SERVER_NAME": name,
+        "SERVER_PORT": port,
+        "SERVER_PROTOCOL": f"HTTP/{request.version}",
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": scheme,
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+    }
+    for field, value in request.headers:
+        if "_" in field:
+            continue
+        text = value if value.isascii() else value.encode("utf-8", "surrogateescape").decode("latin-1")
+        key = field.upper().replace("-", "_")
+        if key in ("CONTENT_LENGTH", "TRANSFER_ENCODING"):  # the body is read whole, de-chunked: its length is set
+            continue
+        if key != "CONTENT_TYPE":
+            key = "HTTP_" + key
+        environ[key] = f"{environ[key]},{text}" if key in environ else text
+    return environ
+
+
+def call_wsgi(app: WsgiApp, environ: dict[str, Any]) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    """Run `app` on `environ` to the end of its body (on a thread of the pool): status, reason, headers
+    (hop-by-hop ones and Content-Length left to the server) and body."""
+    started: list[Any] = []
+    parts: list[bytes] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], Any]:
+        if exc_info is not None and started:
+            raise exc_info[1].with_traceback(exc_info[2])
+        started[:] = [status, headers]
+        return parts.append
+
+    result = app(environ, start_response)
+    try:
+        parts.extend(result)
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    status, headers = started
+    code, _, reason = status.partition(" ")
+    return int(code), reason, headers, b"".join(parts)
+
+
+class PlaneConnection(HttpConnection):
+    """A client connection, admitted under the connection caps (or closed at once)."""
+
+    __slots__ = ("_admitted",)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        server = cast(PlaneServer, self._server)
+        peer = transport.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, tuple) and peer else ""
+        why = server.caps.admit(address)
+        self._admitted = why is None
+        if why is not None:
+            server.refused(why)
+            transport.close()
+            return
+        server.opened()
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self._admitted:
+            self._admitted = False
+            cast(PlaneServer, self._server).closed(self.remote)
+
+
+class PlaneServer(HttpServer):
+    """The protocol factory: the HTTP server with connection caps, the body budget, a send deadline,
+    and the control plane's handler (the box path on the loop, the rest through WSGI on `executor`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, app: WsgiApp, executor: Executor, box: BoxLoop | None, *,
+                 limits: Limits, caps: ConnectionCaps, budget: BodyBudget, body_timeout_s: float,
+                 send_timeout_s: float, scheme: str = "http", on_change: Callable[[int], None] | None = None,
+                 on_refusal: Callable[[Refusal], None] | None = None) -> None:
+        super().__init__(self.handle, loop, limits, INTERNAL_ERROR, log)
+        self.app = app
+        self.executor = executor
+        self.box = box
         self.caps = caps
         self.budget = budget
+        self.body_timeout_s = body_timeout_s
         self.send_timeout_s = send_timeout_s
+        self.scheme = scheme
+        self.local: tuple[str, int] = ("localhost", 0)
         self._on_change = on_change
         self._on_refusal = on_refusal
-        self._peers: dict[IOStream, str] = {}
-        self._writing_since: dict[IOStream, float] = {}
+        self._writing_since: dict[HttpConnection, float] = {}
         self._refused: dict[Refusal, int] = {}
         self._refusals_logged_at = 0.0
 
-    def peer_of(self, connection: HTTP1Connection) -> str:
-        """The peer address a connection was admitted for ("" when unknown)."""
-        stream = getattr(connection, "stream", None)
-        return self._peers.get(stream, "") if stream is not None else ""
+    def __call__(self) -> HttpConnection:
+        return PlaneConnection(self)
+
+    # --- connections -----------------------------------------------------------------------------
+    def opened(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self.caps.total)
+
+    def closed(self, peer: str) -> None:
+        self.caps.release(peer)
+        if self._on_change is not None:
+            self._on_change(self.caps.total)
 
     def refused(self, why: Refusal) -> None:
         self._refused[why] = self._refused.get(why, 0) + 1
         if self._on_refusal is not None:
             self._on_refusal(why)
 
-    def handle_stream(self, stream: IOStream, address: Any) -> None:
-        peer = address[0] if isinstance(address, tuple) and address else ""
-        why = self.caps.admit(peer)
-        if why is not None:
-            self.refused(why)
-            stream.close()
-            return
-        self._peers[stream] = peer
-        if self._on_change is not None:
-            self._on_change(self.caps.total)
-        # Each connection gets its header deadline somewhat early, at random (JITTER): a crowd of
-        # connections opened together then expires over a few seconds instead of in one loop turn.
-        shared = self.conn_params
-        self.conn_params = copy.copy(shared)
-        self.conn_params.header_timeout = (shared.header_timeout or 3600) * (1 - JITTER * random.random())  # noqa: S311
-        try:
-            super().handle_stream(stream, address)
-        except Exception as exc:  # never a connection left open and counted with nobody reading it
-            log_event(log, "connection setup failed", logging.ERROR, error=type(exc).__name__)
-            self._peers.pop(stream, None)
-            self.caps.release(peer)
-            stream.close()
-        finally:
-            self.conn_params = shared
-
-    def on_close(self, server_conn: object) -> None:
-        stream = cast(HTTP1ServerConnection, server_conn).stream
-        peer = self._peers.pop(stream, None)
-        self._writing_since.pop(stream, None)
-        if peer is not None:
-            self.caps.release(peer)
-            if self._on_change is not None:
-                self._on_change(self.caps.total)
-        super().on_close(server_conn)
-
-    def start_request(self, server_conn: object, request_conn: httputil.HTTPConnection
-                      ) -> httputil.HTTPMessageDelegate:
-        return _BudgetedBody(super().start_request(server_conn, request_conn), request_conn, self)
-
     def sweep(self, now: float) -> None:
         """Close connections whose answer has been waiting on a client that does not read it for more
         than send_timeout_s; log the refusals since the last line (at most one line every 10 s)."""
-        for stream in list(self._peers):
-            if stream.closed() or not stream.writing():
-                self._writing_since.pop(stream, None)
-            elif now - self._writing_since.setdefault(stream, now) > self.send_timeout_s:
-                self._writing_since.pop(stream, None)
-                stream.close()
+        writing = self._writing_since
+        for conn in list(writing):
+            if conn not in self.connections:
+                del writing[conn]
+        for conn in list(self.connections):
+            transport = conn.transport
+            if transport is None or transport.is_closing() or not transport.get_write_buffer_size():
+                writing.pop(conn, None)
+            elif now - writing.setdefault(conn, now) > self.send_timeout_s:
+                writing.pop(conn, None)
+                conn.abort()
         self.log_refusals(now)
 
     def log_refusals(self, now: float, *, force: bool = False) -> None:
@@ -246,85 +286,75 @@ class ControlPlaneHTTPServer(HTTPServer):
             self._refused.clear()
             self._refusals_logged_at = now
 
-
-class _Container(WSGIContainer):
-    """WSGIContainer on a thread pool, answering instead of hanging when it cannot build the WSGI
-    environment (Tornado's own raises on a Host header such as `a:b`, and the client would wait on)."""
-
-    def environ(self, request: httputil.HTTPServerRequest) -> dict[str, Any]:
-        """Tornado's environment, with the body's real length: Tornado has read (and de-chunked) the
-        whole body, and without a Content-Length Werkzeug reads none of a chunked one."""
-        environ: dict[str, Any] = super().environ(request)
-        environ.pop("HTTP_TRANSFER_ENCODING", None)
-        environ["CONTENT_LENGTH"] = str(len(request.body or b""))
-        return environ
-
-    async def handle_request(self, request: httputil.HTTPServerRequest) -> None:
-        try:
-            await super().handle_request(request)
-        except Exception as exc:
-            self._failed(request, exc)
-        finally:
-            give_back_share(request)
-
-    def _failed(self, request: httputil.HTTPServerRequest, exc: Exception) -> None:
-        log_event(log, "request failed in the http layer", logging.WARNING, error=type(exc).__name__,
-                  peer=request.remote_ip)
-        status, reason = (400, "Bad Request") if isinstance(exc, ValueError) else (500, "Internal Server Error")
-        body = b'{"error":"bad request: check the Host header"}' if status == 400 else \
-            b'{"error":"internal error; see the control plane\'s log"}'
-        connection = request.connection
-        if connection is None:
-            return
-        try:
-            connection.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, reason), httputil.HTTPHeaders(
-                {"Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close"}),
-                chunk=body)
-            connection.finish()
-        except Exception:  # the answer had started: nothing more to say on this connection
-            cast(HTTP1Connection, connection).close()
-
-
-def give_back_share(request: httputil.HTTPServerRequest) -> None:
-    """Return the body budget's share a request held (_BudgetedBody.finish) once it is answered."""
-    held = getattr(request, "fleetllm_share", None)
-    if held is not None:
-        held[0].give_back(held[1], held[2])
-        request.fleetllm_share = None  # type: ignore[attr-defined]
-
-
-class _Router:
-    """The request callback: GET /vllm/config on the event loop (boxloop.BoxLoop) when it can be
-    answered from memory, everything else through the WSGI container to the Flask app on a thread."""
-
-    def __init__(self, container: _Container, box: BoxLoop | None) -> None:
-        self.container = container
-        self.box = box
-
-    def __call__(self, request: httputil.HTTPServerRequest) -> None:
+    # --- requests --------------------------------------------------------------------------------
+    async def handle(self, request: Request) -> Response:
+        if not host_is_valid(request):
+            request.keep_alive = False
+            return BAD_HOST
         if self.box is not None:
-            try:
-                handled = self.box.answer(request)
-            except Exception as exc:  # a bug: answered 500 as the app's would be, the connection kept sane
-                self.container._failed(request, exc)
-                handled = True
-            if handled:
-                give_back_share(request)
-                return
-        self.container(request)
+            answer = self.box.answer(request)
+            if answer is not None:
+                return answer
+        path = request.target.partition("?")[0]
+        cap = body_cap(path)
+        chunked = request.header("transfer-encoding") is not None
+        share = body_share(request.header("content-length"), chunked, cap, SMALL_BODY)
+        if share and not self.budget.take(share, request.remote):
+            self.refused(Refusal.BODY_BUDGET)
+            request.keep_alive = False
+            return BODY_BUDGET_FULL
+        try:
+            limit = cap if share or chunked else min(cap, SMALL_BODY)
+            if (request.content_length or 0) > limit:
+                request.keep_alive = False
+                return BODY_TOO_LARGE
+            body = await self._read_body(request, limit)
+            if body is None:
+                request.keep_alive = False
+                return BODY_TOO_LARGE
+            environ = wsgi_environ(request, body, self.scheme, self.local)
+            status, reason, headers, out = await self.loop.run_in_executor(self.executor, call_wsgi, self.app, environ)
+        finally:
+            if share:
+                self.budget.give_back(share, request.remote)
+        kept = [(name, value) for name, value in headers if name.lower() not in HOP_BY_HOP]
+        length = None
+        if request.method == "HEAD" or status == 304:
+            declared = next((value for name, value in headers if name.lower() == "content-length"), None)
+            length = int(declared) if declared is not None and declared.isdigit() else None
+        return Response(status, out, kept, reason=reason or None, length=length)
+
+    async def _read_body(self, request: Request, limit: int) -> bytes | None:
+        """The whole body, or None when it is over `limit`; BodyRefusedError when it does not arrive
+        within body_timeout_s or breaks its framing."""
+        if not request.has_body:
+            return b""
+        request.send_continue()
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                while chunk := await request.body.readany():
+                    size += len(chunk)
+                    if size > limit:
+                        return None
+                    parts.append(chunk)
+        except TimeoutError:
+            raise BodyRefusedError("the request body did not arrive in time") from None
+        return b"".join(parts)
 
 
 @dataclass
 class InFlight:
-    """Requests in the app right now (SIGTERM waits for them)."""
+    """Requests in the app right now (what a stop waits for, in its log line)."""
 
     count: int = 0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
 
-    def wrap(self, app: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+    def wrap(self, app: WsgiApp) -> WsgiApp:
+        def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             with self._lock:
                 self.count += 1
             try:
@@ -352,6 +382,32 @@ def tls_context(config: ControlPlaneConfig) -> ssl.SSLContext | None:
     return context
 
 
+def plane_server(config: ControlPlaneConfig, app: WsgiApp, executor: Executor, box: BoxLoop | None,
+                 max_total: int, metrics: Any = None) -> PlaneServer:
+    """The server for `config`'s limits, on the running loop."""
+    limits = config.limits
+    return PlaneServer(
+        asyncio.get_running_loop(), app, executor, box,
+        limits=connection_limits(limits.header_timeout_s, limits.max_header_bytes, limits.body_timeout_s),
+        caps=ConnectionCaps(max_total, limits.max_connections_per_peer, limits.max_connections_per_network,
+                            config.trusted_proxies, limits.network_cap_exempt),
+        budget=BodyBudget(limits.body_buffer_bytes, SMALL_BODY, config.trusted_proxies),
+        body_timeout_s=limits.body_timeout_s, send_timeout_s=float(config.timeout_s),
+        scheme="https" if config.tls is not None else "http",
+        on_change=metrics.connections_open.set if metrics is not None else None,
+        on_refusal=(lambda why: metrics.connections_refused.labels(str(why)).inc()) if metrics is not None else None)
+
+
+async def listen_on(server: PlaneServer, listen: Listen, context: ssl.SSLContext | None = None,
+                    handshake_timeout_s: float | None = None) -> asyncio.AbstractServer:
+    """Accept connections for `server` at `listen` (port 0: a free one, in `server.local`)."""
+    listening = await server.loop.create_server(server, listen.host, listen.port, backlog=1024, ssl=context,
+                                                ssl_handshake_timeout=handshake_timeout_s if context else None)
+    sockets: Sequence[Any] = listening.sockets
+    server.local = (listen.host, sockets[0].getsockname()[1])
+    return listening
+
+
 def run(config: ControlPlaneConfig, listen: Listen, load_app: Callable[[], Any],
         on_exit: Callable[[], None] | None = None, metrics: Any = None) -> None:
     """Serve until SIGTERM or SIGINT; then stop accepting, let requests in flight finish (GRACE_S),
@@ -362,7 +418,6 @@ def run(config: ControlPlaneConfig, listen: Listen, load_app: Callable[[], Any],
     if max_total < limits.max_connections:
         log_event(log, "descriptor limit lower than server.max_connections", logging.WARNING,
                   max_connections=limits.max_connections, effective=max_total, nofile=soft)
-    quiet_tornado_logs()
     # The event loop shares the GIL with the request threads: with CPython's default 5 ms switch
     # interval a loop turn can wait that long for each busy thread, which is most of the config
     # fetch's tail on a busy machine (docs/benchmarks.md, "Slow and idle clients").
@@ -378,28 +433,23 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     metrics = metrics if metrics is not None else getattr(runtime, "metrics", None)
     executor = ThreadPoolExecutor(config.threads, thread_name_prefix="fleetllm-request")
     inflight = InFlight()
-    container = _Container(inflight.wrap(access_logged(app)), executor=executor)
     box = BoxLoop(runtime, executor) if isinstance(runtime, Runtime) else None
-    server = ControlPlaneHTTPServer(
-        _Router(container, box), ssl_options=tls_context(config),
-        max_header_size=limits.max_header_bytes, idle_connection_timeout=limits.header_timeout_s,
-        body_timeout=limits.body_timeout_s, max_body_size=SMALL_BODY, decompress_request=False, xheaders=False)
-    server.guard(ConnectionCaps(max_total, limits.max_connections_per_peer, limits.max_connections_per_network,
-                                config.trusted_proxies, limits.network_cap_exempt),
-                 BodyBudget(limits.body_buffer_bytes, SMALL_BODY, config.trusted_proxies), float(config.timeout_s),
-                 on_change=metrics.connections_open.set if metrics is not None else None,
-                 on_refusal=(lambda why: metrics.connections_refused.labels(str(why)).inc())
-                 if metrics is not None else None)
-    server.listen(listen.port, address=listen.host, backlog=1024)
-    sweeper = PeriodicCallback(lambda: server.sweep(time.monotonic()), SWEEP_S * 1000)
-    sweeper.start()
+    server = plane_server(config, inflight.wrap(access_logged(app)), executor, box, max_total, metrics)
+    listening = await listen_on(server, listen, tls_context(config), limits.header_timeout_s)
+    loop = asyncio.get_running_loop()
+
+    async def sweeping() -> None:
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            server.sweep(time.monotonic())
+
+    sweeper = loop.create_task(sweeping())
     log_event(log, "serving", listen=listen.bind, tls=config.tls is not None, threads=config.threads,
               header_timeout_s=limits.header_timeout_s, body_timeout_s=limits.body_timeout_s,
               max_connections=max_total, max_connections_per_peer=limits.max_connections_per_peer,
               max_connections_per_network=limits.max_connections_per_network,
               network_cap_exempt=[str(n) for n in limits.network_cap_exempt])
     stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     _notify("READY=1")  # the port accepts connections and SIGTERM drains (systemd Type=notify)
@@ -407,14 +457,11 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
         await stopping.wait()
         log_event(log, "stopping", in_flight=inflight.count)
         _notify("STOPPING=1")
-        server.stop()
-        deadline = time.monotonic() + GRACE_S
-        while inflight.count and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        sweeper.stop()
+        await server.shutdown([listening], GRACE_S, FIRST_REQUEST_GRACE_S)
+        sweeper.cancel()
         server.log_refusals(time.monotonic(), force=True)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(server.close_all_connections(), timeout=5)
+            await asyncio.wait_for(listening.wait_closed(), timeout=5)
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
         if box is not None:
