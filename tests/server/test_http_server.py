@@ -208,3 +208,45 @@ def test_a_connection_over_the_per_peer_cap_is_closed_before_a_byte_is_read() ->
             time.sleep(0.05)
         assert exchange(server.local[1], b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n") \
             .startswith(b"HTTP/1.1 200 OK")
+
+
+def test_with_tls_a_connection_is_capped_before_its_handshake_and_a_late_handshake_is_cut() -> None:
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+
+    def scheme(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [environ["wsgi.url_scheme"].encode()]
+
+    with plane_serving(scheme, per_peer=2, header_timeout_s=0.5, tls=server_context) as server:
+        port = server.local[1]
+        silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]  # no handshake
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
+                with contextlib.suppress(ConnectionResetError):
+                    assert third.recv(1) == b""  # closed at once: the peer holds its two
+            assert on_loop(server, lambda: dict(server._refused)) == {"per_peer": 1}
+            for sock in silent:  # cut at the handshake's deadline
+                with contextlib.suppress(ConnectionResetError):
+                    assert sock.recv(1) == b""
+        finally:
+            for sock in silent:
+                sock.close()
+        deadline = time.monotonic() + 10
+        while on_loop(server, lambda: server.caps.total) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert on_loop(server, lambda: server.caps.total) == 0
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                client_context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := tls.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nhttps")

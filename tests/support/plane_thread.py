@@ -5,6 +5,7 @@ over real sockets."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -20,7 +21,8 @@ from fleetllm.settings import Listen
 @contextmanager
 def plane_serving(app: WsgiApp, box: Callable[[Executor], BoxLoop | None] = lambda _: None, *,
                   header_timeout_s: float = 10.0, body_timeout_s: float = 10.0, send_timeout_s: float = 10.0,
-                  max_header_bytes: int = 65536, per_peer: int = 64, budget: int = 1 << 20) -> Iterator[PlaneServer]:
+                  max_header_bytes: int = 65536, per_peer: int = 64, budget: int = 1 << 20,
+                  tls: ssl.SSLContext | None = None) -> Iterator[PlaneServer]:
     """The server (its port: `server.local[1]`), stopped as the block ends."""
     loop = asyncio.new_event_loop()
     executor = ThreadPoolExecutor(2)
@@ -30,7 +32,7 @@ def plane_serving(app: WsgiApp, box: Callable[[Executor], BoxLoop | None] = lamb
                              limits=connection_limits(header_timeout_s, max_header_bytes, body_timeout_s),
                              caps=ConnectionCaps(256, per_peer, max(per_peer, 256)),
                              budget=BodyBudget(budget, SMALL_BODY), body_timeout_s=body_timeout_s,
-                             send_timeout_s=send_timeout_s)
+                             send_timeout_s=send_timeout_s, tls=tls)
         return server, await listen_on(server, Listen("127.0.0.1", 0))
 
     async def stop(server: PlaneServer, listening: asyncio.AbstractServer) -> None:

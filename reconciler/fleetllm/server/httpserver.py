@@ -23,8 +23,8 @@ contract's own work (docs/benchmarks.md, "Config serving"). What a connection ma
   `server.timeout_s`;
 - connections: `server.max_connections_per_peer` per IPv4 address or IPv6 /64 (trusted proxies
   exempt), `server.max_connections` in all (and the descriptor limit is raised to fit them). A
-  connection over a cap is closed at once, before a byte is read. With TLS, a connection is counted
-  once its handshake is done, and a handshake gets `server.header_timeout_s`.
+  connection over a cap is closed at once, before a byte is read (with TLS, before its handshake,
+  which must then end within `server.header_timeout_s`).
 
 Malformed HTTP gets a 400 naming the kind of error (never the bytes sent) and the connection closed.
 guard.py holds the caps' and the budget's bookkeeping.
@@ -196,9 +196,10 @@ def call_wsgi(app: WsgiApp, environ: dict[str, Any]) -> tuple[int, str, list[tup
 
 
 class PlaneConnection(HttpConnection):
-    """A client connection, admitted under the connection caps (or closed at once)."""
+    """A client connection, admitted under the connection caps (or closed at once), then (with TLS) its
+    handshake, which must end within the header deadline."""
 
-    __slots__ = ("_admitted",)
+    __slots__ = ("_admitted", "_handshake")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         server = cast(PlaneServer, self._server)
@@ -206,15 +207,40 @@ class PlaneConnection(HttpConnection):
         address = peer[0] if isinstance(peer, tuple) and peer else ""
         why = server.caps.admit(address)
         self._admitted = why is None
+        self._handshake: asyncio.Task[None] | None = None
         if why is not None:
             server.refused(why)
             transport.close()
             return
+        self.remote = address
         server.opened()
-        super().connection_made(transport)
+        if server.tls is None:
+            super().connection_made(transport)
+        else:
+            self._handshake = server.loop.create_task(self._start_tls(cast(asyncio.Transport, transport), server.tls))
+
+    async def _start_tls(self, transport: asyncio.Transport, context: ssl.SSLContext) -> None:
+        try:
+            tls = await self._server.loop.start_tls(transport, self, context, server_side=True,
+                                                    ssl_handshake_timeout=self.limits.header_timeout)
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError, RuntimeError):
+            transport.abort()  # a failed or late handshake: nothing to answer
+            self._release()
+            return
+        finally:
+            self._handshake = None
+        if tls is None:  # the client left as the handshake ended
+            self._release()
+            return
+        super().connection_made(tls)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._handshake is not None:
+            self._handshake.cancel()
         super().connection_lost(exc)
+        self._release()
+
+    def _release(self) -> None:
         if self._admitted:
             self._admitted = False
             cast(PlaneServer, self._server).closed(self.remote)
@@ -226,7 +252,8 @@ class PlaneServer(HttpServer):
 
     def __init__(self, loop: asyncio.AbstractEventLoop, app: WsgiApp, executor: Executor, box: BoxLoop | None, *,
                  limits: Limits, caps: ConnectionCaps, budget: BodyBudget, body_timeout_s: float,
-                 send_timeout_s: float, scheme: str = "http", on_change: Callable[[int], None] | None = None,
+                 send_timeout_s: float, tls: ssl.SSLContext | None = None,
+                 on_change: Callable[[int], None] | None = None,
                  on_refusal: Callable[[Refusal], None] | None = None) -> None:
         super().__init__(self.handle, loop, limits, INTERNAL_ERROR, log)
         self.app = app
@@ -236,7 +263,8 @@ class PlaneServer(HttpServer):
         self.budget = budget
         self.body_timeout_s = body_timeout_s
         self.send_timeout_s = send_timeout_s
-        self.scheme = scheme
+        self.tls = tls
+        self.scheme = "https" if tls is not None else "http"
         self.local: tuple[str, int] = ("localhost", 0)
         self._on_change = on_change
         self._on_refusal = on_refusal
@@ -392,17 +420,15 @@ def plane_server(config: ControlPlaneConfig, app: WsgiApp, executor: Executor, b
         caps=ConnectionCaps(max_total, limits.max_connections_per_peer, limits.max_connections_per_network,
                             config.trusted_proxies, limits.network_cap_exempt),
         budget=BodyBudget(limits.body_buffer_bytes, SMALL_BODY, config.trusted_proxies),
-        body_timeout_s=limits.body_timeout_s, send_timeout_s=float(config.timeout_s),
-        scheme="https" if config.tls is not None else "http",
+        body_timeout_s=limits.body_timeout_s, send_timeout_s=float(config.timeout_s), tls=tls_context(config),
         on_change=metrics.connections_open.set if metrics is not None else None,
         on_refusal=(lambda why: metrics.connections_refused.labels(str(why)).inc()) if metrics is not None else None)
 
 
-async def listen_on(server: PlaneServer, listen: Listen, context: ssl.SSLContext | None = None,
-                    handshake_timeout_s: float | None = None) -> asyncio.AbstractServer:
-    """Accept connections for `server` at `listen` (port 0: a free one, in `server.local`)."""
-    listening = await server.loop.create_server(server, listen.host, listen.port, backlog=1024, ssl=context,
-                                                ssl_handshake_timeout=handshake_timeout_s if context else None)
+async def listen_on(server: PlaneServer, listen: Listen) -> asyncio.AbstractServer:
+    """Accept connections for `server` at `listen` (port 0: a free one, in `server.local`). TLS is the
+    connection's own (PlaneConnection), once it is admitted: a crowd of handshakes is capped as well."""
+    listening = await server.loop.create_server(server, listen.host, listen.port, backlog=1024)
     sockets: Sequence[Any] = listening.sockets
     server.local = (listen.host, sockets[0].getsockname()[1])
     return listening
@@ -435,7 +461,7 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     inflight = InFlight()
     box = BoxLoop(runtime, executor) if isinstance(runtime, Runtime) else None
     server = plane_server(config, inflight.wrap(access_logged(app)), executor, box, max_total, metrics)
-    listening = await listen_on(server, listen, tls_context(config), limits.header_timeout_s)
+    listening = await listen_on(server, listen)
     loop = asyncio.get_running_loop()
 
     async def sweeping() -> None:
