@@ -70,10 +70,10 @@ docs: $(STAMP)
 	$(BIN)/python docs/gen_metrics_reference.py
 
 # The headline figures (docs/benchmarks.md), each line with the load average it was taken at: GET /vllm/config
-# A/B interleaved in rounds against the same server's bare floor and the WSGI path (ratios pair by pair), the same
+# A/B interleaved in rounds against a bare Tornado handler, the same server's floor and the WSGI path (ratios pair by pair), the same
 # with 1,000 slow connections open, the rollout step against its target (FAIL lines over it), validation.
 bench: $(STAMP)
-	$(BIN)/python bench/config_server_load.py --rounds 5 --seconds 5 --variants cached,bare,cached-wsgi
+	$(BIN)/python bench/config_server_load.py --rounds 5 --seconds 5 --variants cached,bare,floor,cached-wsgi
 	$(BIN)/python bench/slow_clients.py --slow 1000 --boxes 1000 --rate 200 --seconds 15
 	$(BIN)/python bench/rollout_step.py --boxes 1000 3000
 	$(BIN)/python bench/validate_bench.py

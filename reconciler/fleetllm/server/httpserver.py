@@ -104,8 +104,8 @@ def connection_limits(header_timeout_s: float, max_header_bytes: int, body_timeo
 
 
 class BodyRefusedError(ConnectionError):
-    """A request body that did not arrive within server.body_timeout_s, or broke its framing: the
-    connection is closed without an answer."""
+    """A request body that did not arrive within server.body_timeout_s: the connection is closed without
+    an answer (as it is when a body breaks its framing: fleetllm_gateway.httpserver.IncompleteBodyError)."""
 
 
 def _refusal(text: str) -> Response:
@@ -173,7 +173,7 @@ def wsgi_environ(request: Request, body: bytes, scheme: str, local: tuple[str, i
 
 def call_wsgi(app: WsgiApp, environ: dict[str, Any]) -> tuple[int, str, list[tuple[str, str]], bytes]:
     """Run `app` on `environ` to the end of its body (on a thread of the pool): status, reason, headers
-    (hop-by-hop ones and Content-Length left to the server) and body."""
+    as the app gave them, and body."""
     started: list[Any] = []
     parts: list[bytes] = []
 
