@@ -121,6 +121,14 @@ def exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     return b"".join(chunks)
 
 
+def wait_for_connections(server: Any, count: int) -> None:
+    """Until the server holds `count` admitted connections (at most 10 s; the assertion says if not)."""
+    deadline = time.monotonic() + 10
+    while on_loop(server, lambda: server.caps.total) != count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert on_loop(server, lambda: server.caps.total) == count
+
+
 def head_of(answer: bytes) -> list[str]:
     return answer.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
 
@@ -197,15 +205,13 @@ def test_a_connection_over_the_per_peer_cap_is_closed_before_a_byte_is_read() ->
     with plane_serving(echo, per_peer=2) as server:
         held = [socket.create_connection(("127.0.0.1", server.local[1]), timeout=10) for _ in range(2)]
         try:
-            time.sleep(0.2)  # both admitted (nothing asserts on time)
+            wait_for_connections(server, 2)
             assert exchange(server.local[1], b"GET / HTTP/1.1\r\nHost: t\r\n\r\n") == b""
             assert on_loop(server, lambda: dict(server._refused)) == {"per_peer": 1}
         finally:
             for sock in held:
                 sock.close()
-        deadline = time.monotonic() + 10
-        while on_loop(server, lambda: server.caps.total) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_connections(server, 0)
         assert exchange(server.local[1], b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n") \
             .startswith(b"HTTP/1.1 200 OK")
 
@@ -229,9 +235,10 @@ def test_with_tls_a_connection_is_capped_before_its_handshake_and_a_late_handsha
         port = server.local[1]
         silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]  # no handshake
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
-                with contextlib.suppress(ConnectionResetError):
-                    assert third.recv(1) == b""  # closed at once: the peer holds its two
+            wait_for_connections(server, 2)
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as third, \
+                    contextlib.suppress(ConnectionResetError):
+                assert third.recv(1) == b""  # closed at once: the peer holds its two
             assert on_loop(server, lambda: dict(server._refused)) == {"per_peer": 1}
             for sock in silent:  # cut at the handshake's deadline
                 with contextlib.suppress(ConnectionResetError):
@@ -239,10 +246,7 @@ def test_with_tls_a_connection_is_capped_before_its_handshake_and_a_late_handsha
         finally:
             for sock in silent:
                 sock.close()
-        deadline = time.monotonic() + 10
-        while on_loop(server, lambda: server.caps.total) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert on_loop(server, lambda: server.caps.total) == 0
+        wait_for_connections(server, 0)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
                 client_context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
             tls.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
