@@ -103,7 +103,7 @@ def connection_limits(header_timeout_s: float, max_header_bytes: int, body_timeo
                   max_pipelined=0, header_jitter=JITTER, server=SERVER)
 
 
-class BodyRefusedError(ConnectionError):
+class _BodyLateError(ConnectionError):
     """A request body that did not arrive within server.body_timeout_s: the connection is closed without
     an answer (as it is when a body breaks its framing: fleetllm_gateway.httpserver.IncompleteBodyError)."""
 
@@ -353,7 +353,7 @@ class PlaneServer(HttpServer):
         return Response(status, out, kept, reason=reason or None, length=length)
 
     async def _read_body(self, request: Request, limit: int) -> bytes | None:
-        """The whole body, or None when it is over `limit`; BodyRefusedError when it does not arrive
+        """The whole body, or None when it is over `limit`; _BodyLateError when it does not arrive
         within body_timeout_s or breaks its framing."""
         if not request.has_body:
             return b""
@@ -368,7 +368,7 @@ class PlaneServer(HttpServer):
                         return None
                     parts.append(chunk)
         except TimeoutError:
-            raise BodyRefusedError("the request body did not arrive in time") from None
+            raise _BodyLateError("the request body did not arrive in time") from None
         return b"".join(parts)
 
 
