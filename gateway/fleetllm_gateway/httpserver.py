@@ -1,7 +1,9 @@
 """The gateway's HTTP/1.1 server: one asyncio protocol per client connection, driving llhttp (Node's
-parser, through httptools) and handing each request to one handler coroutine, in order.
+parser, through httptools) and handing each request to one handler coroutine, in order. The control
+plane serves with it too (reconciler/fleetllm/server/httpserver.py), with its own `Limits`.
 
-What a connection gets, and what it is refused (gateway/README.md, "Limits"):
+What a connection gets, and what it is refused (gateway/README.md, "Limits"; the constants below are
+the gateway's, and a server's `Limits` may set others):
 
 - Requests are answered one at a time in the order they came; pipelined ones are parsed ahead (at most
   MAX_PIPELINED waiting, then reading pauses) and answered after the one before is written.
@@ -54,7 +56,6 @@ MAX_LINE = 8190  # bytes of a request line or a header line (aiohttp's limit, wh
 MAX_HEAD_BYTES = 1 << 20  # bytes of a header block (Go's DefaultMaxHeaderBytes)
 MAX_FIELDS = 1000  # header fields of one request
 MAX_PIPELINED = 16  # requests parsed and waiting for their turn before reading pauses
-
 
 
 @dataclass(frozen=True)
