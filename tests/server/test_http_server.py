@@ -231,7 +231,7 @@ def test_with_tls_a_connection_is_capped_before_its_handshake_and_a_late_handsha
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [environ["wsgi.url_scheme"].encode()]
 
-    with plane_serving(scheme, per_peer=2, header_timeout_s=0.5, tls=server_context) as server:
+    with plane_serving(scheme, per_peer=2, header_timeout_s=2.0, tls=server_context) as server:
         port = server.local[1]
         silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]  # no handshake
         try:
