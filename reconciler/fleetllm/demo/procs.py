@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +26,17 @@ from typing import IO, TypeVar
 from fleetllm.demo.fleet import DemoError
 
 T = TypeVar("T")
+
+# Set by the demo's stop-signal handler (run._interrupt). Its KeyboardInterrupt is lost when the signal
+# lands inside a finalizer (Python reports an exception raised in __del__ and drops it; GitPython's
+# Repo.__del__ waits on a child): `pause`, where the demo's loops wait, raises it again.
+stop_asked = threading.Event()
+
+
+def pause(seconds: float) -> None:
+    """Sleep `seconds`, or raise KeyboardInterrupt when a stop signal came (now or earlier)."""
+    if stop_asked.wait(seconds):
+        raise KeyboardInterrupt
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -30,6 +30,7 @@ from fleetllm.core.fleet.approve import ApproveError, add_box, assign_rows
 from fleetllm.core.fleet.files import FLEET_FILE, MODELS_FILE, PLACEMENT_FILE
 from fleetllm.core.fleet.model import Fleet, Provider
 from fleetllm.core.rollout.model import RolloutState
+from fleetllm.demo import procs
 from fleetllm.demo.check import waiting_for
 from fleetllm.demo.ciwait import CiWait, Waited
 from fleetllm.demo.fleet import DEFAULT_GPU_MEMORY_GB, DemoError
@@ -345,7 +346,7 @@ def play(demo: Stage, change: Change, message: str, *, load: LoadGenerator | Non
             if time.monotonic() - started > timeout_s:
                 state = "halted" if change.halts else "converged"
                 raise DemoError(f"{change.title}: not {state} after {timeout_s:g} s")
-            time.sleep(interval_s)
+            procs.pause(interval_s)
     except BaseException:
         ci.stop()
         raise

@@ -76,6 +76,7 @@ NO_HARNESS = (
 
 
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    procs.stop_asked.set()  # for when this KeyboardInterrupt is lost in a finalizer: procs.pause raises it again
     raise KeyboardInterrupt  # every stop signal goes through the shutdown, as Ctrl-C does
 
 
@@ -262,10 +263,11 @@ class Demo:
                     raise DemoError(f"not done after {self.options.timeout_s:g} s: " + "; ".join(waiting))
                 self.say("still waiting for: " + "; ".join(waiting[:4]), "yellow")
                 deadline = time.monotonic() + self.options.timeout_s
-            time.sleep(self.options.interval_s)
+            procs.pause(self.options.interval_s)
 
     # -- the whole run -------------------------------------------------------------------------------
     def run(self) -> int:
+        procs.stop_asked.clear()
         previous = {sig: signal.signal(sig, _interrupt) for sig in _stop_signals()}
         code = 1
         try:
@@ -330,7 +332,7 @@ class Demo:
                 self.tick(note="Edit placement.yaml in the fleet repository and commit: the demo restarts the boxes "
                                "it touches. Ctrl-C stops the demo.")
                 followed = follow(self, followed)
-                time.sleep(self.options.interval_s)
+                procs.pause(self.options.interval_s)
 
     # -- shutdown ------------------------------------------------------------------------------------
     def shut_down(self) -> None:
