@@ -353,8 +353,8 @@ class PlaneServer(HttpServer):
         return Response(status, out, kept, reason=reason or None, length=length)
 
     async def _read_body(self, request: Request, limit: int) -> bytes | None:
-        """The whole body, or None when it is over `limit`; _BodyLateError when it does not arrive
-        within body_timeout_s or breaks its framing."""
+        """The whole body, or None when it is over `limit`; _BodyLateError when it does not arrive within
+        body_timeout_s (a body that breaks its framing raises the server's IncompleteBodyError)."""
         if not request.has_body:
             return b""
         request.send_continue()
