@@ -47,13 +47,6 @@ from bench.procstat import cpu_seconds
 VARIANTS = ("full", "no-log", "no-fetch", "neither", "bare")
 
 
-class Connection:
-    """What a request needs of its connection: the peer's address."""
-
-    remote = "127.0.0.1"
-    transport = None
-
-
 def thread_cpu() -> dict[str, float]:
     """CPU seconds so far of each thread of this process, by thread name (bench.procstat, per task)."""
     import threading
@@ -69,15 +62,12 @@ def thread_cpu() -> dict[str, float]:
 
 
 def requests(boxes: int) -> list[Any]:
-    from fleetllm_gateway.httpserver import Request
+    from tests.support.plane_thread import detached_request
 
-    out = []
-    for i in range(boxes):
-        fields = [("Host", "127.0.0.1:8080"), ("Authorization", f"Bearer {FLEET_KEY}"), ("X-LLMAO-Host", box_name(i)),
-                  ("Accept-Encoding", "gzip, deflate"), ("User-Agent", "bench")]
-        out.append(Request(Connection(), "GET", "/vllm/config", "1.1", fields,  # type: ignore[arg-type]
-                           {name.lower(): value for name, value in fields}, keep_alive=True, upgrade=False))
-    return out
+    return [detached_request("/vllm/config", [("Host", "127.0.0.1:8080"), ("Authorization", f"Bearer {FLEET_KEY}"),
+                                              ("X-LLMAO-Host", box_name(i)), ("Accept-Encoding", "gzip, deflate"),
+                                              ("User-Agent", "bench")])
+            for i in range(boxes)]
 
 
 def main() -> None:

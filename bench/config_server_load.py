@@ -248,9 +248,9 @@ def run_bare(config: Any, listen: Any, body: bytes) -> None:
 
 
 def run_floor(config: Any, listen: Any, body: bytes) -> None:
-    """The floor of `cached` on its own stack: fleetllm's HTTP server (server/httpserver.py, its caps,
-    deadlines and body budget at the same settings) with a handler that returns `body` with `cached`'s
-    headers, and nothing else."""
+    """The floor of `cached` on its own stack: fleetllm's HTTP server (server/httpserver.py, its caps and
+    deadlines at the same settings) with a handler that returns `body` with `cached`'s headers, and nothing
+    else (no Host rule, no body read)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from fleetllm.server.httpserver import listen_on, plane_server

@@ -732,6 +732,10 @@ class HttpServer:
     def __call__(self) -> HttpConnection:
         return HttpConnection(self)
 
+    def answering(self) -> int:
+        """How many connections are answering a request now."""
+        return sum(1 for conn in self.connections if conn._answering is not None)
+
     async def shutdown(self, servers: Sequence[asyncio.AbstractServer], grace: float,
                        first_request_grace: float) -> None:
         """Stop accepting; close idle keep-alive connections at once; give a connection accepted but

@@ -31,7 +31,7 @@ from fleetllm.server.runtime import Runtime
 from fleetllm_contract.report import ReportOutcome
 from fleetllm_gateway.httpserver import Request
 from tests.server.conftest import FLEET_KEY, KNOWN_BOX, LogCapture, box_headers
-from tests.support.plane_thread import plane_serving
+from tests.support.plane_thread import detached_request, plane_serving
 
 Answer = tuple[int, list[tuple[str, str]], bytes]
 
@@ -229,17 +229,8 @@ def test_connection_headers_for_one_client_are_not_sent_to_the_next(runtime: Run
         assert served.app_calls == 0
 
 
-class _Connection:
-    """What a Request needs of its connection, outside a server."""
-
-    remote = "127.0.0.1"
-    transport = None
-
-
 def _request(headers: dict[str, str]) -> Request:
-    fields = [("Host", "127.0.0.1:8080"), *headers.items()]
-    return Request(_Connection(), "GET", "/vllm/config", "1.1", fields,  # type: ignore[arg-type]
-                   {name.lower(): value for name, value in reversed(fields)}, keep_alive=True, upgrade=False)
+    return detached_request("/vllm/config", [("Host", "127.0.0.1:8080"), *headers.items()])
 
 
 def test_a_loop_turns_answers_are_recorded_together_after_it_in_order(

@@ -16,20 +16,11 @@ import pytest
 
 from fleetllm.server.httpserver import call_wsgi, host_is_valid, wsgi_environ
 from fleetllm_gateway.httpserver import Request
-from tests.support.plane_thread import on_loop, plane_serving
-
-
-class _Connection:
-    remote = "192.0.2.7"
-    transport = None
+from tests.support.plane_thread import detached_request, on_loop, plane_serving
 
 
 def make_request(target: str, fields: list[tuple[str, str]], version: str = "1.1", method: str = "GET") -> Request:
-    index: dict[str, str] = {}
-    for name, value in fields:
-        index.setdefault(name.lower(), value)
-    return Request(_Connection(), method, target, version, fields, index,  # type: ignore[arg-type]
-                   keep_alive=True, upgrade=False)
+    return detached_request(target, fields, method=method, version=version, remote="192.0.2.7")
 
 
 def test_the_wsgi_environment_holds_the_request_as_pep_3333_says() -> None:

@@ -16,6 +16,25 @@ from fleetllm.server.boxloop import BoxLoop
 from fleetllm.server.guard import BodyBudget, ConnectionCaps
 from fleetllm.server.httpserver import SMALL_BODY, PlaneServer, WsgiApp, connection_limits, listen_on
 from fleetllm.settings import Listen
+from fleetllm_gateway.httpserver import Request
+
+
+class _Detached:
+    """What a Request needs of its connection, outside a server."""
+
+    def __init__(self, remote: str) -> None:
+        self.remote = remote
+        self.transport = None
+
+
+def detached_request(target: str, fields: list[tuple[str, str]], *, method: str = "GET", version: str = "1.1",
+                     remote: str = "127.0.0.1") -> Request:
+    """A request as the server parses it (each name's first value indexed), with no connection behind it."""
+    index: dict[str, str] = {}
+    for name, value in fields:
+        index.setdefault(name.lower(), value)
+    return Request(_Detached(remote), method, target, version, fields, index,  # type: ignore[arg-type]
+                   keep_alive=True, upgrade=False)
 
 
 @contextmanager

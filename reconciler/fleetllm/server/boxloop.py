@@ -11,9 +11,9 @@ releases are older than rollouts.CACHE_TTL_S, a released revision not rendered y
 Flask app on a thread, untouched, and answered there. So are every other method and path, POST
 /vllm/report included: a report is written to the state store as it is answered.
 
-What reaches this handler has passed the HTTP server's limits (httpserver.py: connection caps, header
-and body deadlines, body caps and budget); its answer is written like the app's, under the same send
-deadline.
+What reaches this handler has passed the HTTP server's connection caps, header deadline and Host rule
+(httpserver.py); it reads no body (the server drops one after the answer), and its answer is written
+like the app's, under the same send deadline.
 """
 
 from __future__ import annotations

@@ -44,11 +44,9 @@ import resource
 import signal
 import ssl
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import unquote_to_bytes
 
@@ -372,27 +370,6 @@ class PlaneServer(HttpServer):
         return b"".join(parts)
 
 
-@dataclass
-class InFlight:
-    """Requests in the app right now (what a stop waits for, in its log line)."""
-
-    count: int = 0
-
-    def __post_init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def wrap(self, app: WsgiApp) -> WsgiApp:
-        def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            with self._lock:
-                self.count += 1
-            try:
-                return app(environ, start_response)
-            finally:
-                with self._lock:
-                    self.count -= 1
-        return wrapped
-
-
 def _notify(state: str) -> None:
     """Tell systemd (fleetllm_contract.sdnotify); an unreachable $NOTIFY_SOCKET is logged, never fatal."""
     try:
@@ -458,9 +435,8 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     runtime = getattr(app, "extensions", {}).get("fleetllm")
     metrics = metrics if metrics is not None else getattr(runtime, "metrics", None)
     executor = ThreadPoolExecutor(config.threads, thread_name_prefix="fleetllm-request")
-    inflight = InFlight()
     box = BoxLoop(runtime, executor) if isinstance(runtime, Runtime) else None
-    server = plane_server(config, inflight.wrap(access_logged(app)), executor, box, max_total, metrics)
+    server = plane_server(config, access_logged(app), executor, box, max_total, metrics)
     listening = await listen_on(server, listen)
     loop = asyncio.get_running_loop()
 
@@ -481,7 +457,7 @@ async def _serve(config: ControlPlaneConfig, listen: Listen, load_app: Callable[
     _notify("READY=1")  # the port accepts connections and SIGTERM drains (systemd Type=notify)
     try:
         await stopping.wait()
-        log_event(log, "stopping", in_flight=inflight.count)
+        log_event(log, "stopping", in_flight=server.answering())
         _notify("STOPPING=1")
         await server.shutdown([listening], GRACE_S, FIRST_REQUEST_GRACE_S)
         sweeper.cancel()
