@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fleetllm_gateway import errors
+from fleetllm_gateway.busypoll import BusyPoll
 from fleetllm_gateway.client import Pool, UpstreamError, describe
 from fleetllm_gateway.client import Response as UpstreamResponse
 from fleetllm_gateway.config import GatewayConfig, ModelRoute
@@ -112,11 +113,13 @@ class Gateway:
     """Routes for one configuration. Building it touches no socket, so `--check` builds it too."""
 
     def __init__(self, config: GatewayConfig, *, environ: Mapping[str, str] | None = None,
-                 created: int | None = None, shared: Shared | None = None, previous: Gateway | None = None) -> None:
+                 created: int | None = None, shared: Shared | None = None, previous: Gateway | None = None,
+                 busy_poll: BusyPoll | None = None) -> None:
         """`environ` supplies the proxy variables (none when omitted, as under --check); a proxy the
         gateway cannot use raises ProxyError. `shared`: what this worker shares with the others (several
         workers). `previous`: the gateway this one replaces in a reload of a single process: its metrics
-        keep adding up, and a model whose limits did not change keeps its limiter (slots held stay held)."""
+        keep adding up, and a model whose limits did not change keeps its limiter (slots held stay held).
+        `busy_poll`: the worker's (fleetllm_gateway.busypoll), given to every model's pool."""
         self.config = config
         self.tokens = tuple(token.encode() for token in config.auth_tokens)
         limits = [(m.name, m.max_concurrent) for m in config.models]
@@ -137,7 +140,7 @@ class Gateway:
                 limiter = Limiter(m.max_concurrent, m.max_queued, config.queue_timeout,
                                   shared=shared.slots.get(m.name) if shared is not None else None, on_change=stats.live)
             pool = Pool(m.target, max_idle=m.max_concurrent or 64, connect_timeout=config.connect_timeout,
-                        proxy=proxy_for(m.target, environ or {}))
+                        proxy=proxy_for(m.target, environ or {}), busy_poll=busy_poll)
             self.models[m.name] = _Model(m, pool, limiter, stats)
         self.budget = ByteBudget(config.max_buffered_bytes, config.queue_timeout,
                                  shared=shared.body_bytes if shared is not None else None)

@@ -1,5 +1,5 @@
-"""`fleetllm-gateway --config FILE [--check] [--box-json] [--workers N] [--log-level LEVEL]` (also `fleetllm gateway`,
-`python3 box.pyz gateway`).
+"""`fleetllm-gateway --config FILE [--check] [--box-json] [--workers N] [--busy-poll MICROSECONDS]
+[--log-level LEVEL]` (also `fleetllm gateway`, `python3 box.pyz gateway`).
 
 Exit 0 after a clean stop, a valid `--check` or `--version`, 1 on an invalid configuration or a failed
 bind. LLMhop's single-dash spellings (`-config`, `-check`) are accepted too. While it serves, every log
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fleetllm_contract.logfmt import add_level_argument, configure, resolve_level
 from fleetllm_gateway import __version__
+from fleetllm_gateway.busypoll import DEFAULT_LIMIT_US
 from fleetllm_gateway.config import ConfigError, GatewayConfig, load_config
 
 log = logging.getLogger("gateway")
@@ -42,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", "-workers", type=_workers, default=None, metavar="N",
                         help="worker processes sharing the port (default: the CPUs this process may use, at most "
                              "8; 1: one process, no master). Every model's concurrency limit holds across them")
+    parser.add_argument("--busy-poll", "-busy-poll", type=_busy_poll, default=DEFAULT_LIMIT_US, metavar="MICROSECONDS",
+                        help="the longest a worker with nothing else to do polls for a short wait before it "
+                             f"sleeps (default: {DEFAULT_LIMIT_US}; adapted to how long the waits are; 0: never). It "
+                             "saves the cost of waking up, at the CPU time it polls (gateway/README.md, "
+                             "\"Busy-polling\")")
     add_level_argument(parser)
 
 
@@ -55,14 +61,28 @@ def _workers(text: str) -> int:
     return value
 
 
+def _busy_poll(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"expected microseconds from 0 (never) to 1000, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_parsed(build_parser().parse_args(argv))
+
+
+def run_parsed(args: argparse.Namespace) -> int:
+    """`run` with what `add_arguments` parsed (`fleetllm gateway` runs this too)."""
     return run(Path(args.config), check=args.check, log_level=args.log_level, box_json=args.box_json,
-               workers=args.workers)
+               workers=args.workers, busy_poll_us=args.busy_poll)
 
 
 def run(config_path: Path, *, check: bool, log_level: str | None = None, box_json: bool = False,
-        workers: int | None = None) -> int:
+        workers: int | None = None, busy_poll_us: int = DEFAULT_LIMIT_US) -> int:
     try:
         level = resolve_level(log_level)
     except ValueError as exc:
@@ -97,14 +117,14 @@ def run(config_path: Path, *, check: bool, log_level: str | None = None, box_jso
 
             workers = default_workers()
         if workers == 1:
-            return serve_forever(serve(config, reload=reload))
+            return serve_forever(serve(config, reload=reload, busy_poll_us=busy_poll_us))
         import os
 
         from fleetllm_gateway.workers import WorkerError, run_workers
 
         Gateway(config, environ=os.environ).close()  # a proxy it cannot use: refused before any fork
         try:
-            return run_workers(config, workers, reload)
+            return run_workers(config, workers, reload, busy_poll_us)
         except WorkerError as exc:
             log.error("cannot serve", extra={"fields": {"error": str(exc)}})
             return 1

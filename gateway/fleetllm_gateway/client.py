@@ -20,6 +20,7 @@ import ssl
 import time
 from collections.abc import AsyncIterable
 
+from fleetllm_gateway.busypoll import BusyPoll
 from fleetllm_gateway.connection import Connection, UpstreamError
 from fleetllm_gateway.proxyenv import Proxy
 from fleetllm_gateway.response import MAX_HEAD_BYTES, Response, StaleError, read_response
@@ -34,8 +35,10 @@ SMALL_WRITE = 64 * 1024  # bodies up to this size go out in one write with the h
 class Pool:
     """Keep-alive connections to one target; `max_idle` is sized to the model's concurrency limit."""
 
-    def __init__(self, target: Target, *, max_idle: int, connect_timeout: float, proxy: Proxy | None = None) -> None:
+    def __init__(self, target: Target, *, max_idle: int, connect_timeout: float, proxy: Proxy | None = None,
+                 busy_poll: BusyPoll | None = None) -> None:
         self.target = target
+        self.busy_poll = busy_poll
         self.max_idle = max_idle
         self.connect_timeout = connect_timeout
         self.proxy = proxy
@@ -113,6 +116,7 @@ class Pool:
             reused = conn is not None
             if conn is None:
                 conn = await self._connect()
+                conn.busy_poll = self.busy_poll
             conn.received = False
             try:
                 if isinstance(body, (bytes, bytearray)):
@@ -125,6 +129,8 @@ class Pool:
                     conn.write(head)
                     if body is not None:
                         await _send_stream(conn, body, chunked)
+                if self.busy_poll is not None and not conn.buffer:
+                    self.busy_poll.before_upstream_wait()
                 return await read_response(conn, self.release, head_request,
                                            may_be_stale=reused and isinstance(body, (bytes, bytearray)))
             except StaleError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+from fleetllm_gateway.busypoll import BusyPoll
 from fleetllm_gateway.errors import GatewayError
 
 HIGH_WATER = 256 * 1024  # bytes received and not yet consumed past which a protocol stops reading
@@ -57,7 +58,8 @@ class UpstreamError(GatewayError):
 
 
 class Connection(FlowControl):
-    __slots__ = ("_data_waiter", "_reading_paused", "buffer", "closed", "idle_since", "received", "transport")
+    __slots__ = ("_data_waiter", "_reading_paused", "buffer", "busy_poll", "closed", "idle_since", "received",
+                 "transport")
 
     def __init__(self) -> None:
         super().__init__()
@@ -68,12 +70,16 @@ class Connection(FlowControl):
         self.idle_since = 0.0
         self._data_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
+        self.busy_poll: BusyPoll | None = None  # its pool's
 
     # asyncio.Protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
 
     def data_received(self, data: bytes) -> None:
+        busy_poll = self.busy_poll
+        if busy_poll is not None and busy_poll.timing is not None:
+            busy_poll.woke()
         self.buffer += data
         self.received = True
         if len(self.buffer) > HIGH_WATER and not self._reading_paused and self.transport is not None:

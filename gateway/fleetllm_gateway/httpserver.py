@@ -44,6 +44,7 @@ from typing import cast
 import httptools
 
 from fleetllm_gateway import errors
+from fleetllm_gateway.busypoll import BusyPoll
 from fleetllm_gateway.connection import HIGH_WATER, FlowControl, wake
 from fleetllm_gateway.errors import GatewayError
 
@@ -425,6 +426,9 @@ class HttpConnection(FlowControl):
         self._arm(self._head_started)
 
     def data_received(self, data: bytes) -> None:
+        busy_poll = self._server.busy_poll
+        if busy_poll is not None and busy_poll.timing is not None:
+            busy_poll.woke()
         if self._reading_done:
             if self._raw_left:
                 self._raw_body(data)
@@ -623,6 +627,9 @@ class HttpConnection(FlowControl):
 
     async def _answer(self, item: Request | _Refusal) -> None:
         keep = False
+        busy_poll = self._server.busy_poll
+        if busy_poll is not None:
+            busy_poll.busy += 1
         try:
             if isinstance(item, _Refusal):
                 await self._refuse(item.text)
@@ -635,6 +642,8 @@ class HttpConnection(FlowControl):
             keep = False
         finally:
             self._answering = None
+            if busy_poll is not None:
+                busy_poll.busy -= 1
             if not keep:
                 self._close()
         if not keep:
@@ -645,6 +654,8 @@ class HttpConnection(FlowControl):
         else:
             self._idle_since = self._loop.time()
             self._arm(self._idle_since)
+            if busy_poll is not None:
+                busy_poll.before_client_wait()
 
     async def _respond(self, request: Request) -> bool:
         """Answer one request; whether the connection stays open for the next."""
@@ -718,9 +729,11 @@ class HttpServer:
     """The protocol factory of loop.create_server, and what its connections share."""
 
     def __init__(self, handler: Handler, loop: asyncio.AbstractEventLoop, limits: Limits | None = None,
-                 internal_error: Response | None = None, logger: logging.Logger | None = None) -> None:
+                 internal_error: Response | None = None, logger: logging.Logger | None = None,
+                 busy_poll: BusyPoll | None = None) -> None:
         self.handler = handler
         self.loop = loop
+        self.busy_poll = busy_poll  # fleetllm_gateway.busypoll (the gateway's; none for the control plane)
         self.limits = limits if limits is not None else gateway_limits()
         self.log = logger if logger is not None else log
         self.connections: set[HttpConnection] = set()

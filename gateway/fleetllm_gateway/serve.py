@@ -15,6 +15,7 @@ from typing import Any
 
 from fleetllm_contract.sdnotify import sd_notify
 from fleetllm_gateway.app import Gateway
+from fleetllm_gateway.busypoll import DEFAULT_LIMIT_US, BusyPoll
 from fleetllm_gateway.config import ConfigError, GatewayConfig
 from fleetllm_gateway.errors import GatewayError
 from fleetllm_gateway.httpserver import HEADER_TIMEOUT as HEADER_TIMEOUT  # where the tests have read it
@@ -51,17 +52,19 @@ def serve_forever(coro: Coroutine[Any, Any, int]) -> int:
 
 async def serve(config: GatewayConfig, *, reload: Callable[[], GatewayConfig] | None = None,
                 listeners: Sequence[socket.socket] = (), shared: Shared | None = None,
-                ready: Callable[[], None] | None = None) -> int:
+                ready: Callable[[], None] | None = None, busy_poll_us: int = DEFAULT_LIMIT_US) -> int:
     """Serve until SIGTERM or SIGINT. Alone (no `listeners`): bind, log "listening", notify READY=1, and
     on SIGHUP reload with `reload()` (a new config, or ConfigError). As a worker: serve on the master's
-    `listeners`, call `ready()` once they accept; the master logs, notifies and reloads."""
-    current = Gateway(config, environ=os.environ, shared=shared)
+    `listeners`, call `ready()` once they accept; the master logs, notifies and reloads. `busy_poll_us`:
+    the longest busy-poll (fleetllm_gateway.busypoll), 0 for none."""
+    loop = asyncio.get_running_loop()
+    busy_poll = BusyPoll.for_loop(loop, busy_poll_us)
+    current = Gateway(config, environ=os.environ, shared=shared, busy_poll=busy_poll)
 
     def handle(request: Request) -> Awaitable[Response | StreamResponse]:  # no coroutine of its own: one frame less
         return current.handle(request)
 
-    loop = asyncio.get_running_loop()
-    http = HttpServer(handle, loop)
+    http = HttpServer(handle, loop, busy_poll=busy_poll)
     servers: list[asyncio.AbstractServer] = []
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -91,7 +94,8 @@ async def serve(config: GatewayConfig, *, reload: Callable[[], GatewayConfig] | 
             try:
                 new = reloaded(config, reload)
                 if new is not None:
-                    previous, current = current, Gateway(new, environ=os.environ, previous=current)
+                    previous, current = current, Gateway(new, environ=os.environ, previous=current,
+                                                                 busy_poll=busy_poll)
                     previous.close()
                     log_listening(new, 1, event="reloaded")
             finally:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetllm_contract.sdnotify import sd_notify
+from fleetllm_gateway.busypoll import DEFAULT_LIMIT_US
 from fleetllm_gateway.config import GatewayConfig
 from fleetllm_gateway.errors import GatewayError
 from fleetllm_gateway.limiter import SharedSlots
@@ -120,8 +121,10 @@ def bind(config: GatewayConfig, count: int) -> list[list[socket.socket]]:
 
 
 class Master:
-    def __init__(self, config: GatewayConfig, workers: int, reload: Callable[[], GatewayConfig]) -> None:
+    def __init__(self, config: GatewayConfig, workers: int, reload: Callable[[], GatewayConfig],
+                 busy_poll_us: int = DEFAULT_LIMIT_US) -> None:
         self.workers = workers
+        self.busy_poll_us = busy_poll_us
         self.reload = reload
         self.context = multiprocessing.get_context("fork")
         self.pid = os.getpid()
@@ -248,7 +251,8 @@ class Master:
                 os.write(ready_fd, b"R")
                 os.close(ready_fd)
 
-            code = serve_forever(serve(config, listeners=listeners, shared=shared, ready=ready))
+            code = serve_forever(serve(config, listeners=listeners, shared=shared, ready=ready,
+                                             busy_poll_us=self.busy_poll_us))
         except BaseException as exc:  # a worker never returns into the master's code
             log.error("worker failed", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
         finally:
@@ -338,6 +342,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(name, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def run_workers(config: GatewayConfig, workers: int, reload: Callable[[], GatewayConfig]) -> int:
+def run_workers(config: GatewayConfig, workers: int, reload: Callable[[], GatewayConfig],
+                busy_poll_us: int = DEFAULT_LIMIT_US) -> int:
     """Serve with `workers` worker processes (>= 2) until SIGTERM or SIGINT; the exit status."""
-    return Master(config, workers, reload).run()
+    return Master(config, workers, reload, busy_poll_us).run()

@@ -8,23 +8,27 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+from fleetllm_gateway.busypoll import BusyPoll
 from fleetllm_gateway.httpserver import Handler, HttpServer
 from tests.support.write_killer import ThreadedServer
 
 
 class ThreadedHttpServer(ThreadedServer):
     """`make_handler()` runs in the server's loop (a handler may hold loop-bound objects); `on_stop` too,
-    before the server closes."""
+    before the server closes. `busy_poll_us`: the server's busy-polling (fleetllm_gateway.busypoll), none by
+    default."""
 
-    def __init__(self, make_handler: Callable[[], Handler], on_stop: Callable[[], None] | None = None) -> None:
+    def __init__(self, make_handler: Callable[[], Handler], on_stop: Callable[[], None] | None = None,
+                 busy_poll_us: int = 0) -> None:
         super().__init__(None, on_stop)  # type: ignore[arg-type]  # no aiohttp application: _main serves
         self.make_handler = make_handler
+        self.busy_poll_us = busy_poll_us
         self.http: HttpServer | None = None
 
     async def _main(self, ready: threading.Event) -> None:
         self._stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        self.http = HttpServer(self.make_handler(), loop)
+        self.http = HttpServer(self.make_handler(), loop, busy_poll=BusyPoll.for_loop(loop, self.busy_poll_us))
         server = await loop.create_server(self.http, "127.0.0.1", 0)
         try:
             self.port = int(server.sockets[0].getsockname()[1])

@@ -1,11 +1,10 @@
 """`fleetllm gateway --config FILE [--check] [--box-json] [--workers N]
-[--log-level LEVEL]`: the box gateway (same as
+[--busy-poll MICROSECONDS] [--log-level LEVEL]`: the box gateway (same as
 `fleetllm-gateway`)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from fleetllm_gateway import cli
@@ -21,5 +20,4 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return cli.run(Path(args.config), check=args.check, log_level=args.log_level, box_json=args.box_json,
-                   workers=args.workers)
+    return cli.run_parsed(args)
