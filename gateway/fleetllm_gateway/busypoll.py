@@ -21,8 +21,8 @@ own: a wait that ended within the limit doubles it (from GROW_FROM), a longer on
 GROW_FROM it closes. In front of a vLLM (responses take milliseconds, clients come at random) the windows
 close after a few waits, and spinning costs nothing; they open again only when waits get short.
 
-`--busy-poll 0` turns it off. A loop whose descriptor cannot be found (neither uvloop nor an epoll or
-poll selector) does not busy-poll.
+`--busy-poll 0` turns it off. A loop whose descriptor cannot be found (neither uvloop nor an epoll
+selector) does not busy-poll.
 """
 
 from __future__ import annotations

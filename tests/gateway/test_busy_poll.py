@@ -11,9 +11,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+import uvloop  # the dev extra's, as the gateway extra's on a box
 
 from fleetllm_gateway import busypoll
 from fleetllm_gateway.busypoll import GROW_FROM, BusyPoll, adapt, loop_fd
@@ -74,18 +76,9 @@ def _ready_after_one_pass(loop: asyncio.AbstractEventLoop) -> tuple[bool, bool]:
         peer.close()
 
 
-def test_the_descriptor_of_asyncios_loop_sees_its_sockets() -> None:
-    loop = asyncio.new_event_loop()
-    try:
-        assert _ready_after_one_pass(loop) == (False, True)
-    finally:
-        loop.close()
-
-
-def test_the_descriptor_of_uvloop_sees_its_sockets() -> None:
-    import uvloop  # the dev extra's, as the gateway extra's on a box
-
-    loop = uvloop.new_event_loop()
+@pytest.mark.parametrize("make_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
+def test_the_loops_descriptor_sees_its_sockets(make_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    loop = make_loop()
     try:
         assert _ready_after_one_pass(loop) == (False, True)
     finally:
@@ -254,7 +247,13 @@ def test_the_server_counts_the_requests_it_answers_and_the_windows_learn_from_re
         assert windows == pytest.approx([LIMIT, LIMIT / 2, LIMIT / 4])
 
 
-def test_the_flag_is_checked() -> None:
+def test_the_flag_is_checked(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"models": {"m": {"url": "http://127.0.0.1:9"}}}')
+    for good in ("0", "1000", "100"):
+        result = subprocess.run([sys.executable, "-m", "fleetllm_gateway", "--busy-poll", good, "--check", "--config",
+                                 str(config)], capture_output=True, text=True, timeout=60)
+        assert (result.returncode, result.stderr) == (0, "")
     for bad in ("-1", "1001", "fast"):
         result = subprocess.run([sys.executable, "-m", "fleetllm_gateway", "--busy-poll", bad, "--check"],
                                 capture_output=True, text=True, timeout=60)
