@@ -41,7 +41,7 @@ from fleetllm_gateway.forwarding import (
     upstream_headers,
 )
 from fleetllm_gateway.httpserver import Request, Response, StreamResponse
-from fleetllm_gateway.jsonscan import find_model
+from fleetllm_gateway.jsonscan import find_model, loads_model, small_enough_for_json
 from fleetllm_gateway.limiter import Admission, ByteBudget, Limiter
 from fleetllm_gateway.metrics import LAST_LOGGED, UNLOGGED, Metrics, ModelStats, Table
 from fleetllm_gateway.proxyenv import proxy_for
@@ -198,6 +198,19 @@ class Gateway:
     async def _body_routed(self, request: Request, raw_path: str, query: str) -> Response | StreamResponse:
         """The body is needed before the model (so before a model's slot); the model is found by
         fleetllm_gateway.jsonscan without building the document."""
+        body = self._body_now(request)
+        if body is not None:  # all here, small, and the budget took it: no coroutine of its own for each step
+            try:
+                try:
+                    name = loads_model(body) if small_enough_for_json(body) else await find_model(body, self.scanning)
+                except BodyError as exc:
+                    return self._unrouted(exc.error)
+                model = self.models.get(name)
+                if model is None:
+                    return self._unrouted(errors.unknown_model(name))
+                return await self._proxy(model, request, model.route.target.request_target(raw_path, query), body)
+            finally:
+                self.budget.release(len(body))
 
         async def route(body: bytes | bytearray) -> Response | StreamResponse:
             try:
@@ -231,6 +244,19 @@ class Gateway:
         if not request.has_body and request.content_length is None:
             return await self._proxy(model, request, target, None)
         return await self._buffered(request, lambda body: self._proxy(model, request, target, body), refuse)
+
+    def _body_now(self, request: Request) -> bytes | None:
+        """The whole body when every byte of it is here already and under the limits, reserved in the
+        budget at once (the caller releases it); None otherwise, nothing taken: `_buffered` reads it."""
+        length = request.content_length
+        if not length or length > BUFFER_REQUESTS_UP_TO:
+            return None
+        body = request.body.whole()
+        if body is None or len(body) != length or not self.budget.take_now(length):
+            request.body.unread(body)
+            return None
+        request.send_continue()
+        return body
 
     async def _buffered(self, request: Request,
                         then: Callable[[bytes | bytearray], Awaitable[Response | StreamResponse]],
@@ -306,7 +332,7 @@ class Gateway:
                      body: bytes | bytearray | None) -> Response | StreamResponse:
         """Take a slot of the model (the body, if any, is complete by now), then exchange."""
         stats = model.stats
-        admission = await model.limiter.acquire()
+        admission = Admission.ADMITTED if model.limiter.take_now() else await model.limiter.acquire()
         if admission is not Admission.ADMITTED:
             stats.count(503)
             return error_response(errors.QUEUE_FULL if admission is Admission.QUEUE_FULL else errors.QUEUE_TIMEOUT)

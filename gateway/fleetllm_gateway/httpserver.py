@@ -166,6 +166,20 @@ class Body:
     def over_high_water(self) -> bool:
         return self._size > HIGH_WATER
 
+    def whole(self) -> bytes | None:
+        """Every byte of a body that has arrived whole, taken (`unread` puts it back); else None."""
+        if not self.complete or self._error is not None or self._discard or len(self._chunks) != 1:
+            return None
+        data = self._chunks.popleft()
+        self._size = 0
+        return data
+
+    def unread(self, data: bytes | None) -> None:
+        """Put back what `whole` took."""
+        if data is not None:
+            self._chunks.appendleft(data)
+            self._size += len(data)
+
     async def readany(self) -> bytes:
         """The next bytes of the body; b"" once it ended; IncompleteBodyError when it cannot end."""
         while not self._chunks:

@@ -111,10 +111,17 @@ class Limiter(_Polling):
         if self.shared is not None:
             self.shared.places.release()
 
-    async def acquire(self) -> Admission:
+    def take_now(self) -> bool:
+        """Take a slot if that needs no wait (a slot free, nobody queued ahead); False otherwise, nothing
+        taken, and `acquire` decides. Spares the common case a coroutine."""
         if self.limit == 0 or (not self._waiters and self._take()):
             self.active += 1
             self._changed()
+            return True
+        return False
+
+    async def acquire(self) -> Admission:
+        if self.take_now():
             return Admission.ADMITTED
         shared = self.shared
         if (len(self._waiters) >= self.max_queued) if shared is None else not shared.places.acquire(False):
