@@ -199,31 +199,25 @@ class Gateway:
         """The body is needed before the model (so before a model's slot); the model is found by
         fleetllm_gateway.jsonscan without building the document."""
         body = self._body_now(request)
-        if body is not None:  # all here, small, and the budget took it: no coroutine of its own for each step
-            try:
-                try:
-                    name = loads_model(body) if small_enough_for_json(body) else await find_model(body, self.scanning)
-                except BodyError as exc:
-                    return self._unrouted(exc.error)
-                model = self.models.get(name)
-                if model is None:
-                    return self._unrouted(errors.unknown_model(name))
-                return await self._proxy(model, request, model.route.target.request_target(raw_path, query), body)
-            finally:
-                self.budget.release(len(body))
+        if body is None:
+            return await self._buffered(request, lambda whole: self._route_body(request, raw_path, query, whole),
+                                        self._unrouted)
+        try:  # all here, small, and the budget took it: no coroutine of its own for reading it
+            return await self._route_body(request, raw_path, query, body)
+        finally:
+            self.budget.release(len(body))
 
-        async def route(body: bytes | bytearray) -> Response | StreamResponse:
-            try:
-                name = await find_model(body, self.scanning)
-            except BodyError as exc:
-                return self._unrouted(exc.error)
-            model = self.models.get(name)
-            if model is None:
-                return self._unrouted(errors.unknown_model(name))
-            target = model.route.target.request_target(raw_path, query)
-            return await self._proxy(model, request, target, body)
-
-        return await self._buffered(request, route, self._unrouted)
+    async def _route_body(self, request: Request, raw_path: str, query: str,
+                          body: bytes | bytearray) -> Response | StreamResponse:
+        """Forward a whole body to the model it names (a small one found without a coroutine of its own)."""
+        try:
+            name = loads_model(body) if small_enough_for_json(body) else await find_model(body, self.scanning)
+        except BodyError as exc:
+            return self._unrouted(exc.error)
+        model = self.models.get(name)
+        if model is None:
+            return self._unrouted(errors.unknown_model(name))
+        return await self._proxy(model, request, model.route.target.request_target(raw_path, query), body)
 
     async def _path_routed(self, request: Request, route: PathRoute, query: str) -> Response | StreamResponse:
         """The model is known from the path, yet its slot is taken only once the whole body is here (LLMhop
