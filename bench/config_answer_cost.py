@@ -42,13 +42,14 @@ sys.path.insert(0, str(ROOT))
 
 from bench.config_server_load import ENV, FLEET_KEY, cached_headers, make_fleet, write_config
 from bench.fleetgen import box_name
-from bench.procstat import cpu_seconds
+from bench.procstat import task_seconds
 
 VARIANTS = ("full", "no-log", "no-fetch", "neither", "bare")
 
 
 def thread_cpu() -> dict[str, float]:
-    """CPU seconds so far of each thread of this process, by thread name (bench.procstat, per task)."""
+    """CPU seconds so far of each thread of this process, by thread name (bench.procstat, per task, to the
+    nanosecond)."""
     import threading
 
     names = {t.native_id: t.name for t in threading.enumerate()}
@@ -57,7 +58,7 @@ def thread_cpu() -> dict[str, float]:
         name = names.get(int(task), "other")
         name = "main" if name == "MainThread" else name if name.startswith("fleetllm-") else "other"
         name = "fleetllm-request" if name.startswith("fleetllm-request") else name
-        out[name] = out.get(name, 0.0) + cpu_seconds([int(task)], "/proc/self/task/{pid}/stat")
+        out[name] = out.get(name, 0.0) + task_seconds(int(task))
     return out
 
 
