@@ -655,6 +655,8 @@ class HttpConnection(FlowControl):
         except OSError:
             keep = False
         finally:
+            if isinstance(item, Request):
+                item._stream = None  # the streamed response points back at it: no cycle left for the collector
             self._answering = None
             if busy_poll is not None:
                 busy_poll.busy -= 1
