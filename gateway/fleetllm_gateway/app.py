@@ -390,7 +390,7 @@ class Gateway:
             await response.write(b"")  # nothing of the body here yet: the head goes now, alone
         model.stats.count(status)
         try:
-            async for chunk in upstream.chunks():
+            while chunk := await upstream.next_chunk():
                 await response.write(chunk)
         except UpstreamError as exc:
             # Too late for a 502: cut the client's connection so it sees a truncated response.
