@@ -346,10 +346,9 @@ class Gateway:
             strip_authorization=bool(self.tokens), injected=route.headers, default_host=route.target.authority)
         framing = "" if body is None else f"Content-Length: {len(body)}\r\n"
         pool = model.pool
-        lines = [f"{request.method} {pool.absolute_form}{target} HTTP/1.1\r\nHost: {host}\r\n"]
-        lines.extend(f"{name}: {value}\r\n" for name, value in headers)
-        lines.append(framing + pool.proxy_header + "\r\n")
-        head = "".join(lines).encode("utf-8", "surrogateescape")
+        lines = [f"{name}: {value}\r\n" for name, value in headers]
+        head = (f"{request.method} {pool.absolute_form}{target} HTTP/1.1\r\nHost: {host}\r\n{''.join(lines)}"
+                f"{framing}{pool.proxy_header}\r\n").encode("utf-8", "surrogateescape")
         loop = asyncio.get_running_loop()
         sent = loop.time()
         try:

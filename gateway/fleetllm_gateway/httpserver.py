@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import cast
+from typing import Any, cast
 
 import httptools
 
@@ -232,7 +232,7 @@ class Request:
         self.keep_alive = keep_alive
         self.upgrade = upgrade
         self.remote = conn.remote
-        self.transport = cast(asyncio.Transport, conn.transport)
+        self.transport: asyncio.Transport = conn.transport  # type: ignore[assignment]  # set: connection_made ran
         self.body = Body(conn)
         self._continued = False
         self._stream: StreamResponse | None = None
@@ -282,7 +282,7 @@ class Response:
         self.length = length
 
 
-_date = [0, b""]
+_date: list[Any] = [0, b""]  # the second, and its Date value
 
 
 def _head(version: str, status: int, reason: str | None, headers: Sequence[tuple[str, str]], length: int | None,
@@ -320,7 +320,7 @@ def _head(version: str, status: int, reason: str | None, headers: Sequence[tuple
     if not has_server:
         lines.append(f"Server: {server}\r\n")
     head = "".join(lines).encode("utf-8", "surrogateescape")
-    return head + b"Date: " + cast(bytes, _date[1]) + b"\r\n\r\n" if not has_date else head + b"\r\n"
+    return head + b"Date: " + _date[1] + b"\r\n\r\n" if not has_date else head + b"\r\n"
 
 
 class StreamResponse:
@@ -399,8 +399,8 @@ class HttpConnection(FlowControl):
 
     __slots__ = ("_answering", "_closed", "_fields", "_head_bytes", "_head_size", "_head_started", "_header_timeout",
                  "_headers", "_idle_since", "_index", "_loop", "_parser", "_parsing", "_queue", "_raw_left",
-                 "_reading_done", "_reading_paused", "_requests", "_server", "_timer", "_url", "limits", "remote",
-                 "transport")
+                 "_reading_done", "_reading_paused", "_requests", "_server", "_timer", "_url", "_waiting", "_worker",
+                 "limits", "remote", "transport")
 
     def __init__(self, server: HttpServer) -> None:
         super().__init__()
@@ -423,7 +423,9 @@ class HttpConnection(FlowControl):
         self._timer: asyncio.TimerHandle | None = None
         self._parsing: Request | None = None  # the request whose body is arriving
         self._queue: deque[Request | _Refusal] = deque()  # parsed, waiting for their turn
-        self._answering: asyncio.Task[None] | None = None
+        self._answering = False  # a request is being answered
+        self._worker: asyncio.Task[None] | None = None  # the answering task (_answer_all), from the first request
+        self._waiting: asyncio.Future[None] | None = None  # its wait for a next request
         self._requests = 0  # header blocks parsed
         self._reading_paused = False
         self._reading_done = False  # nothing more is parsed (a refusal, an upgrade, the peer's EOF)
@@ -473,8 +475,8 @@ class HttpConnection(FlowControl):
         if self._parsing is not None:
             self._parsing.body.fail(IncompleteBodyError("the client closed the connection"))
         self._queue.clear()
-        if self._answering is not None:
-            self._answering.cancel()  # the client left: stop working for it (slots, upstream connections)
+        if self._worker is not None:
+            self._worker.cancel()  # the client left: stop working for it (slots, upstream connections)
         self._wake_writer()
 
     # --- httptools callbacks ---------------------------------------------------------------------
@@ -610,7 +612,7 @@ class HttpConnection(FlowControl):
             else:
                 self._timer = self._loop.call_at(due, self._tick)
             return
-        if self._answering is not None or self._queue or self._parsing is not None:
+        if self._answering or self._queue or self._parsing is not None:
             return  # busy: armed again when the connection waits for its client
         due = self._idle_since + self.limits.keepalive_timeout
         if now >= due:
@@ -636,42 +638,65 @@ class HttpConnection(FlowControl):
             await self._writable()
 
     def _next(self) -> None:
-        if self._answering is None and self._queue and not self._closed:
-            self._answering = self._loop.create_task(self._answer(self._queue.popleft()))
+        """A request is queued: start the connection's answering task, or wake it."""
+        if self._answering or not self._queue or self._closed:
+            return
+        if self._worker is None:
+            self._worker = self._loop.create_task(self._answer_all())
+        else:
+            wake(self._waiting)
 
-    async def _answer(self, item: Request | _Refusal) -> None:
+    async def _answer_all(self) -> None:
+        """The connection's one answering task: answers the queued requests in order, then waits for the
+        next, until the connection closes. One task a connection, not one a request: a task's creation
+        and registration cost a cold request about 20 us (docs/benchmarks.md, "Ninth round")."""
+        while await self._answer(self._queue.popleft()):
+            if not self._queue:
+                self._waiting = self._loop.create_future()
+                try:
+                    await self._waiting
+                except asyncio.CancelledError:
+                    return  # the connection was lost
+                finally:
+                    self._waiting = None
+            if self._closed or not self._queue:
+                return
+
+    async def _answer(self, item: Request | _Refusal) -> bool:
+        """Answer one request; whether the connection stays open for the next."""
         keep = False
         busy_poll = self._server.busy_poll
         if busy_poll is not None:
             busy_poll.busy += 1
+        self._answering = True
         try:
             if isinstance(item, _Refusal):
                 await self._refuse(item.text)
-                return
+                return False
             self.flow()
             keep = await self._respond(item)
         except asyncio.CancelledError:
-            return  # the connection was lost
+            return False  # the connection was lost
         except OSError:
             keep = False
         finally:
             if isinstance(item, Request):
                 item._stream = None  # the streamed response points back at it: no cycle left for the collector
-            self._answering = None
+            self._answering = False
             if busy_poll is not None:
                 busy_poll.busy -= 1
             if not keep:
                 self._close()
         if not keep:
-            return
+            return False
         if self._queue:
-            self._next()
             self.flow()
         else:
             self._idle_since = self._loop.time()
             self._arm(self._idle_since)
             if busy_poll is not None:
                 busy_poll.before_client_wait()
+        return True
 
     async def _respond(self, request: Request) -> bool:
         """Answer one request; whether the connection stays open for the next."""
@@ -732,7 +757,7 @@ class HttpConnection(FlowControl):
     def closable(self, late: bool) -> bool:
         """Whether a stop may close this connection now: it is answering nothing, and either waits for a
         next request on keep-alive or (`late`) had its time to send a first one."""
-        if self._answering is not None or self._queue or self._parsing is not None:
+        if self._answering or self._queue or self._parsing is not None:
             return False
         return late or (self._requests > 0 and self._head_started is None)
 
@@ -763,7 +788,7 @@ class HttpServer:
 
     def answering(self) -> int:
         """How many connections are answering a request now."""
-        return sum(1 for conn in self.connections if conn._answering is not None)
+        return sum(1 for conn in self.connections if conn._answering)
 
     async def shutdown(self, servers: Sequence[asyncio.AbstractServer], grace: float,
                        first_request_grace: float) -> None:
