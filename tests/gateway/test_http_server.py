@@ -315,6 +315,30 @@ def test_a_streamed_head_goes_out_with_the_first_chunk(serve: Callable[..., Thre
         assert read_response(sock, buffered)[2] == b"data: 1\n\ndata: 2\n\n"
 
 
+def test_a_connection_has_one_answering_task_that_ends_with_it(serve: Callable[..., ThreadedHttpServer]) -> None:
+    """The requests of a keep-alive connection are answered by one task, which waits between them; when
+    the client closes the connection, that task ends (no task is left behind by connections gone)."""
+    server = serve()
+
+    def tasks() -> list[str]:
+        async def names() -> list[str]:
+            return sorted(task.get_coro().__qualname__ for task in asyncio.all_tasks()  # type: ignore[union-attr]
+                          if task is not asyncio.current_task())
+        return asyncio.run_coroutine_threadsafe(names(), server._loop).result(5)  # type: ignore[arg-type]
+
+    before = tasks()
+    with connect(server) as sock:
+        buffered = bytearray()
+        for n in range(3):
+            sock.sendall(b"GET /n%d HTTP/1.1\r\nHost: t\r\n\r\n" % n)
+            assert read_response(sock, buffered)[2] == b"GET /n%d 0 " % n
+            assert tasks() == sorted([*before, "HttpConnection._answer_all"])
+    deadline = time.monotonic() + 10
+    while tasks() != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tasks() == before
+
+
 def test_an_answered_request_is_freed_by_reference_counting_alone(serve: Callable[..., ThreadedHttpServer]) -> None:
     """No request leaves a reference cycle behind (a streamed answer and its request once pointed at each
     other): with the cyclic collector off, every request of a keep-alive connection, streamed or not, is
