@@ -66,3 +66,14 @@ def test_metrics_scrape_writes_prunes_and_reads_the_full_fetch_log() -> None:
     for read in ("last_config_answered", "last_config_served", "latest_reports", "attention",
                  "recent_fetches(box=), 100", "recent_fetches(box=) of a box not in it"):
         assert f"\n{read}: median " in out, (read, out)
+
+
+def test_gateway_cold_measures_every_step_cold_and_warm() -> None:
+    """bench/gateway_cold.py: each step of the request path timed with the caches evicted and warm; its
+    own checks fail the run when a step answers wrong (a request not answered 200, the model not found)."""
+    out = run_bench("bench/gateway_cold.py", "--samples", "20")
+    rows = [line for line in out.splitlines() if line.endswith(tuple("0123456789")) and "(" in line]
+    assert len(rows) == 7, out
+    for row in rows:
+        cold, warm = (float(x) for x in row.split()[-3:-1])
+        assert cold > 0 and warm > 0, row

@@ -1,0 +1,192 @@
+"""What each step of the gateway's request path costs when the CPU caches have gone cold, and warm.
+
+    python bench/gateway_cold.py [--samples 300] [--tree CHECKOUT]
+
+Why: an SSE client's next request comes after a stream of tens of milliseconds, during which the worker
+ran little of the request path; on a shared 2-vCPU machine its code and data have left the caches by
+then, and each step costs several times its warm figure (docs/benchmarks.md, "Ninth round": the same
+request took 86 us to parse in a worker between SSE streams, 15 us under a steady load). This bench
+measures that in one process: before each cold sample it writes one byte in every 64 of a 32 MiB buffer
+(evicting the caches), then times one call; warm samples repeat the call. Printed per step: the median
+of each, in microseconds, and their ratio. Each step's answer is checked (a 200 queued, the model found,
+the bearer accepted, the event handed out); a wrong one fails the run. `--tree`: measure the gateway of
+another checkout (or a `git archive` of its gateway/ and contract/), as bench/gateway_llmhop.py does.
+Absolute figures depend on the machine; compare steps and trees in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BODY = json.dumps({"model": "m", "stream": True}).encode()
+REQUEST = (b"POST /v1/sse HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer token\r\n"
+           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(BODY), BODY))
+HEADERS = [("Host", "bench"), ("Authorization", "Bearer token"), ("Content-Type", "application/json"),
+           ("Content-Length", str(len(BODY)))]
+EVENT = b'data: {"n": 0}\n\n'
+_EVICT = bytearray(32 * 1024 * 1024)
+_ONES = b"\x01" * (len(_EVICT) // 64)
+
+
+def evict() -> None:
+    _EVICT[::64] = _ONES
+
+
+def timed(step: Callable[[], object], samples: int) -> tuple[float, float]:
+    """Median microseconds of one call, cold (caches evicted first) and warm."""
+    cold, warm = [], []
+    for _ in range(samples):
+        evict()
+        started = time.perf_counter()
+        step()
+        cold.append((time.perf_counter() - started) * 1e6)
+    for _ in range(samples):
+        started = time.perf_counter()
+        step()
+        warm.append((time.perf_counter() - started) * 1e6)
+    return statistics.median(cold), statistics.median(warm)
+
+
+class _Transport:
+    """What HttpConnection needs of a transport; keeps what is written."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+async def measure(samples: int) -> list[tuple[str, float, float]]:
+    from fleetllm_gateway import jsonscan
+    from fleetllm_gateway.connection import Connection
+    from fleetllm_gateway.forwarding import bearer_ok, upstream_headers
+    from fleetllm_gateway.httpserver import HttpServer
+    from fleetllm_gateway.httpserver import Response as Answer
+    from fleetllm_gateway.response import Response
+
+    loop = asyncio.get_running_loop()
+    rows: list[tuple[str, float, float]] = []
+    answers = 0
+
+    async def handler(request: Any) -> Answer:
+        nonlocal answers
+        answers += 1
+        return Answer(200, b"ok")
+
+    transport = _Transport()
+    conn = HttpServer(handler, loop)()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    parsed = [0.0, 0.0]
+    for name, index in (("cold", 0), ("warm", 1)):
+        times = []
+        for _ in range(samples):
+            if name == "cold":
+                evict()
+            started = time.perf_counter()
+            conn.data_received(REQUEST)
+            times.append((time.perf_counter() - started) * 1e6)
+            for _ in range(4):  # let the request be answered before the next one
+                await asyncio.sleep(0)
+        parsed[index] = statistics.median(times)
+    if answers != 2 * samples or sum(1 for data in transport.written if data.startswith(b"HTTP/1.1 200 ")) != answers:
+        raise SystemExit(f"FAILED: {answers} of {2 * samples} requests answered 200")
+    rows.append(("parse a request and queue its answer (data_received)", *parsed))
+
+    def bearer() -> None:
+        if not bearer_ok("Bearer token", [b"token"]):
+            raise SystemExit("FAILED: the bearer was refused")
+
+    def model() -> None:
+        if jsonscan.loads_model(BODY) != "m":
+            raise SystemExit("FAILED: the model was not found")
+
+    def headers() -> None:
+        upstream_headers(HEADERS, client_ip="127.0.0.1", client_host="bench", strip_authorization=True,
+                         injected=(), default_host="127.0.0.1:8000")
+
+    rows.append(("check the bearer (bearer_ok)", *timed(bearer, samples)))
+    rows.append(("find the model of a small body (loads_model)", *timed(model, samples)))
+    rows.append(("rewrite the headers for upstream (upstream_headers)", *timed(headers, samples)))
+
+    chunk = b"%x\r\n%b\r\n" % (len(EVENT), EVENT)
+    first: list[float] = []
+    for cold in (True, False):
+        times = []
+        for _ in range(samples):
+            upstream = Connection()
+            upstream.buffer += chunk
+            response = Response(lambda c: None, upstream, 200, "OK", [("Transfer-Encoding", "chunked")], False)
+            if cold:
+                evict()
+            take = getattr(response, "next_chunk", None)  # a tree before it had only chunks()
+            started = time.perf_counter()
+            event = await (take() if take else response.chunks().__anext__())
+            times.append((time.perf_counter() - started) * 1e6)
+            if event != EVENT:
+                raise SystemExit(f"FAILED: the first event came out as {event!r}")
+        first.append(statistics.median(times))
+    rows.append(("hand out a chunked response's first event (next_chunk)", first[0], first[1]))
+
+    async def nothing() -> None:
+        pass
+
+    def task() -> None:
+        loop.create_task(nothing()).cancel()
+
+    def future() -> None:
+        loop.create_future().set_result(None)
+
+    rows.append(("start a task (create_task)", *timed(task, samples)))
+    rows.append(("wake a waiting one instead (a future's set_result)", *timed(future, samples)))
+    await asyncio.sleep(0)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=300, help="cold and warm samples of each step")
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="the checkout (or `git archive` of gateway/ and contract/) whose gateway is measured")
+    args = parser.parse_args(argv)
+    sys.path[:0] = [str(args.tree.resolve() / "gateway"), str(args.tree.resolve() / "contract")]
+    try:
+        import uvloop
+    except ImportError:  # asyncio's own loop then
+        uvloop = None  # type: ignore[assignment]
+    rows = (uvloop.run if uvloop else asyncio.run)(measure(args.samples))
+    print(f"gateway of {args.tree}; {args.samples} samples each, median µs; "
+          f"{'uvloop' if uvloop else 'asyncio'}")
+    print(f"{'step':58s} {'cold':>7s} {'warm':>7s} {'cold/warm':>9s}")
+    for name, cold, warm in rows:
+        print(f"{name:58s} {cold:7.1f} {warm:7.1f} {cold / warm:9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
