@@ -2,6 +2,7 @@
 
     git archive main gateway contract | tar -x -C /tmp/gw-before
     python bench/gateway_ab.py --before /tmp/gw-before [--pairs 3] [--seconds 3] [--connections 1,32]
+                               [--sse-rounds 60] [--sse-routing path|body]
 
 Starts bench/gateway_upstream.py and two gateways on it, one from each tree (PYTHONPATH pointed at its
 `gateway/` and `contract/`), with the config of bench/gateway_workers.py (a bearer, one TCP model, a
@@ -30,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gateway_bench import TOKEN, body_for, first_event_ms, free_port, gateway_env, wait_port
+from bench.gateway_bench import TOKEN, body_for, first_event_ms, free_port, gateway_env, sse_request, wait_port
 from bench.gateway_workers import POST_SCRIPT, memory, spread, start_gateway, wrk
 from bench.procstat import cpu_seconds
 
@@ -100,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=3, help="of each wrk run")
     parser.add_argument("--connections", default="1,32", help="comma-separated; empty: no wrk runs")
+    parser.add_argument("--sse-routing", choices=("path", "body"), default="path",
+                        help="the SSE requests: GET /route/m/v1/sse, or a POST routed by its body as "
+                             "bench/gateway_llmhop.py sends (default: path)")
     parser.add_argument("--sse-rounds", type=int, default=60,
                         help="per gateway and pair (0: none); each takes about 0.1 s (the upstream's 3 events)")
     args = parser.parse_args(argv)
@@ -128,11 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         connections = [int(c) for c in args.connections.split(",") if c]
         m = Measurements(("A", "B"))
         request = b"GET /route/m/v1/sse HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer %b\r\n\r\n" % TOKEN.encode()
+        sse = (request.replace(b"/route/m", b""), request) if args.sse_routing == "path" else \
+            (sse_request(False), sse_request(True))
         for pair in range(args.pairs):
             order = ("A", "B") if pair % 2 == 0 else ("B", "A")
             m.round(order, {name: (ports[name], gateways[name].pid) for name in order}, upstream_port,
                     connections, args.seconds, script,
-                    (request.replace(b"/route/m", b""), request) if args.sse_rounds else None, args.sse_rounds)
+                    sse if args.sse_rounds else None, args.sse_rounds)
             print(f"pair {pair + 1} done, load {_load()}", flush=True)
         print()
         rps, cpu_us, p50, sse, loads = m.rps, m.cpu_us, m.p50, m.sse, m.loads

@@ -145,6 +145,14 @@ def processes(directory: Path, workers: int = 1) -> Iterator[tuple[int, int, str
                 proc.wait(timeout=15)
 
 
+def sse_request(with_token: bool) -> bytes:
+    """A body-routed POST whose answer is the upstream's SSE stream (LLMhop v1.1.0 routes by body only)."""
+    body = json.dumps({"model": "m", "stream": True}).encode()
+    auth = b"Authorization: Bearer %b\r\n" % TOKEN.encode() if with_token else b""
+    return (b"POST /v1/sse HTTP/1.1\r\nHost: bench\r\n%bContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%b" % (auth, len(body), body))
+
+
 def first_event_ms(port: int, request: bytes, rounds: int) -> list[float]:
     """Milliseconds from sending each request to its first SSE event, on one keep-alive connection."""
     timings = []

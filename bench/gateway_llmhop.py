@@ -38,20 +38,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gateway_ab import Measurements, _load
-from bench.gateway_bench import TOKEN, body_for, free_port, wait_port
+from bench.gateway_bench import TOKEN, body_for, free_port, sse_request, wait_port
 from bench.gateway_workers import POST_SCRIPT, memory, spread, start_gateway
 
 NAMES = ("llmhop", "gateway")
 RSS_TARGET_KIB = 25_000_000 // 1024  # 25 MB
 RATIO_TARGETS = {32: 1.5, 8: 1.2}  # gateway req/s over LLMhop's, in every round
-
-
-def sse_request(with_token: bool) -> bytes:
-    """A body-routed POST whose answer is the upstream's SSE stream (LLMhop v1.1.0 routes by body only)."""
-    body = json.dumps({"model": "m", "stream": True}).encode()
-    auth = b"Authorization: Bearer %b\r\n" % TOKEN.encode() if with_token else b""
-    return (b"POST /v1/sse HTTP/1.1\r\nHost: bench\r\n%bContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%b" % (auth, len(body), body))
 
 
 def start_llmhop(binary: str, directory: Path, port: int, upstream_port: int) -> subprocess.Popen[bytes]:
