@@ -132,13 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         connections = [int(c) for c in args.connections.split(",") if c]
         m = Measurements(("A", "B"))
         request = b"GET /route/m/v1/sse HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer %b\r\n\r\n" % TOKEN.encode()
-        sse = (request.replace(b"/route/m", b""), request) if args.sse_routing == "path" else \
+        sse_requests = (request.replace(b"/route/m", b""), request) if args.sse_routing == "path" else \
             (sse_request(False), sse_request(True))
         for pair in range(args.pairs):
             order = ("A", "B") if pair % 2 == 0 else ("B", "A")
             m.round(order, {name: (ports[name], gateways[name].pid) for name in order}, upstream_port,
                     connections, args.seconds, script,
-                    sse if args.sse_rounds else None, args.sse_rounds)
+                    sse_requests if args.sse_rounds else None, args.sse_rounds)
             print(f"pair {pair + 1} done, load {_load()}", flush=True)
         print()
         rps, cpu_us, p50, sse, loads = m.rps, m.cpu_us, m.p50, m.sse, m.loads

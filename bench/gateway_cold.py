@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +43,26 @@ def evict() -> None:
     _EVICT[::64] = _ONES
 
 
-def timed(step: Callable[[], object], samples: int) -> tuple[float, float]:
-    """Median microseconds of one call, cold (caches evicted first) and warm."""
-    cold, warm = [], []
-    for _ in range(samples):
-        evict()
-        started = time.perf_counter()
-        step()
-        cold.append((time.perf_counter() - started) * 1e6)
-    for _ in range(samples):
-        started = time.perf_counter()
-        step()
-        warm.append((time.perf_counter() - started) * 1e6)
-    return statistics.median(cold), statistics.median(warm)
+async def timed(step: Callable[[Any], object], samples: int, prepare: Callable[[], Any] = lambda: None,
+                settle: Callable[[], Awaitable[None]] | None = None) -> tuple[float, float]:
+    """Median microseconds of one `step(prepare())`, cold (caches evicted after `prepare`) and warm; an
+    awaitable it returns is awaited within the timing; `settle()`, if given, is awaited after each one."""
+    medians = []
+    for cold in (True, False):
+        times = []
+        for _ in range(samples):
+            arg = prepare()
+            if cold:
+                evict()
+            started = time.perf_counter()
+            result = step(arg)
+            if inspect.isawaitable(result):
+                await result
+            times.append((time.perf_counter() - started) * 1e6)
+            if settle is not None:
+                await settle()
+        medians.append(statistics.median(times))
+    return medians[0], medians[1]
 
 
 class _Transport:
@@ -102,68 +110,59 @@ async def measure(samples: int) -> list[tuple[str, float, float]]:
     transport = _Transport()
     conn = HttpServer(handler, loop)()
     conn.connection_made(transport)  # type: ignore[arg-type]
-    parsed = [0.0, 0.0]
-    for name, index in (("cold", 0), ("warm", 1)):
-        times = []
-        for _ in range(samples):
-            if name == "cold":
-                evict()
-            started = time.perf_counter()
-            conn.data_received(REQUEST)
-            times.append((time.perf_counter() - started) * 1e6)
-            for _ in range(4):  # let the request be answered before the next one
-                await asyncio.sleep(0)
-        parsed[index] = statistics.median(times)
+
+    async def answered() -> None:  # the request is answered before the next one
+        for _ in range(4):
+            await asyncio.sleep(0)
+
+    rows.append(("parse a request and queue its answer (data_received)",
+                 *await timed(lambda _: conn.data_received(REQUEST), samples, settle=answered)))
     if answers != 2 * samples or sum(1 for data in transport.written if data.startswith(b"HTTP/1.1 200 ")) != answers:
         raise SystemExit(f"FAILED: {answers} of {2 * samples} requests answered 200")
-    rows.append(("parse a request and queue its answer (data_received)", *parsed))
 
-    def bearer() -> None:
+    def bearer(_: None) -> None:
         if not bearer_ok("Bearer token", [b"token"]):
             raise SystemExit("FAILED: the bearer was refused")
 
-    def model() -> None:
+    def model(_: None) -> None:
         if jsonscan.loads_model(BODY) != "m":
             raise SystemExit("FAILED: the model was not found")
 
-    def headers() -> None:
+    def headers(_: None) -> None:
         upstream_headers(HEADERS, client_ip="127.0.0.1", client_host="bench", strip_authorization=True,
                          injected=(), default_host="127.0.0.1:8000")
 
-    rows.append(("check the bearer (bearer_ok)", *timed(bearer, samples)))
-    rows.append(("find the model of a small body (loads_model)", *timed(model, samples)))
-    rows.append(("rewrite the headers for upstream (upstream_headers)", *timed(headers, samples)))
+    rows.append(("check the bearer (bearer_ok)", *await timed(bearer, samples)))
+    rows.append(("find the model of a small body (loads_model)", *await timed(model, samples)))
+    rows.append(("rewrite the headers for upstream (upstream_headers)", *await timed(headers, samples)))
 
     chunk = b"%x\r\n%b\r\n" % (len(EVENT), EVENT)
-    first: list[float] = []
-    for cold in (True, False):
-        times = []
-        for _ in range(samples):
-            upstream = Connection()
-            upstream.buffer += chunk
-            response = Response(lambda c: None, upstream, 200, "OK", [("Transfer-Encoding", "chunked")], False)
-            if cold:
-                evict()
-            take = getattr(response, "next_chunk", None)  # a tree before it had only chunks()
-            started = time.perf_counter()
-            event = await (take() if take else response.chunks().__anext__())
-            times.append((time.perf_counter() - started) * 1e6)
-            if event != EVENT:
-                raise SystemExit(f"FAILED: the first event came out as {event!r}")
-        first.append(statistics.median(times))
-    rows.append(("hand out a chunked response's first event (next_chunk)", first[0], first[1]))
+
+    def response() -> Response:  # a chunked response with its first event in the buffer, made untimed
+        upstream = Connection()
+        upstream.buffer += chunk
+        return Response(lambda c: None, upstream, 200, "OK", [("Transfer-Encoding", "chunked")], False)
+
+    async def first_event(answer: Response) -> None:
+        take = getattr(answer, "next_chunk", None)  # a tree before it had only chunks()
+        event = await (take() if take else answer.chunks().__anext__())
+        if event != EVENT:
+            raise SystemExit(f"FAILED: the first event came out as {event!r}")
+
+    rows.append(("hand out a chunked response's first event (next_chunk)",
+                 *await timed(first_event, samples, prepare=response)))
 
     async def nothing() -> None:
         pass
 
-    def task() -> None:
+    def task(_: None) -> None:
         loop.create_task(nothing()).cancel()
 
-    def future() -> None:
+    def future(_: None) -> None:
         loop.create_future().set_result(None)
 
-    rows.append(("start a task (create_task)", *timed(task, samples)))
-    rows.append(("wake a waiting one instead (a future's set_result)", *timed(future, samples)))
+    rows.append(("start a task (create_task)", *await timed(task, samples)))
+    rows.append(("wake a waiting one instead (a future's set_result)", *await timed(future, samples)))
     await asyncio.sleep(0)
     return rows
 

@@ -648,8 +648,9 @@ class HttpConnection(FlowControl):
 
     async def _answer_all(self) -> None:
         """The connection's one answering task: answers the queued requests in order, then waits for the
-        next, until the connection closes. One task a connection, not one a request: a task's creation
-        and registration cost a cold request about 20 us (docs/benchmarks.md, "Ninth round")."""
+        next, until the connection closes. One task a connection, not one a request: with the caches cold,
+        creating and registering a task costs 11-21 us more than waking one (docs/benchmarks.md, "Ninth
+        round")."""
         while await self._answer(self._queue.popleft()):
             if not self._queue:
                 self._waiting = self._loop.create_future()
@@ -663,7 +664,8 @@ class HttpConnection(FlowControl):
                 return
 
     async def _answer(self, item: Request | _Refusal) -> bool:
-        """Answer one request; whether the connection stays open for the next."""
+        """Answer one queued request (or refusal) and keep the books around it (busy-polling, the idle
+        timer); whether the connection stays open for the next."""
         keep = False
         busy_poll = self._server.busy_poll
         if busy_poll is not None:
