@@ -164,7 +164,70 @@ async def measure(samples: int) -> list[tuple[str, float, float]]:
     rows.append(("start a task (create_task)", *await timed(task, samples)))
     rows.append(("wake a waiting one instead (a future's set_result)", *await timed(future, samples)))
     await asyncio.sleep(0)
+    rows.append(("a whole SSE request, sent to its first event", *await whole_request(samples)))
     return rows
+
+
+class _Client(asyncio.Protocol):
+    """Sends a request; `first` is resolved at its first event, `done` at the end of its answer."""
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+        self.first: asyncio.Future[None] | None = None
+        self.done: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+
+    def send(self, data: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        self.received.clear()
+        self.first, self.done = loop.create_future(), loop.create_future()
+        self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data
+        if self.first is not None and not self.first.done() and b"data:" in self.received:
+            self.first.set_result(None)
+        if self.done is not None and not self.done.done() and self.received.endswith(b"0\r\n\r\n"):
+            self.done.set_result(None)
+
+
+async def whole_request(samples: int) -> tuple[float, float]:
+    """The SSE request of bench/gateway_llmhop.py through the real gateway (its Gateway and HttpServer
+    over loopback TCP) to bench/gateway_upstream.py's upstream, both in this loop, from the client's send
+    to the first event's arrival, on one keep-alive connection; the upstream sends one event, not three."""
+    sys.path.insert(0, str(ROOT))
+    from bench import gateway_upstream
+    from fleetllm_gateway.app import Gateway
+    from fleetllm_gateway.config import parse_config
+    from fleetllm_gateway.httpserver import HttpServer
+
+    gateway_upstream.SSE_EVENTS = 1
+    loop = asyncio.get_running_loop()
+    upstream = await loop.create_server(gateway_upstream.Upstream, "127.0.0.1", 0)
+    upstream_port = upstream.sockets[0].getsockname()[1]
+    gateway = Gateway(parse_config(json.dumps({"authTokens": ["token"], "models": {
+        "m": {"url": f"http://127.0.0.1:{upstream_port}"}}})))
+    server = await loop.create_server(HttpServer(gateway.handle, loop), "127.0.0.1", 0)
+    _, client = await loop.create_connection(_Client, "127.0.0.1", server.sockets[0].getsockname()[1])
+
+    async def request(_: None) -> None:
+        client.send(REQUEST)
+        await client.first  # type: ignore[misc]
+
+    async def answered() -> None:
+        await client.done  # type: ignore[misc]
+        if not client.received.startswith(b"HTTP/1.1 200 "):
+            raise SystemExit(f"FAILED: the SSE request was answered {bytes(client.received[:40])!r}")
+
+    try:
+        return await timed(request, samples, settle=answered)
+    finally:
+        client.transport.close()
+        gateway.close()
+        server.close()
+        upstream.close()
 
 
 def main(argv: list[str] | None = None) -> int:

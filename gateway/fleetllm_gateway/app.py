@@ -160,7 +160,10 @@ class Gateway:
         self.metrics.count_unrouted(error.status)
         return error_response(error)
 
-    async def handle(self, request: Request) -> Response | StreamResponse:
+    def handle(self, request: Request) -> Response | Awaitable[Response | StreamResponse]:
+        """The answer, or what to await for it. A plain function, not a coroutine: what is answered here
+        needs none, and a forwarded request's is the coroutine of its exchange (`_proxy`), the only frame
+        of the handler that the task resumes each time the upstream sends something."""
         raw_path, _, query = request.target.partition("?")
         if not raw_path.startswith("/") and "://" in raw_path:  # absolute-form target: keep its path
             raw_path = "/" + raw_path.split("://", 1)[1].partition("/")[2]
@@ -181,8 +184,18 @@ class Gateway:
         if cap and request.content_length is not None and request.content_length > cap:
             return self._unrouted(errors.BODY_TOO_LARGE)
         if isinstance(route, PathRoute):
-            return await self._path_routed(request, route, query)
-        return await self._body_routed(request, raw_path, query)
+            return self._path_routed(request, route, query)
+        # The body is needed before the model (so before a model's slot); the model is found by
+        # fleetllm_gateway.jsonscan without building the document.
+        body = self._body_now(request)
+        if body is None:
+            return self._buffered(request, lambda whole: self._route_body(request, raw_path, query, whole),
+                                  self._unrouted)
+        try:
+            return self._route_body(request, raw_path, query, body, held=len(body))
+        except BaseException:  # a bug: an error answer follows, and the budget keeps every byte
+            self.budget.release(len(body))
+            raise
 
     def _local(self, raw_path: str) -> Response | None:
         if raw_path == "/v1/models":
@@ -195,31 +208,42 @@ class Gateway:
         entry = self._entries.get(name)
         return Response(200, entry, _JSON_HEADERS) if entry else error_response(errors.unknown_model(name))
 
-    async def _body_routed(self, request: Request, raw_path: str, query: str) -> Response | StreamResponse:
-        """The body is needed before the model (so before a model's slot); the model is found by
-        fleetllm_gateway.jsonscan without building the document."""
-        body = self._body_now(request)
-        if body is None:
-            return await self._buffered(request, lambda whole: self._route_body(request, raw_path, query, whole),
-                                        self._unrouted)
-        try:  # all here, small, and the budget took it: no coroutine of its own for reading it
-            return await self._route_body(request, raw_path, query, body)
-        finally:
-            self.budget.release(len(body))
-
-    async def _route_body(self, request: Request, raw_path: str, query: str,
-                          body: bytes | bytearray) -> Response | StreamResponse:
-        """Forward a whole body to the model it names (a small one found without a coroutine of its own)."""
+    def _route_body(self, request: Request, raw_path: str, query: str, body: bytes | bytearray,
+                    held: int = 0) -> Response | Awaitable[Response | StreamResponse]:
+        """Forward a whole body to the model it names; a small one's is found without a coroutine of its
+        own. `held`: bytes of the budget this body holds, released once its answer is done."""
+        if not small_enough_for_json(body):
+            return self._route_large_body(request, raw_path, query, body, held)
         try:
-            name = loads_model(body) if small_enough_for_json(body) else await find_model(body, self.scanning)
+            name = loads_model(body)
         except BodyError as exc:
+            self.budget.release(held)
             return self._unrouted(exc.error)
+        return self._forward(request, raw_path, query, name, body, held)
+
+    async def _route_large_body(self, request: Request, raw_path: str, query: str, body: bytes | bytearray,
+                                held: int) -> Response | StreamResponse:
+        """`_route_body` of a body found by the scanner, which lets the loop run."""
+        try:
+            name = await find_model(body, self.scanning)
+        except BaseException as exc:
+            self.budget.release(held)
+            if isinstance(exc, BodyError):
+                return self._unrouted(exc.error)
+            raise
+        answer = self._forward(request, raw_path, query, name, body, held)
+        return answer if isinstance(answer, Response) else await answer
+
+    def _forward(self, request: Request, raw_path: str, query: str, name: str, body: bytes | bytearray,
+                 held: int) -> Response | Awaitable[Response | StreamResponse]:
         model = self.models.get(name)
         if model is None:
+            self.budget.release(held)
             return self._unrouted(errors.unknown_model(name))
-        return await self._proxy(model, request, model.route.target.request_target(raw_path, query), body)
+        return self._proxy(model, request, model.route.target.request_target(raw_path, query), body, held)
 
-    async def _path_routed(self, request: Request, route: PathRoute, query: str) -> Response | StreamResponse:
+    def _path_routed(self, request: Request, route: PathRoute,
+                     query: str) -> Response | Awaitable[Response | StreamResponse]:
         """The model is known from the path, yet its slot is taken only once the whole body is here (LLMhop
         streams a path-routed body with the slot held: 12 incomplete chunked uploads held every slot of a
         model until their clients left, issue 27). A model whose slots and queue are full answers 503 at
@@ -236,8 +260,8 @@ class Gateway:
         if model.limiter.full:
             return refuse(errors.QUEUE_FULL)
         if not request.has_body and request.content_length is None:
-            return await self._proxy(model, request, target, None)
-        return await self._buffered(request, lambda body: self._proxy(model, request, target, body), refuse)
+            return self._proxy(model, request, target, None)
+        return self._buffered(request, lambda body: self._proxy(model, request, target, body), refuse)
 
     def _body_now(self, request: Request) -> bytes | None:
         """The whole body when every byte of it is here already and under the limits, reserved in the
@@ -253,7 +277,7 @@ class Gateway:
         return body
 
     async def _buffered(self, request: Request,
-                        then: Callable[[bytes | bytearray], Awaitable[Response | StreamResponse]],
+                        then: Callable[[bytes | bytearray], Response | Awaitable[Response | StreamResponse]],
                         refuse: Callable[[errors.ErrorResponse], Response]) -> Response | StreamResponse:
         """Read the whole body, then answer with `then(body)`. Each chunk is reserved in the gateway-wide
         ByteBudget before it is kept, and held until the request ends: a client that sends slowly holds
@@ -272,7 +296,8 @@ class Gateway:
                 return refuse(errors.BODY_TOO_LARGE)
             except _BodyUnreadableError:
                 return refuse(errors.BODY_UNREADABLE)
-            return await then(body)
+            answer = then(body)
+            return answer if isinstance(answer, Response) else await answer
         finally:
             budget.release(held[0])
 
@@ -322,44 +347,46 @@ class Gateway:
             raise _BodyUnreadableError()
         return buffer
 
-    async def _proxy(self, model: _Model, request: Request, target: str,
-                     body: bytes | bytearray | None) -> Response | StreamResponse:
-        """Take a slot of the model (the body, if any, is complete by now), then exchange."""
-        stats = model.stats
-        admission = Admission.ADMITTED if model.limiter.take_now() else await model.limiter.acquire()
-        if admission is not Admission.ADMITTED:
-            stats.count(503)
-            return error_response(errors.QUEUE_FULL if admission is Admission.QUEUE_FULL else errors.QUEUE_TIMEOUT)
-        loop = asyncio.get_running_loop()
-        admitted = loop.time()
+    async def _proxy(self, model: _Model, request: Request, target: str, body: bytes | bytearray | None,
+                     held: int = 0) -> Response | StreamResponse:
+        """Take a slot of the model (the body, if any, is complete by now), then exchange; give back the
+        `held` bytes of the budget at the end. One coroutine from the slot to the relay: the task resumes
+        every frame of its chain each time the upstream sends something."""
         try:
-            return await self._exchange(request, model, target, body)
+            stats = model.stats
+            admission = Admission.ADMITTED if model.limiter.take_now() else await model.limiter.acquire()
+            if admission is not Admission.ADMITTED:
+                stats.count(503)
+                return error_response(errors.QUEUE_FULL if admission is Admission.QUEUE_FULL
+                                      else errors.QUEUE_TIMEOUT)
+            loop = asyncio.get_running_loop()
+            admitted = loop.time()
+            try:
+                host, headers = upstream_headers(
+                    request.headers, client_ip=request.remote or "", client_host=request.header("host"),
+                    strip_authorization=bool(self.tokens), injected=model.route.headers,
+                    default_host=model.route.target.authority)
+                framing = "" if body is None else f"Content-Length: {len(body)}\r\n"
+                pool = model.pool
+                lines = [f"{name}: {value}\r\n" for name, value in headers]
+                head = (f"{request.method} {pool.absolute_form}{target} HTTP/1.1\r\nHost: {host}\r\n"
+                        f"{''.join(lines)}{framing}{pool.proxy_header}\r\n").encode("utf-8", "surrogateescape")
+                sent = loop.time()
+                try:
+                    upstream = await pool.send(head, body, chunked=False, head_request=request.method == "HEAD")
+                except (UpstreamError, OSError) as exc:
+                    return self._upstream_failed(model, exc)
+                stats.latency.observe(loop.time() - sent)
+                try:
+                    return await self._relay(request, model, upstream)
+                finally:
+                    upstream.release()
+            finally:
+                model.limiter.release()
+                stats.duration.observe(loop.time() - admitted)
         finally:
-            model.limiter.release()
-            stats.duration.observe(loop.time() - admitted)
-
-    async def _exchange(self, request: Request, model: _Model, target: str,
-                        body: bytes | bytearray | None) -> Response | StreamResponse:
-        route, stats = model.route, model.stats
-        host, headers = upstream_headers(
-            request.headers, client_ip=request.remote or "", client_host=request.header("host"),
-            strip_authorization=bool(self.tokens), injected=route.headers, default_host=route.target.authority)
-        framing = "" if body is None else f"Content-Length: {len(body)}\r\n"
-        pool = model.pool
-        lines = [f"{name}: {value}\r\n" for name, value in headers]
-        head = (f"{request.method} {pool.absolute_form}{target} HTTP/1.1\r\nHost: {host}\r\n{''.join(lines)}"
-                f"{framing}{pool.proxy_header}\r\n").encode("utf-8", "surrogateescape")
-        loop = asyncio.get_running_loop()
-        sent = loop.time()
-        try:
-            upstream = await model.pool.send(head, body, chunked=False, head_request=request.method == "HEAD")
-        except (UpstreamError, OSError) as exc:
-            return self._upstream_failed(model, exc)
-        stats.latency.observe(loop.time() - sent)
-        try:
-            return await self._relay(request, model, upstream)
-        finally:
-            upstream.release()
+            if held:
+                self.budget.release(held)
 
     def _upstream_failed(self, model: _Model, exc: BaseException) -> Response:
         reason = describe(exc)
@@ -397,5 +424,8 @@ class Gateway:
             model.stats.upstream_error()
             request.transport.abort()
             return response
-        await response.write_eof()
+        # The body's end is written by the server once this returns, after the upstream connection, the
+        # slot and the body's bytes are given back (`_proxy`): a client that sends its next request as soon
+        # as the answer ends would otherwise wait for them.
+        response.end_later()
         return response

@@ -112,15 +112,17 @@ class Connection(FlowControl):
         if self.closed:
             raise UpstreamError("upstream closed the connection")
 
-    async def more(self) -> None:
-        """Wait until more data arrived; raise if the upstream closed instead."""
+    def more(self) -> asyncio.Future[None]:
+        """What to await until more data arrived; raises if the upstream closed instead. A future, not a
+        coroutine: every wait of an exchange goes through here, and each frame on the awaiting chain is
+        resumed again whenever the task wakes."""
         if self.closed:
             raise UpstreamError("upstream closed the connection mid-response")
         if self._reading_paused and self.transport is not None:
             self._reading_paused = False
             self.transport.resume_reading()
-        self._data_waiter = asyncio.get_running_loop().create_future()
-        await self._data_waiter
+        self._data_waiter = waiter = asyncio.get_running_loop().create_future()
+        return waiter
 
     def take(self, n: int) -> bytes:
         buffer = self.buffer
@@ -132,18 +134,27 @@ class Connection(FlowControl):
         del buffer[:n]
         return data
 
-    async def read_until(self, separator: bytes, limit: int) -> bytes:
-        start = 0
-        while True:
-            index = self.buffer.find(separator, start)
-            if index >= 0:
-                data = self.take(index)
-                del self.buffer[:len(separator)]
-                return data
-            if len(self.buffer) > limit:
+    def take_line(self, separator: bytes, limit: int, start: int = 0) -> bytes | None:
+        """What comes before `separator` (both taken) when it is here, else None and nothing taken;
+        UpstreamError when more than `limit` bytes came without it. `start`: where to look from."""
+        buffer = self.buffer
+        index = buffer.find(separator, start)
+        if index < 0:
+            if len(buffer) > limit:
                 raise UpstreamError("upstream sent an oversized response head or chunk line")
+            return None
+        data = self.take(index)
+        del buffer[:len(separator)]
+        return data
+
+    async def read_until(self, separator: bytes, limit: int) -> bytes:
+        """`take_line`, waiting for the separator (the caller tries take_line first when that is likely
+        to find it: no coroutine then)."""
+        start = 0
+        while (data := self.take_line(separator, limit, start)) is None:
             start = max(0, len(self.buffer) - len(separator) + 1)
             await self.more()
+        return data
 
     async def read_some(self, at_most: int) -> bytes:
         while not self.buffer:

@@ -135,4 +135,4 @@ def client_headers(upstream: Sequence[tuple[str, str]]) -> list[tuple[str, str]]
     """Upstream response headers minus hop-by-hop ones and the framing the gateway redoes."""
     named = _connection_tokens(upstream)
     return [(name, value) for name, value in upstream
-            if name.lower() not in _RESPONSE_DROP and name.lower() not in named]
+            if (lower := name.lower()) not in _RESPONSE_DROP and lower not in named]

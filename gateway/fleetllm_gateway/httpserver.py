@@ -329,7 +329,7 @@ class StreamResponse:
     `write(b"")` sends the head alone. Chunked unless its length is known; an HTTP/1.0 client gets the
     body as is and the connection closes after it."""
 
-    __slots__ = ("_chunked", "_conn", "_head", "_no_body", "_request", "finished", "length", "sent")
+    __slots__ = ("_chunked", "_conn", "_head", "_no_body", "_request", "finished", "length", "sent", "whole")
 
     def __init__(self, conn: HttpConnection, request: Request, status: int, reason: str | None,
                  headers: list[tuple[str, str]], length: int | None) -> None:
@@ -343,6 +343,7 @@ class StreamResponse:
         self.length = length
         self.sent = False  # the head went out
         self.finished = False  # the body's end went out
+        self.whole = False  # every byte of the body was written: the server writes its end (`end_later`)
 
     def _with_head(self, parts: list[bytes]) -> None:
         if not self.sent:
@@ -360,7 +361,16 @@ class StreamResponse:
             else:
                 parts.append(data)
         if parts:
-            await self._conn.send(b"".join(parts) if len(parts) > 1 else parts[0])
+            conn = self._conn
+            conn.send_now(b"".join(parts) if len(parts) > 1 else parts[0])
+            if conn._write_paused:
+                await conn._writable()
+
+    def end_later(self) -> None:
+        """The body is whole: the server writes its end once the handler has returned (and kept its books:
+        a client that sends its next request at the end of this answer need not wait for them). A handler
+        that returns a response it wrote some of, without this or `write_eof`, has it cut."""
+        self.whole = True
 
     async def write_eof(self) -> None:
         if self.finished:
@@ -374,7 +384,8 @@ class StreamResponse:
             await self._conn.send(b"".join(parts))
 
 
-Handler = Callable[[Request], Awaitable[Response | StreamResponse]]
+# A handler returns its answer, or an awaitable of it (an answer ready at once needs no coroutine).
+Handler = Callable[[Request], Response | Awaitable[Response | StreamResponse]]
 
 
 class _Refusal:
@@ -629,11 +640,17 @@ class HttpConnection(FlowControl):
     def close_after(self, request: Request) -> None:
         request.keep_alive = False
 
-    async def send(self, data: bytes) -> None:
+    def send_now(self, data: bytes) -> None:
+        """Write to the client (ConnectionResetError when it left); the caller awaits `_writable()` while
+        writing is paused. Not a coroutine: a streamed answer writes once an event."""
         transport = self.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the client closed the connection")
         transport.write(data)
+
+    async def send(self, data: bytes) -> None:
+        """`send_now`, then wait while writing is paused."""
+        self.send_now(data)
         if self._write_paused:
             await self._writable()
 
@@ -647,63 +664,61 @@ class HttpConnection(FlowControl):
             wake(self._waiting)
 
     async def _answer_all(self) -> None:
-        """The connection's one answering task: answers the queued requests in order, then waits for the
-        next, until the connection closes. One task a connection, not one a request: with the caches cold,
-        creating and registering a task costs 11-21 us more than waking one (docs/benchmarks.md, "Ninth
-        round")."""
-        while await self._answer(self._queue.popleft()):
-            if not self._queue:
-                self._waiting = self._loop.create_future()
-                try:
-                    await self._waiting
-                except asyncio.CancelledError:
-                    return  # the connection was lost
-                finally:
-                    self._waiting = None
-            if self._closed or not self._queue:
-                return
-
-    async def _answer(self, item: Request | _Refusal) -> bool:
-        """Answer one queued request (or refusal) and keep the books around it (busy-polling, the idle
-        timer); whether the connection stays open for the next."""
-        keep = False
+        """The connection's one answering task: answers the queued requests (or refusals) in order, keeping
+        the books around each (busy-polling, the idle timer), then waits for the next, until the connection
+        closes. One task a connection, not one a request: with the caches cold, creating and registering a
+        task costs 11-21 us more than waking one (docs/benchmarks.md, "Ninth round"). One frame, too: the
+        task resumes each frame of its chain whenever the upstream sends something."""
         busy_poll = self._server.busy_poll
-        if busy_poll is not None:
-            busy_poll.busy += 1
-        self._answering = True
-        try:
-            if isinstance(item, _Refusal):
-                await self._refuse(item.text)
-                return False
-            self.flow()
-            keep = await self._respond(item)
-        except asyncio.CancelledError:
-            return False  # the connection was lost
-        except OSError:
+        while True:
+            item = self._queue.popleft()
             keep = False
-        finally:
-            if isinstance(item, Request):
-                item._stream = None  # the streamed response points back at it: no cycle left for the collector
-            self._answering = False
             if busy_poll is not None:
-                busy_poll.busy -= 1
+                busy_poll.busy += 1
+            self._answering = True
+            try:
+                if isinstance(item, _Refusal):
+                    await self._refuse(item.text)
+                else:
+                    self.flow()
+                    keep = await self._respond(item)
+            except asyncio.CancelledError:
+                return  # the connection was lost
+            except OSError:
+                keep = False
+            finally:
+                if isinstance(item, Request):
+                    item._stream = None  # the streamed response points back at it: no cycle left for the collector
+                self._answering = False
+                if busy_poll is not None:
+                    busy_poll.busy -= 1
+                if not keep:
+                    self._close()
+            del item  # answered: nothing here keeps it while the connection waits
             if not keep:
-                self._close()
-        if not keep:
-            return False
-        if self._queue:
-            self.flow()
-        else:
+                return
+            if self._queue:
+                self.flow()
+                continue
             self._idle_since = self._loop.time()
             self._arm(self._idle_since)
             if busy_poll is not None:
                 busy_poll.before_client_wait()
-        return True
+            self._waiting = self._loop.create_future()
+            try:
+                await self._waiting
+            except asyncio.CancelledError:
+                return  # the connection was lost
+            finally:
+                self._waiting = None
+            if self._closed or not self._queue:
+                return
 
     async def _respond(self, request: Request) -> bool:
         """Answer one request; whether the connection stays open for the next."""
         try:
-            response = await self._server.handler(request)
+            answer = self._server.handler(request)
+            response = answer if isinstance(answer, Response) else await answer
         except asyncio.CancelledError:
             raise
         except ConnectionError:  # a write after the client left, before connection_lost cancelled the handler
@@ -719,7 +734,7 @@ class HttpConnection(FlowControl):
                 return False
             response = self._server.internal_error
         if isinstance(response, StreamResponse):
-            if response.sent and not response.finished:  # returned mid-body: the client must see it cut
+            if response.sent and not (response.finished or response.whole):  # returned mid-body: cut it
                 self.abort()
                 return False
             await response.write_eof()

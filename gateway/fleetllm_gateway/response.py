@@ -24,8 +24,11 @@ async def read_response(conn: Connection, reuse: Callable[[Connection], None], h
                         may_be_stale: bool) -> Response:
     """The first final (non-1xx) response on `conn`; StaleError when a reused one was closed unanswered."""
     while True:
-        try:
-            head = await conn.read_until(b"\r\n\r\n", MAX_HEAD_BYTES)
+        try:  # conn.read_until, inline: a frame less on the chain the task resumes when the head arrives
+            start = 0
+            while (head := conn.take_line(b"\r\n\r\n", MAX_HEAD_BYTES, start)) is None:
+                start = max(0, len(conn.buffer) - 3)
+                await conn.more()
         except UpstreamError:
             if may_be_stale and not conn.received:
                 raise StaleError() from None
@@ -144,12 +147,18 @@ class Response:
         conn = self._conn
         if conn is None or self._complete:
             return b""
+        # What is already here is taken without a coroutine (take_line, take): an event usually arrives
+        # whole, its framing with it.
         if self._chunked:
             if not self._chunk_left:
-                if self._in_chunks and await conn.read_until(b"\r\n", 2) != b"":  # the CRLF after a chunk's data
-                    raise UpstreamError("upstream sent a malformed chunk")
+                if self._in_chunks:  # the CRLF after a chunk's data
+                    end = conn.take_line(b"\r\n", 2)
+                    if (end if end is not None else await conn.read_until(b"\r\n", 2)) != b"":
+                        raise UpstreamError("upstream sent a malformed chunk")
                 self._in_chunks = True
-                line = await conn.read_until(b"\r\n", 4096)
+                line = conn.take_line(b"\r\n", 4096)
+                if line is None:
+                    line = await conn.read_until(b"\r\n", 4096)
                 size_text = line.split(b";", 1)[0].strip(b" \t")
                 if not _CHUNK_SIZE.fullmatch(size_text):
                     raise UpstreamError("upstream sent a malformed chunk")
@@ -159,11 +168,11 @@ class Response:
                         pass  # trailers are not relayed (gateway/README.md)
                     self._complete = True
                     return b""
-            data = await conn.read_some(self._chunk_left)
+            data = conn.take(self._chunk_left) if conn.buffer else await conn.read_some(self._chunk_left)
             self._chunk_left -= len(data)
             return data
         if self.content_length is not None:
-            data = await conn.read_some(self._left)
+            data = conn.take(self._left) if conn.buffer else await conn.read_some(self._left)
             self._left -= len(data)
             self._complete = not self._left
             return data

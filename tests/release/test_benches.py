@@ -73,7 +73,7 @@ def test_gateway_cold_measures_every_step_cold_and_warm() -> None:
     own checks fail the run when a step answers wrong (a request not answered 200, the model not found)."""
     out = run_bench("bench/gateway_cold.py", "--samples", "20")
     rows = [line for line in out.splitlines() if line.endswith(tuple("0123456789")) and "(" in line]
-    assert len(rows) == 7, out
+    assert len(rows) == 8, out
     for row in rows:
         cold, warm = (float(x) for x in row.split()[-3:-1])
         assert cold > 0 and warm > 0, row
