@@ -8,9 +8,12 @@ then, and each step costs several times its warm figure (docs/benchmarks.md, "Ni
 request took 86 us to parse in a worker between SSE streams, 15 us under a steady load). This bench
 measures that in one process: before each cold sample it writes one byte in every 64 of a 32 MiB buffer
 (evicting the caches), then times one call; warm samples repeat the call. Printed per step: the median
-of each, in microseconds, and their ratio. Each step's answer is checked (a 200 queued, the model found,
-the bearer accepted, the event handed out); a wrong one fails the run. `--tree`: measure the gateway of
-another checkout (or a `git archive` of its gateway/ and contract/), as bench/gateway_llmhop.py does.
+of each, in microseconds, and their ratio; the last row is a whole SSE request through the real gateway
+(HttpServer and Gateway on loopback TCP, bench/gateway_upstream.py's upstream, all in this loop), from
+the client's send to its first event. Each step's answer is checked (a 200 queued, the model found, the
+bearer accepted, the event handed out, the SSE request answered 200); a wrong one fails the run.
+`--tree`: measure the gateway of another checkout (or a `git archive` of its gateway/ and contract/), as
+bench/gateway_llmhop.py does.
 Absolute figures depend on the machine; compare steps and trees in one run.
 """
 
@@ -164,7 +167,7 @@ async def measure(samples: int) -> list[tuple[str, float, float]]:
     rows.append(("start a task (create_task)", *await timed(task, samples)))
     rows.append(("wake a waiting one instead (a future's set_result)", *await timed(future, samples)))
     await asyncio.sleep(0)
-    rows.append(("a whole SSE request, sent to its first event", *await whole_request(samples)))
+    rows.append(("a whole SSE request, sent to first event (one loop)", *await whole_request(samples)))
     return rows
 
 

@@ -1,6 +1,7 @@
 """The gateway's HTTP/1.1 server: one asyncio protocol per client connection, driving llhttp (Node's
-parser, through httptools) and handing each request to one handler coroutine, in order. The control
-plane serves with it too (reconciler/fleetllm/server/httpserver.py), with its own `Limits`.
+parser, through httptools) and handing each request to one handler, in order (it returns the answer, or an
+awaitable of it). The control plane serves with it too (reconciler/fleetllm/server/httpserver.py), with
+its own `Limits`.
 
 What a connection gets, and what it is refused (gateway/README.md, "Limits"; the constants below are
 the gateway's, and a server's `Limits` may set others):
