@@ -101,3 +101,39 @@ def test_both_paths_answer_alike_and_give_back_what_they_held(upstreams: Upstrea
             time.sleep(0.01)
         assert gateway.budget.held == 0
         assert {name: m.limiter.active for name, m in gateway.models.items() if m.limiter.active} == {}
+
+
+def test_a_streamed_answer_ends_after_its_slot_budget_and_connection_are_given_back(
+        upstreams: Upstreams, monkeypatch: Any) -> None:
+    """The terminator of a chunked answer goes out after the handler kept its books, so a client that
+    sends its next request at once never finds the slot, the body's bytes or the upstream connection
+    still held (StreamResponse.end_later)."""
+    config = parse_config(json.dumps(reference_config(upstreams, maxConcurrentRequests=4)))
+    made: list[Gateway] = []
+    seen: list[tuple[int, int, int]] = []  # (slots held, budget bytes held, idle upstream connections)
+    write_eof = StreamResponse.write_eof
+
+    async def observed(self: StreamResponse) -> None:
+        gateway, model = made[0], made[0].models["echo"]
+        seen.append((model.limiter.active, gateway.budget.held, len(model.pool._idle)))
+        await write_eof(self)
+
+    monkeypatch.setattr(StreamResponse, "write_eof", observed)
+
+    def make_handler() -> Any:
+        made.append(Gateway(config))
+        return made[-1].handle
+
+    with ThreadedHttpServer(make_handler) as server, \
+            socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        body = b'{"model":"echo"}'
+        for _ in range(3):  # one keep-alive connection, as an SSE client's
+            sock.sendall(b"POST /hop HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %b\r\nContent-Length: %d\r\n\r\n%b"
+                         % (TOKEN.encode(), len(body), body))
+            received = b""
+            while not received.endswith(b"0\r\n\r\n"):
+                chunk = sock.recv(65536)
+                assert chunk, received
+                received += chunk
+            assert received.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in received.lower()
+    assert seen == [(0, 0, 1)] * 3
