@@ -7,13 +7,20 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 
-from fleetllm_gateway.config import HEADER_NAME
 from fleetllm_gateway.connection import Connection, UpstreamError
 from fleetllm_gateway.errors import GatewayError
 
 MAX_HEAD_BYTES = 64 * 1024
 _NO_BODY_STATUS = frozenset({204, 304})
-_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+# A chunk's size line (without its CRLF): the size in hex, whitespace around it, then any extensions,
+# none with a CR, LF or NUL (where parsers that take a bare LF for a line's end would disagree).
+_CHUNK_LINE = re.compile(rb"[ \t]*([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n\x00]*)?")
+# A header line, CRLF included: a token, a colon, and a value of no CR, LF or NUL (RFC 9110, 5.5: a
+# recipient rejects them). The whole block must be such lines. Each line matches in one way only, so
+# neither pattern backtracks more than a character at a time (whitespace around a value is stripped after).
+_FIELD = r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):([^\r\n\x00]*)\r\n"
+_FIELDS = re.compile(_FIELD)
+_FIELD_BLOCK = re.compile(f"(?:{_FIELD})*")
 
 
 class StaleError(GatewayError):
@@ -42,18 +49,19 @@ async def read_response(conn: Connection, reuse: Callable[[Connection], None], h
 
 
 def _parse_head(head: bytes) -> tuple[str, int, str, list[tuple[str, str]]]:
-    lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = lines[0].partition(" ")
+    """The status line's parts and the header fields: one match checks every line, one more takes them
+    (a loop over the lines cost a call or four a field)."""
+    status_line, _, block = head.decode("latin-1").partition("\r\n")
+    version, _, rest = status_line.partition(" ")
     code, _, reason = rest.partition(" ")
     if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
         raise UpstreamError("upstream sent a malformed status line")
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        if not colon or not HEADER_NAME.fullmatch(name):  # (a name with a space once hung the client, issue 27)
-            raise UpstreamError("upstream sent a malformed header line")
-        headers.append((name, value.strip(" \t")))
-    return version, int(code), reason, headers
+    if not block:
+        return version, int(code), reason, []
+    block += "\r\n"
+    if not _FIELD_BLOCK.fullmatch(block):  # (a name with a space once hung the client, issue 27)
+        raise UpstreamError("upstream sent a malformed header line")
+    return version, int(code), reason, [(name, value.strip(" \t")) for name, value in _FIELDS.findall(block)]
 
 
 class Response:
@@ -159,10 +167,10 @@ class Response:
                 line = conn.take_line(b"\r\n", 4096)
                 if line is None:
                     line = await conn.read_until(b"\r\n", 4096)
-                size_text = line.split(b";", 1)[0].strip(b" \t")
-                if not _CHUNK_SIZE.fullmatch(size_text):
+                size = _CHUNK_LINE.fullmatch(line)
+                if size is None:
                     raise UpstreamError("upstream sent a malformed chunk")
-                self._chunk_left = int(size_text, 16)
+                self._chunk_left = int(size[1], 16)
                 if not self._chunk_left:
                     while await conn.read_until(b"\r\n", MAX_HEAD_BYTES):
                         pass  # trailers are not relayed (gateway/README.md)

@@ -102,6 +102,11 @@ def test_body_until_close_and_interim_responses() -> None:
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\nx",
     b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nBad Header: x\r\nContent-Length: 0\r\n\r\n",  # a space in a name
+    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n folded\r\n\r\n",  # obsolete line folding
+    b"HTTP/1.1 200 OK\r\nX-A: 1\nX-B: 2\r\nContent-Length: 0\r\n\r\n",  # a bare LF in a value: no smuggled field
+    b"HTTP/1.1 200 OK\r\nX-A: 1\x002\r\nContent-Length: 0\r\n\r\n",  # NUL in a value (RFC 9110, 5.5)
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5 ;x\nz\r\nhello\r\n0\r\n\r\n",  # LF in a size line
     b"",  # closed without answering
 ])
 def test_broken_upstreams_raise_upstream_error(answer: bytes) -> None:

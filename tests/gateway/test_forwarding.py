@@ -191,3 +191,18 @@ def test_upstream_failures_are_logged_sparingly(upstreams: Upstreams) -> None:
              "error": "connect failed: Connection refused", "more_since_last": 0}]
         metrics = gateway.request("GET", "/metrics").body.decode()
         assert 'fleetllm_gateway_upstream_errors_total{model="dead"} 5' in metrics
+
+
+def test_latency_and_duration_are_timed_finer_than_a_millisecond(upstreams: Upstreams) -> None:
+    """uvloop's loop time moves in whole milliseconds: exchanges timed by it summed to whole milliseconds
+    (each counted as 0 or 1 ms however long it took). The clock used counts fractions of one."""
+    with running_gateway(reference_config(upstreams)) as gateway:
+        for _ in range(5):
+            assert gateway.request("POST", "/v1/x", body=b'{"model":"echo"}').status == 200
+        metrics = gateway.request("GET", "/metrics").body.decode()
+    for name in ("upstream_latency_seconds", "request_duration_seconds"):
+        prefix = f'fleetllm_gateway_{name}_sum{{model="echo"}} '
+        total = float(next(line for line in metrics.splitlines() if line.startswith(prefix))[len(prefix):])
+        assert f'fleetllm_gateway_{name}_count{{model="echo"}} 5' in metrics
+        assert total > 0, name
+        assert abs(total * 1000 - round(total * 1000)) > 1e-6, f"{name}: {total} s is a whole number of ms"
