@@ -150,7 +150,7 @@ def naive_app(config_path: str) -> Any:
     from fleetllm.core.fleet.render import Bearers, render_box
     from fleetllm.core.fleet.validate import validate_snapshot
     from fleetllm.core.hosts import resolve_host
-    from fleetllm.server.auth import bearer_token, matches
+    from fleetllm.core.secret import bearer_token, matches
     from fleetllm.settings import load_config
 
     config = load_config(config_path)
@@ -472,9 +472,9 @@ def run(args: argparse.Namespace) -> None:
         rps = [r[variant]["rps"] for r in rounds]
         p99 = [r[variant]["p99_ms"] for r in rounds]
         p50 = [r[variant]["p50_ms"] for r in rounds]
-        cpu = [r[variant]["server_cpu_us"] for r in rounds]
+        cpu_us = [r[variant]["server_cpu_us"] for r in rounds]
         print(f"  {variant:11} req/s {spread(rps)}   p50 ms {spread(p50)}   p99 ms {spread(p99)}   "
-              f"server CPU per request us {spread(cpu)}")
+              f"server CPU per request us {spread(cpu_us)}")
     print("ratios of requests/s, pair by pair in each round, min / median / max:")
     for a, b in RATIOS:
         if a in variants and b in variants:

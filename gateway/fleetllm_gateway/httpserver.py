@@ -481,6 +481,8 @@ class HttpConnection(FlowControl):
     # left, as Go's server (LLMhop) and aiohttp's take it: its requests are cancelled (connection_lost).
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed:
+            del self._parser  # it holds this protocol: freed now, not by the next collection of reference cycles
         self._closed = True
         self._server.connections.discard(self)
         if self._timer is not None:

@@ -376,6 +376,30 @@ def test_an_answered_request_is_freed_by_reference_counting_alone(serve: Callabl
     assert len(answered) == 10 and left == []
 
 
+def test_a_closed_connection_is_freed_by_reference_counting_alone(serve: Callable[..., ThreadedHttpServer]) -> None:
+    """A connection and its parser point at each other (llhttp's callbacks are the connection's methods):
+    the link is cut when the connection is lost, so with the cyclic collector off, every connection a
+    client closed is freed at once, with its transport and task, and not at a later collection."""
+    def alive() -> int:  # HttpConnection has __slots__: no weak references
+        return sum(1 for o in gc.get_objects() if isinstance(o, httpserver.HttpConnection))
+
+    server = serve()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(10):
+            with connect(server) as sock:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                assert read_response(sock, bytearray())[0] == b"HTTP/1.1 200 OK"
+        deadline = time.monotonic() + 10  # the server sees each close a moment after the client made it
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        left = alive()
+    finally:
+        gc.enable()
+    assert left == 0
+
+
 def test_a_slow_reader_holds_the_writer_back(serve: Callable[..., ThreadedHttpServer]) -> None:
     written: list[int] = []
     chunk, total = b"y" * 65536, 1024  # 64 MiB if nothing held the handler back
