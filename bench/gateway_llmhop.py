@@ -1,7 +1,7 @@
 """The gateway against LLMhop (the Go router it is compatible with) on the same upstream, runs interleaved.
 
     python bench/gateway_llmhop.py --llmhop PATH [--rounds 5] [--seconds 4] [--connections 32,8,1]
-                                   [--workers N] [--sse-rounds 100] [--tree CHECKOUT]
+                                   [--workers N] [--sse-rounds 100] [--sse-interval 0.05] [--tree CHECKOUT]
 
 PATH is an LLMhop binary (`go build ./cmd/llmhop` in its source; docs/benchmarks.md says which version and
 how it was built here). Starts bench/gateway_upstream.py, LLMhop and the gateway (`python -m
@@ -10,7 +10,8 @@ on every request and every other setting at its default. Each round runs wrk aga
 (LLMhop first in odd rounds, the gateway first in even ones) at each connection count, the 77-byte
 body-routed POST of bench/gateway_bench.py, then the upstream directly at one connection; then the time
 to the first SSE event of `--sse-rounds` body-routed POSTs on one keep-alive connection to each, and to
-the upstream directly.
+the upstream directly. `--sse-interval` sets the upstream's time between two events (so each SSE request
+follows the last after three such gaps, idle): 0 sends them back to back, caches warm.
 
 Printed, min / median / max over the rounds: req/s and the gateway/LLMhop ratio round by round; at one
 connection the median latency and what each adds over the upstream in the same round; the SSE first
@@ -64,13 +65,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the checkout (or `git archive` of gateway/ and contract/) whose gateway runs")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=4, help="of each wrk run")
-    parser.add_argument("--connections", default="32,8,1", help="comma-separated")
+    parser.add_argument("--connections", default="32,8,1", help="comma-separated; empty: no wrk runs")
     parser.add_argument("--sse-rounds", type=int, default=100, help="SSE requests per target a round (0: none)")
+    parser.add_argument("--sse-interval", type=float, default=None,
+                        help="seconds between the upstream's SSE events (default: bench/gateway_upstream.py's)")
     args = parser.parse_args(argv)
     if not args.llmhop:
         print("no LLMhop binary: give --llmhop PATH (docs/benchmarks.md says how to build one)", file=sys.stderr)
         return 2
-    if shutil.which("wrk") is None:
+    if args.connections and shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install -y wrk", file=sys.stderr)
         return 2
     from fleetllm_gateway.workers import default_workers
@@ -80,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     script = directory / "post.lua"
     script.write_text(POST_SCRIPT % json.dumps(body_for("m")))
     upstream_port = free_port()
+    interval = [] if args.sse_interval is None else ["--sse-interval", str(args.sse_interval)]
     upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "gateway_upstream.py"), "--tcp",
-                                 str(upstream_port)])
+                                 str(upstream_port), *interval])
     started: list[subprocess.Popen[bytes]] = [upstream]
     ports: dict[str, int] = {name: free_port() for name in NAMES}
     try:

@@ -1,9 +1,10 @@
 """A minimal, fast HTTP/1.1 upstream for the gateway benchmark (the role of LLMhop's Go upstream).
 
-    python bench/gateway_upstream.py --tcp PORT --unix PATH
+    python bench/gateway_upstream.py --tcp PORT --unix PATH [--sse-interval SECONDS]
 
 Any request gets a 110-byte JSON answer with Content-Length, except `.../sse`, which streams
-`SSE_EVENTS` events `SSE_INTERVAL` s apart, chunked, the first one at once. Keep-alive, pipelining-safe.
+`SSE_EVENTS` events `--sse-interval` s apart (default SSE_INTERVAL), chunked, the first one at once.
+Keep-alive, pipelining-safe.
 Runs on uvloop when installed.
 """
 
@@ -69,7 +70,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--tcp", type=int, required=True)
     parser.add_argument("--unix", default="")
+    parser.add_argument("--sse-interval", type=float, default=SSE_INTERVAL,
+                        help="seconds between two events of an SSE answer (default %(default)s)")
     args = parser.parse_args()
+    SSE_INTERVAL = args.sse_interval
     try:
         import uvloop
     except ImportError:
