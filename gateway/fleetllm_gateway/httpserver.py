@@ -38,9 +38,9 @@ import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, cast
+from wsgiref.handlers import format_date_time  # RFC 9110's date; email.utils's formatdate weighs 1.2 MiB
 
 import httptools
 
@@ -294,7 +294,7 @@ def _head(version: str, status: int, reason: str | None, headers: Sequence[tuple
     default Content-Type added where needed."""
     now = int(time.time())
     if _date[0] != now:
-        _date[:] = [now, formatdate(now, usegmt=True).encode()]
+        _date[:] = [now, format_date_time(now).encode()]
     lines = [f"HTTP/{'1.0' if version == '1.0' else '1.1'} {status} {reason or _REASONS.get(status, '')}\r\n"]
     has_type = has_server = has_date = False
     for name, value in headers:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 
+from fleetllm_gateway.config import HEADER_NAME
 from fleetllm_gateway.connection import Connection, UpstreamError
 from fleetllm_gateway.errors import GatewayError
 
@@ -18,7 +19,7 @@ _CHUNK_LINE = re.compile(rb"[ \t]*([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n\x00]*)?")
 # A header line, CRLF included: a token, a colon, and a value of no CR, LF or NUL (RFC 9110, 5.5: a
 # recipient rejects them). The whole block must be such lines. Each line matches in one way only, so
 # neither pattern backtracks more than a character at a time (whitespace around a value is stripped after).
-_FIELD = r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):([^\r\n\x00]*)\r\n"
+_FIELD = rf"({HEADER_NAME.pattern}):([^\r\n\x00]*)\r\n"
 _FIELDS = re.compile(_FIELD)
 _FIELD_BLOCK = re.compile(f"(?:{_FIELD})*")
 
