@@ -300,3 +300,24 @@ def test_the_default_reads_the_cpus_this_process_may_use() -> None:
     from fleetllm_gateway.workers import default_workers
 
     assert default_workers() == min(len(os.sched_getaffinity(0)), 8)
+
+
+# Modules no worker needs, each of which cost every worker some 1.2 MiB when it was imported:
+# email.utils for the Date header, ctypes.util (with shutil, tempfile and bz2) to find prctl.
+UNNEEDED = ("email", "ctypes.util", "shutil", "tempfile", "bz2")
+IMPORT_ALL = """
+import json, pkgutil, importlib, sys
+import fleetllm_gateway
+for module in pkgutil.iter_modules(fleetllm_gateway.__path__):
+    if module.name != "__main__":
+        importlib.import_module("fleetllm_gateway." + module.name)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_no_module_of_the_gateway_imports_what_a_worker_does_not_need() -> None:
+    done = subprocess.run([sys.executable, "-c", IMPORT_ALL], capture_output=True, text=True, timeout=120,
+                          check=True)
+    modules = json.loads(done.stdout)
+    assert "fleetllm_gateway.workers" in modules and "fleetllm_gateway.httpserver" in modules
+    assert [m for m in modules if m in UNNEEDED or m.startswith("email.")] == []
