@@ -97,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             "models": {"m": {"url": f"http://127.0.0.1:{upstream_port}"}}}, workers, args.tree.resolve())
         started.append(procs["gateway"])
         connections = [int(c) for c in args.connections.split(",") if c]
-        print(f"LLMhop {args.llmhop}; gateway from {args.tree} --workers {workers}; {args.rounds} rounds of "
-              f"{args.seconds} s per wrk run; {os.cpu_count()} CPUs; load {_load()}", flush=True)
+        runs = f"{args.seconds} s per wrk run" if connections else "no wrk runs"
+        print(f"LLMhop {args.llmhop}; gateway from {args.tree} --workers {workers}; {args.rounds} rounds, {runs}; "
+              f"{os.cpu_count()} CPUs; load {_load()}", flush=True)
         m = Measurements(NAMES)
         for n in range(args.rounds):
             order = NAMES if n % 2 == 0 else NAMES[::-1]
