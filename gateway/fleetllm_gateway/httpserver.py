@@ -152,13 +152,11 @@ class Body:
         if not self._discard:
             self._chunks.append(data)
             self._size += len(data)
-        if self._waiter is not None:  # a body that came with its head has no reader yet: no call
-            wake(self._waiter)
+        wake(self._waiter)
 
     def feed_eof(self) -> None:
         self.complete = True
-        if self._waiter is not None:
-            wake(self._waiter)
+        wake(self._waiter)
 
     def fail(self, exc: BaseException) -> None:
         if not self.complete:
