@@ -11,14 +11,16 @@ on every request and every other setting at its default. Each round runs wrk aga
 body-routed POST of bench/gateway_bench.py, then the upstream directly at one connection; then the time
 to the first SSE event of `--sse-rounds` body-routed POSTs on one keep-alive connection to each, and to
 the upstream directly. `--sse-interval` sets the upstream's time between two events (so each SSE request
-follows the last after three such gaps, idle): 0 sends them back to back, caches warm.
+comes two such gaps after the last one's start, its own path unused meanwhile): 0 sends them back to back,
+caches warm.
 
 Printed, min / median / max over the rounds: req/s and the gateway/LLMhop ratio round by round; at one
 connection the median latency and what each adds over the upstream in the same round; the SSE first
-event's median and p90; each one's CPU time per request (utime + stime of its serving processes); RSS and
-PSS of each serving process at the end; the load average of every row. Then the issue 28 targets (at
-least 1.5x at C=32 and 1.2x at C=8 in every round, added latency at one connection and SSE first event
-at most LLMhop's, RSS per worker at most 25 MB) one line each, `met` or `FAIL`; exit 1 when one is missed.
+event's median and p90; for both latencies, the gateway/LLMhop ratio of each round; each one's CPU time
+per request (utime + stime of its serving processes); RSS and PSS of each serving process at the end; the
+load average of every row. Then the issue 28 targets (at least 1.5x at C=32 and 1.2x at C=8 in every
+round, added latency at one connection and SSE first event at most LLMhop's, RSS per worker at most 25 MB)
+one line each, `met` or `FAIL`; exit 1 when one is missed.
 The machine may be shared: the two are measured in turn, so compare them with each other. Not part of CI
 (wrk and an LLMhop binary are needed).
 """
@@ -139,6 +141,7 @@ def report(args: argparse.Namespace, connections: list[int], rps: dict[tuple[str
         for name in NAMES:
             added[name] = [t - d for t, d in zip(p50[name], p50["direct"], strict=True)]
             print(f"  {name} {spread(p50[name], '.0f')}  added {spread(added[name], '+.0f')}")
+        print(f"  added, gateway/LLMhop per round {_ratios(added['gateway'], added['llmhop'])}")
         verdicts.append((f"C=1 added latency at most LLMhop's (medians: gateway "
                          f"{statistics.median(added['gateway']):+.0f} µs, LLMhop "
                          f"{statistics.median(added['llmhop']):+.0f} µs)",
@@ -150,6 +153,7 @@ def report(args: argparse.Namespace, connections: list[int], rps: dict[tuple[str
             medians[name] = [statistics.median(t) * 1000 for t in sse[name]]
             p90s = [statistics.quantiles(t, n=10)[-1] * 1000 for t in sse[name]]
             print(f"  {name}: median {spread(medians[name], '.0f')}  p90 {spread(p90s, '.0f')}")
+        print(f"  median, gateway/LLMhop per round {_ratios(medians['gateway'], medians['llmhop'])}")
         verdicts.append((f"SSE first event at most LLMhop's (medians: gateway "
                          f"{statistics.median(medians['gateway']):.0f} µs, LLMhop "
                          f"{statistics.median(medians['llmhop']):.0f} µs)",
@@ -166,6 +170,12 @@ def report(args: argparse.Namespace, connections: list[int], rps: dict[tuple[str
     for text, met in verdicts:
         print(f"{'met ' if met else 'FAIL'} {text}")
     return 0 if all(met for _, met in verdicts) else 1
+
+
+def _ratios(gateway: list[float], llmhop: list[float]) -> str:
+    """min / median / max of the rounds' gateway/LLMhop ratios (lower is better: latencies)."""
+    ratios = [g / h for g, h in zip(gateway, llmhop, strict=True) if h > 0]
+    return spread(ratios, ".2f") if ratios else "n/a"
 
 
 if __name__ == "__main__":
