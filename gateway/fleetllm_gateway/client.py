@@ -7,7 +7,8 @@ once its head is in (response.py relays the body; connection.py is the socket si
 
 Timeouts: connecting is bounded (`connect_timeout`); a response, streaming or not, is never timed
 out. Idle connections are reused LIFO, at most `max_idle` are kept, and one idle longer than
-`IDLE_TIMEOUT` is closed rather than reused (uvicorn, behind vLLM, drops idle ones after 5 s). A
+`IDLE_TIMEOUT` is closed when it expires, by one timer a pool (uvicorn, behind vLLM, drops idle ones
+after 5 s; an upstream that never does is not left holding them until the next request). A
 request whose body is in memory is retried once on a fresh connection when a reused one turns out to
 be closed before any response byte arrived.
 """
@@ -36,7 +37,7 @@ class Pool:
     """Keep-alive connections to one target; `max_idle` is sized to the model's concurrency limit."""
 
     def __init__(self, target: Target, *, max_idle: int, connect_timeout: float, proxy: Proxy | None = None,
-                 busy_poll: BusyPoll | None = None) -> None:
+                 busy_poll: BusyPoll | None = None, idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.target = target
         self.busy_poll = busy_poll
         self.max_idle = max_idle
@@ -46,7 +47,9 @@ class Pool:
         # credentials; https ones go through a CONNECT tunnel and look like direct ones.
         self.absolute_form = f"http://{target.authority}" if proxy and target.scheme == "http" else ""
         self.proxy_header = proxy.header if proxy and target.scheme == "http" else ""
-        self._idle: list[Connection] = []
+        self.idle_timeout = idle_timeout
+        self._idle: list[Connection] = []  # oldest release first: reused from the end, expired from the start
+        self._expiry: asyncio.TimerHandle | None = None  # the next _expire, while any connection is idle
         self._closed = False  # after close() (a reload replaced this pool), released connections are closed
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if target.scheme == "https" else None
 
@@ -54,7 +57,7 @@ class Pool:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
-            if conn.closed or conn.buffer or now - conn.idle_since > IDLE_TIMEOUT:
+            if conn.closed or conn.buffer or now - conn.idle_since > self.idle_timeout:
                 conn.abort()
                 continue
             return conn
@@ -102,9 +105,29 @@ class Pool:
             return
         conn.idle_since = time.monotonic()
         self._idle.append(conn)
+        if self._expiry is None:
+            self._expiry = conn.loop.call_later(self.idle_timeout, self._expire)
+
+    def _expire(self) -> None:
+        """Close the connections idle longer than `idle_timeout` (and any the upstream closed), off every
+        request's path; come back when the oldest one left expires."""
+        self._expiry = None
+        now = time.monotonic()
+        kept: list[Connection] = []
+        for conn in self._idle:
+            if conn.closed or now - conn.idle_since >= self.idle_timeout:
+                conn.abort()
+            else:
+                kept.append(conn)
+        self._idle = kept
+        if kept:
+            self._expiry = kept[0].loop.call_later(kept[0].idle_since + self.idle_timeout - now, self._expire)
 
     def close(self) -> None:
         self._closed = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         while self._idle:
             self._idle.pop().abort()
 

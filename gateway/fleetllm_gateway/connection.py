@@ -58,7 +58,7 @@ class UpstreamError(GatewayError):
 
 
 class Connection(FlowControl):
-    __slots__ = ("_data_waiter", "_loop", "_reading_paused", "buffer", "busy_poll", "closed", "idle_since",
+    __slots__ = ("_data_waiter", "_reading_paused", "buffer", "busy_poll", "closed", "idle_since", "loop",
                  "received", "transport")
 
     def __init__(self) -> None:
@@ -75,7 +75,7 @@ class Connection(FlowControl):
     # asyncio.Protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
-        self._loop = asyncio.get_running_loop()  # once: each call of it asks the kernel for the process id
+        self.loop = asyncio.get_running_loop()  # once: each call of it asks the kernel for the process id
 
     def data_received(self, data: bytes) -> None:
         busy_poll = self.busy_poll
@@ -122,7 +122,7 @@ class Connection(FlowControl):
         if self._reading_paused and self.transport is not None:
             self._reading_paused = False
             self.transport.resume_reading()
-        self._data_waiter = waiter = self._loop.create_future()
+        self._data_waiter = waiter = self.loop.create_future()
         return waiter
 
     def take(self, n: int) -> bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import mmap
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 # Seconds: from sub-millisecond local answers to minutes-long generations.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -63,7 +64,8 @@ class Table:
         cells = self.cells
         for worker in range(self.workers):
             base = (self.unrouted(worker) if name is None else self.model(worker, name)) + offset
-            out = [a + b for a, b in zip(out, cells[base:base + count].tolist(), strict=True)]
+            # Doubles ("d"), whatever typeshed says of memoryview.tolist() (list[int]).
+            out = [a + b for a, b in zip(out, cast("list[float]", cells[base:base + count].tolist()), strict=True)]
         return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -18,7 +19,7 @@ async def _read_request(reader: asyncio.StreamReader) -> bytes:
     return await reader.readuntil(b"\r\n\r\n")
 
 
-async def _with_upstream(script: Script, test: Callable[[Pool], Awaitable[None]]) -> int:
+async def _with_upstream(script: Script, test: Callable[[Pool], Awaitable[None]], idle_timeout: float = 4.0) -> int:
     """Run `test` against a TCP server answering each connection with `script`; return the connection count."""
     connections = 0
 
@@ -34,7 +35,7 @@ async def _with_upstream(script: Script, test: Callable[[Pool], Awaitable[None]]
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    pool = Pool(Target("http", "127.0.0.1", port), max_idle=4, connect_timeout=5)
+    pool = Pool(Target("http", "127.0.0.1", port), max_idle=4, connect_timeout=5, idle_timeout=idle_timeout)
     try:
         await test(pool)
     finally:
@@ -44,8 +45,94 @@ async def _with_upstream(script: Script, test: Callable[[Pool], Awaitable[None]]
     return connections
 
 
-def _run(script: Script, test: Callable[[Pool], Awaitable[None]]) -> int:
-    return asyncio.run(asyncio.wait_for(_with_upstream(script, test), 20))
+def _run(script: Script, test: Callable[[Pool], Awaitable[None]], idle_timeout: float = 4.0) -> int:
+    return asyncio.run(asyncio.wait_for(_with_upstream(script, test, idle_timeout), 20))
+
+
+def _serve_until_eof(closed: list[int]) -> Script:
+    """An upstream that answers every request on a connection and never closes one itself: it counts, in
+    `closed`, each connection the gateway closed."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.readuntil(b"\r\n\r\n"):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async def counting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await script(reader, writer)
+        finally:
+            closed.append(1)
+
+    return counting
+
+
+def test_idle_connections_are_closed_when_they_expire_without_another_request() -> None:
+    closed: list[int] = []
+
+    async def test(pool: Pool) -> None:
+        responses = [await pool.send(HEAD, None, chunked=False, head_request=False) for _ in range(3)]
+        for response in responses:  # three connections at once, then all three idle
+            assert await response.read_all() == b"ok"
+            response.release()
+        for _ in range(500):  # no request comes: only the pool's timer can close them
+            if len(closed) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert len(closed) == 3
+
+    assert _run(_serve_until_eof(closed), test, idle_timeout=0.05) == 3
+
+
+def test_the_expiry_timer_spares_connections_in_use_and_reused_ones() -> None:
+    closed: list[int] = []
+
+    async def test(pool: Pool) -> None:
+        first = await pool.send(HEAD, None, chunked=False, head_request=False)
+        assert await first.read_all() == b"ok"
+        first.release()  # idle: the timer is armed
+        second = await pool.send(HEAD, None, chunked=False, head_request=False)  # the same connection, reused
+        await asyncio.sleep(1.2)  # past the first expiry: the connection is in use, not idle
+        assert closed == []
+        assert await second.read_all() == b"ok"
+        second.release()
+        third = await pool.send(HEAD, None, chunked=False, head_request=False)  # reused again, not expired
+        assert await third.read_all() == b"ok"
+        third.release()
+        for _ in range(500):
+            if closed:
+                break
+            await asyncio.sleep(0.01)
+        assert closed == [1]
+
+    assert _run(_serve_until_eof(closed), test, idle_timeout=0.5) == 1
+
+
+def test_the_expiry_closes_only_what_expired_and_comes_back_for_the_rest() -> None:
+    closed: list[int] = []
+
+    async def test(pool: Pool) -> None:
+        responses = [await pool.send(HEAD, None, chunked=False, head_request=False) for _ in range(2)]
+        for response in responses:
+            assert await response.read_all() == b"ok"
+            response.release()
+        older, newer = pool._idle
+        now = time.monotonic()
+        older.idle_since = now - 61  # idle for longer than the pool's 60 s
+        newer.idle_since = now - 50  # 10 s left
+        pool._expire()  # what its timer runs
+        assert pool._idle == [newer]
+        assert pool._expiry is not None  # armed again, for when the newer one expires
+        assert 0 < pool._expiry.when() - asyncio.get_running_loop().time() <= 10.5
+        for _ in range(500):
+            if closed:
+                break
+            await asyncio.sleep(0.01)
+        assert closed == [1]
+        again = await pool.send(HEAD, None, chunked=False, head_request=False)  # the newer one, reused
+        assert await again.read_all() == b"ok"
+        again.release()
+
+    assert _run(_serve_until_eof(closed), test, idle_timeout=60) == 2
 
 
 def test_keep_alive_reuses_one_connection() -> None:
