@@ -3,6 +3,7 @@
     git archive main gateway contract | tar -x -C /tmp/gw-before
     python bench/gateway_ab.py --before /tmp/gw-before [--pairs 3] [--seconds 3] [--connections 1,32]
                                [--sse-rounds 60] [--sse-routing path|body]
+                               [--before-python PYTHON] [--after-python PYTHON]
 
 Starts bench/gateway_upstream.py and two gateways on it, one from each tree (PYTHONPATH pointed at its
 `gateway/` and `contract/`), with the config of bench/gateway_workers.py (a bearer, one TCP model, a
@@ -13,7 +14,8 @@ each. Printed: min / median / max over the pairs of req/s, of the median latency
 p90, the gateway's CPU time per request (utime + stime of its serving processes over each run: steadier
 than latency on a shared machine), the load average around every row, and RSS and PSS of each
 serving process at the end. The machine may be shared: compare A with B, not with other tables. Not
-part of CI.
+part of CI. `--before-python` / `--after-python` run a gateway on another interpreter (one with httptools
+and uvloop installed): the same tree twice then compares two builds of Python.
 """
 
 from __future__ import annotations
@@ -36,13 +38,18 @@ from bench.gateway_workers import POST_SCRIPT, memory, spread, start_gateway, wr
 from bench.procstat import cpu_seconds
 
 
-def _check_tree(tree: Path) -> str:
-    """The file fleetllm_gateway is imported from with `tree`'s PYTHONPATH (it must be inside `tree`)."""
-    out = subprocess.run([sys.executable, "-c", "import fleetllm_gateway; print(fleetllm_gateway.__file__)"],
-                         env=gateway_env(tree), capture_output=True, text=True, check=True).stdout.strip()
+def _check_tree(tree: Path, python: str = sys.executable) -> str:
+    """The file fleetllm_gateway is imported from with `tree`'s PYTHONPATH (it must be inside `tree`), and
+    the interpreter that runs it."""
+    check = "import fleetllm_gateway, httptools, sys; print(fleetllm_gateway.__file__); print(sys.version.split()[0])"
+    result = subprocess.run([python, "-c", check], env=gateway_env(tree), capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(f"{python} cannot run the gateway of {tree} (it needs httptools, and uvloop to compare "
+                         f"like with like): {result.stderr.strip().splitlines()[-1] if result.stderr else ''}")
+    out, version = result.stdout.split()
     if not out.startswith(str(tree.resolve())):
         raise SystemExit(f"{tree}: fleetllm_gateway is imported from {out}, not from the tree")
-    return out
+    return f"{out}, Python {version} ({python})"
 
 
 def _serving(pid: int) -> list[int]:
@@ -97,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, required=True, help="the A tree (holding gateway/ and contract/)")
     parser.add_argument("--after", type=Path, default=ROOT, help="the B tree (default: this checkout)")
+    parser.add_argument("--before-python", default=sys.executable,
+                        help="the Python that runs A (default: this one); with httptools and uvloop installed")
+    parser.add_argument("--after-python", default=sys.executable, help="the Python that runs B (default: this one)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=3, help="of each wrk run")
@@ -111,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         print("wrk is not installed: apt-get install -y wrk", file=sys.stderr)
         return 2
     trees = {"A": args.before.resolve(), "B": args.after.resolve()}
+    pythons = {"A": args.before_python, "B": args.after_python}
     for name, tree in trees.items():
-        print(f"{name}: {_check_tree(tree)}")
+        print(f"{name}: {_check_tree(tree, pythons[name])}")
     directory = Path(tempfile.mkdtemp(prefix="gw-ab-"))
     script = directory / "post.lua"
     script.write_text(POST_SCRIPT % json.dumps(body_for("m")))
@@ -127,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             ports[name] = free_port()
             config = {"host": "127.0.0.1", "port": ports[name], "authTokens": [TOKEN],
                       "models": {"m": {"url": f"http://127.0.0.1:{upstream_port}", "maxConcurrentRequests": 1024}}}
-            gateways[name] = start_gateway(directory, name, config, args.workers, tree)
+            gateways[name] = start_gateway(directory, name, config, args.workers, tree, pythons[name])
         print(f"{args.pairs} pairs, {args.seconds} s per wrk run, --workers {args.workers}, load {_load()}")
         connections = [int(c) for c in args.connections.split(",") if c]
         m = Measurements(("A", "B"))

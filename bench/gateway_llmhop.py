@@ -2,11 +2,13 @@
 
     python bench/gateway_llmhop.py --llmhop PATH [--rounds 5] [--seconds 4] [--connections 32,8,1]
                                    [--workers N] [--sse-rounds 100] [--sse-interval 0.05] [--tree CHECKOUT]
+                                   [--gateway-python PYTHON]
 
 PATH is an LLMhop binary (`go build ./cmd/llmhop` in its source; docs/benchmarks.md says which version and
 how it was built here). Starts bench/gateway_upstream.py, LLMhop and the gateway (`python -m
-fleetllm_gateway`, `--workers` its default unless given) on it, both with one model `m`, a bearer checked
-on every request and every other setting at its default. Each round runs wrk against the two in turn
+fleetllm_gateway` on `--gateway-python`, this Python unless given; `--workers` its default unless given)
+on it, both with one model `m`, a bearer checked on every request and every other setting at its default.
+Each round runs wrk against the two in turn
 (LLMhop first in odd rounds, the gateway first in even ones) at each connection count, the 77-byte
 body-routed POST of bench/gateway_bench.py, then the upstream directly at one connection; then the time
 to the first SSE event of `--sse-rounds` body-routed POSTs on one keep-alive connection to each, and to
@@ -65,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="the gateway's --workers (default: its own)")
     parser.add_argument("--tree", type=Path, default=ROOT,
                         help="the checkout (or `git archive` of gateway/ and contract/) whose gateway runs")
+    parser.add_argument("--gateway-python", default=sys.executable,
+                        help="the Python that runs the gateway (default: this one), with httptools and uvloop "
+                             "installed: a box runs the gateway on its own Python")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=4, help="of each wrk run")
     parser.add_argument("--connections", default="32,8,1", help="comma-separated; empty: no wrk runs")
@@ -96,11 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         started.append(procs["llmhop"])
         procs["gateway"] = start_gateway(directory, "gateway", {
             "host": "127.0.0.1", "port": ports["gateway"], "authTokens": [TOKEN],
-            "models": {"m": {"url": f"http://127.0.0.1:{upstream_port}"}}}, workers, args.tree.resolve())
+            "models": {"m": {"url": f"http://127.0.0.1:{upstream_port}"}}}, workers, args.tree.resolve(),
+            args.gateway_python)
         started.append(procs["gateway"])
         connections = [int(c) for c in args.connections.split(",") if c]
         runs = f"{args.seconds} s per wrk run" if connections else "no wrk runs"
-        print(f"LLMhop {args.llmhop}; gateway from {args.tree} --workers {workers}; {args.rounds} rounds, {runs}; "
+        print(f"LLMhop {args.llmhop}; gateway from {args.tree} on {_python(args.gateway_python)} --workers {workers}; "
+              f"{args.rounds} rounds, {runs}; "
               f"{os.cpu_count()} CPUs; load {_load()}", flush=True)
         m = Measurements(NAMES)
         for n in range(args.rounds):
@@ -170,6 +177,13 @@ def report(args: argparse.Namespace, connections: list[int], rps: dict[tuple[str
     for text, met in verdicts:
         print(f"{'met ' if met else 'FAIL'} {text}")
     return 0 if all(met for _, met in verdicts) else 1
+
+
+def _python(python: str) -> str:
+    """`python` and its version, as the gateway sees it."""
+    version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    return f"{python} (Python {version})"
 
 
 def _ratios(gateway: list[float], llmhop: list[float]) -> str:
