@@ -30,6 +30,9 @@ from fleetllm_gateway.target import Target
 __all__ = ["IDLE_TIMEOUT", "Pool", "Response", "UpstreamError", "describe"]
 
 IDLE_TIMEOUT = 4.0
+# The expiry timer fires this much after a connection's time is up: uvloop rounds a timer to whole
+# milliseconds of a clock read once a loop pass, so one due sooner may fire before its time and spin.
+_EXPIRY_SLACK = 0.01
 SMALL_WRITE = 64 * 1024  # bodies up to this size go out in one write with the head
 
 
@@ -106,7 +109,7 @@ class Pool:
         conn.idle_since = time.monotonic()
         self._idle.append(conn)
         if self._expiry is None:
-            self._expiry = conn.loop.call_later(self.idle_timeout, self._expire)
+            self._expiry = conn.loop.call_later(self.idle_timeout + _EXPIRY_SLACK, self._expire)
 
     def _expire(self) -> None:
         """Close the connections idle longer than `idle_timeout` (and any the upstream closed), off every
@@ -121,7 +124,8 @@ class Pool:
                 kept.append(conn)
         self._idle = kept
         if kept:
-            self._expiry = kept[0].loop.call_later(kept[0].idle_since + self.idle_timeout - now, self._expire)
+            due = kept[0].idle_since + self.idle_timeout - now
+            self._expiry = kept[0].loop.call_later(due + _EXPIRY_SLACK, self._expire)
 
     def close(self) -> None:
         self._closed = True
