@@ -45,7 +45,7 @@ def _check_tree(tree: Path, python: str = sys.executable) -> str:
     result = subprocess.run([python, "-c", check], env=gateway_env(tree), capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"{python} cannot run the gateway of {tree} (it needs httptools, and uvloop to compare "
-                         f"like with like): {result.stderr.strip().splitlines()[-1] if result.stderr else ''}")
+                         f"like with like): {(result.stderr.strip().splitlines() or [''])[-1]}")
     out, version = result.stdout.split()
     if not out.startswith(str(tree.resolve())):
         raise SystemExit(f"{tree}: fleetllm_gateway is imported from {out}, not from the tree")

@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gateway_ab import Measurements, _load
+from bench.gateway_ab import Measurements, _check_tree, _load
 from bench.gateway_bench import TOKEN, body_for, free_port, sse_request, wait_port
 from bench.gateway_workers import POST_SCRIPT, memory, spread, start_gateway
 
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.connections and shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install -y wrk", file=sys.stderr)
         return 2
+    gateway_from = _check_tree(args.tree.resolve(), args.gateway_python)  # before anything starts
     from fleetllm_gateway.workers import default_workers
 
     workers = args.workers or default_workers()
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         started.append(procs["gateway"])
         connections = [int(c) for c in args.connections.split(",") if c]
         runs = f"{args.seconds} s per wrk run" if connections else "no wrk runs"
-        print(f"LLMhop {args.llmhop}; gateway from {args.tree} on {_python(args.gateway_python)} --workers {workers}; "
+        print(f"LLMhop {args.llmhop}; gateway {gateway_from} --workers {workers}; "
               f"{args.rounds} rounds, {runs}; "
               f"{os.cpu_count()} CPUs; load {_load()}", flush=True)
         m = Measurements(NAMES)
@@ -177,13 +178,6 @@ def report(args: argparse.Namespace, connections: list[int], rps: dict[tuple[str
     for text, met in verdicts:
         print(f"{'met ' if met else 'FAIL'} {text}")
     return 0 if all(met for _, met in verdicts) else 1
-
-
-def _python(python: str) -> str:
-    """`python` and its version, as the gateway sees it."""
-    version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-    return f"{python} (Python {version})"
 
 
 def _ratios(gateway: list[float], llmhop: list[float]) -> str:

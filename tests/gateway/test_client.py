@@ -54,16 +54,21 @@ def _serve_until_eof(closed: list[int]) -> Script:
     `closed`, each connection the gateway closed."""
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await reader.readuntil(b"\r\n\r\n"):
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-
-    async def counting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await script(reader, writer)
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         finally:
             closed.append(1)
 
-    return counting
+    return script
+
+
+async def _closed_by_then(closed: list[int], count: int) -> None:
+    """Wait (5 s at most) until the upstream has seen `count` connections closed."""
+    for _ in range(500):
+        if len(closed) >= count:
+            return
+        await asyncio.sleep(0.01)
 
 
 def test_idle_connections_are_closed_when_they_expire_without_another_request() -> None:
@@ -74,10 +79,7 @@ def test_idle_connections_are_closed_when_they_expire_without_another_request() 
         for response in responses:  # three connections at once, then all three idle
             assert await response.read_all() == b"ok"
             response.release()
-        for _ in range(500):  # no request comes: only the pool's timer can close them
-            if len(closed) == 3:
-                break
-            await asyncio.sleep(0.01)
+        await _closed_by_then(closed, 3)  # no request comes: only the pool's timer can close them
         assert len(closed) == 3
 
     assert _run(_serve_until_eof(closed), test, idle_timeout=0.05) == 3
@@ -98,10 +100,7 @@ def test_the_expiry_timer_spares_connections_in_use_and_reused_ones() -> None:
         third = await pool.send(HEAD, None, chunked=False, head_request=False)  # reused again, not expired
         assert await third.read_all() == b"ok"
         third.release()
-        for _ in range(500):
-            if closed:
-                break
-            await asyncio.sleep(0.01)
+        await _closed_by_then(closed, 1)
         assert closed == [1]
 
     assert _run(_serve_until_eof(closed), test, idle_timeout=0.5) == 1
@@ -123,10 +122,7 @@ def test_the_expiry_closes_only_what_expired_and_comes_back_for_the_rest() -> No
         assert pool._idle == [newer]
         assert pool._expiry is not None  # armed again, for when the newer one expires
         assert 0 < pool._expiry.when() - asyncio.get_running_loop().time() <= 10.5
-        for _ in range(500):
-            if closed:
-                break
-            await asyncio.sleep(0.01)
+        await _closed_by_then(closed, 1)
         assert closed == [1]
         again = await pool.send(HEAD, None, chunked=False, head_request=False)  # the newer one, reused
         assert await again.read_all() == b"ok"
