@@ -4,6 +4,7 @@
     python bench/gateway_ab.py --before /tmp/gw-before [--pairs 3] [--seconds 3] [--connections 1,32]
                                [--sse-rounds 60] [--sse-routing path|body]
                                [--before-python PYTHON] [--after-python PYTHON]
+                               [--before-native DIR] [--after-native DIR]
 
 Starts bench/gateway_upstream.py and two gateways on it, one from each tree (PYTHONPATH pointed at its
 `gateway/` and `contract/`), with the config of bench/gateway_workers.py (a bearer, one TCP model, a
@@ -15,7 +16,9 @@ p90, the gateway's CPU time per request (utime + stime of its serving processes 
 than latency on a shared machine), the load average around every row, and RSS and PSS of each
 serving process at the end. The machine may be shared: compare A with B, not with other tables. Not
 part of CI. `--before-python` / `--after-python` run a gateway on another interpreter (one with httptools
-and uvloop installed): the same tree twice then compares two builds of Python.
+and uvloop installed): the same tree twice then compares two builds of Python. `--before-native` /
+`--after-native` run one on a build of its compiled modules (tools/build_gateway_native.py, from that
+tree for that Python version): the same tree twice then compares it compiled with its Python modules.
 """
 
 from __future__ import annotations
@@ -38,18 +41,23 @@ from bench.gateway_workers import POST_SCRIPT, memory, spread, start_gateway, wr
 from bench.procstat import cpu_seconds
 
 
-def _check_tree(tree: Path, python: str = sys.executable) -> str:
-    """The file fleetllm_gateway is imported from with `tree`'s PYTHONPATH (it must be inside `tree`), and
-    the interpreter that runs it."""
+def _check_tree(tree: Path, python: str = sys.executable, native: Path | None = None) -> str:
+    """The file fleetllm_gateway is imported from with `tree`'s PYTHONPATH (it must be inside `tree`), the
+    interpreter that runs it, and whether its request path is compiled (it must be when `native` is given:
+    a build that does not fit is refused here, with the reason)."""
     check = "import fleetllm_gateway, httptools, sys; print(fleetllm_gateway.__file__); print(sys.version.split()[0])"
-    result = subprocess.run([python, "-c", check], env=gateway_env(tree), capture_output=True, text=True)
+    if native:
+        check += "; from fleetllm_gateway.native import STATUS as s; print(s.reason or ('' if s.compiled else '?'))"
+    result = subprocess.run([python, "-c", check], env=gateway_env(tree, native), capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"{python} cannot run the gateway of {tree} (it needs httptools, and uvloop to compare "
                          f"like with like): {(result.stderr.strip().splitlines() or [''])[-1]}")
-    out, version = result.stdout.split()
+    out, version, *reason = result.stdout.splitlines()
     if not out.startswith(str(tree.resolve())):
         raise SystemExit(f"{tree}: fleetllm_gateway is imported from {out}, not from the tree")
-    return f"{out}, Python {version} ({python})"
+    if native and reason and reason[0]:
+        raise SystemExit(f"{tree}: the build {native} is not used: {reason[0]}")
+    return f"{out}, Python {version} ({python}), " + (f"compiled ({native})" if native else "Python modules")
 
 
 def _serving(pid: int) -> list[int]:
@@ -107,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-python", default=sys.executable,
                         help="the Python that runs A (default: this one); with httptools and uvloop installed")
     parser.add_argument("--after-python", default=sys.executable, help="the Python that runs B (default: this one)")
+    parser.add_argument("--before-native", type=Path, default=None,
+                        help="a build of A's compiled modules (tools/build_gateway_native.py) for A to run on")
+    parser.add_argument("--after-native", type=Path, default=None, help="the same for B")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=3, help="of each wrk run")
@@ -122,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     trees = {"A": args.before.resolve(), "B": args.after.resolve()}
     pythons = {"A": args.before_python, "B": args.after_python}
+    natives = {"A": args.before_native, "B": args.after_native}
     for name, tree in trees.items():
-        print(f"{name}: {_check_tree(tree, pythons[name])}")
+        print(f"{name}: {_check_tree(tree, pythons[name], natives[name])}")
     directory = Path(tempfile.mkdtemp(prefix="gw-ab-"))
     script = directory / "post.lua"
     script.write_text(POST_SCRIPT % json.dumps(body_for("m")))
@@ -138,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             ports[name] = free_port()
             config = {"host": "127.0.0.1", "port": ports[name], "authTokens": [TOKEN],
                       "models": {"m": {"url": f"http://127.0.0.1:{upstream_port}", "maxConcurrentRequests": 1024}}}
-            gateways[name] = start_gateway(directory, name, config, args.workers, tree, pythons[name])
+            gateways[name] = start_gateway(directory, name, config, args.workers, tree, pythons[name],
+                                           natives[name])
         print(f"{args.pairs} pairs, {args.seconds} s per wrk run, --workers {args.workers}, load {_load()}")
         connections = [int(c) for c in args.connections.split(",") if c]
         m = Measurements(("A", "B"))

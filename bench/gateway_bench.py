@@ -42,11 +42,16 @@ _MESSAGE = '{"model":"%s","messages":[{"role":"user","content":"hi"}],"max_token
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
-def gateway_env(tree: Path = ROOT) -> dict[str, str]:
+def gateway_env(tree: Path = ROOT, native: Path | None = None) -> dict[str, str]:
     """The environment that runs the gateway of `tree` (a checkout, or a `git archive` of gateway/ and
     contract/): those two folders first on the path. PYTHONPATH=tree alone is not enough: the venv's
-    editable install puts one checkout's gateway/ on the path, and that one would be imported."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / part) for part in ("gateway", "contract"))}
+    editable install puts one checkout's gateway/ on the path, and that one would be imported. `native`:
+    a build of its compiled modules (tools/build_gateway_native.py) to run on; else none, whatever this
+    process's environment says."""
+    env = {k: v for k, v in os.environ.items() if k != "FLEETLLM_GATEWAY_NATIVE"}
+    if native is not None:
+        env["FLEETLLM_GATEWAY_NATIVE"] = str(native.resolve())
+    return {**env, "PYTHONPATH": os.pathsep.join(str(tree / part) for part in ("gateway", "contract"))}
 
 
 def body_for(model: str) -> str:

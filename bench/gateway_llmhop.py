@@ -2,11 +2,12 @@
 
     python bench/gateway_llmhop.py --llmhop PATH [--rounds 5] [--seconds 4] [--connections 32,8,1]
                                    [--workers N] [--sse-rounds 100] [--sse-interval 0.05] [--tree CHECKOUT]
-                                   [--gateway-python PYTHON]
+                                   [--gateway-python PYTHON] [--native DIR]
 
 PATH is an LLMhop binary (`go build ./cmd/llmhop` in its source; docs/benchmarks.md says which version and
 how it was built here). Starts bench/gateway_upstream.py, LLMhop and the gateway (`python -m
-fleetllm_gateway` on `--gateway-python`, this Python unless given; `--workers` its default unless given)
+fleetllm_gateway` on `--gateway-python`, this Python unless given; `--workers` its default unless given;
+compiled with `--native`, a build of tools/build_gateway_native.py from that tree for that Python version)
 on it, both with one model `m`, a bearer checked on every request and every other setting at its default.
 Each round runs wrk against the two in turn
 (LLMhop first in odd rounds, the gateway first in even ones) at each connection count, the 77-byte
@@ -18,7 +19,8 @@ caches warm.
 
 Printed, min / median / max over the rounds: req/s and the gateway/LLMhop ratio round by round; at one
 connection the median latency and what each adds over the upstream in the same round; the SSE first
-event's median and p90; for both latencies, the gateway/LLMhop ratio of each round; each one's CPU time
+event's median and p90; for both latencies, the gateway/LLMhop ratio of each round, in how many rounds the
+gateway was ahead and a distribution-free 95 % interval for the median ratio; each one's CPU time
 per request (utime + stime of its serving processes); RSS and PSS of each serving process at the end; the
 load average of every row. Then the issue 28 targets (at least 1.5x at C=32 and 1.2x at C=8 in every
 round, added latency at one connection and SSE first event at most LLMhop's, RSS per worker at most 25 MB)
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -70,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gateway-python", default=sys.executable,
                         help="the Python that runs the gateway (default: this one), with httptools and uvloop "
                              "installed: a box runs the gateway on its own Python")
+    parser.add_argument("--native", type=Path, default=None,
+                        help="a build of the gateway's compiled modules (tools/build_gateway_native.py) to run on")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=4, help="of each wrk run")
     parser.add_argument("--connections", default="32,8,1", help="comma-separated; empty: no wrk runs")
@@ -83,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.connections and shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install -y wrk", file=sys.stderr)
         return 2
-    gateway_from = _check_tree(args.tree.resolve(), args.gateway_python)  # before anything starts
+    gateway_from = _check_tree(args.tree.resolve(), args.gateway_python, args.native)  # before anything starts
     from fleetllm_gateway.workers import default_workers
 
     workers = args.workers or default_workers()
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         procs["gateway"] = start_gateway(directory, "gateway", {
             "host": "127.0.0.1", "port": ports["gateway"], "authTokens": [TOKEN],
             "models": {"m": {"url": f"http://127.0.0.1:{upstream_port}"}}}, workers, args.tree.resolve(),
-            args.gateway_python)
+            args.gateway_python, args.native)
         started.append(procs["gateway"])
         connections = [int(c) for c in args.connections.split(",") if c]
         runs = f"{args.seconds} s per wrk run" if connections else "no wrk runs"
@@ -181,9 +186,31 @@ def report(args: argparse.Namespace, connections: list[int], rps: dict[tuple[str
 
 
 def _ratios(gateway: list[float], llmhop: list[float]) -> str:
-    """min / median / max of the rounds' gateway/LLMhop ratios (lower is better: latencies)."""
+    """min / median / max of the rounds' gateway/LLMhop ratios (lower is better: latencies), in how many
+    rounds the gateway was ahead (at most 1), and an interval for the median ratio."""
     ratios = [g / h for g, h in zip(gateway, llmhop, strict=True) if h > 0]
-    return spread(ratios, ".2f") if ratios else "n/a"
+    if not ratios:
+        return "n/a"
+    ahead = sum(r <= 1 for r in ratios)
+    low, high, coverage = median_interval(ratios)
+    return (f"{spread(ratios, '.2f')}; gateway ahead in {ahead} of {len(ratios)} rounds; median ratio "
+            f"between {low:.2f} and {high:.2f} ({coverage:.0%} interval)")
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of what `values` sample: the order statistics k and
+    n + 1 - k, with the largest k whose coverage (a binomial sum, the rounds taken as independent) is still
+    at least `confidence`; with too few values for that, the smallest and largest. Returns (low, high,
+    coverage)."""
+    ordered, n = sorted(values), len(values)
+
+    def coverage(k: int) -> float:  # P(X_(k) <= median <= X_(n+1-k)), X ~ Binomial(n, 1/2)
+        return sum(math.comb(n, i) for i in range(k, n + 1 - k)) / (1 << n)
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return ordered[k - 1], ordered[n - k], coverage(k)
 
 
 if __name__ == "__main__":

@@ -44,13 +44,14 @@ wrk.headers["Content-Type"] = "application/json"
 
 
 def start_gateway(directory: Path, name: str, config: dict[str, object], workers: int,
-                  tree: Path = ROOT, python: str = sys.executable) -> subprocess.Popen[bytes]:
+                  tree: Path = ROOT, python: str = sys.executable,
+                  native: Path | None = None) -> subprocess.Popen[bytes]:
     path = directory / f"{name}.json"
     path.write_text(json.dumps(config))
     notify_path = str(directory / f"{name}.notify")
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
         notify.bind(notify_path)
-        env = {**gateway_env(tree), "NOTIFY_SOCKET": notify_path}
+        env = {**gateway_env(tree, native), "NOTIFY_SOCKET": notify_path}
         proc = subprocess.Popen([python, "-m", "fleetllm_gateway", "--config", str(path), "--workers",
                                  str(workers)], env=env)
         if not select.select([notify], [], [], 60)[0] or notify.recv(64) != b"READY=1":

@@ -341,7 +341,7 @@ class Gateway:
                 if unyielded >= 1 << 20:
                     unyielded = 0
                     await asyncio.sleep(0)
-        except ConnectionError:  # the client left, or broke the body's framing (httpserver.IncompleteBodyError)
+        except ConnectionError:  # the client left, or broke the body's framing (errors.IncompleteBodyError)
             raise _BodyUnreadableError() from None
         if length and filled < length:  # the client stopped before the end
             raise _BodyUnreadableError()

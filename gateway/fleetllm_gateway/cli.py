@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from fleetllm_contract.logfmt import add_level_argument, configure, resolve_level
-from fleetllm_gateway import __version__
+from fleetllm_gateway import __version__, native
 from fleetllm_gateway.busypoll import DEFAULT_LIMIT_US
 from fleetllm_gateway.config import ConfigError, GatewayConfig, load_config
 
@@ -89,6 +89,9 @@ def run(config_path: Path, *, check: bool, log_level: str | None = None, box_jso
         print(f"fleetllm-gateway: {exc}", file=sys.stderr)
         return 2
     configure(logging.getLogger(), level, fmt="text" if check else "json", prog="fleetllm-gateway")
+    if native.STATUS.asked and not native.STATUS.compiled:
+        log.warning("compiled modules not used, running the Python ones", extra={"fields": {
+            "reason": native.STATUS.reason}})
     try:
         config = load_config(config_path, expand_secrets=not check, box_json=box_json)
     except ConfigError as exc:

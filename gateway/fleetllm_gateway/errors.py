@@ -8,7 +8,7 @@ messages, as OpenAI-style JSON bodies).
     ├── BindError         the listening socket cannot be had (serve.py)
     ├── BodyError         a body-routed request's body names no model: carries its ErrorResponse
     ├── IncompleteBodyError  a request body that cannot end: the client left or broke its framing
-    │                     (httpserver.py; also a ConnectionError)
+    │                     (raised by httpserver.py; also a ConnectionError)
     ├── UpstreamError     the exchange with a model's server failed (connection.py)
     └── StaleError        a pooled connection was closed by the server before reuse (response.py)
 
@@ -74,3 +74,9 @@ class BodyError(GatewayError):
     def __init__(self, error: ErrorResponse) -> None:
         super().__init__(error.message)
         self.error = error
+
+
+class IncompleteBodyError(GatewayError, ConnectionError):
+    """The request body ended before its end (the client left) or broke its framing (httpserver.py).
+    Defined here, not in httpserver.py: a class that inherits a built-in exception other than Exception
+    cannot be compiled (fleetllm_gateway.native), and this module never is."""

@@ -47,7 +47,7 @@ import httptools
 from fleetllm_gateway import errors
 from fleetllm_gateway.busypoll import BusyPoll
 from fleetllm_gateway.connection import HIGH_WATER, FlowControl, wake
-from fleetllm_gateway.errors import GatewayError
+from fleetllm_gateway.errors import IncompleteBodyError
 
 log = logging.getLogger("gateway")
 
@@ -128,10 +128,6 @@ class _RefusedError(Exception):
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self.text = text
-
-
-class IncompleteBodyError(GatewayError, ConnectionError):
-    """The request body ended before its end (the client left) or broke its framing."""
 
 
 class Body:
@@ -413,6 +409,7 @@ class HttpConnection(FlowControl):
                  "_headers", "_idle_since", "_index", "_loop", "_parser", "_parsing", "_queue", "_raw_left",
                  "_reading_done", "_reading_paused", "_requests", "_server", "_timer", "_url", "_waiting", "_worker",
                  "limits", "remote", "transport")
+    __deletable__ = ("_parser",)  # connection_lost deletes it; compiled (fleetllm_gateway.native), a class says so
 
     def __init__(self, server: HttpServer) -> None:
         super().__init__()

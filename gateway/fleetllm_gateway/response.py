@@ -5,7 +5,7 @@ out as it arrives, de-chunked, so SSE events pass one by one. Trailers are read 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 from fleetllm_gateway.config import HEADER_NAME
 from fleetllm_gateway.connection import Connection, UpstreamError
@@ -142,11 +142,6 @@ class Response:
         while piece := await self.next_chunk():
             pieces.append(piece)
         return b"".join(pieces)
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body piece by piece, as `next_chunk` hands it out."""
-        while piece := await self.next_chunk():
-            yield piece
 
     async def next_chunk(self) -> bytes:
         """The next piece of the body as it arrives (de-chunked: never a chunk's framing), b"" at its end.

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from fleetllm_contract.sdnotify import sd_notify
+from fleetllm_gateway import native
 from fleetllm_gateway.app import Gateway
 from fleetllm_gateway.busypoll import DEFAULT_LIMIT_US, BusyPoll
 from fleetllm_gateway.config import ConfigError, GatewayConfig
@@ -139,7 +140,8 @@ def reloaded(running: GatewayConfig, reload: Callable[[], GatewayConfig]) -> Gat
 
 def log_listening(config: GatewayConfig, workers: int, event: str = "listening") -> None:
     log.info(event, extra={"fields": {"listen": config.listen_address, "models": len(config.models),
-                                      "listed": len(config.listed), "workers": workers}})
+                                      "listed": len(config.listed), "workers": workers,
+                                      "compiled": native.STATUS.compiled}})
 
 
 def notify(state: str, *, quiet: bool = False) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from fleetllm.demo.procs import free_port as free_port  # re-exported for this package's tests
+from fleetllm_gateway import native
 from tests.gateway.upstreams import Running, start_tcp_echo, start_unix_echo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,6 +150,9 @@ class GatewayProcess:
                     assert message == "READY=1", message
                     # READY=1 means the listener is bound: a connection succeeds at once.
                     socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
+                    if os.environ.get(native.ENV) and '"event":"listening"' in self.stderr():
+                        # The suite on a compiled build (tests/gateway/test_native.py): so is every gateway.
+                        assert '"compiled":true' in self.stderr(), self.stderr()
                     return True
                 if self.proc.poll() is not None:
                     if "address already in use" in self.stderr().lower():
@@ -221,3 +225,10 @@ def gw(upstreams: Upstreams) -> Iterator[GatewayProcess]:
     """One gateway with the reference fixture config, shared by a test module."""
     with running_gateway(reference_config(upstreams)) as process:
         yield process
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The suite on a compiled build (tests/gateway/test_native.py) stops at once when the build is not
+    in use: passing on the Python modules would prove nothing about it."""
+    if os.environ.get(native.ENV) and not native.STATUS.compiled:
+        pytest.exit(f"{native.ENV} is set but its build is not used: {native.STATUS.reason}", returncode=3)

@@ -10,11 +10,15 @@ import socket
 import time
 from typing import Any
 
+import pytest
+
 from fleetllm_gateway.app import Gateway
 from fleetllm_gateway.config import parse_config
 from fleetllm_gateway.httpserver import Body, Request, Response, StreamResponse
 from tests.gateway.conftest import TOKEN, Upstreams, reference_config
 from tests.support.gateway_thread import ThreadedHttpServer
+
+pytestmark = pytest.mark.python_modules  # stand-in connections and patched methods: not on a compiled build
 
 
 class _Conn:

@@ -315,6 +315,7 @@ def test_a_streamed_head_goes_out_with_the_first_chunk(serve: Callable[..., Thre
         assert read_response(sock, buffered)[2] == b"data: 1\n\ndata: 2\n\n"
 
 
+@pytest.mark.python_modules  # reads the task's coroutine's __qualname__, which compiled code has not
 def test_a_connection_has_one_answering_task_that_ends_with_it(serve: Callable[..., ThreadedHttpServer]) -> None:
     """The requests of a keep-alive connection are answered by one task, which waits between them; when
     the client closes the connection, that task ends (no task is left behind by connections gone)."""

@@ -103,7 +103,7 @@ def connection_limits(header_timeout_s: float, max_header_bytes: int, body_timeo
 
 class _BodyLateError(ConnectionError):
     """A request body that did not arrive within server.body_timeout_s: the connection is closed without
-    an answer (as it is when a body breaks its framing: fleetllm_gateway.httpserver.IncompleteBodyError)."""
+    an answer (as it is when a body breaks its framing: fleetllm_gateway.errors.IncompleteBodyError)."""
 
 
 def _refusal(text: str) -> Response:
