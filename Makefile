@@ -97,8 +97,14 @@ bench-config-answer: $(STAMP)
 bench-reconcile: $(STAMP)
 	$(BIN)/python bench/reconcile_pass.py --boxes 1000
 
+# The gateway's request path compiled for the venv's Python (gateway/README.md, "Compiled"); run a gateway
+# on it with FLEETLLM_GATEWAY_NATIVE=build/gateway-native.
+.PHONY: gateway-native
+gateway-native: $(STAMP)
+	$(BIN)/python tools/build_gateway_native.py build/gateway-native
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build/gateway-native
 
 # Screenshots of the status pages (docs/screenshots/), taken by the browser tests (needs /usr/bin/chromium).
 .PHONY: screenshots

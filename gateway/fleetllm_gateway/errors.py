@@ -9,6 +9,8 @@ messages, as OpenAI-style JSON bodies).
     ├── BodyError         a body-routed request's body names no model: carries its ErrorResponse
     ├── IncompleteBodyError  a request body that cannot end: the client left or broke its framing
     │                     (raised by httpserver.py; also a ConnectionError)
+    ├── NativeBuildError  a build of the compiled modules does not fit (native.py; caught there: the gateway
+    │                     then runs its Python modules)
     ├── UpstreamError     the exchange with a model's server failed (connection.py)
     └── StaleError        a pooled connection was closed by the server before reuse (response.py)
 

@@ -409,7 +409,7 @@ class HttpConnection(FlowControl):
                  "_headers", "_idle_since", "_index", "_loop", "_parser", "_parsing", "_queue", "_raw_left",
                  "_reading_done", "_reading_paused", "_requests", "_server", "_timer", "_url", "_waiting", "_worker",
                  "limits", "remote", "transport")
-    __deletable__ = ("_parser",)  # connection_lost deletes it; compiled (fleetllm_gateway.native), a class says so
+    __deletable__ = ("_parser",)  # connection_lost deletes it: compiled code (native.py) lets only these go
 
     def __init__(self, server: HttpServer) -> None:
         super().__init__()

@@ -1,9 +1,9 @@
 """The gateway's hot modules compiled (mypyc), used when a build made for this interpreter and these very
 sources is there; else the same modules as Python, as always.
 
-Why: compiled, the modules of the request path take 7 to 21 % off the first event of a streamed answer
-and 15 to 30 % off the CPU a request costs (docs/benchmarks.md, "Fourteenth round"): what the gateway
-leaves of a box's cores goes to vLLM's own front end.
+Why: compiled, the modules of the request path took 13 % off the first event of a streamed answer and 11
+to 20 % off the CPU a request costs, on Debian's Python 3.11 (docs/benchmarks.md, "Fourteenth round"):
+what the gateway leaves of a box's cores goes to vLLM's own front end.
 
 A build is a directory (`python tools/build_gateway_native.py DIR` makes one, for the Python that runs it):
 
@@ -29,6 +29,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetllm_gateway.errors import GatewayError
+
 ENV = "FLEETLLM_GATEWAY_NATIVE"
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
@@ -52,7 +54,7 @@ class Status:
 STATUS = Status(compiled=False, asked=False)
 
 
-class NativeBuildError(Exception):
+class NativeBuildError(GatewayError):
     """A build that cannot be used here; the message says why and what to do."""
 
 
@@ -62,7 +64,12 @@ def source_digest(module: str, package_dir: str) -> str:
     import hashlib
 
     loader = sys.modules[PACKAGE].__spec__.loader  # type: ignore[union-attr]
-    data = loader.get_data(os.path.join(package_dir, f"{module}.py"))  # type: ignore[union-attr]
+    path = os.path.join(package_dir, f"{module}.py")
+    try:
+        data = loader.get_data(path)  # type: ignore[union-attr]
+    except OSError as exc:
+        raise NativeBuildError(f"{path}: cannot be read ({exc.strerror or exc}), so no build can be checked "
+                               "against it: install the gateway with its sources") from None
     return hashlib.sha256(data).hexdigest()
 
 

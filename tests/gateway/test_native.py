@@ -23,7 +23,7 @@ from fleetllm_installer.zipapp import build_zipapp
 from tests.gateway.conftest import ROOT, TOKEN, free_port
 
 sys.path.insert(0, str(ROOT / "tools"))
-from build_gateway_native import build
+from build_gateway_native import main as build_main
 
 PACKAGE_DIR = str(ROOT / "gateway" / "fleetllm_gateway")
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -32,10 +32,18 @@ OTHER_SUFFIX = ".cpython-39-x86_64-linux-gnu.so"  # a Python this suite never ru
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This checkout's gateway, compiled for this Python (about 40 s)."""
+    """This checkout's gateway, compiled for this Python (about 40 s), as gateway/README.md shows it made."""
     target = tmp_path_factory.mktemp("native") / "build"
-    build(target)
+    done = subprocess.run([sys.executable, "tools/build_gateway_native.py", str(target)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == f"{target}: 10 modules compiled for Python {sys.version.split()[0]} ({SUFFIX})\n"
     return target
+
+
+def test_the_build_command_takes_one_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_main([]) == 2 and build_main(["--help"]) == 2
+    assert "python tools/build_gateway_native.py DIR" in capsys.readouterr().err
 
 
 def _env(build_dir: Path | str, **extra: str) -> dict[str, str]:
@@ -173,6 +181,11 @@ def test_a_missing_file_or_manifest_is_named(tmp_path: Path) -> None:
         "modules": {m: native.source_digest(m, PACKAGE_DIR) for m in native.COMPILED}}))
     with pytest.raises(native.NativeBuildError, match=re.escape(f"fleetllm_gateway/app{SUFFIX}: missing")):
         native.check(tmp_path, PACKAGE_DIR)
+
+
+def test_a_source_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    with pytest.raises(native.NativeBuildError, match=r"app.py: cannot be read .*install the gateway with its sources"):
+        native.source_digest("app", str(tmp_path))
 
 
 def test_no_build_asked_for_is_no_warning(tmp_path: Path) -> None:
