@@ -47,7 +47,7 @@ def _check_tree(tree: Path, python: str = sys.executable, native: Path | None = 
     a build that does not fit is refused here, with the reason)."""
     check = "import fleetllm_gateway, httptools, sys; print(fleetllm_gateway.__file__); print(sys.version.split()[0])"
     if native:
-        check += "; from fleetllm_gateway.native import STATUS as s; print(s.reason or ('' if s.compiled else '?'))"
+        check += "; from fleetllm_gateway.native import STATUS as s; print('' if s.compiled else s.reason)"
     result = subprocess.run([python, "-c", check], env=gateway_env(tree, native), capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"{python} cannot run the gateway of {tree} (it needs httptools, and uvloop to compare "

@@ -46,9 +46,9 @@ def test_the_build_command_takes_one_directory(capsys: pytest.CaptureFixture[str
     assert "python tools/build_gateway_native.py DIR" in capsys.readouterr().err
 
 
-def _env(build_dir: Path | str, **extra: str) -> dict[str, str]:
+def _env(build_dir: Path | str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return {**env, native.ENV: str(build_dir), **extra}
+    return {**env, native.ENV: str(build_dir)}
 
 
 def _status_in_child(build_dir: Path | str) -> dict[str, object]:
@@ -77,11 +77,11 @@ def test_the_gateway_suite_passes_on_the_build(compiled: Path) -> None:
                            "--ignore", "tests/gateway/test_native.py", "-m", "not python_modules"],
                           cwd=ROOT, env={**os.environ, native.ENV: str(compiled)}, capture_output=True, text=True,
                           timeout=900)
-    tail = done.stdout[-6000:] + done.stderr[-2000:]
+    tail, last = done.stdout[-6000:] + done.stderr[-2000:], done.stdout.splitlines()[-1]
     assert done.returncode == 0, tail
-    summary = re.search(r"(\d+) passed", done.stdout.splitlines()[-1])
+    summary = re.search(r"(\d+) passed", last)
     assert summary is not None and int(summary.group(1)) >= 300, tail
-    assert " failed" not in done.stdout.splitlines()[-1] and " skipped" not in done.stdout.splitlines()[-1], tail
+    assert " failed" not in last and " skipped" not in last, tail
 
 
 def _serve_from(command: list[str], env: dict[str, str], cwd: Path) -> tuple[str, bytes]:
@@ -125,20 +125,17 @@ def _copy(compiled: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def _edit_manifest(build_dir: Path, **changes: object) -> None:
-    path = build_dir / native.MANIFEST
-    manifest = json.loads(path.read_text())
-    for key, value in changes.items():
-        if key.startswith("module_"):
-            manifest["modules"][key.removeprefix("module_")] = value
-        else:
-            manifest[key] = value
-    path.write_text(json.dumps(manifest))
+def _manifest_for_these_sources(**changes: object) -> str:
+    """A manifest that fits this Python and these sources, but for `changes`."""
+    return json.dumps({"format": 1, "suffix": SUFFIX, "runtime": "r__mypyc",
+                       "modules": {m: native.source_digest(m, PACKAGE_DIR) for m in native.COMPILED}, **changes})
 
 
 def test_a_build_of_other_sources_is_not_used_and_the_gateway_says_why(compiled: Path, tmp_path: Path) -> None:
     stale = _copy(compiled, tmp_path)
-    _edit_manifest(stale, module_response="0" * 64)
+    manifest = json.loads((stale / native.MANIFEST).read_text())
+    manifest["modules"]["response"] = "0" * 64
+    (stale / native.MANIFEST).write_text(json.dumps(manifest))
     status = _status_in_child(stale)
     assert status["compiled"] is False and str(status["app"]).endswith("fleetllm_gateway/app.py")
     assert "another fleetllm_gateway/response.py than this one" in str(status["reason"])
@@ -163,9 +160,7 @@ def test_a_runtime_that_does_not_load_is_not_used(compiled: Path, tmp_path: Path
     ({"runtime": "../elsewhere"}, "its runtime or modules are not this gateway's"),
 ])
 def test_a_manifest_that_does_not_fit_names_what(tmp_path: Path, change: dict[str, object], reason: str) -> None:
-    manifest = {"format": 1, "suffix": SUFFIX,
-                "runtime": "r__mypyc", "modules": {m: native.source_digest(m, PACKAGE_DIR) for m in native.COMPILED}}
-    (tmp_path / native.MANIFEST).write_text(json.dumps({**manifest, **change}))
+    (tmp_path / native.MANIFEST).write_text(_manifest_for_these_sources(**change))
     with pytest.raises(native.NativeBuildError, match=re.escape(reason)):
         native.check(tmp_path, PACKAGE_DIR)
 
@@ -176,9 +171,7 @@ def test_a_missing_file_or_manifest_is_named(tmp_path: Path) -> None:
     (tmp_path / native.MANIFEST).write_text("{")
     with pytest.raises(native.NativeBuildError, match="not JSON"):
         native.check(tmp_path, PACKAGE_DIR)
-    (tmp_path / native.MANIFEST).write_text(json.dumps({
-        "format": 1, "suffix": SUFFIX, "runtime": "r__mypyc",
-        "modules": {m: native.source_digest(m, PACKAGE_DIR) for m in native.COMPILED}}))
+    (tmp_path / native.MANIFEST).write_text(_manifest_for_these_sources())
     with pytest.raises(native.NativeBuildError, match=re.escape(f"fleetllm_gateway/app{SUFFIX}: missing")):
         native.check(tmp_path, PACKAGE_DIR)
 
