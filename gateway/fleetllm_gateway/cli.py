@@ -108,7 +108,8 @@ def run(config_path: Path, *, check: bool, log_level: str | None = None, box_jso
 
     if check:
         Gateway(config).close()
-        print(f"{config_path}: valid ({len(config.models)} models, {len(config.listed)} listed)")
+        compiled = "; compiled modules" if native.STATUS.compiled else ""  # the installer reads this
+        print(f"{config_path}: valid ({len(config.models)} models, {len(config.listed)} listed{compiled})")
         return 0
 
     def reload() -> GatewayConfig:

@@ -28,8 +28,12 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetllm_gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ENV = "FLEETLLM_GATEWAY_NATIVE"
 MANIFEST = "MANIFEST.json"
@@ -73,9 +77,8 @@ def source_digest(module: str, package_dir: str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def check(directory: Path, package_dir: str) -> dict[str, object]:
-    """The build's manifest, or NativeBuildError saying why the build does not fit this interpreter and
-    the sources in `package_dir` (the package's own directory)."""
+def read_manifest(directory: Path) -> dict[str, object]:
+    """The build's MANIFEST.json as a dict of this format; NativeBuildError when it is not one."""
     import json
 
     try:
@@ -83,27 +86,42 @@ def check(directory: Path, package_dir: str) -> dict[str, object]:
     except OSError as exc:
         raise NativeBuildError(f"{directory / MANIFEST}: cannot be read ({exc.strerror or exc}): build one with "
                                "tools/build_gateway_native.py, or unset " + ENV) from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise NativeBuildError(f"{directory / MANIFEST}: not JSON ({exc}): build it again") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise NativeBuildError(f"{directory / MANIFEST}: not a manifest of format {FORMAT}: build it again")
+    return manifest
+
+
+def check_contents(directory: Path, manifest: dict[str, object], digest: Callable[[str], str]) -> None:
+    """NativeBuildError unless the build holds every module of COMPILED, each made from a source whose
+    sha256 is `digest(module)`, and its runtime (whatever Python it was made for: the control plane
+    checks the builds it serves so, check() the one a gateway runs)."""
     suffix, runtime, modules = manifest.get("suffix"), manifest.get("runtime"), manifest.get("modules")
-    if suffix not in importlib.machinery.EXTENSION_SUFFIXES:
-        raise NativeBuildError(f"{directory} was built for another Python (its modules end in {suffix!r}, this "
-                               f"Python {sys.version.split()[0]} loads {importlib.machinery.EXTENSION_SUFFIXES[0]!r}):"
-                               " build it with this Python")
-    if not isinstance(runtime, str) or not runtime.isidentifier() or not isinstance(modules, dict) \
-            or sorted(modules) != sorted(COMPILED):
+    if not isinstance(suffix, str) or not isinstance(runtime, str) or not runtime.isidentifier() \
+            or not isinstance(modules, dict) or sorted(modules) != sorted(COMPILED):
         raise NativeBuildError(f"{directory / MANIFEST}: its runtime or modules are not this gateway's "
                                f"({', '.join(COMPILED)}): build it again")
     for module in COMPILED:
-        if modules[module] != source_digest(module, package_dir):
+        if modules[module] != digest(module):
             raise NativeBuildError(f"{directory} was built from another {PACKAGE}/{module}.py than this one "
                                    "(another version of the gateway): build it again from these sources")
         if not (directory / PACKAGE / f"{module}{suffix}").is_file():
             raise NativeBuildError(f"{directory / PACKAGE / (module + suffix)}: missing: build it again")
     if not (directory / f"{runtime}{suffix}").is_file():
         raise NativeBuildError(f"{directory / (runtime + suffix)}: missing: build it again")
+
+
+def check(directory: Path, package_dir: str) -> dict[str, object]:
+    """The build's manifest, or NativeBuildError saying why the build does not fit this interpreter and
+    the sources in `package_dir` (the package's own directory)."""
+    manifest = read_manifest(directory)
+    suffix = manifest.get("suffix")
+    if suffix not in importlib.machinery.EXTENSION_SUFFIXES:
+        raise NativeBuildError(f"{directory} was built for another Python (its modules end in {suffix!r}, this "
+                               f"Python {sys.version.split()[0]} loads {importlib.machinery.EXTENSION_SUFFIXES[0]!r}):"
+                               " build it with this Python")
+    check_contents(directory, manifest, lambda module: source_digest(module, package_dir))
     return manifest
 
 

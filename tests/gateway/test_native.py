@@ -21,24 +21,19 @@ import pytest
 from fleetllm_gateway import native
 from fleetllm_installer.zipapp import build_zipapp
 from tests.gateway.conftest import ROOT, TOKEN, free_port
+from tests.support.native import SUFFIX, build_this_checkout
 
 sys.path.insert(0, str(ROOT / "tools"))
 from build_gateway_native import main as build_main
 
 PACKAGE_DIR = str(ROOT / "gateway" / "fleetllm_gateway")
-SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 OTHER_SUFFIX = ".cpython-39-x86_64-linux-gnu.so"  # a Python this suite never runs on
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This checkout's gateway, compiled for this Python (about 40 s), as gateway/README.md shows it made."""
-    target = tmp_path_factory.mktemp("native") / "build"
-    done = subprocess.run([sys.executable, "tools/build_gateway_native.py", str(target)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout == f"{target}: 10 modules compiled for Python {sys.version.split()[0]} ({SUFFIX})\n"
-    return target
+    """This checkout's gateway, compiled for this Python, as gateway/README.md shows it made."""
+    return build_this_checkout(tmp_path_factory.mktemp("native"))
 
 
 def test_the_build_command_takes_one_directory(capsys: pytest.CaptureFixture[str]) -> None:
