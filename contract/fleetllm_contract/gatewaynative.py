@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+ENV = "FLEETLLM_GATEWAY_NATIVE"  # names the build a gateway runs (fleetllm_gateway.native); the installer sets it
 PATH_PREFIX = "/vllm/gateway-native/"
 SHA256_HEADER = "X-Gateway-Native-Sha256"
 MEDIA_TYPE = "application/gzip"

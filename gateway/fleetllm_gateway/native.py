@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fleetllm_contract.gatewaynative import ENV
 from fleetllm_gateway.errors import GatewayError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-ENV = "FLEETLLM_GATEWAY_NATIVE"
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
 PACKAGE = "fleetllm_gateway"

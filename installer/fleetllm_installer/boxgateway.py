@@ -10,6 +10,10 @@ When the box JSON has a `gateway`, the installer
    `$DATA/fleetllm/gateway/gateway.json` (the rendered config, `host` set to FLEETLLM_LISTEN_HOST) and
    the credentials the config references as `${cred:NAME}`: `credentials/client-token` and
    `credentials/bearer-<server>` (directory 0700, files 0600, each written atomically).
+Before the check, it fetches the gateway's compiled modules for that Python from the control plane
+(gatewaynative.py); the check runs with them, and they are named in the gateway's program only when the
+gateway says it runs them (`; compiled modules` in its verdict). Otherwise, and with
+FLEETLLM_GATEWAY_COMPILED=0, the gateway runs its Python modules; the installer logs why.
 Without a gateway these files are removed, so no bearer lingers on the box.
 """
 
@@ -22,18 +26,25 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fleetllm_contract.boxjson import CLIENT_TOKEN_CREDENTIAL, bearer_credential
+from fleetllm_contract.gatewaynative import ENV as NATIVE_ENV
+from fleetllm_contract.gatewaynative import tag_of
+from fleetllm_installer import gatewaynative
 from fleetllm_installer.boxjson import BoxConfig, GatewaySpec
 from fleetllm_installer.errors import InstallerError
+from fleetllm_installer.fetch import Client
 from fleetllm_installer.handover import supervisord_environment, write_atomic
 from fleetllm_installer.settings import SAFE_PATH, Settings
 from fleetllm_installer.units import Unit, UnitError, render_gateway_unit
 
 PROBE_TIMEOUT_S = 60.0
 CHECK_TIMEOUT_S = 120.0
+COMPILED_VERDICT = "; compiled modules)"  # the end of the gateway's --check verdict when it would run them
+# What the probe prints: the Python's extension-module suffix, once httptools imports.
+PROBE = "import httptools, importlib.machinery as m; print(m.EXTENSION_SUFFIXES[0])"
 
 
 class BoxGatewayError(InstallerError, RuntimeError):
@@ -48,6 +59,9 @@ class GatewayPlan:
     config_text: str = field(repr=False)
     credentials: dict[str, str] = field(repr=False)  # file name -> bearer
     unit: Unit = field(repr=False)
+    native: Path | None = None  # the compiled modules named in the program (None: its Python modules)
+    native_note: str = ""  # how the box got them, or why it runs the Python modules
+    revision: str = ""
 
 
 def _shebang_interpreter(script: Path) -> str | None:
@@ -83,20 +97,23 @@ def python_candidates(settings: Settings, own: str) -> list[str]:
     return unique
 
 
-def imports_httptools(python: str) -> bool:
+def probe(python: str) -> str | None:
+    """The extension-module suffix of `python` (which build of the compiled gateway it loads), or None
+    when it cannot import httptools."""
     try:
-        done = subprocess.run([python, "-c", "import httptools"], capture_output=True, timeout=PROBE_TIMEOUT_S,
+        done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                               check=False, env=supervisord_environment(dict(os.environ)))
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
-def find_python(settings: Settings, own: str) -> str:
+def find_python(settings: Settings, own: str) -> tuple[str, str]:
+    """The Python that runs the gateway, and its extension-module suffix."""
     candidates = python_candidates(settings, own)
     for python in candidates:
-        if imports_httptools(python):
-            return python
+        if (suffix := probe(python)) is not None:
+            return python, suffix
     tried = ", ".join(candidates) or "none found"
     raise BoxGatewayError(f"the box gateway needs a Python that imports httptools (tried: {tried}); set "
                        "FLEETLLM_GATEWAY_PYTHON to one, e.g. the vLLM image's python3")
@@ -135,20 +152,47 @@ def sha256(data: str | bytes) -> str:
     return "sha256:" + hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
-def plan_gateway(box: BoxConfig, spec: GatewaySpec, settings: Settings, own_python: str) -> GatewayPlan:
-    python = find_python(settings, own_python)
-    program = box_program()
-    config_text = effective_config(spec, settings)
+def native_build(settings: Settings, client: Client | None, python: str, suffix: str) -> gatewaynative.Fetched:
+    """The compiled modules for `python` from the control plane (`client`; None: none to ask)."""
+    if not settings.gateway_compiled:
+        return gatewaynative.Fetched(None, "FLEETLLM_GATEWAY_COMPILED=0: the gateway runs its Python modules")
+    if client is None:
+        return gatewaynative.Fetched(None, "no control plane to fetch the compiled gateway from")
+    tag = tag_of(suffix)
+    if tag is None:
+        return gatewaynative.Fetched(None, f"{python} loads extension modules ending {suffix[:80]!r}, for which no "
+                                           "compiled gateway is made")
+    return gatewaynative.fetch(client, settings.gateway_native_dir, tag)
+
+
+def _unit(settings: Settings, spec: GatewaySpec, python: str, revision: str, config_text: str, program: bytes,
+          native: Path | None) -> Unit:
     try:
-        unit = render_gateway_unit(spec, settings=settings, python=python, revision=box.revision,
-                                   config_sha256=sha256(config_text), program_sha256=sha256(program))
+        return render_gateway_unit(spec, settings=settings, python=python, revision=revision,
+                                   config_sha256=sha256(config_text), program_sha256=sha256(program), native=native)
     except UnitError as exc:
         raise BoxGatewayError(f"cannot write the gateway's Supervisor program: {exc}") from None
-    return GatewayPlan(spec, python, program, config_text, credentials(box, spec), unit)
 
 
-def check_config(plan: GatewayPlan) -> str:
-    """Run the gateway's own `--check` on the config, in a temporary directory. Returns its verdict line."""
+def plan_gateway(box: BoxConfig, spec: GatewaySpec, settings: Settings, own_python: str,
+                 client: Client | None = None) -> GatewayPlan:
+    """The gateway's program and files; with `client`, its compiled modules fetched (and unpacked) first."""
+    python, suffix = find_python(settings, own_python)
+    fetched = native_build(settings, client, python, suffix)
+    program, config_text = box_program(), effective_config(spec, settings)
+    unit = _unit(settings, spec, python, box.revision, config_text, program, fetched.directory)
+    return GatewayPlan(spec, python, program, config_text, credentials(box, spec), unit, fetched.directory,
+                       fetched.note, box.revision)
+
+
+def check_config(plan: GatewayPlan, settings: Settings) -> tuple[str, GatewayPlan]:
+    """Run the gateway's own `--check` on the config, in a temporary directory, with the compiled modules
+    the plan names. Returns its verdict line, and the plan without them unless the gateway said it
+    would run them (its reason in native_note)."""
+    env = supervisord_environment(dict(os.environ))
+    env.pop(NATIVE_ENV, None)
+    if plan.native is not None:
+        env[NATIVE_ENV] = str(plan.native)
     with tempfile.TemporaryDirectory(prefix="fleetllm-gateway-check-") as directory:
         program, config = Path(directory) / "box.pyz", Path(directory) / "gateway.json"
         program.write_bytes(plan.program)
@@ -156,18 +200,26 @@ def check_config(plan: GatewayPlan) -> str:
         try:
             done = subprocess.run([plan.python, str(program), "gateway", "--check", "--box-json", "--config",
                                    str(config)], capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False,
-                                  env=supervisord_environment(dict(os.environ)))
+                                  env=env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BoxGatewayError(f"cannot run the gateway's --check with {plan.python}: {exc}") from None
     output = (done.stdout + done.stderr).strip().replace(str(config), "gateway.json")
     if done.returncode != 0:
         raise BoxGatewayError(f"the box gateway's config fails its --check: {output}")
-    return output
+    if plan.native is None or COMPILED_VERDICT in output:
+        return output, plan
+    said = " ".join(line for line in output.splitlines() if "valid (" not in line)
+    reason = said.split("(reason=", 1)[-1].removesuffix(")")  # the gateway's warning: `... (reason=...)`
+    unit = _unit(settings, plan.spec, plan.python, plan.revision, plan.config_text, plan.program, None)
+    return output, replace(plan, unit=unit, native=None,
+                           native_note=f"the compiled gateway {plan.native.name[:12]} does not fit: {reason[:600]}")
 
 
 def write_gateway(settings: Settings, plan: GatewayPlan) -> None:
-    """The program, the credentials (stale bearers removed), then the config. Raises OSError."""
+    """The program, the credentials (stale bearers removed), then the config; builds of the compiled
+    modules no longer needed removed. Raises OSError."""
     write_atomic(settings.gateway_program_path, plan.program, mode=0o700)
+    gatewaynative.prune(settings.gateway_native_dir, plan.native)
     directory = settings.credentials_dir
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
@@ -188,8 +240,12 @@ def _credential_files(directory: Path) -> list[Path]:
 
 
 def remove_gateway(settings: Settings) -> list[Path]:
-    """A box without a gateway: remove its credentials, config and program. Returns what was removed."""
+    """A box without a gateway: remove its credentials, config, program and compiled modules. Returns what
+    was removed."""
     removed = []
+    if settings.gateway_native_dir.is_dir():
+        shutil.rmtree(settings.gateway_native_dir)
+        removed.append(settings.gateway_native_dir)
     for path in (*_credential_files(settings.credentials_dir), settings.gateway_config_path,
                  settings.gateway_program_path):
         if path.is_file():

@@ -4,6 +4,7 @@
     │                         field, file or setting and never holds a secret
     ├── SettingsError         an FLEETLLM_* setting of the box is wrong
     ├── FetchError            GET /vllm/config failed for good (retryable: the next boot may succeed)
+    │   └── NotFoundError     404: an unknown box, or no compiled gateway for the box's Python
     ├── BoxJsonError          the box JSON is not a usable config (every problem listed)
     ├── ProbeError            nvidia-smi gave no usable GPU data
     ├── UnitError             a value cannot go into a Supervisor program file

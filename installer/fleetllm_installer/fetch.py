@@ -1,4 +1,4 @@
-"""Talking to the control plane: GET /vllm/config and POST /vllm/report.
+"""Talking to the control plane: GET /vllm/config, POST /vllm/report and GET /vllm/gateway-native/<tag>.
 
 TLS certificates are always verified (a CA bundle may be added; there is no switch to turn checking
 off). Plain http:// is refused except to a loopback address, since the fleet key travels in the
@@ -24,6 +24,7 @@ status line) is shown with the fleet key blanked out, as printable ASCII, cut sh
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import random
@@ -40,6 +41,7 @@ from typing import Any
 
 from fleetllm_contract.addresses import is_loopback
 from fleetllm_contract.deadline import Watchdog, watched
+from fleetllm_contract.gatewaynative import MAX_ARCHIVE_BYTES, PATH_PREFIX
 from fleetllm_installer.errors import InstallerError
 
 BASE_S = 1.0
@@ -53,6 +55,10 @@ class FetchError(InstallerError, RuntimeError):
     """The control plane could not be used; the message says why and what to do."""
 
     retryable = True
+
+
+class NotFoundError(FetchError):
+    """404: the control plane has no such thing (for /vllm/config: it does not know this box)."""
 
 
 @dataclass(frozen=True)
@@ -220,7 +226,7 @@ class Client:
             return FetchError(f"{path}: the control plane refused the fleet key ({status}): check "
                               "FLEETLLM_FLEET_KEY (or FLEET_KEY) in the box template")
         if status == 404:
-            return FetchError(f"{path}: the control plane does not know the box {self.host!r} (404): add it to "
+            return NotFoundError(f"{path}: the control plane does not know the box {self.host!r} (404): add it to "
                               "placement.yaml, or fix LLMAO_HOST if the provisioning script set the wrong name")
         if status == 429 or status >= 500:
             retry_after = exc.headers.get("Retry-After") if exc.headers else None
@@ -263,6 +269,26 @@ class Client:
             raise FetchError(str(exc)) from None
         if len(answer.body) > MAX_BODY:
             raise FetchError(f"/vllm/config: the answer is larger than {MAX_BODY} bytes")
+        return answer
+
+    def fetch_gateway_native(self, tag: str, etag: str | None) -> ConfigAnswer | None:
+        """One conditional GET /vllm/gateway-native/<tag> (fleetllm_contract.gatewaynative): the archive of
+        the compiled gateway for that tag (200), 304 when the box holds the one named by `etag`, None when
+        the control plane has none (404). No retries: without it the gateway runs its Python modules.
+        Raises FetchError, also for an answer whose sha256 is not its ETag (cut short, or not a build)."""
+        path = PATH_PREFIX + tag
+        try:
+            answer = self._exchange("GET", path, None, {"If-None-Match": etag} if etag else None)
+        except NotFoundError:
+            return None
+        except _RetryableError as exc:
+            raise FetchError(str(exc)) from None
+        if answer.status == 304:
+            return answer
+        if len(answer.body) > MAX_ARCHIVE_BYTES:
+            raise FetchError(f"{path}: the answer is larger than {MAX_ARCHIVE_BYTES} bytes")
+        if answer.etag != f'"{hashlib.sha256(answer.body).hexdigest()}"':
+            raise FetchError(f"{path}: the answer's sha256 is not its ETag (cut short, or not a build)")
         return answer
 
     def send_report(self, report: dict[str, Any], deadline_s: float = 60.0,

@@ -324,12 +324,19 @@ class Installer:
         return states
 
     def plan_gateway(self, box: BoxConfig) -> GatewayPlan | None:
-        """The box gateway's program and files, its config checked by the gateway itself; None without one."""
+        """The box gateway's program and files, its config checked by the gateway itself (with its compiled
+        modules, fetched first: not in a dry run, which writes nothing); None without one."""
         if box.gateway is None:
             return None
-        plan = plan_gateway(box, box.gateway, self.settings, own_python())
-        verdict = check_config(plan)
+        client = None if self.args.dry_run else self.client
+        plan = plan_gateway(box, box.gateway, self.settings, own_python(), client)
+        verdict, plan = check_config(plan, self.settings)
         log(f"box gateway on port {box.gateway.port} (run by {plan.python}): {verdict}")
+        if self.args.dry_run:
+            log("dry run: the gateway's compiled modules are not fetched")
+        else:
+            log(plan.native_note if plan.native is not None else f"{plan.native_note}: the gateway runs its Python "
+                "modules")
         return plan
 
     def update_programs(self, written: WriteResult) -> None:
@@ -376,8 +383,9 @@ class Installer:
             given_up = [f"{u.program} ({states.get(u.program, 'unknown to supervisord')})" for u in units
                         if self.states[u.server] is ServerState.FAILED]
         servers = len(self.box.servers)
-        message = (f"{servers} server(s){' and the box gateway' if gateway else ''} handed to supervisord "
-                   f"({handover})")
+        compiled = "" if gateway is None else " (compiled)" if gateway.native is not None else " (Python modules)"
+        message = (f"{servers} server(s){' and the box gateway' + compiled if gateway else ''} handed to "
+                   f"supervisord ({handover})")
         if given_up:
             message += "; supervisord gave up on " + ", ".join(given_up) + ": see their logs in " + str(
                 self.settings.log_dir)

@@ -30,6 +30,7 @@ START_TIMEOUT_VARS = ("FLEETLLM_START_TIMEOUT_S",)
 STARTSECS_VARS = ("FLEETLLM_STARTSECS",)
 FETCH_DEADLINE_VARS = ("FLEETLLM_FETCH_DEADLINE_S",)
 GATEWAY_PYTHON_VARS = ("FLEETLLM_GATEWAY_PYTHON",)
+GATEWAY_COMPILED_VARS = ("FLEETLLM_GATEWAY_COMPILED",)
 
 # Every variable that holds the fleet key: stripped from the environment supervisord inherits.
 SECRET_VARS = KEY_VARS
@@ -71,6 +72,7 @@ class Settings:
     startsecs: int
     fetch_deadline_s: float
     gateway_python: str | None = None  # a Python with httptools for the box gateway; None: look for one
+    gateway_compiled: bool = True  # fetch the gateway's compiled modules for that Python (boxgateway.py)
 
     def __repr__(self) -> str:  # the fleet key never reaches a log through repr()
         return f"Settings(host={self.host!r}, url={self.url!r}, data_dir={str(self.data_dir)!r})"
@@ -125,6 +127,11 @@ class Settings:
         return self.gateway_dir / "gateway.json"
 
     @property
+    def gateway_native_dir(self) -> Path:
+        """The compiled gateway's builds, one directory each, named by the sha256 of its archive."""
+        return self.gateway_dir / "native"
+
+    @property
     def credentials_dir(self) -> Path:
         """$CREDENTIALS_DIRECTORY of the gateway's program: its client token and the servers' bearers."""
         return self.gateway_dir / "credentials"
@@ -165,6 +172,18 @@ def _number(env: Mapping[str, str], names: tuple[str, ...], default: float, mini
     if value < minimum:
         raise SettingsError(f"{name}={raw!r} must be at least {minimum:g}")
     return value
+
+
+def _switch(env: Mapping[str, str], names: tuple[str, ...], default: bool) -> bool:
+    found = _first(env, names)
+    if found is None:
+        return default
+    value = found[1].lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{found[0]}={found[1]!r} is neither 1 nor 0 (true/false, yes/no, on/off)")
 
 
 def _safe_path(name: str, value: str) -> Path:
@@ -237,4 +256,5 @@ def load(env: Mapping[str, str] | None = None, *, need_control_plane: bool = Tru
         startsecs=int(_number(environ, STARTSECS_VARS, DEFAULT_STARTSECS, 1)),
         fetch_deadline_s=_number(environ, FETCH_DEADLINE_VARS, DEFAULT_FETCH_DEADLINE_S, 0),
         gateway_python=gateway_python[1] if gateway_python is not None else None,
+        gateway_compiled=_switch(environ, GATEWAY_COMPILED_VARS, True),
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetllm_contract.boxjson import GATEWAY_PROGRAM, unsafe_token
+from fleetllm_contract.gatewaynative import ENV as NATIVE_ENV
 from fleetllm_installer.boxjson import GatewaySpec, ServerSpec
 from fleetllm_installer.errors import InstallerError
 from fleetllm_installer.fit import Placement
@@ -189,10 +190,11 @@ def render_unit(server: ServerSpec, placement: Placement, *, ports: dict[str, in
 
 
 def render_gateway_unit(gateway: GatewaySpec, *, settings: Settings, python: str, revision: str,
-                        config_sha256: str, program_sha256: str) -> Unit:
+                        config_sha256: str, program_sha256: str, native: Path | None = None) -> Unit:
     """The box gateway's program: `PYTHON fleetllm-gateway.pyz gateway --config FILE`. A new config, box
-    program or bearer (the JSON's digest covers their fingerprints) changes the program, so
-    `supervisorctl update` restarts the gateway exactly then."""
+    program, bearer (the JSON's digest covers their fingerprints) or build of its compiled modules
+    (`native`, named by its sha256) changes the program, so `supervisorctl update` restarts the gateway
+    exactly then."""
     program = program_name(GATEWAY_PROGRAM)
     env = {
         "CREDENTIALS_DIRECTORY": str(settings.credentials_dir),
@@ -200,6 +202,7 @@ def render_gateway_unit(gateway: GatewaySpec, *, settings: Settings, python: str
         "FLEETLLM_DIGEST": gateway.digest,
         "FLEETLLM_CONFIG_SHA256": config_sha256,
         "FLEETLLM_PROGRAM_SHA256": program_sha256,
+        NATIVE_ENV: str(native) if native is not None else "",  # empty: none, whatever supervisord inherited
         **dict.fromkeys(SECRET_VARS, ""),
     }
     argv = [python, str(settings.gateway_program_path), "gateway", "--box-json", "--config",

@@ -27,6 +27,7 @@ from fleetllm.core.fleet.bearer import Salt
 from fleetllm.core.fleet.render import Bearers, render_box
 from fleetllm.core.fleet.validate import validate_snapshot
 from fleetllm.demo.procs import free_port as free_port  # re-exported for this package's tests
+from fleetllm_contract.gatewaynative import PATH_PREFIX, SHA256_HEADER
 from tests.conftest import TEST_SALT
 from tests.installer.realprocs import (
     SUPERVISORD,
@@ -104,7 +105,8 @@ def render(directory: Path, box: str = BOX) -> dict[str, Any]:
 class FakeControlPlane:
     """GET /vllm/config and POST /vllm/report by the contract: 403 for a missing or wrong fleet key, the
     X-LLMAO-Host header as the only key, 404 for an unknown box, 200 with the box JSON. `script` forces
-    statuses for the next config fetches (e.g. [503, 503]); `report_status` forces the report's."""
+    statuses for the next config fetches (e.g. [503, 503]); `report_status` forces the report's.
+    GET /vllm/gateway-native/<tag> answers `natives[tag]` (200, 304 to its ETag, 404 without one)."""
 
     boxes: dict[str, Any]
     script: list[int] = field(default_factory=list)
@@ -112,6 +114,8 @@ class FakeControlPlane:
     raw_config: bytes | None = None
     redirect_to: str = ""
     installer: bytes | None = None  # GET /vllm/installer, with its X-Installer-SHA256
+    natives: dict[str, bytes] = field(default_factory=dict)  # GET /vllm/gateway-native/<tag>: its archive
+    native_etags: dict[str, str] = field(default_factory=dict)  # an ETag other than the archive's sha256
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
@@ -156,6 +160,8 @@ class FakeControlPlane:
                 if self.path == "/vllm/installer" and status != 403 and plane.installer is not None:
                     digest = hashlib.sha256(plane.installer).hexdigest()
                     self.answer(200, None, plane.installer, headers={"X-Installer-SHA256": digest})
+                elif self.path.startswith(PATH_PREFIX) and status != 403:
+                    self.gateway_native(self.path.removeprefix(PATH_PREFIX))
                 elif self.path != "/vllm/config":
                     self.answer(404, {"error": "not found"})
                 elif plane.script:
@@ -174,6 +180,19 @@ class FakeControlPlane:
                     self.answer(200, None, plane.raw_config)
                 else:
                     self.answer(200, plane.boxes[str(host)])
+
+            def gateway_native(self, tag: str) -> None:
+                archive = plane.natives.get(tag)
+                if archive is None:
+                    self.answer(404, {"error": f"no compiled gateway for {tag}"})
+                    return
+                etag = plane.native_etags.get(tag) or f'"{hashlib.sha256(archive).hexdigest()}"'
+                if self.headers.get("If-None-Match") == etag:
+                    self.send_response(304)
+                    self.send_header("ETag", etag)
+                    self.end_headers()
+                    return
+                self.answer(200, None, archive, headers={"ETag": etag, SHA256_HEADER: etag.strip('"')})
 
             def do_POST(self) -> None:
                 status, _ = self.box()

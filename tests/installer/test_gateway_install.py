@@ -4,6 +4,7 @@ and report."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import shlex
 import stat
@@ -167,7 +168,7 @@ def test_install_writes_the_gateway_program_config_and_credentials(env: Path, co
     (report,) = control_plane.reports
     assert report["gateway"] == {"port": gateway_port, "digest": gateway_json["gateway"]["digest"],
                                  "unit": "fleetllm-gateway", "state": "written"}
-    assert report["message"] == "2 server(s) and the box gateway handed to supervisord (none)"
+    assert report["message"] == "2 server(s) and the box gateway (Python modules) handed to supervisord (none)"
     output = capsys.readouterr()
     assert "valid (2 models, 2 listed)" in output.err
     for secret in secrets(gateway_json):
@@ -258,7 +259,7 @@ def test_the_vllm_scripts_interpreter_comes_first(tmp_path: Path) -> None:
     script(venv / "vllm", f"#!{venv / 'python3'}")
     settings = load({"FLEETLLM_VLLM_BIN": str(venv / "vllm")}, need_control_plane=False)
     assert python_candidates(settings, sys.executable) == [str(venv / "python3"), sys.executable]
-    assert find_python(settings, sys.executable) == str(venv / "python3")
+    assert find_python(settings, sys.executable)[0] == str(venv / "python3")
 
 
 def test_an_env_shebang_is_skipped_and_an_explicit_python_is_the_only_one(tmp_path: Path) -> None:
@@ -276,11 +277,11 @@ def test_a_python_without_httptools_is_passed_over(tmp_path: Path) -> None:
     """The gateway's HTTP server is httptools (llhttp): a Python that has aiohttp but not it cannot run it."""
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
-    script(venv / "python3", '#!/bin/sh\n[ "$2" = "import httptools" ] && exit 1\n'
+    script(venv / "python3", '#!/bin/sh\ncase "$2" in *"import httptools"*) exit 1;; esac\n'
                              f'exec {sys.executable} "$@"')  # imports aiohttp, not httptools
     script(venv / "vllm", f"#!{venv / 'python3'}")
     settings = load({"FLEETLLM_VLLM_BIN": str(venv / "vllm")}, need_control_plane=False)
-    assert find_python(settings, sys.executable) == sys.executable
+    assert find_python(settings, sys.executable) == (sys.executable, importlib.machinery.EXTENSION_SUFFIXES[0])
 
 
 def test_no_python_with_httptools_fails_the_install_with_what_to_do(env: Path, control_plane: FakeControlPlane,
