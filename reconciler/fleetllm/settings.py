@@ -21,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import os
+import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -276,6 +277,7 @@ class ControlPlaneConfig:
     threads: int
     timeout_s: int  # a response a client does not read is dropped after this
     limits: ServerLimits
+    gateway_native: Path | None  # server.gateway_native: the directory of the gateway's compiled builds (None: none)
     litellm: LitellmConfig | None
     providers: ProvidersConfig
     reconcile: ReconcileConfig
@@ -498,6 +500,19 @@ class _Builder:
             self.get("/server/max_header_bytes"), self.get("/server/max_connections"), per_peer,
             self.get("/server/body_buffer_bytes"), per_network, tuple(exempt))
 
+    def gateway_native(self) -> Path | None:
+        """server.gateway_native, where the gateway's compiled builds are (fleetllm.server.nativebuilds serves
+        them): a directory named is checked here, so that a mistyped path stops the start and is not taken
+        for a control plane without builds; when none is named, default_gateway_native()."""
+        path = self.path(self.get("/server/gateway_native"))
+        if path is None:
+            return default_gateway_native()
+        if not path.is_dir():
+            self.problem(["server", "gateway_native"], f"{path}: not a directory: name the directory that holds "
+                         "the gateway's compiled builds (one subdirectory each, made by "
+                         "tools/build_gateway_native.py), or remove the key to serve the image's own, if any")
+        return path
+
     def state(self) -> StateConfig:
         url = self.get("/state/url") or MEMORY_STATE  # only the environment-only settings have none
         password = self.secret(["state", "password"])
@@ -689,7 +704,7 @@ class _Builder:
             viewer_tokens=tokens["viewer_tokens"], metrics_token=self.metrics_token(), oidc=self.oidc(),
             attention_max_entries=self.get("/attention/max_entries"),
             report_key_required=self.get("/server/report_key_required"), threads=self.get("/server/threads"),
-            timeout_s=self.get("/server/timeout_s"), limits=self.limits(),
+            timeout_s=self.get("/server/timeout_s"), limits=self.limits(), gateway_native=self.gateway_native(),
             litellm=self.litellm(), providers=self.providers(),
             reconcile=ReconcileConfig(self.get("/reconcile/enabled"), self.get("/reconcile/dry_run"),
                                       self.pushgateway(), self.path(self.get("/reconcile/metrics_file"))),
@@ -779,6 +794,14 @@ def _built(builder: _Builder) -> ControlPlaneConfig:
     if config is None:
         raise ConfigurationError("\n".join(builder.problems))
     return config
+
+
+def default_gateway_native() -> Path | None:
+    """Where the gateway's compiled builds are when server.gateway_native is not set:
+    <sys.prefix>/share/fleetllm/gateway-native when that directory exists (the image puts its builds there,
+    beside the installed fleetllm), else None: no builds, every box runs the gateway's Python modules."""
+    found = Path(sys.prefix) / "share" / "fleetllm" / "gateway-native"
+    return found if found.is_dir() else None
 
 
 def default_clone_dir(config: ControlPlaneConfig, name: str = "fleet-repo.git") -> Path:

@@ -7,6 +7,7 @@ Skipped while this checkout has no `fleetllm serve` (the control plane is built 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -44,10 +45,10 @@ def get_json(url: str, token: str, host: str | None = None) -> Any:
         return json.loads(response.read())
 
 
-@pytest.fixture
-def real_plane(tmp_path: Path, ports: list[int]) -> Iterator[str]:
-    """`fleetllm serve` tracking a real git repository of the test fleet; yields its base URL."""
-    fleet = write_fleet(tmp_path / "fleet-git", ports, [("small", ports[0], None), ("large", ports[1], None)])
+@contextlib.contextmanager
+def serve_fleet(tmp_path: Path, fleet: Path, server: str = "") -> Iterator[str]:
+    """`fleetllm serve` tracking `fleet` (made a git repository here), `server` added to its config's
+    `server:` section; yields its base URL."""
     git(fleet, "init", "-q", "-b", "main")
     git(fleet, "add", "-A")
     git(fleet, "commit", "-q", "-m", "test fleet")
@@ -64,14 +65,17 @@ listen: 127.0.0.1:{port}
 state:
   url: sqlite:///{tmp_path}/state.sqlite3
 viewer_tokens: ["${{env:FLEETLLM_VIEWER_TOKEN}}"]
-""")
+""" + (f"server:\n  {server}\n" if server else ""))
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLEETLLM_FLEET_KEY": FLEET_KEY,
            "FLEETLLM_VLLM_API_SALT": TEST_SALT, "FLEETLLM_VIEWER_TOKEN": VIEWER_TOKEN}
-    process = subprocess.Popen([str(FLEETLLM), "serve", "--config", str(config)], env=env, cwd=tmp_path,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "serve.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen([str(FLEETLLM), "serve", "--config", str(config)], env=env, cwd=tmp_path,
+                                   stdout=output, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until("the control plane's /health", lambda: http_status(url + "/health") == 200, 120)
+        wait_until("the control plane's /health", lambda: http_status(url + "/health") == 200 or (
+            process.poll() is not None and pytest.fail(f"fleetllm serve ended: {log.read_text()[-3000:]}")), 120)
         yield url
     finally:
         process.send_signal(signal.SIGTERM)
@@ -82,13 +86,27 @@ viewer_tokens: ["${{env:FLEETLLM_VIEWER_TOKEN}}"]
             process.wait()
 
 
+@pytest.fixture
+def real_plane(tmp_path: Path, ports: list[int]) -> Iterator[str]:
+    """`fleetllm serve` tracking a real git repository of the test fleet; yields its base URL."""
+    fleet = write_fleet(tmp_path / "fleet-git", ports, [("small", ports[0], None), ("large", ports[1], None)])
+    with serve_fleet(tmp_path, fleet) as url:
+        yield url
+
+
+def provision_vast(url: str) -> subprocess.CompletedProcess[str]:
+    """The Vast provisioning script against the control plane at `url`, as a box runs it."""
+    env = {k: v for k, v in os.environ.items() if k != "LLMAO_HOST"}
+    env.update({"FLEETLLM_URL": url, "PUBLIC_IPADDR": BOX, "FLEETLLM_PYTHON": sys.executable})
+    done = subprocess.run(["bash", str(ROOT / "installer" / "fleetllm_installer" / "provision" / "vast.sh")], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_vast_provisioning_against_the_real_control_plane(real_plane: str, supervisor: Supervisor,
                                                           box_env: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "LLMAO_HOST"}
-    env.update({"FLEETLLM_URL": real_plane, "PUBLIC_IPADDR": BOX, "FLEETLLM_PYTHON": sys.executable})
-    done = subprocess.run(["bash", str(ROOT / "installer" / "fleetllm_installer" / "provision" / "vast.sh")], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
+    done = provision_vast(real_plane)
     assert "reported installed to the control plane" in done.stderr
 
     served = get_json(real_plane + "/vllm/config", FLEET_KEY, BOX)

@@ -53,6 +53,9 @@ TAKEN: dict[str, Callable[[ControlPlaneConfig], Any]] = {
     "/server/body_buffer_bytes": lambda c: c.limits.body_buffer_bytes,
     "/server/max_connections_per_network": lambda c: c.limits.max_connections_per_network,
     "/server/network_cap_exempt": lambda c: list(c.limits.network_cap_exempt),
+    # null: the image's builds when it has them (tests/server/test_gateway_native_api.py), else none
+    "/server/gateway_native": lambda c: None if c.gateway_native == settings.default_gateway_native()
+    else c.gateway_native,
     "/litellm/timeout_s": lambda c: c.litellm.timeout_s if c.litellm else None,
     "/litellm/write_concurrency": lambda c: c.litellm.write_concurrency if c.litellm else None,
     "/reconcile/enabled": lambda c: c.reconcile.enabled,

@@ -1,7 +1,8 @@
 """Who may call what: one decorator, `requires(role)`, guards every view that needs a credential.
 
     role            credential                                 views
-    Role.FLEET      the fleet key, Authorization: Bearer       the box contract: /vllm/config, /report, /installer
+    Role.FLEET      the fleet key, Authorization: Bearer       the box contract: /vllm/config, /report, /installer,
+                                                               /gateway-native/<tag>
     Role.VIEWER     a viewer, operator or admin                the status pages, their /api/*, GET /admin/*
     Role.OPERATOR   an operator or admin                       sync, suspend, resume, pin, unpin; the rollout's
                                                                pause, resume, abort (API and pages)

@@ -2,7 +2,8 @@
 blueprints, each defined at module level:
 
     health      GET /health, GET /metrics                               (public)
-    box         GET /vllm/config, POST /vllm/report, GET /vllm/installer  (the fleet key: the box contract)
+    box         GET /vllm/config, POST /vllm/report, GET /vllm/installer,  (the fleet key: the box contract)
+                GET /vllm/gateway-native/<tag>
     admin       POST /hooks/push, /admin/*                              (webhook signature; a bearer of a role)
     control     /admin/control, sync, suspend, resume, pin, unpin       (viewer; operator; control_api.py)
     rollout     /admin/rollout, pause, resume, abort                    (viewer; operator; rollout_api.py)

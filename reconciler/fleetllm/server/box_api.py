@@ -1,6 +1,7 @@
-"""The box-facing endpoints (the box contract): GET /vllm/config, POST /vllm/report, GET /vllm/installer.
+"""The box-facing endpoints (the box contract): GET /vllm/config, POST /vllm/report, GET /vllm/installer,
+GET /vllm/gateway-native/<tag>.
 
-All three require the fleet key (`requires(Role.FLEET)`: 503 when none is configured, 403 when missing
+All four require the fleet key (`requires(Role.FLEET)`: 503 when none is configured, 403 when missing
 or wrong) and every request, answered or refused, becomes one fetch record and one JSON log line (no
 secret in either): `box_request()` is opened before the view and `finish` records the answer.
 
@@ -28,10 +29,11 @@ from fleetllm.server.reports import MAX_REPORT_BYTES, ReportError, parse_report
 from fleetllm.server.revisions import Rendered, RenderedBox, rendered_box
 from fleetllm.server.rollouts import Leaving, leaving
 from fleetllm.server.runtime import Runtime, current_runtime
+from fleetllm_contract.gatewaynative import MAX_TAG, MEDIA_TYPE, PATH_PREFIX, SHA256_HEADER, is_tag
 
 bp = Blueprint("box", __name__)
 ENDPOINTS = {"box.vllm_config": BoxApi.CONFIG, "box.vllm_report": BoxApi.REPORT,
-             "box.vllm_installer": BoxApi.INSTALLER}
+             "box.vllm_installer": BoxApi.INSTALLER, "box.vllm_gateway_native": BoxApi.GATEWAY_NATIVE}
 
 
 class BoxRequest(BoxCall):
@@ -229,4 +231,35 @@ def vllm_installer() -> Response:
         response.headers["Content-Disposition"] = "attachment; filename=fleetllm-box.pyz"
     response.headers["ETag"] = installer.etag
     response.headers["X-Installer-Sha256"] = installer.sha256
+    return box.finish(response)
+
+
+@bp.get(f"{PATH_PREFIX}<tag>")
+@requires(Role.FLEET)
+def vllm_gateway_native(tag: str) -> Response:
+    """The gateway's compiled build for the Python of the box's gateway, named by its tag
+    (fleetllm_contract.gatewaynative): 200 with the archive, 304 when the box holds it, 404 when this
+    control plane has none for the tag (the box then runs the gateway's Python modules)."""
+    box = box_request()
+    box.resolve()
+    builds = current_runtime().gateway_builds
+    if not is_tag(tag):
+        shown = tag[:MAX_TAG] + ("..." if len(tag) > MAX_TAG else "")  # what a client sent: quoted, capped
+        return box.finish(error(404, f"{shown!r} is not a gateway build tag (the extension suffix of the Python "
+                                     "that runs the gateway without its dot and .so, such as "
+                                     "cpython-311-x86_64-linux-gnu): ask for that tag; without a build the box "
+                                     "runs the gateway's Python modules"))
+    build = builds.get(tag)
+    if build is None:
+        return box.finish(error(404, f"this control plane has no compiled gateway for {tag} (it has "
+                                     f"{', '.join(builds.tags) or 'none'}): the box runs the gateway's Python "
+                                     "modules; to compile it, add a build made for that Python with "
+                                     "tools/build_gateway_native.py to the control plane's server.gateway_native"))
+    if request.if_none_match.contains_weak(build.sha256):
+        response = Response(status=304)
+    else:
+        response = Response(build.body, mimetype=MEDIA_TYPE)
+        response.headers["Content-Disposition"] = f"attachment; filename=fleetllm-gateway-native-{tag}.tar.gz"
+    response.headers["ETag"] = build.etag
+    response.headers[SHA256_HEADER] = build.sha256
     return box.finish(response)

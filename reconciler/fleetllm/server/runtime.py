@@ -1,7 +1,8 @@
 """Start-up: everything the server needs, built from the config and checked before any port is bound.
 
 `start_up(config)` opens (and migrates) the state store, opens or clones the fleet repository, loads
-the last valid commit, and builds the installer once. `fleetllm serve --check` runs exactly this.
+the last valid commit, builds the installer once and packs the gateway's compiled builds once
+(nativebuilds.py). `fleetllm serve --check` runs exactly this.
 `Runtime.start_background()` then refreshes the branch every `refresh_interval_s` (with jitter).
 
 Several replicas may share one PostgreSQL state store: each tracks the branch on its own and serves
@@ -38,6 +39,7 @@ from fleetllm.errors import SourceError
 from fleetllm.logs import get_logger, log_event
 from fleetllm.server.boxrecords import BoxRecords
 from fleetllm.server.metrics import BoxTimes, Metrics
+from fleetllm.server.nativebuilds import GatewayBuilds, load_gateway_builds
 from fleetllm.server.notifywatch import watch_passes
 from fleetllm.server.revisions import RevisionTracker
 from fleetllm.settings import ControlPlaneConfig, default_clone_dir, make_notifier
@@ -83,6 +85,8 @@ class Runtime:
     oidc: OidcClient | None = None  # auth.oidc: the single sign-on provider's client (reads nothing until used)
     _control_thread: threading.Thread | None = None
     box_records: BoxRecords = field(default_factory=BoxRecords)  # what box answers record (boxrecords.py)
+    # The gateway's compiled builds served at GET /vllm/gateway-native/<tag> (server.gateway_native)
+    gateway_builds: GatewayBuilds = field(default_factory=lambda: GatewayBuilds(None))
 
     def start_background(self) -> None:
         if self._thread is None:
@@ -192,7 +196,8 @@ def start_up(config: ControlPlaneConfig, *, clock: Callable[[], float] = time.ti
         metrics.weak_secrets.labels("vllm_api_salt").set(1 if config.secrets.vllm_api_salt.short else 0)
         metrics.watch_boxes(lambda: box_times(store, tracker))
         runtime = Runtime(config, store, repo, tracker, metrics, Installer.build(), clock,
-                          replica, notifier=notifier, oidc=OidcClient(config.oidc, clock) if config.oidc else None)
+                          replica, notifier=notifier, oidc=OidcClient(config.oidc, clock) if config.oidc else None,
+                          gateway_builds=load_gateway_builds(config.gateway_native))
         runtime.refresh_control()  # a pin in force is served from the first request
     except BaseException:
         notifier.close()

@@ -13,6 +13,7 @@ class BoxApi(StrEnum):
     CONFIG = "config"
     REPORT = "report"
     INSTALLER = "installer"
+    GATEWAY_NATIVE = "gateway-native"  # GET /vllm/gateway-native/<tag>: the gateway's compiled build
 
 
 # What one request may put in the store: its text fields are client-controlled (X-LLMAO-Host,
