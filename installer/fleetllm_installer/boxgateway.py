@@ -62,6 +62,7 @@ class GatewayPlan:
     native: Path | None = None  # the compiled modules named in the program (None: its Python modules)
     native_note: str = ""  # how the box got them, or why it runs the Python modules
     revision: str = ""
+    held: Path | None = None  # the build the box held before a new one came (gatewaynative.Fetched.held)
 
 
 def _shebang_interpreter(script: Path) -> str | None:
@@ -155,7 +156,7 @@ def sha256(data: str | bytes) -> str:
 def native_build(settings: Settings, client: Client | None, python: str, suffix: str) -> gatewaynative.Fetched:
     """The compiled modules for `python` from the control plane (`client`; None: none to ask)."""
     if not settings.gateway_compiled:
-        return gatewaynative.Fetched(None, "FLEETLLM_GATEWAY_COMPILED=0: the gateway runs its Python modules")
+        return gatewaynative.Fetched(None, "FLEETLLM_GATEWAY_COMPILED=0")
     if client is None:
         return gatewaynative.Fetched(None, "no control plane to fetch the compiled gateway from")
     tag = tag_of(suffix)
@@ -182,17 +183,14 @@ def plan_gateway(box: BoxConfig, spec: GatewaySpec, settings: Settings, own_pyth
     program, config_text = box_program(), effective_config(spec, settings)
     unit = _unit(settings, spec, python, box.revision, config_text, program, fetched.directory)
     return GatewayPlan(spec, python, program, config_text, credentials(box, spec), unit, fetched.directory,
-                       fetched.note, box.revision)
+                       fetched.note, box.revision, fetched.held)
 
 
-def check_config(plan: GatewayPlan, settings: Settings) -> tuple[str, GatewayPlan]:
-    """Run the gateway's own `--check` on the config, in a temporary directory, with the compiled modules
-    the plan names. Returns its verdict line, and the plan without them unless the gateway said it
-    would run them (its reason in native_note)."""
+def _run_check(plan: GatewayPlan, native: Path | None) -> str:
+    """The gateway's own `--check` of the plan's config, in a temporary directory, with `native` named:
+    its output (the verdict line last). Raises BoxGatewayError when the config fails it."""
     env = supervisord_environment(dict(os.environ))
-    env.pop(NATIVE_ENV, None)
-    if plan.native is not None:
-        env[NATIVE_ENV] = str(plan.native)
+    env[NATIVE_ENV] = str(native) if native is not None else ""
     with tempfile.TemporaryDirectory(prefix="fleetllm-gateway-check-") as directory:
         program, config = Path(directory) / "box.pyz", Path(directory) / "gateway.json"
         program.write_bytes(plan.program)
@@ -206,19 +204,40 @@ def check_config(plan: GatewayPlan, settings: Settings) -> tuple[str, GatewayPla
     output = (done.stdout + done.stderr).strip().replace(str(config), "gateway.json")
     if done.returncode != 0:
         raise BoxGatewayError(f"the box gateway's config fails its --check: {output}")
+    return output
+
+
+def _why_not(output: str) -> str:
+    """The gateway's reason for not running a build, from its --check output (`... (reason=...)`)."""
+    said = " ".join(line for line in output.splitlines() if "valid (" not in line)
+    return said.split("(reason=", 1)[-1].removesuffix(")")[:600]
+
+
+def check_config(plan: GatewayPlan, settings: Settings) -> tuple[str, GatewayPlan]:
+    """Run the gateway's own `--check` on the config with the compiled modules the plan names (then with
+    the build the box held, if the new one does not fit). Returns the verdict, and the plan naming the
+    build the gateway said it would run (`; compiled modules` in its verdict), or none (the reason in
+    native_note)."""
+    output = _run_check(plan, plan.native)
     if plan.native is None or COMPILED_VERDICT in output:
         return output, plan
-    said = " ".join(line for line in output.splitlines() if "valid (" not in line)
-    reason = said.split("(reason=", 1)[-1].removesuffix(")")  # the gateway's warning: `... (reason=...)`
-    unit = _unit(settings, plan.spec, plan.python, plan.revision, plan.config_text, plan.program, None)
-    return output, replace(plan, unit=unit, native=None,
-                           native_note=f"the compiled gateway {plan.native.name[:12]} does not fit: {reason[:600]}")
+    note = f"the compiled gateway {plan.native.name[:12]} does not fit: {_why_not(output)}"
+    chosen: Path | None = None
+    if plan.held is not None:
+        again = _run_check(plan, plan.held)
+        if COMPILED_VERDICT in again:
+            output, chosen = again, plan.held
+            note = f"kept the compiled gateway {plan.held.name[:12]}, as {note}"
+    unit = _unit(settings, plan.spec, plan.python, plan.revision, plan.config_text, plan.program, chosen)
+    return output, replace(plan, unit=unit, native=chosen, native_note=note)
 
 
 def write_gateway(settings: Settings, plan: GatewayPlan) -> None:
     """The program, the credentials (stale bearers removed), then the config; builds of the compiled
     modules no longer needed removed. Raises OSError."""
     write_atomic(settings.gateway_program_path, plan.program, mode=0o700)
+    if plan.native is not None:
+        gatewaynative.chosen(plan.native)
     gatewaynative.prune(settings.gateway_native_dir, plan.native)
     directory = settings.credentials_dir
     directory.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,9 @@ The control plane serves a build per kind of Python (GET /vllm/gateway-native/<t
 fleetllm_contract.gatewaynative). Each build the box holds is a directory of
 $DATA/fleetllm/gateway/native/ named by the sha256 of the archive it came from: a new build is a new
 directory (so a running gateway's files never change under it) and the name is the ETag the next fetch
-sends, which the control plane answers 304 while it serves the same build.
+sends, which the control plane answers 304 while it serves the same build. A build's modification time
+says when it was last named in the gateway's program (a fetched one starts at 0), so the box knows the
+build in use without reading its Supervisor program.
 
 Nothing here can stop an install: no build for this Python (404), a control plane that does not answer,
 an archive that is not a clean build all leave the gateway on its Python modules, and the note says why;
@@ -40,10 +42,14 @@ STAGING = ".unpack-"
 
 @dataclass(frozen=True)
 class Fetched:
-    """The build to name in the gateway's program (None: its Python modules), and what happened."""
+    """The build to name in the gateway's program (None: its Python modules), and what happened; `held`,
+    the build the box held for the same Python when a new one came: the gateway runs that one if the new
+    one does not fit (a control plane of a newer version serves builds of newer gateway sources than
+    the box program a box runs until it is provisioned again)."""
 
     directory: Path | None
     note: str
+    held: Path | None = None
 
 
 def _tag(build: Path) -> str | None:
@@ -56,7 +62,7 @@ def _tag(build: Path) -> str | None:
 
 
 def _builds(root: Path) -> list[Path]:
-    """The builds the box holds, newest first."""
+    """The builds the box holds, the one last chosen first."""
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if DIGEST.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
@@ -64,7 +70,8 @@ def _builds(root: Path) -> list[Path]:
 
 
 def held(root: Path, tag: str) -> Path | None:
-    """The newest build the box holds for `tag`, or None."""
+    """The build the box holds for `tag` that was last named in the gateway's program (chosen), else the
+    newest fetched; None."""
     return next((build for build in _builds(root) if _tag(build) == tag), None)
 
 
@@ -112,7 +119,6 @@ def fetch(client: Client, root: Path, tag: str) -> Fetched:
     if answer is None:
         return Fetched(None, f"the control plane has no compiled gateway for {tag}")
     if answer.status == 304 and have is not None:
-        os.utime(have)  # the newest: prune keeps it
         return Fetched(have, f"compiled gateway {have.name[:12]} for {tag}: unchanged")
     digest = hashlib.sha256(answer.body).hexdigest()
     target = root / digest
@@ -121,17 +127,26 @@ def fetch(client: Client, root: Path, tag: str) -> Fetched:
         staging = Path(tempfile.mkdtemp(prefix=STAGING, dir=root))
         try:
             unpack(answer.body, staging / "build")
+            os.utime(staging / "build", (0, 0))  # not in use yet: chosen() marks the one the gateway runs
             (staging / "build").rename(target)
         except (ValueError, OSError, EOFError, tarfile.TarError, zlib.error) as exc:
+            if have is not None:
+                return Fetched(have, f"kept the compiled gateway {have.name[:12]} for {tag}: the new one is not "
+                                     f"usable: {exc}")
             return Fetched(None, f"the compiled gateway for {tag} is not usable: {exc}")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    os.utime(target)
-    return Fetched(target, f"fetched the compiled gateway {digest[:12]} for {tag} ({len(answer.body)} bytes)")
+    return Fetched(target, f"fetched the compiled gateway {digest[:12]} for {tag} ({len(answer.body)} bytes)",
+                   have if have != target else None)
+
+
+def chosen(build: Path) -> None:
+    """Mark `build` as the one named in the gateway's program: builds are ordered by this time."""
+    os.utime(build)
 
 
 def prune(root: Path, keep: Path | None) -> list[Path]:
-    """Remove the builds other than `keep` and the newest other one (the running gateway may still use
+    """Remove the builds other than `keep` and the one chosen before it (the running gateway may still use
     it until Supervisor restarts it on its new program), and any unpacking left over. Returns them."""
     others = [build for build in _builds(root) if build != keep]
     removed = others[1:]

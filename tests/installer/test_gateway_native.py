@@ -201,21 +201,49 @@ def test_the_installer_names_the_build_the_gateway_runs(gateway_box: FakeControl
     assert [r["headers"].get("if-none-match") for r in natives] == [None, f'"{native.name}"']
 
 
-def test_a_build_of_other_sources_is_not_named_and_the_log_says_why(gateway_box: FakeControlPlane, box_env: Path,
-                                                                    build: Path, tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def other_sources(build: Path, tmp_path: Path) -> bytes:
+    """The archive of `build` with a manifest saying it was made from another app.py (another version)."""
     other = tmp_path / "other"
     shutil.copytree(build, other)
     manifest = json.loads((other / "MANIFEST.json").read_text())
-    manifest["modules"]["app"] = "0" * 64  # made from another app.py: another version of the gateway
+    manifest["modules"]["app"] = "0" * 64
     (other / "MANIFEST.json").write_text(json.dumps(manifest))
-    gateway_box.natives[str(TAG)] = archive_of(other)
+    return archive_of(other)
+
+
+def test_a_build_of_other_sources_is_not_named_and_the_log_says_why(gateway_box: FakeControlPlane, box_env: Path,
+                                                                    build: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    gateway_box.natives[str(TAG)] = other_sources(build, tmp_path)
     assert main(["--handover", "none"]) == 0
     assert gateway_program(box_env).environment[NATIVE_ENV] == ""
     err = capsys.readouterr().err
     assert "does not fit" in err and "was built from another fleetllm_gateway/app.py than this one" in err
     assert "the gateway runs its Python modules" in err
     assert gateway_box.reports[-1]["message"].startswith("1 server(s) and the box gateway (Python modules)")
+
+
+def test_a_newer_build_that_does_not_fit_keeps_the_one_the_box_held(gateway_box: FakeControlPlane, box_env: Path,
+                                                                    build: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A control plane upgraded to a newer version serves builds of newer sources than the box program a
+    running box has (until it is provisioned again): the gateway stays on the build that fits it."""
+    gateway_box.natives[str(TAG)] = good = archive_of(build)
+    assert main(["--handover", "none"]) == 0
+    held = box_env / "fleetllm" / "gateway" / "native" / hashlib.sha256(good).hexdigest()
+    gateway_box.natives[str(TAG)] = newer = other_sources(build, tmp_path)
+    assert main(["--handover", "none"]) == 0
+    assert gateway_program(box_env).environment[NATIVE_ENV] == str(held)
+    newer_name = hashlib.sha256(newer).hexdigest()
+    assert (f"kept the compiled gateway {held.name[:12]}, as the compiled gateway {newer_name[:12]} does not fit: "
+            in capsys.readouterr().err)
+    assert gateway_box.reports[-1]["message"].startswith("1 server(s) and the box gateway (compiled)")
+    assert sorted(p.name for p in held.parent.iterdir()) == sorted([held.name, newer_name])
+
+    gateway_box.natives[str(TAG)] = b"damaged"
+    assert main(["--handover", "none"]) == 0
+    assert gateway_program(box_env).environment[NATIVE_ENV] == str(held)
+    assert "the new one is not usable" in capsys.readouterr().err
 
 
 def test_no_build_served_is_the_python_modules_and_the_install_stands(gateway_box: FakeControlPlane, box_env: Path,
