@@ -34,6 +34,17 @@ RUN python -m pip wheel --no-deps --wheel-dir /dist . \
     && /opt/fleetllm/bin/pip install /dist/fleetllm-*.whl \
     && /opt/fleetllm/bin/pip uninstall -y -q pip
 
+# --- gateway-native: the box gateway's compiled builds, none by default -------------------------------
+# The control plane serves boxes the builds of the gateway's request path (tools/build_gateway_native.py)
+# from <sys.prefix>/share/fleetllm/gateway-native, one subdirectory per Python (docs/releasing.md). This
+# stage holds none, so a plain `docker build .` makes an image whose boxes run the gateway's Python
+# modules. The release puts its builds in instead with a named build context of the same name, which
+# replaces this stage (BuildKit): --build-context gateway-native=DIR, where DIR/gateway-native/<tag>/ is
+# each build. A stage with a shell rather than `scratch`, so the empty directory does not depend on how a
+# builder treats WORKDIR there.
+FROM ${PYTHON_IMAGE} AS gateway-native
+RUN mkdir /gateway-native
+
 # --- runtime ------------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="fleetllm" \
@@ -50,6 +61,7 @@ RUN apt-get update \
     && install -d -o 10001 -g 10001 -m 0750 /var/lib/fleetllm \
     && install -d -m 0755 /etc/fleetllm
 COPY --from=build /opt/fleetllm /opt/fleetllm
+COPY --from=gateway-native /gateway-native/ /opt/fleetllm/share/fleetllm/gateway-native/
 ENV PATH=/opt/fleetllm/bin:$PATH \
     HOME=/var/lib/fleetllm \
     PYTHONDONTWRITEBYTECODE=1 \

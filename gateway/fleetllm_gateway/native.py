@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleetllm_contract.gatewaynative import ENV
+from fleetllm_contract.gatewaynative import ENV as ENV  # re-exported: native.ENV
 from fleetllm_gateway.errors import GatewayError
 
 if TYPE_CHECKING:
@@ -98,7 +98,10 @@ def check_contents(directory: Path, manifest: dict[str, object], digest: Callabl
     sha256 is `digest(module)`, and its runtime (whatever Python it was made for: the control plane
     checks the builds it serves so, check() the one a gateway runs)."""
     suffix, runtime, modules = manifest.get("suffix"), manifest.get("runtime"), manifest.get("modules")
-    if not isinstance(suffix, str) or not isinstance(runtime, str) or not runtime.isidentifier() \
+    # The runtime's name is mypyc's hash of the modules plus `__mypyc`: it may start with a digit, so a plain
+    # module name (letters, digits, `_`: no path) rather than an identifier.
+    if not isinstance(suffix, str) or not isinstance(runtime, str) or not runtime.isascii() \
+            or not runtime.replace("_", "").isalnum() \
             or not isinstance(modules, dict) or sorted(modules) != sorted(COMPILED):
         raise NativeBuildError(f"{directory / MANIFEST}: its runtime or modules are not this gateway's "
                                f"({', '.join(COMPILED)}): build it again")

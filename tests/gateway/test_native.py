@@ -21,7 +21,7 @@ import pytest
 from fleetllm_gateway import native
 from fleetllm_installer.zipapp import build_zipapp
 from tests.gateway.conftest import ROOT, TOKEN, free_port
-from tests.support.native import SUFFIX, build_this_checkout
+from tests.support.native import SUFFIX, TAG, build_this_checkout
 
 sys.path.insert(0, str(ROOT / "tools"))
 from build_gateway_native import main as build_main
@@ -36,9 +36,40 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_this_checkout(tmp_path_factory.mktemp("native"))
 
 
-def test_the_build_command_takes_one_directory(capsys: pytest.CaptureFixture[str]) -> None:
-    assert build_main([]) == 2 and build_main(["--help"]) == 2
-    assert "python tools/build_gateway_native.py DIR" in capsys.readouterr().err
+def test_the_build_command_takes_a_directory_or_a_directory_of_builds(capsys: pytest.CaptureFixture[str]) -> None:
+    for wrong in ([], ["a", "b"], ["-x"], ["--builds"], ["--builds", "-x"], ["--builds", "a", "b"]):
+        assert build_main(wrong) == 2, wrong
+    assert capsys.readouterr().err.count("python tools/build_gateway_native.py DIR\n"
+                                         "python tools/build_gateway_native.py --builds DIR\n") == 6
+    assert build_main(["--help"]) == 0 and "With --builds, DIR is a directory of builds" in capsys.readouterr().out
+
+
+def test_the_builds_form_replaces_only_this_pythons_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`--builds DIR` builds into DIR/<tag> (the layout the control plane serves), replacing that build and
+    leaving the others; mypyc stands in here by the files it leaves (the real build: the fixture above)."""
+
+    def mypyc(argv: list[str], *, cwd: Path, **_: object) -> subprocess.CompletedProcess[str]:
+        assert argv[1:3] == ["-m", "mypyc"]
+        (cwd / f"abc123__mypyc{SUFFIX}").write_bytes(b"runtime")
+        for module in native.COMPILED:
+            (cwd / "fleetllm_gateway" / f"{module}{SUFFIX}").write_bytes(b"module")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", mypyc)  # the tool's one subprocess
+    builds = tmp_path / "builds"
+    (builds / "cpython-39-x86_64-linux-gnu").mkdir(parents=True)  # another Python's: kept
+    (builds / str(TAG)).mkdir()
+    (builds / str(TAG) / "stale").write_text("")  # this Python's before: replaced
+    assert build_main(["--builds", str(builds)]) == 0
+    assert capsys.readouterr().out == (f"{builds / str(TAG)}: 10 modules compiled for Python "
+                                       f"{sys.version.split()[0]} ({SUFFIX})\n")
+    assert sorted(p.name for p in builds.iterdir()) == sorted(["cpython-39-x86_64-linux-gnu", str(TAG)])
+    manifest = native.read_manifest(builds / str(TAG))
+    native.check_contents(builds / str(TAG), manifest, lambda module: native.source_digest(module, PACKAGE_DIR))
+    assert not (builds / str(TAG) / "stale").exists()
+    assert build_main(["--builds", str(tmp_path / "new" / "builds")]) == 0  # the directory of builds made
+    assert (tmp_path / "new" / "builds" / str(TAG) / native.MANIFEST).is_file()
 
 
 def _env(build_dir: Path | str) -> dict[str, str]:
@@ -145,6 +176,18 @@ def test_a_runtime_that_does_not_load_is_not_used(compiled: Path, tmp_path: Path
     runtime = json.loads((broken / native.MANIFEST).read_text())["runtime"]
     next(broken.glob(f"{runtime}.*")).write_bytes(b"not a shared object")
     status = _status_in_child(broken)
+    assert status["compiled"] is False and "its runtime does not load" in str(status["reason"])
+
+
+def test_a_runtime_named_with_a_leading_digit_is_a_plain_module_name(compiled: Path, tmp_path: Path) -> None:
+    """mypyc names the runtime by a hex hash, which may start with a digit: the manifest check takes it
+    (this one does not load, its init function keeps the old name: the check after the manifest's says so)."""
+    renamed = _copy(compiled, tmp_path)
+    manifest = json.loads((renamed / native.MANIFEST).read_text())
+    old, new = manifest["runtime"], "0" + manifest["runtime"][1:]
+    (renamed / f"{old}{SUFFIX}").rename(renamed / f"{new}{SUFFIX}")
+    (renamed / native.MANIFEST).write_text(json.dumps({**manifest, "runtime": new}))
+    status = _status_in_child(renamed)
     assert status["compiled"] is False and "its runtime does not load" in str(status["reason"])
 
 

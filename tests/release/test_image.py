@@ -34,6 +34,7 @@ from tests.support.integration import missing
 
 DOCKERFILE = ROOT / "Dockerfile"
 UID = 10001
+VENV = "/opt/fleetllm"  # the image's venv: its sys.prefix
 VENV_BIN = Path(sys.executable).parent
 FLEET_KEY = "fleet-key-for-the-image-test-0123456789"
 
@@ -85,11 +86,13 @@ def test_hadolint_passes() -> None:
 
 def test_the_image_is_multi_stage_non_root_with_a_python_healthcheck() -> None:
     stages = [i["value"] for i in instructions() if i["instruction"] == "FROM"]
-    assert len(stages) == 2 and stages[0].endswith(" AS build")
+    assert len(stages) == 3 and stages[0].endswith(" AS build") and stages[1].endswith(" AS gateway-native")
     build, runtime = instructions(0), instructions(-1)
     assert any("pip wheel" in i["value"] for i in build if i["instruction"] == "RUN")
     copies = [i["value"] for i in runtime if i["instruction"] == "COPY"]
-    assert copies == ["--from=build /opt/fleetllm /opt/fleetllm"]  # the runtime takes the venv, no source
+    # the runtime takes the venv and the gateway's compiled builds (below), no source
+    assert copies == ["--from=build /opt/fleetllm /opt/fleetllm",
+                      f"--from=gateway-native /gateway-native/ {VENV}/share/fleetllm/gateway-native/"]
     user = one(runtime, "USER")["value"]
     assert user == f"{UID}:{UID}"  # numeric, so Kubernetes' runAsNonRoot can check it
     assert one(runtime, "EXPOSE")["value"] == "8080"
@@ -100,6 +103,38 @@ def test_the_image_is_multi_stage_non_root_with_a_python_healthcheck() -> None:
     env = runtime_env()
     assert env["FLEETLLM_HEALTH_URL"].endswith("/health") and env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert one(runtime, "VOLUME")["value"] == '["/var/lib/fleetllm"]' and env["HOME"] == "/var/lib/fleetllm"
+
+
+def test_the_gateway_builds_land_where_the_control_plane_looks(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage gateway-native holds an empty /gateway-native/ (a plain `docker build .`: no builds, boxes run
+    the gateway's Python modules); the release replaces it with a named build context whose gateway-native/
+    holds one build per tag (tests/release/test_workflow.py). The runtime copies that directory's contents to
+    where the control plane looks when server.gateway_native is not set: <sys.prefix>/share/fleetllm/
+    gateway-native, sys.prefix being the venv the build stage makes and the runtime's PATH runs."""
+    stage = instructions(1)
+    assert stage[0]["value"] == "${PYTHON_IMAGE} AS gateway-native"
+    assert [(i["instruction"], i["value"]) for i in stage[1:]] == [("RUN", "mkdir /gateway-native")]
+    assert any(f"python -m venv {VENV} " in i["value"] for i in instructions(0) if i["instruction"] == "RUN")
+    assert one(instructions(-1), "ENV")["value"].startswith(f"PATH={VENV}/bin:")
+    copied = [shlex.split(i["value"]) for i in instructions(-1) if i["instruction"] == "COPY"][-1]
+    assert copied[:2] == ["--from=gateway-native", "/gateway-native/"]  # the directory's contents, not itself
+
+    # Played: the release's context copied as that COPY does, into an image's venv; the control plane's
+    # default finds it there, and finds nothing but an empty directory when the stage was not replaced.
+    from fleetllm.settings import default_gateway_native
+
+    for release, tags in ((True, ["cpython-312-x86_64-linux-gnu"]), (False, [])):
+        context, image = tmp_path / f"context-{release}", tmp_path / f"image-{release}"
+        (context / "gateway-native").mkdir(parents=True)
+        for tag in tags:
+            (context / "gateway-native" / tag).mkdir()
+            (context / "gateway-native" / tag / "MANIFEST.json").write_text("{}")
+        destination = image / copied[2].removeprefix("/")
+        shutil.copytree(context / copied[1].strip("/"), destination)
+        monkeypatch.setattr(sys, "prefix", str(image / VENV.removeprefix("/")))
+        found = default_gateway_native()
+        assert found == destination and [p.name for p in found.iterdir()] == tags
 
 
 def test_no_secret_in_the_image() -> None:

@@ -45,6 +45,9 @@ def test_the_image_serves_read_only_as_uid_10001(tmp_path: Path, fleet_git: Path
         assert docker("run", "--rm", "--read-only", "--tmpfs", "/tmp", tag, "--version").stdout.strip() \
             == f"fleetllm {version.__version__}"
         assert docker("run", "--rm", "--entrypoint", "id", tag, "-u").stdout.strip() == str(UID)
+        # A plain build has no gateway builds (the release adds them): their directory is there, empty.
+        assert docker("run", "--rm", "--entrypoint", "find", tag, "/opt/fleetllm/share/fleetllm/gateway-native",
+                      "-mindepth", "1").stdout == ""
         credentials = tmp_path / "credentials"
         credentials.mkdir()
         for file_name, value in (("fleet-key", FLEET_KEY), ("vllm-api-salt", TEST_SALT),
