@@ -4,10 +4,10 @@ beside its program, named to it by FLEETLLM_GATEWAY_NATIVE (fleetllm_gateway.nat
 The control plane serves a build per kind of Python (GET /vllm/gateway-native/<tag>,
 fleetllm_contract.gatewaynative). Each build the box holds is a directory of
 $DATA/fleetllm/gateway/native/ named by the sha256 of the archive it came from: a new build is a new
-directory (so a running gateway's files never change under it) and the name is the ETag the next fetch
-sends, which the control plane answers 304 while it serves the same build. A build's modification time
-says when it was last named in the gateway's program (a fetched one starts at 0), so the box knows the
-build in use without reading its Supervisor program.
+directory (so a running gateway's files never change under it) and the names are the ETags the next
+fetch sends, which the control plane answers 304 (naming the one) while it serves a build the box holds.
+A build's modification time says when it was last named in the gateway's program (a fetched one starts
+at 0), so the box knows the build in use without reading its Supervisor program.
 
 Nothing here can stop an install: no build for this Python (404), a control plane that does not answer,
 an archive that is not a clean build all leave the gateway on its Python modules, and the note says why;
@@ -69,12 +69,6 @@ def _builds(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
-def held(root: Path, tag: str) -> Path | None:
-    """The build the box holds for `tag` that was last named in the gateway's program (chosen), else the
-    newest fetched; None."""
-    return next((build for build in _builds(root) if _tag(build) == tag), None)
-
-
 def unpack(body: bytes, target: Path) -> None:
     """Unpack a build's archive into `target` (created). Only regular files and directories, at most two
     levels deep, of plain names; at most MAX_MEMBERS of them and MAX_UNPACKED bytes, checked on each
@@ -109,17 +103,22 @@ def unpack(body: bytes, target: Path) -> None:
 def fetch(client: Client, root: Path, tag: str) -> Fetched:
     """The build for `tag` (one conditional GET), unpacked under `root`; never raises for what the
     control plane answers or holds."""
-    have = held(root, tag)
+    known = [build for build in _builds(root) if _tag(build) == tag]  # the one in use first
+    have = known[0] if known else None
+    etags = ", ".join(f'"{build.name}"' for build in known) or None
     try:
-        answer = client.fetch_gateway_native(tag, f'"{have.name}"' if have is not None else None)
+        answer = client.fetch_gateway_native(tag, etags)
     except FetchError as exc:
         if have is not None:
             return Fetched(have, f"kept the compiled gateway {have.name[:12]} for {tag}: {exc}")
         return Fetched(None, f"no compiled gateway for {tag}: {exc}")
     if answer is None:
         return Fetched(None, f"the control plane has no compiled gateway for {tag}")
-    if answer.status == 304 and have is not None:
-        return Fetched(have, f"compiled gateway {have.name[:12]} for {tag}: unchanged")
+    if answer.status == 304:  # one the box holds: the ETag of the answer says which
+        served = next((build for build in known if f'"{build.name}"' == answer.etag), have)
+        if served is not None:
+            return Fetched(served, f"compiled gateway {served.name[:12]} for {tag}: unchanged",
+                           have if have != served else None)
     digest = hashlib.sha256(answer.body).hexdigest()
     target = root / digest
     if not target.is_dir():

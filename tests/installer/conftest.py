@@ -187,7 +187,8 @@ class FakeControlPlane:
                     self.answer(404, {"error": f"no compiled gateway for {tag}"})
                     return
                 etag = plane.native_etags.get(tag) or f'"{hashlib.sha256(archive).hexdigest()}"'
-                if self.headers.get("If-None-Match") == etag:
+                if etag in [e.strip() for e in (self.headers.get("If-None-Match") or "").split(",")]:
+                    plane.requests[-1]["status"] = 304
                     self.send_response(304)
                     self.send_header("ETag", etag)
                     self.end_headers()

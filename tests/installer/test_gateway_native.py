@@ -240,6 +240,14 @@ def test_a_newer_build_that_does_not_fit_keeps_the_one_the_box_held(gateway_box:
     assert gateway_box.reports[-1]["message"].startswith("1 server(s) and the box gateway (compiled)")
     assert sorted(p.name for p in held.parent.iterdir()) == sorted([held.name, newer_name])
 
+    assert main(["--handover", "none"]) == 0  # the same newer build again: a 304 naming it, no download
+    natives = [r for r in gateway_box.requests if r["path"].startswith("/vllm/gateway-native/")]
+    assert natives[-1]["headers"]["if-none-match"] == f'"{held.name}", "{newer_name}"'
+    assert natives[-1]["status"] == 304
+    assert f"kept the compiled gateway {held.name[:12]}, as the compiled gateway {newer_name[:12]}" in \
+        capsys.readouterr().err
+    assert gateway_program(box_env).environment[NATIVE_ENV] == str(held)
+
     gateway_box.natives[str(TAG)] = b"damaged"
     assert main(["--handover", "none"]) == 0
     assert gateway_program(box_env).environment[NATIVE_ENV] == str(held)

@@ -21,6 +21,7 @@ PUBLIC = {"health.health", "health.live", "health.metrics", "admin.push_hook", "
 # /metrics its own bearer, metrics_token (fleetllm.core.secret.metrics_refusal), not a role
 EXPECTED_ROLES = {
     "box.vllm_config": Role.FLEET, "box.vllm_report": Role.FLEET, "box.vllm_installer": Role.FLEET,
+    "box.vllm_gateway_native": Role.FLEET,
     "admin.attention": Role.VIEWER, "admin.reports": Role.VIEWER, "admin.fetches": Role.VIEWER,
     "admin.approvals": Role.VIEWER, "admin.approve_box": Role.ADMIN, "pages.approve": Role.ADMIN,
     "control.get_control": Role.VIEWER, **{f"control.post_{a}": Role.OPERATOR for a in
