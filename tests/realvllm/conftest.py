@@ -258,8 +258,13 @@ providers:
         deadline = time.monotonic() + START_TIMEOUT_S
         b_model = sorted(self.ports)[1]
         while time.monotonic() < deadline:
+            # tiny-b's program first, then the servers: the launcher starts `vllm serve` only once tiny-a
+            # answered, and tiny-a keeps answering, so a sample that sees vllm also sees tiny-a at 200. (Read
+            # after the health checks, tiny-a could turn ready and tiny-b's launcher exec in between: a CI run
+            # saw a=refused with b=vllm in one sample.)
+            kind = self.program_kind(b_model)
             a, b = (self.health(m) for m in sorted(self.ports))
-            self.timeline.append(Sample(time.monotonic() - self.started_s, a, b, self.program_kind(b_model)))
+            self.timeline.append(Sample(time.monotonic() - self.started_s, a, b, kind))
             for model, state in zip(sorted(self.ports), (a, b), strict=True):
                 if state == "200":
                     self.ready_s.setdefault(model, time.monotonic() - self.started_s)
