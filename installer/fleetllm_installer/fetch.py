@@ -226,8 +226,8 @@ class Client:
             return FetchError(f"{path}: the control plane refused the fleet key ({status}): check "
                               "FLEETLLM_FLEET_KEY (or FLEET_KEY) in the box template")
         if status == 404:
-            return NotFoundError(f"{path}: the control plane does not know the box {self.host!r} (404): add it to "
-                              "placement.yaml, or fix LLMAO_HOST if the provisioning script set the wrong name")
+            return NotFoundError(f"{path}: the control plane does not know the box {self.host!r} (404): add it "
+                                 "to placement.yaml, or fix LLMAO_HOST if the provisioning script set the wrong name")
         if status == 429 or status >= 500:
             retry_after = exc.headers.get("Retry-After") if exc.headers else None
             # ASCII digits only: str.isdigit() takes "²", which float() refuses

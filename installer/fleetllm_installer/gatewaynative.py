@@ -114,11 +114,10 @@ def fetch(client: Client, root: Path, tag: str) -> Fetched:
         return Fetched(None, f"no compiled gateway for {tag}: {exc}")
     if answer is None:
         return Fetched(None, f"the control plane has no compiled gateway for {tag}")
-    if answer.status == 304:  # one the box holds: the ETag of the answer says which
-        served = next((build for build in known if f'"{build.name}"' == answer.etag), have)
-        if served is not None:
-            return Fetched(served, f"compiled gateway {served.name[:12]} for {tag}: unchanged",
-                           have if have != served else None)
+    if answer.status == 304:  # one the box holds (a 304 answers only the ETags sent): the answer's says which
+        served = next((build for build in known if f'"{build.name}"' == answer.etag), known[0])
+        return Fetched(served, f"compiled gateway {served.name[:12]} for {tag}: unchanged",
+                       have if have != served else None)
     digest = hashlib.sha256(answer.body).hexdigest()
     target = root / digest
     if not target.is_dir():
